@@ -1,0 +1,40 @@
+#include "smtp_io.hpp"
+
+namespace sm::smtp {
+
+std::pair<std::string, std::string> split_enhanced(std::string_view text) {
+    // class.subject.detail: class 2/4/5, subject 1-3 digits, detail 1-3 digits
+    std::size_t i = 0;
+    auto digits = [&](std::size_t maxn) {
+        std::size_t n = 0;
+        while (i < text.size() && n < maxn && text[i] >= '0' && text[i] <= '9') ++i, ++n;
+        return n > 0;
+    };
+    if (text.size() < 5 || (text[0] != '2' && text[0] != '4' && text[0] != '5') ||
+        text[1] != '.')
+        return {"", std::string(text)};
+    i = 2;
+    if (!digits(3) || i >= text.size() || text[i] != '.') return {"", std::string(text)};
+    ++i;
+    if (!digits(3)) return {"", std::string(text)};
+    if (i < text.size() && text[i] != ' ') return {"", std::string(text)};
+    std::string code(text.substr(0, i));
+    while (i < text.size() && text[i] == ' ') ++i;
+    return {code, std::string(text.substr(i))};
+}
+
+std::string Reply::text() const {
+    if (lines.empty()) return {};
+    return split_enhanced(lines[0]).second;
+}
+
+std::string Reply::summary() const {
+    std::string s = std::to_string(code);
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+        s += i == 0 ? " " : " / ";
+        s += lines[i];
+    }
+    return s;
+}
+
+} // namespace sm::smtp

@@ -1,0 +1,85 @@
+// SMTP line I/O shared by the server, the client and the perf tools:
+// a bounded line reader with a per-read deadline and a reply parser.
+#pragma once
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sm::smtp {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+enum class ReadStatus { ok, eof, timeout, error };
+
+struct Line {
+    ReadStatus status = ReadStatus::ok;
+    // The bytes of this line or chunk, without the terminator.
+    std::string_view text;
+    // True when the line ended in LF; false when the chunk was cut at the
+    // length limit (more of the same line follows) or at EOF/error.
+    bool complete = false;
+    // The terminator was a bare LF (no CR before it).
+    bool bare_lf = false;
+};
+
+// Reads lines from a stream (TCP socket or SSL stream) with a deadline per
+// read. Returned views are valid until the next call.
+template <class Stream>
+class LineReader {
+public:
+    explicit LineReader(Stream& s, std::size_t max_line = 4096)
+        : stream_(s), max_line_(max_line) {}
+
+    void set_max_line(std::size_t n) { max_line_ = n; }
+    // Bytes already buffered beyond what was consumed (pipelined input).
+    std::size_t buffered() const { return buf_.size() - pos_; }
+
+    // Reads up to the next LF or at most max_line bytes of a line.
+    asio::awaitable<Line> read_line(std::chrono::steady_clock::duration timeout);
+
+    // Skips the rest of an over-long line; ok when LF was found.
+    asio::awaitable<ReadStatus> skip_line(std::chrono::steady_clock::duration timeout);
+
+private:
+    asio::awaitable<ReadStatus> fill(std::chrono::steady_clock::duration timeout);
+    void compact();
+
+    Stream& stream_;
+    std::size_t max_line_;
+    std::string buf_;
+    std::size_t pos_ = 0;
+};
+
+// One parsed SMTP reply (possibly multi-line).
+struct Reply {
+    int code = 0;               // 0 when the connection failed before a reply
+    std::string enhanced;       // "2.0.0" when the first line carries one
+    std::vector<std::string> lines;  // text after "NNN-" / "NNN "
+    ReadStatus status = ReadStatus::ok;
+    // First line text without the enhanced code, for logs.
+    std::string text() const;
+    // "250 2.0.0 Ok" style single-line rendering of the whole reply.
+    std::string summary() const;
+};
+
+// Reads one complete reply; malformed lines make code 0 with status error.
+template <class Stream>
+asio::awaitable<Reply> read_reply(LineReader<Stream>& r,
+                                  std::chrono::steady_clock::duration timeout);
+
+// Splits "X.Y.Z rest" into the enhanced code and rest; empty code when absent.
+std::pair<std::string, std::string> split_enhanced(std::string_view text);
+
+// Writes all of `data` with a deadline; false on error or timeout.
+template <class Stream>
+asio::awaitable<bool> write_all(Stream& s, std::string_view data,
+                                std::chrono::steady_clock::duration timeout);
+
+} // namespace sm::smtp
+
+#include "smtp_io_impl.hpp"

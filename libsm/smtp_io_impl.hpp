@@ -1,0 +1,148 @@
+// Template definitions for smtp_io.hpp; included from there only.
+#pragma once
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+namespace sm::smtp {
+
+template <class Stream>
+void LineReader<Stream>::compact() {
+    if (pos_ > 0 && (pos_ >= 65536 || pos_ * 2 >= buf_.size())) {
+        buf_.erase(0, pos_);
+        pos_ = 0;
+    }
+}
+
+template <class Stream>
+asio::awaitable<ReadStatus> LineReader<Stream>::fill(
+    std::chrono::steady_clock::duration timeout) {
+    using namespace asio::experimental::awaitable_operators;
+    compact();
+    const std::size_t old = buf_.size();
+    buf_.resize(old + 16384);
+    asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
+    auto res = co_await (
+        stream_.async_read_some(asio::buffer(buf_.data() + old, 16384),
+                                asio::as_tuple(asio::use_awaitable)) ||
+        timer.async_wait(asio::as_tuple(asio::use_awaitable)));
+    if (res.index() == 1) {
+        buf_.resize(old);
+        co_return ReadStatus::timeout;
+    }
+    auto [ec, n] = std::get<0>(res);
+    buf_.resize(old + n);
+    if (ec) co_return ec == asio::error::eof ? ReadStatus::eof : ReadStatus::error;
+    co_return ReadStatus::ok;
+}
+
+template <class Stream>
+asio::awaitable<Line> LineReader<Stream>::read_line(
+    std::chrono::steady_clock::duration timeout) {
+    std::size_t scanned = 0;
+    for (;;) {
+        std::string_view avail(buf_.data() + pos_, buf_.size() - pos_);
+        const std::size_t limit = std::min(avail.size(), max_line_ + 1);
+        const auto lf = avail.substr(0, limit).find('\n', scanned);
+        if (lf != std::string_view::npos) {
+            Line l;
+            l.complete = true;
+            l.bare_lf = lf == 0 || avail[lf - 1] != '\r';
+            l.text = avail.substr(0, l.bare_lf ? lf : lf - 1);
+            pos_ += lf + 1;
+            co_return l;
+        }
+        if (avail.size() >= max_line_ + 1) {
+            // Cut: hand out max_line bytes, keep a trailing CR for the next
+            // chunk so that a CRLF split across the cut is still seen.
+            std::size_t n = max_line_;
+            if (avail[n - 1] == '\r') --n;
+            Line l;
+            l.text = avail.substr(0, n);
+            pos_ += n;
+            co_return l;
+        }
+        scanned = avail.size();
+        const auto st = co_await fill(timeout);
+        if (st != ReadStatus::ok) {
+            Line l;
+            l.status = st;
+            co_return l;
+        }
+    }
+}
+
+template <class Stream>
+asio::awaitable<ReadStatus> LineReader<Stream>::skip_line(
+    std::chrono::steady_clock::duration timeout) {
+    for (;;) {
+        std::string_view avail(buf_.data() + pos_, buf_.size() - pos_);
+        const auto lf = avail.find('\n');
+        if (lf != std::string_view::npos) {
+            pos_ += lf + 1;
+            co_return ReadStatus::ok;
+        }
+        pos_ = buf_.size();
+        const auto st = co_await fill(timeout);
+        if (st != ReadStatus::ok) co_return st;
+    }
+}
+
+template <class Stream>
+asio::awaitable<Reply> read_reply(LineReader<Stream>& r,
+                                  std::chrono::steady_clock::duration timeout) {
+    Reply rep;
+    for (;;) {
+        const Line l = co_await r.read_line(timeout);
+        if (l.status != ReadStatus::ok) {
+            rep.status = l.status;
+            rep.code = 0;
+            co_return rep;
+        }
+        if (!l.complete) {  // absurdly long reply line: drop the rest
+            if (co_await r.skip_line(timeout) != ReadStatus::ok) {
+                rep.status = ReadStatus::error;
+                rep.code = 0;
+                co_return rep;
+            }
+        }
+        const std::string_view t = l.text;
+        const bool digits = t.size() >= 3 && t[0] >= '2' && t[0] <= '5' &&
+                            t[1] >= '0' && t[1] <= '9' && t[2] >= '0' && t[2] <= '9';
+        const bool sep_ok = t.size() == 3 || t[3] == ' ' || t[3] == '-';
+        if (!digits || !sep_ok) {
+            rep.status = ReadStatus::error;
+            rep.code = 0;
+            co_return rep;
+        }
+        const int code = (t[0] - '0') * 100 + (t[1] - '0') * 10 + (t[2] - '0');
+        if (rep.lines.empty()) {
+            rep.code = code;
+        } else if (code != rep.code) {
+            rep.status = ReadStatus::error;
+            rep.code = 0;
+            co_return rep;
+        }
+        rep.lines.emplace_back(t.size() > 4 ? t.substr(4) : std::string_view{});
+        if (rep.lines.size() == 1) rep.enhanced = split_enhanced(rep.lines[0]).first;
+        if (t.size() == 3 || t[3] == ' ') co_return rep;
+        if (rep.lines.size() > 100) {  // endless continuation: treat as broken
+            rep.status = ReadStatus::error;
+            rep.code = 0;
+            co_return rep;
+        }
+    }
+}
+
+template <class Stream>
+asio::awaitable<bool> write_all(Stream& s, std::string_view data,
+                                std::chrono::steady_clock::duration timeout) {
+    using namespace asio::experimental::awaitable_operators;
+    asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
+    auto res = co_await (
+        asio::async_write(s, asio::buffer(data), asio::as_tuple(asio::use_awaitable)) ||
+        timer.async_wait(asio::as_tuple(asio::use_awaitable)));
+    if (res.index() == 1) co_return false;
+    co_return !std::get<0>(std::get<0>(res));
+}
+
+} // namespace sm::smtp
