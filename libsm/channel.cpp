@@ -1,0 +1,134 @@
+#include "channel.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+namespace sm {
+
+Channel::Channel(unix_socket s, std::string peer)
+    : sock_(std::move(s)), peer_(std::move(peer)), wake_(sock_.get_executor()) {
+    wake_.expires_at(asio::steady_timer::time_point::max());
+}
+
+void Channel::start() {
+    asio::co_spawn(sock_.get_executor(),
+                   [self = shared_from_this()] { return self->writer(); },
+                   asio::detached);
+}
+
+asio::awaitable<std::optional<rec::Frame>> Channel::read() {
+    auto tok = asio::as_tuple(asio::use_awaitable);
+    char hdr[rec::header_size];
+    auto [ec, n] = co_await asio::async_read(sock_, asio::buffer(hdr), tok);
+    if (ec) {
+        if (ec != asio::error::eof && ec != asio::error::operation_aborted && open_)
+            spdlog::warn("{}: read: {}", peer_, ec.message());
+        close();
+        co_return std::nullopt;
+    }
+    auto h = rec::parse_header({hdr, sizeof hdr});
+    if (!h) {
+        spdlog::error("{}: protocol error: oversized frame", peer_);
+        close();
+        co_return std::nullopt;
+    }
+    rec::Frame f{*h, std::string(h->length, '\0')};
+    auto [ec2, n2] = co_await asio::async_read(sock_, asio::buffer(f.body), tok);
+    if (ec2) {
+        spdlog::error("{}: truncated frame: {}", peer_, ec2.message());
+        close();
+        co_return std::nullopt;
+    }
+    co_return f;
+}
+
+void Channel::send(std::string frame) {
+    if (!open_) return;
+    queued_bytes_ += frame.size();
+    outq_.push_back(std::move(frame));
+    wake_.cancel_one();
+}
+
+void Channel::close() {
+    if (!open_) return;
+    open_ = false;
+    boost::system::error_code ec;
+    sock_.shutdown(unix_socket::shutdown_both, ec);
+    sock_.close(ec);
+    wake_.cancel();
+}
+
+asio::awaitable<void> Channel::writer() {
+    auto self = shared_from_this();
+    std::string batch;
+    while (open_) {
+        if (outq_.empty()) {
+            co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+            continue;
+        }
+        batch.clear();
+        while (!outq_.empty() && batch.size() < (1u << 20)) {
+            batch += outq_.front();
+            queued_bytes_ -= outq_.front().size();
+            outq_.pop_front();
+        }
+        auto [ec, n] = co_await asio::async_write(sock_, asio::buffer(batch),
+                                                  asio::as_tuple(asio::use_awaitable));
+        if (ec) {
+            if (open_) spdlog::warn("{}: write: {}", peer_, ec.message());
+            close();
+        }
+    }
+}
+
+asio::awaitable<std::shared_ptr<Channel>> connect_qmgr(const std::string& path,
+                                                       const std::string& role,
+                                                       std::string& err) {
+    unix_socket s(co_await asio::this_coro::executor);
+    auto [ec] = co_await s.async_connect(asio::local::stream_protocol::endpoint(path),
+                                         asio::as_tuple(asio::use_awaitable));
+    if (ec) {
+        err = "connect " + path + ": " + ec.message();
+        co_return nullptr;
+    }
+    auto ch = std::make_shared<Channel>(std::move(s), "qmgr");
+    ch->start();
+    ch->send(msg::encode(msg::Hello{role, msg::protocol_version,
+                                    static_cast<std::uint32_t>(::getpid())}));
+    auto f = co_await ch->read();
+    if (!f) {
+        err = "qmgr closed the connection during HELLO";
+        co_return nullptr;
+    }
+    auto ack = msg::decode<msg::HelloAck>(*f, err);
+    if (!ack) co_return nullptr;
+    if (ack->status != 0) {
+        err = "qmgr refused: " + ack->text;
+        ch->close();
+        co_return nullptr;
+    }
+    co_return ch;
+}
+
+std::optional<msg::CtlReply> ctl_call(const std::string& path,
+                                      const msg::CtlRequest& req, std::string& err) {
+    asio::io_context io;
+    std::optional<msg::CtlReply> out;
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+        auto ch = co_await connect_qmgr(path, "cli", err);
+        if (!ch) co_return;
+        ch->send(msg::encode(req, 1));
+        auto f = co_await ch->read();
+        if (!f) {
+            err = "qmgr closed the connection";
+        } else {
+            out = msg::decode<msg::CtlReply>(*f, err);
+        }
+        ch->close();
+    }, asio::detached);
+    io.run_for(std::chrono::seconds(30));
+    if (!out && err.empty()) err = "timed out waiting for qmgr";
+    return out;
+}
+
+} // namespace sm

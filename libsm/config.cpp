@@ -1,0 +1,330 @@
+#include "config.hpp"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <toml++/toml.h>
+
+namespace sm {
+namespace {
+
+std::string lower(std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return s;
+}
+
+std::string system_hostname() {
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof buf - 1) != 0 || !buf[0]) return "localhost";
+    return buf;
+}
+
+// Reads one table strictly: every key must be known, every value typed.
+class TableReader {
+public:
+    TableReader(const toml::table* t, std::string prefix)
+        : t_(t), prefix_(std::move(prefix)) {}
+
+    template <class T>
+    std::optional<T> get(const std::string& key) {
+        seen_.insert(key);
+        if (!t_) return std::nullopt;
+        const toml::node* n = t_->get(key);
+        if (!n) return std::nullopt;
+        if (auto v = n->value<T>()) return v;
+        throw ConfigError(name(key), "wrong type");
+    }
+    std::optional<std::vector<std::string>> strings(const std::string& key) {
+        seen_.insert(key);
+        if (!t_) return std::nullopt;
+        const toml::node* n = t_->get(key);
+        if (!n) return std::nullopt;
+        std::vector<std::string> out;
+        if (auto s = n->value<std::string>()) {
+            out.push_back(*s);
+            return out;
+        }
+        const toml::array* a = n->as_array();
+        if (!a) throw ConfigError(name(key), "expected a string or a list of strings");
+        for (const auto& e : *a) {
+            auto s = e.value<std::string>();
+            if (!s) throw ConfigError(name(key), "expected a list of strings");
+            out.push_back(*s);
+        }
+        return out;
+    }
+    std::uint64_t positive(const std::string& key, std::uint64_t def, bool zero_ok = false) {
+        auto v = get<std::int64_t>(key);
+        if (!v) return def;
+        if (*v < 0 || (*v == 0 && !zero_ok))
+            throw ConfigError(name(key), zero_ok ? "must be >= 0" : "must be > 0");
+        return static_cast<std::uint64_t>(*v);
+    }
+    unsigned small(const std::string& key, unsigned def, unsigned max, bool zero_ok = false) {
+        auto v = positive(key, def, zero_ok);
+        if (v > max) throw ConfigError(name(key), "must be <= " + std::to_string(max));
+        return static_cast<unsigned>(v);
+    }
+    std::chrono::seconds seconds(const std::string& key, std::chrono::seconds def) {
+        return std::chrono::seconds(positive(key, static_cast<std::uint64_t>(def.count())));
+    }
+    void check_unknown() {
+        if (!t_) return;
+        for (const auto& [k, v] : *t_) {
+            if (!seen_.count(std::string(k.str())))
+                throw ConfigError(name(std::string(k.str())), "unknown key");
+        }
+    }
+    std::string name(const std::string& key) const { return prefix_ + "." + key; }
+
+private:
+    const toml::table* t_;
+    std::string prefix_;
+    std::set<std::string> seen_;
+};
+
+Route parse_route(const std::string& key, const std::vector<std::string>& vals) {
+    Route r;
+    if (vals.empty()) throw ConfigError(key, "empty route");
+    if (vals.size() == 1 && lower(vals[0]) == "mx") {
+        r.mx = true;
+        return r;
+    }
+    for (const auto& v : vals) r.hosts.push_back(parse_hostport(key, v, 25));
+    return r;
+}
+
+} // namespace
+
+std::string HostPort::str() const {
+    const bool v6 = host.find(':') != std::string::npos;
+    if (literal || v6) return "[" + host + "]:" + std::to_string(port);
+    return host + ":" + std::to_string(port);
+}
+
+HostPort parse_hostport(const std::string& key, const std::string& s,
+                        std::uint16_t default_port) {
+    HostPort hp;
+    hp.port = default_port;
+    std::string rest;
+    if (!s.empty() && s[0] == '[') {
+        const auto close = s.find(']');
+        if (close == std::string::npos) throw ConfigError(key, "missing ']' in '" + s + "'");
+        hp.host = s.substr(1, close - 1);
+        hp.literal = true;
+        rest = s.substr(close + 1);
+    } else {
+        const auto colon = s.rfind(':');
+        if (colon != std::string::npos && s.find(':') == colon) {
+            hp.host = s.substr(0, colon);
+            rest = s.substr(colon);
+        } else {
+            hp.host = s;
+        }
+    }
+    if (hp.host.empty()) throw ConfigError(key, "empty host in '" + s + "'");
+    if (!rest.empty()) {
+        if (rest[0] != ':' || rest.size() < 2 || rest.size() > 6 ||
+            !std::all_of(rest.begin() + 1, rest.end(), ::isdigit))
+            throw ConfigError(key, "bad port in '" + s + "'");
+        const long p = std::stol(rest.substr(1));
+        if (p < 1 || p > 65535) throw ConfigError(key, "port out of range in '" + s + "'");
+        hp.port = static_cast<std::uint16_t>(p);
+    }
+    return hp;
+}
+
+Cidr parse_cidr(const std::string& key, const std::string& s) {
+    Cidr c;
+    const auto slash = s.find('/');
+    const std::string addr = s.substr(0, slash);
+    if (::inet_pton(AF_INET, addr.c_str(), c.addr) == 1) {
+        c.prefix = 32;
+    } else if (::inet_pton(AF_INET6, addr.c_str(), c.addr) == 1) {
+        c.v6 = true;
+        c.prefix = 128;
+    } else {
+        throw ConfigError(key, "bad address in '" + s + "'");
+    }
+    if (slash != std::string::npos) {
+        const std::string p = s.substr(slash + 1);
+        if (p.empty() || p.size() > 3 || !std::all_of(p.begin(), p.end(), ::isdigit) ||
+            std::stoul(p) > c.prefix)
+            throw ConfigError(key, "bad prefix length in '" + s + "'");
+        c.prefix = static_cast<unsigned>(std::stoul(p));
+    }
+    return c;
+}
+
+bool Cidr::contains(const std::string& a) const {
+    unsigned char buf[16] = {};
+    const unsigned char* bytes = buf;
+    if (::inet_pton(AF_INET, a.c_str(), buf) == 1) {
+        if (v6) return false;
+    } else if (::inet_pton(AF_INET6, a.c_str(), buf) == 1) {
+        static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (!v6) {
+            if (std::memcmp(buf, mapped, 12) != 0) return false;
+            bytes = buf + 12;
+        }
+    } else {
+        return false;
+    }
+    const unsigned full = prefix / 8, bits = prefix % 8;
+    if (std::memcmp(bytes, addr, full) != 0) return false;
+    if (bits == 0) return true;
+    const unsigned char mask = static_cast<unsigned char>(0xff << (8 - bits));
+    return (bytes[full] & mask) == (addr[full] & mask);
+}
+
+std::vector<std::string> Route::nexthops() const {
+    if (mx) return {"mx"};
+    std::vector<std::string> out;
+    for (const auto& h : hosts) out.push_back(h.str());
+    return out;
+}
+
+const Route* Config::route_for(const std::string& domain_in) const {
+    const std::string domain = lower(domain_in);
+    if (auto it = routes.find(domain); it != routes.end()) return &it->second;
+    // ".example.com" entries match every subdomain, as in postfix transport maps.
+    for (auto dot = domain.find('.'); dot != std::string::npos;
+         dot = domain.find('.', dot + 1)) {
+        if (auto it = routes.find(domain.substr(dot)); it != routes.end()) return &it->second;
+    }
+    return default_route ? &*default_route : nullptr;
+}
+
+std::string Config::run_dir_abs() const {
+    return std::filesystem::absolute(queue.run_dir).lexically_normal().string();
+}
+std::string Config::spool_dir_abs() const {
+    return std::filesystem::absolute(queue.spool_dir).lexically_normal().string();
+}
+
+Config load_config(const std::string& path) {
+    Config c;
+    c.path = path;
+    toml::table root;
+    if (!path.empty()) {
+        try {
+            root = toml::parse_file(path);
+        } catch (const toml::parse_error& e) {
+            const auto& src = e.source();
+            throw ConfigError(path, std::string(e.description()) + " at line " +
+                                        std::to_string(src.begin.line));
+        }
+    }
+    for (const auto& [k, v] : root) {
+        static const std::set<std::string> sections{"server", "queue", "client",
+                                                    "log", "stats", "routes"};
+        if (!sections.count(std::string(k.str())))
+            throw ConfigError(std::string(k.str()), "unknown section");
+        if (!v.is_table()) throw ConfigError(std::string(k.str()), "must be a table");
+    }
+
+    TableReader s(root["server"].as_table(), "server");
+    if (auto v = s.strings("listen")) {
+        c.server.listen.clear();
+        for (const auto& l : *v) c.server.listen.push_back(parse_hostport("server.listen", l, 25));
+        if (c.server.listen.empty()) throw ConfigError("server.listen", "needs at least one address");
+    }
+    c.server.hostname = s.get<std::string>("hostname").value_or(system_hostname());
+    if (c.server.hostname.empty()) throw ConfigError("server.hostname", "must not be empty");
+    c.server.max_message_size = s.positive("max_message_size", c.server.max_message_size);
+    c.server.max_recipients = s.small("max_recipients", c.server.max_recipients, 100000);
+    for (const auto& n : s.strings("relay_networks").value_or(
+             std::vector<std::string>{"127.0.0.0/8", "::1/128"}))
+        c.server.relay_networks.push_back(parse_cidr("server.relay_networks", n));
+    for (const auto& d : s.strings("relay_domains").value_or(std::vector<std::string>{}))
+        c.server.relay_domains.push_back(lower(d));
+    c.server.max_connections = s.small("max_connections", c.server.max_connections, 1000000);
+    c.server.max_connections_per_client =
+        s.small("max_connections_per_client", c.server.max_connections_per_client, 1000000);
+    c.server.command_timeout = s.seconds("command_timeout", c.server.command_timeout);
+    c.server.data_timeout = s.seconds("data_timeout", c.server.data_timeout);
+    c.server.max_errors = s.small("max_errors", c.server.max_errors, 1000);
+    c.server.max_hops = s.small("max_hops", c.server.max_hops, 1000);
+    c.server.max_line_length = s.small("max_line_length", c.server.max_line_length, 65536);
+    if (c.server.max_line_length < 512)
+        throw ConfigError("server.max_line_length", "must be >= 512 (RFC 5321)");
+    if (auto b = s.get<std::string>("bare_lf")) {
+        if (*b == "reject") c.server.reject_bare_lf = true;
+        else if (*b == "normalize" || *b == "normalise") c.server.reject_bare_lf = false;
+        else throw ConfigError("server.bare_lf", "must be \"reject\" or \"normalize\"");
+    }
+    c.server.tls_cert = s.get<std::string>("tls_cert").value_or("");
+    c.server.tls_key = s.get<std::string>("tls_key").value_or("");
+    if (c.server.tls_cert.empty() != c.server.tls_key.empty())
+        throw ConfigError("server.tls_key", "tls_cert and tls_key go together");
+    c.server.threads = s.small("threads", c.server.threads, 64);
+    s.check_unknown();
+
+    TableReader q(root["queue"].as_table(), "queue");
+    c.queue.spool_dir = q.get<std::string>("spool_dir").value_or(c.queue.spool_dir);
+    c.queue.run_dir = q.get<std::string>("run_dir").value_or(c.queue.run_dir);
+    if (c.queue.spool_dir.empty()) throw ConfigError("queue.spool_dir", "must not be empty");
+    if (c.queue.run_dir.empty()) throw ConfigError("queue.run_dir", "must not be empty");
+    c.queue.commit_interval = std::chrono::microseconds(
+        q.positive("commit_interval_us", c.queue.commit_interval.count(), true));
+    if (c.queue.commit_interval > std::chrono::seconds(10))
+        throw ConfigError("queue.commit_interval_us", "must be <= 10000000");
+    c.queue.commit_max_batch = q.small("commit_max_batch", c.queue.commit_max_batch, 100000);
+    c.queue.ibdb_file_size = q.positive("ibdb_file_size", c.queue.ibdb_file_size);
+    c.queue.cdb_hashed = q.get<bool>("cdb_hashed").value_or(c.queue.cdb_hashed);
+    c.queue.aq_max_entries = q.small("aq_max_entries", c.queue.aq_max_entries, 100000000);
+    c.queue.retry_min = q.seconds("retry_min", c.queue.retry_min);
+    c.queue.retry_max = q.seconds("retry_max", c.queue.retry_max);
+    if (c.queue.retry_max < c.queue.retry_min)
+        throw ConfigError("queue.retry_max", "must be >= retry_min");
+    c.queue.max_queue_lifetime = q.seconds("max_queue_lifetime", c.queue.max_queue_lifetime);
+    c.queue.min_free_space = q.positive("min_free_space", c.queue.min_free_space, true);
+    q.check_unknown();
+
+    TableReader cl(root["client"].as_table(), "client");
+    c.client.connect_timeout = cl.seconds("connect_timeout", c.client.connect_timeout);
+    c.client.command_timeout = cl.seconds("command_timeout", c.client.command_timeout);
+    c.client.idle_timeout = cl.seconds("idle_timeout", c.client.idle_timeout);
+    c.client.max_msgs_per_connection =
+        cl.small("max_msgs_per_connection", c.client.max_msgs_per_connection, 1000000);
+    c.client.initial_concurrency =
+        cl.small("initial_concurrency", c.client.initial_concurrency, 10000);
+    c.client.max_concurrency = cl.small("max_concurrency", c.client.max_concurrency, 10000);
+    if (c.client.max_concurrency < c.client.initial_concurrency)
+        throw ConfigError("client.max_concurrency", "must be >= initial_concurrency");
+    c.client.helo_name = cl.get<std::string>("helo_name").value_or(c.server.hostname);
+    cl.check_unknown();
+
+    TableReader lg(root["log"].as_table(), "log");
+    c.log.level = lg.get<std::string>("level").value_or(c.log.level);
+    static const std::set<std::string> levels{"trace", "debug", "info", "warn",
+                                              "error", "critical", "off"};
+    if (!levels.count(c.log.level))
+        throw ConfigError("log.level", "must be one of trace, debug, info, warn, error, off");
+    c.log.file = lg.get<std::string>("file").value_or("");
+    lg.check_unknown();
+
+    TableReader st(root["stats"].as_table(), "stats");
+    c.stats.listen = st.get<std::string>("listen").value_or("");
+    if (!c.stats.listen.empty()) parse_hostport("stats.listen", c.stats.listen, 9525);
+    st.check_unknown();
+
+    if (const toml::table* r = root["routes"].as_table()) {
+        TableReader rr(r, "routes");
+        for (const auto& [k, v] : *r) {
+            const std::string key(k.str());
+            auto vals = rr.strings(key);
+            Route route = parse_route("routes." + key, *vals);
+            if (key == "default") c.default_route = route;
+            else c.routes[lower(key)] = route;
+        }
+    }
+    return c;
+}
+
+} // namespace sm

@@ -1,0 +1,124 @@
+// smx configuration: one TOML file; every key has a default (docs/config.md).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace sm {
+
+// A configuration error names the offending key.
+struct ConfigError : std::runtime_error {
+    ConfigError(const std::string& key, const std::string& what)
+        : std::runtime_error(key + ": " + what), key(key) {}
+    std::string key;
+};
+
+struct HostPort {
+    std::string host;
+    std::uint16_t port = 25;
+    bool literal = false;  // written as [host]: no MX lookup
+    std::string str() const;
+};
+
+// "[host]:port", "host:port" or "host"; throws ConfigError(key, ...).
+HostPort parse_hostport(const std::string& key, const std::string& s,
+                        std::uint16_t default_port);
+
+struct Cidr {
+    bool v6 = false;
+    unsigned char addr[16] = {};
+    unsigned prefix = 0;
+    // addr is "1.2.3.4" or "::1" (v4-mapped v6 matches v4 networks too).
+    bool contains(const std::string& addr) const;
+};
+Cidr parse_cidr(const std::string& key, const std::string& s);
+
+// A next hop route: "mx" (MX lookup of the recipient domain) or hosts.
+struct Route {
+    bool mx = false;
+    std::vector<HostPort> hosts;
+    // The nexthop strings used in DELIVER records.
+    std::vector<std::string> nexthops() const;
+};
+
+struct ServerConfig {
+    std::vector<HostPort> listen{{"127.0.0.1", 2525, true}};
+    std::string hostname;  // default: the system host name
+    std::uint64_t max_message_size = 10u << 20;
+    unsigned max_recipients = 1000;
+    std::vector<Cidr> relay_networks;  // default 127.0.0.0/8, ::1/128
+    std::vector<std::string> relay_domains;
+    unsigned max_connections = 2000;
+    unsigned max_connections_per_client = 50;  // relay_networks are exempt
+    std::chrono::seconds command_timeout{300};
+    std::chrono::seconds data_timeout{300};
+    unsigned max_errors = 10;
+    unsigned max_hops = 100;
+    unsigned max_line_length = 512;
+    bool reject_bare_lf = true;  // false: normalise bare LF / CR to CRLF
+    std::string tls_cert;
+    std::string tls_key;
+    unsigned threads = 1;
+};
+
+struct QueueConfig {
+    std::string spool_dir = "./var/spool";
+    std::string run_dir = "./var/run";
+    std::chrono::microseconds commit_interval{1000};
+    unsigned commit_max_batch = 256;
+    std::uint64_t ibdb_file_size = 16u << 20;
+    bool cdb_hashed = true;
+    unsigned aq_max_entries = 100000;
+    std::chrono::seconds retry_min{300};
+    std::chrono::seconds retry_max{3600};
+    std::chrono::seconds max_queue_lifetime{5 * 24 * 3600};
+    std::uint64_t min_free_space = 100u << 20;  // bytes; below it intake pauses
+};
+
+struct ClientConfig {
+    std::chrono::seconds connect_timeout{30};
+    std::chrono::seconds command_timeout{300};
+    std::chrono::seconds idle_timeout{5};
+    unsigned max_msgs_per_connection = 1000;
+    unsigned initial_concurrency = 5;
+    unsigned max_concurrency = 20;
+    std::string helo_name;  // default: server.hostname
+};
+
+struct LogConfig {
+    std::string level = "info";
+    std::string file;  // empty: stderr
+};
+
+struct StatsConfig {
+    std::string listen;  // Prometheus text on http://listen/metrics; empty: off
+};
+
+struct Config {
+    std::string path;  // the file it came from, empty for built-in defaults
+    ServerConfig server;
+    QueueConfig queue;
+    ClientConfig client;
+    LogConfig log;
+    StatsConfig stats;
+    std::map<std::string, Route> routes;  // lower-case domain → route
+    std::optional<Route> default_route;
+
+    // Route for a recipient domain: exact match, then parent domains, then
+    // the default; nullopt when nothing applies.
+    const Route* route_for(const std::string& domain) const;
+
+    std::string qmgr_socket() const { return run_dir_abs() + "/qmgr.sock"; }
+    std::string run_dir_abs() const;
+    std::string spool_dir_abs() const;
+};
+
+// Loads and validates; empty path = built-in defaults. Throws ConfigError.
+Config load_config(const std::string& path);
+
+} // namespace sm

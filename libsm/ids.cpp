@@ -1,0 +1,48 @@
+#include "ids.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+
+namespace sm {
+
+std::uint64_t now_us() {
+    using namespace std::chrono;
+    return static_cast<std::uint64_t>(
+        duration_cast<microseconds>(system_clock::now().time_since_epoch()).count());
+}
+
+std::string new_ta_id() {
+    static std::atomic<std::uint32_t> counter{0};
+    const std::uint64_t us = now_us();
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%08llX%05llX%04X",
+                  static_cast<unsigned long long>((us / 1000000) & 0xffffffffu),
+                  static_cast<unsigned long long>(us % 1000000),
+                  static_cast<unsigned>(counter.fetch_add(1) & 0xffff));
+    return buf;
+}
+
+bool valid_ta_id(std::string_view id) {
+    if (id.size() != 17) return false;
+    for (char c : id)
+        if (!((c >= '0' && c <= '9') || (c >= 'A' && c <= 'F'))) return false;
+    return true;
+}
+
+std::string cdb_path(const std::string& spool_dir, std::string_view id, bool hashed) {
+    std::string p = spool_dir + "/cdb/";
+    if (hashed) {
+        // FNV-1a: the low id digits alone would cluster by counter.
+        std::uint32_t h = 2166136261u;
+        for (char c : id) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+        static const char hex[] = "0123456789ABCDEF";
+        p += hex[(h >> 4) & 15];
+        p += hex[h & 15];
+        p += '/';
+    }
+    p.append(id);
+    return p;
+}
+
+} // namespace sm

@@ -1,0 +1,23 @@
+// Transaction ids and the CDB file layout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace sm {
+
+// A new transaction id: 17 upper-case hex digits (unix seconds, microseconds,
+// a per-process counter), unique across restarts and sortable by arrival.
+std::string new_ta_id();
+
+// True for strings new_ta_id() could have made; checked at every boundary
+// since ids become file names.
+bool valid_ta_id(std::string_view id);
+
+// cdb/XX/<id> (hashed: XX = two hex digits of a hash of the id) or cdb/<id>.
+std::string cdb_path(const std::string& spool_dir, std::string_view id, bool hashed);
+
+std::uint64_t now_us();
+
+} // namespace sm

@@ -1,0 +1,284 @@
+#include "messages.hpp"
+
+#include <functional>
+
+namespace sm::msg {
+namespace {
+
+enum Tag : std::uint16_t {
+    T_ROLE = 1, T_VERSION, T_PID, T_STATUS, T_TEXT, T_TA_ID, T_CLIENT_ADDR,
+    T_CLIENT_NAME, T_HELO, T_SENDER, T_PARAMS, T_RCPT, T_CDB_ID, T_SIZE,
+    T_ARRIVAL, T_DA_ID, T_IDX, T_ADDR, T_NEXTHOP, T_RELAY, T_CODE, T_ENHANCED,
+    T_COMMAND, T_ARG,
+};
+
+// How one tag of a record is read: required or not, may it repeat, and the
+// function that stores its value (false = malformed value).
+struct Spec {
+    std::uint16_t tag;
+    bool required;
+    bool repeated;
+    std::function<bool(std::string_view)> set;
+};
+
+auto str(std::string& dst) {
+    return [&dst](std::string_view v) { dst.assign(v); return true; };
+}
+auto push(std::vector<std::string>& dst) {
+    return [&dst](std::string_view v) { dst.emplace_back(v); return true; };
+}
+template <class Int>
+auto num(Int& dst) {
+    return [&dst](std::string_view v) {
+        rec::Field f{0, v};
+        if constexpr (sizeof(Int) == 8) {
+            auto x = f.as_u64();
+            if (!x) return false;
+            dst = static_cast<Int>(*x);
+        } else {
+            auto x = f.as_u32();
+            if (!x) return false;
+            dst = static_cast<Int>(*x);
+        }
+        return true;
+    };
+}
+
+bool apply(std::string_view body, const std::vector<Spec>& specs, std::string& err) {
+    auto fields = rec::parse_fields(body);
+    if (!fields) {
+        err = "truncated field";
+        return false;
+    }
+    std::vector<int> seen(specs.size(), 0);
+    for (const auto& f : *fields) {
+        bool known = false;
+        for (std::size_t i = 0; i < specs.size(); ++i) {
+            if (specs[i].tag != f.tag) continue;
+            known = true;
+            if (seen[i]++ && !specs[i].repeated) {
+                err = "duplicate tag " + std::to_string(f.tag);
+                return false;
+            }
+            if (!specs[i].set(f.value)) {
+                err = "bad value for tag " + std::to_string(f.tag);
+                return false;
+            }
+            break;
+        }
+        if (!known && !(f.tag & rec::optional_tag)) {
+            err = "unknown mandatory tag " + std::to_string(f.tag);
+            return false;
+        }
+    }
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+        if (specs[i].required && !seen[i]) {
+            err = "missing tag " + std::to_string(specs[i].tag);
+            return false;
+        }
+    }
+    return true;
+}
+
+rec::Writer commit_fields(const TaCommit& m) {
+    rec::Writer w;
+    w.str(T_TA_ID, m.ta_id).str(T_CLIENT_ADDR, m.client_addr)
+        .str(T_CLIENT_NAME, m.client_name).str(T_HELO, m.helo)
+        .str(T_SENDER, m.sender).str(T_PARAMS, m.params);
+    for (const auto& r : m.rcpts) {
+        rec::Writer rw;
+        rw.str(T_ADDR, r.addr).str(T_PARAMS, r.params);
+        w.nested(T_RCPT, rw);
+    }
+    w.str(T_CDB_ID, m.cdb_id).u64(T_SIZE, m.size).u64(T_ARRIVAL, m.arrival_us);
+    return w;
+}
+
+std::optional<TaCommit> commit_from(std::string_view body, std::string& err) {
+    TaCommit m;
+    auto rcpt = [&m, &err](std::string_view v) {
+        Recipient r;
+        if (!apply(v, {{T_ADDR, true, false, str(r.addr)},
+                       {T_PARAMS, false, false, str(r.params)}}, err))
+            return false;
+        m.rcpts.push_back(std::move(r));
+        return true;
+    };
+    if (!apply(body, {{T_TA_ID, true, false, str(m.ta_id)},
+                      {T_CLIENT_ADDR, true, false, str(m.client_addr)},
+                      {T_CLIENT_NAME, false, false, str(m.client_name)},
+                      {T_HELO, false, false, str(m.helo)},
+                      {T_SENDER, true, false, str(m.sender)},
+                      {T_PARAMS, false, false, str(m.params)},
+                      {T_RCPT, true, true, rcpt},
+                      {T_CDB_ID, true, false, str(m.cdb_id)},
+                      {T_SIZE, true, false, num(m.size)},
+                      {T_ARRIVAL, true, false, num(m.arrival_us)}}, err))
+        return std::nullopt;
+    return m;
+}
+
+} // namespace
+
+std::string encode(const Hello& m, std::uint64_t id) {
+    return rec::Writer().str(T_ROLE, m.role).u32(T_VERSION, m.version)
+        .u32(T_PID, m.pid).frame(HELLO, id);
+}
+std::string encode(const HelloAck& m, std::uint64_t id) {
+    return rec::Writer().u32(T_STATUS, m.status).str(T_TEXT, m.text).frame(HELLO_ACK, id);
+}
+std::string encode(const TaCommit& m, std::uint64_t id) {
+    return commit_fields(m).frame(TA_COMMIT, id);
+}
+std::string encode(const TaAck& m, std::uint64_t id) {
+    return rec::Writer().str(T_TA_ID, m.ta_id)
+        .u32(T_STATUS, static_cast<std::uint32_t>(m.status)).str(T_TEXT, m.text)
+        .frame(TA_ACK, id);
+}
+std::string encode(const Deliver& m, std::uint64_t id) {
+    rec::Writer w;
+    w.u64(T_DA_ID, m.da_id).str(T_TA_ID, m.ta_id).str(T_CDB_ID, m.cdb_id)
+        .str(T_SENDER, m.sender).u64(T_SIZE, m.size);
+    for (const auto& r : m.rcpts)
+        w.nested(T_RCPT, rec::Writer().u32(T_IDX, r.idx).str(T_ADDR, r.addr));
+    for (const auto& h : m.nexthops) w.str(T_NEXTHOP, h);
+    return w.frame(DELIVER, id);
+}
+std::string encode(const Result& m, std::uint64_t id) {
+    rec::Writer w;
+    w.u64(T_DA_ID, m.da_id).str(T_RELAY, m.relay);
+    for (const auto& r : m.rcpts)
+        w.nested(T_RCPT, rec::Writer().u32(T_IDX, r.idx).u32(T_CODE, r.code)
+                             .str(T_ENHANCED, r.enhanced).str(T_TEXT, r.text));
+    return w.frame(RESULT, id);
+}
+std::string encode(const CtlRequest& m, std::uint64_t id) {
+    rec::Writer w;
+    w.str(T_COMMAND, m.command);
+    for (const auto& a : m.args) w.str(T_ARG, a);
+    return w.frame(CTL_REQ, id);
+}
+std::string encode(const CtlReply& m, std::uint64_t id) {
+    return rec::Writer().u32(T_STATUS, m.status).str(T_TEXT, m.text).frame(CTL_REPLY, id);
+}
+
+namespace {
+bool type_is(const rec::Frame& f, std::uint16_t t, std::string& err) {
+    if (f.hdr.type == t) return true;
+    err = "unexpected record type " + std::to_string(f.hdr.type);
+    return false;
+}
+} // namespace
+
+template <>
+std::optional<Hello> decode<Hello>(const rec::Frame& f, std::string& err) {
+    Hello m;
+    if (!type_is(f, HELLO, err) ||
+        !apply(f.body, {{T_ROLE, true, false, str(m.role)},
+                        {T_VERSION, true, false, num(m.version)},
+                        {T_PID, false, false, num(m.pid)}}, err))
+        return std::nullopt;
+    return m;
+}
+template <>
+std::optional<HelloAck> decode<HelloAck>(const rec::Frame& f, std::string& err) {
+    HelloAck m;
+    if (!type_is(f, HELLO_ACK, err) ||
+        !apply(f.body, {{T_STATUS, true, false, num(m.status)},
+                        {T_TEXT, false, false, str(m.text)}}, err))
+        return std::nullopt;
+    return m;
+}
+template <>
+std::optional<TaCommit> decode<TaCommit>(const rec::Frame& f, std::string& err) {
+    if (!type_is(f, TA_COMMIT, err)) return std::nullopt;
+    return commit_from(f.body, err);
+}
+template <>
+std::optional<TaAck> decode<TaAck>(const rec::Frame& f, std::string& err) {
+    TaAck m;
+    std::uint32_t st = 0;
+    if (!type_is(f, TA_ACK, err) ||
+        !apply(f.body, {{T_TA_ID, true, false, str(m.ta_id)},
+                        {T_STATUS, true, false, num(st)},
+                        {T_TEXT, false, false, str(m.text)}}, err))
+        return std::nullopt;
+    if (st > 2) {
+        err = "bad ack status";
+        return std::nullopt;
+    }
+    m.status = static_cast<AckStatus>(st);
+    return m;
+}
+template <>
+std::optional<Deliver> decode<Deliver>(const rec::Frame& f, std::string& err) {
+    Deliver m;
+    auto rcpt = [&m, &err](std::string_view v) {
+        DeliverRcpt r;
+        if (!apply(v, {{T_IDX, true, false, num(r.idx)},
+                       {T_ADDR, true, false, str(r.addr)}}, err))
+            return false;
+        m.rcpts.push_back(std::move(r));
+        return true;
+    };
+    if (!type_is(f, DELIVER, err) ||
+        !apply(f.body, {{T_DA_ID, true, false, num(m.da_id)},
+                        {T_TA_ID, true, false, str(m.ta_id)},
+                        {T_CDB_ID, true, false, str(m.cdb_id)},
+                        {T_SENDER, true, false, str(m.sender)},
+                        {T_SIZE, false, false, num(m.size)},
+                        {T_RCPT, true, true, rcpt},
+                        {T_NEXTHOP, true, true, push(m.nexthops)}}, err))
+        return std::nullopt;
+    return m;
+}
+template <>
+std::optional<Result> decode<Result>(const rec::Frame& f, std::string& err) {
+    Result m;
+    auto rcpt = [&m, &err](std::string_view v) {
+        RcptResult r;
+        if (!apply(v, {{T_IDX, true, false, num(r.idx)},
+                       {T_CODE, true, false, num(r.code)},
+                       {T_ENHANCED, false, false, str(r.enhanced)},
+                       {T_TEXT, false, false, str(r.text)}}, err))
+            return false;
+        if (r.code < 200 || r.code > 599) {
+            err = "reply code out of range";
+            return false;
+        }
+        m.rcpts.push_back(std::move(r));
+        return true;
+    };
+    if (!type_is(f, RESULT, err) ||
+        !apply(f.body, {{T_DA_ID, true, false, num(m.da_id)},
+                        {T_RELAY, false, false, str(m.relay)},
+                        {T_RCPT, true, true, rcpt}}, err))
+        return std::nullopt;
+    return m;
+}
+template <>
+std::optional<CtlRequest> decode<CtlRequest>(const rec::Frame& f, std::string& err) {
+    CtlRequest m;
+    if (!type_is(f, CTL_REQ, err) ||
+        !apply(f.body, {{T_COMMAND, true, false, str(m.command)},
+                        {T_ARG, false, true, push(m.args)}}, err))
+        return std::nullopt;
+    return m;
+}
+template <>
+std::optional<CtlReply> decode<CtlReply>(const rec::Frame& f, std::string& err) {
+    CtlReply m;
+    if (!type_is(f, CTL_REPLY, err) ||
+        !apply(f.body, {{T_STATUS, true, false, num(m.status)},
+                        {T_TEXT, false, false, str(m.text)}}, err))
+        return std::nullopt;
+    return m;
+}
+
+std::string envelope_bytes(const TaCommit& m) { return commit_fields(m).fields(); }
+
+std::optional<TaCommit> envelope_from_bytes(std::string_view body, std::string& err) {
+    return commit_from(body, err);
+}
+
+} // namespace sm::msg

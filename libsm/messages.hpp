@@ -1,0 +1,122 @@
+// Typed records between SMTPS, QMGR, SMTPC and the CLI (see docs/design.md).
+// encode() builds a frame; decode() checks every field strictly and returns
+// nullopt with a reason when the record is malformed.
+#pragma once
+
+#include "record.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sm::msg {
+
+inline constexpr std::uint32_t protocol_version = 1;
+
+enum Type : std::uint16_t {
+    HELLO = 1,       // peer → QMGR: role, version
+    HELLO_ACK = 2,   // QMGR → peer: status, text
+    TA_COMMIT = 10,  // SMTPS → QMGR
+    TA_ACK = 11,     // QMGR → SMTPS
+    DELIVER = 20,    // QMGR → SMTPC
+    RESULT = 21,     // SMTPC → QMGR
+    CTL_REQ = 30,    // CLI → QMGR
+    CTL_REPLY = 31,  // QMGR → CLI
+};
+
+struct Hello {
+    std::string role;  // "smtps", "smtpc", "cli"
+    std::uint32_t version = protocol_version;
+    std::uint32_t pid = 0;
+};
+
+struct HelloAck {
+    std::uint32_t status = 0;  // 0 = accepted
+    std::string text;
+};
+
+struct Recipient {
+    std::string addr;    // without angle brackets
+    std::string params;  // ESMTP RCPT parameters as received (may be empty)
+};
+
+struct TaCommit {
+    std::string ta_id;
+    std::string client_addr;  // "127.0.0.1"
+    std::string client_name;  // reverse name or "unknown"
+    std::string helo;
+    std::string sender;       // empty for the null sender <>
+    std::string params;       // ESMTP MAIL parameters
+    std::vector<Recipient> rcpts;
+    std::string cdb_id;
+    std::uint64_t size = 0;        // bytes in the CDB file
+    std::uint64_t arrival_us = 0;  // unix time in microseconds
+};
+
+enum class AckStatus : std::uint32_t { ok = 0, tempfail = 1, reject = 2 };
+
+struct TaAck {
+    std::string ta_id;
+    AckStatus status = AckStatus::ok;
+    std::string text;  // reply text for SMTPS when not ok
+};
+
+struct DeliverRcpt {
+    std::uint32_t idx = 0;  // recipient index within the transaction
+    std::string addr;
+};
+
+struct Deliver {
+    std::uint64_t da_id = 0;
+    std::string ta_id;
+    std::string cdb_id;
+    std::string sender;
+    std::uint64_t size = 0;
+    std::vector<DeliverRcpt> rcpts;
+    // Next hops in order: "[host]:port" (no MX lookup), "host:port" (MX
+    // lookup of host), or "mx" (MX lookup of the recipient domain).
+    std::vector<std::string> nexthops;
+};
+
+struct RcptResult {
+    std::uint32_t idx = 0;
+    std::uint32_t code = 0;  // SMTP reply code; 4xx also for connection failures
+    std::string enhanced;    // "2.0.0" or empty
+    std::string text;
+};
+
+struct Result {
+    std::uint64_t da_id = 0;
+    std::string relay;  // "host[ip]:port" of the server that answered, or empty
+    std::vector<RcptResult> rcpts;
+};
+
+struct CtlRequest {
+    std::string command;  // "stats", "queue", "flush", "hold", ...
+    std::vector<std::string> args;
+};
+
+struct CtlReply {
+    std::uint32_t status = 0;  // 0 ok, else error with text
+    std::string text;
+};
+
+std::string encode(const Hello&, std::uint64_t req_id = 0);
+std::string encode(const HelloAck&, std::uint64_t req_id = 0);
+std::string encode(const TaCommit&, std::uint64_t req_id);
+std::string encode(const TaAck&, std::uint64_t req_id);
+std::string encode(const Deliver&, std::uint64_t req_id = 0);
+std::string encode(const Result&, std::uint64_t req_id = 0);
+std::string encode(const CtlRequest&, std::uint64_t req_id = 0);
+std::string encode(const CtlReply&, std::uint64_t req_id = 0);
+
+// Decodes the body of a frame whose header type matches T.
+template <class T>
+std::optional<T> decode(const rec::Frame& f, std::string& err);
+
+// The bytes of a TaCommit without the frame header, for the IBDB log.
+std::string envelope_bytes(const TaCommit&);
+std::optional<TaCommit> envelope_from_bytes(std::string_view body, std::string& err);
+
+} // namespace sm::msg

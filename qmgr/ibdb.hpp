@@ -1,0 +1,83 @@
+// IBDB: QMGR's append-only envelope log with group commit (docs/design.md).
+//
+// Files ibdb/NNNNNNNN.log; record = magic u32 | version u8 | type u8 |
+// length u32 | crc32c u32 | payload. A transaction record holds the whole
+// envelope; recipient-done, recipient-deferred and transaction-done records
+// hold the id (and recipient index). Transaction records are acked only after
+// the fdatasync of the batch that holds them; completion records ride along
+// with the next write and need no fsync of their own (a lost one means a
+// retried delivery, never a lost message).
+#pragma once
+
+#include "messages.hpp"
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace smx::qmgr {
+
+namespace asio = boost::asio;
+
+struct IbdbOptions {
+    std::string dir;  // <spool>/ibdb
+    std::string quarantine_dir;  // <spool>/quarantine
+    std::chrono::microseconds commit_interval{1000};
+    unsigned max_batch = 256;          // transactions per commit
+    std::uint64_t file_size = 16u << 20;  // rotate after this many bytes
+    bool fsync = true;
+};
+
+struct IbdbStats {
+    std::uint64_t commits = 0;          // fdatasyncs of batches with transactions
+    std::uint64_t transactions = 0;     // transaction records committed
+    std::uint64_t records = 0;          // all records written
+    std::uint64_t files_deleted = 0;
+    std::uint64_t fsync_us_total = 0;   // time spent in fdatasync
+    std::uint64_t fsync_us_max = 0;
+    std::uint64_t corrupt_records = 0;  // seen during recovery
+};
+
+// State of one transaction as rebuilt from the log at start-up.
+struct RecoveredTa {
+    sm::msg::TaCommit envelope;
+    std::vector<bool> rcpt_done;      // per recipient index
+    std::vector<bool> rcpt_deferred;  // moved to DEFEDB
+};
+
+class Ibdb {
+public:
+    // Completion callback, run on the owner's executor: ok=false when the
+    // write or fdatasync failed (e.g. ENOSPC); the record is then not durable.
+    using Durable = std::function<void(bool ok, const std::string& error)>;
+
+    Ibdb(asio::any_io_executor owner, asio::thread_pool& workers, IbdbOptions opt);
+    ~Ibdb();
+
+    // Replays every live file in order (a torn last record is skipped; a
+    // corrupt record is copied to quarantine with a log line) and returns the
+    // transactions that are not done. Call once before the first append.
+    std::vector<RecoveredTa> recover();
+
+    void append_transaction(const sm::msg::TaCommit& ta, Durable on_durable);
+    void rcpt_done(const std::string& ta_id, std::uint32_t idx);
+    void rcpt_deferred(const std::string& ta_id, std::uint32_t idx);
+    void ta_done(const std::string& ta_id);
+
+    // Writes whatever is queued now (used at shutdown); returns when durable.
+    void flush_sync();
+
+    const IbdbStats& stats() const { return stats_; }
+    std::size_t pending() const;  // records waiting for the next batch
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    IbdbStats stats_;
+};
+
+} // namespace smx::qmgr
