@@ -39,7 +39,8 @@ public:
     // Bytes already buffered beyond what was consumed (pipelined input).
     std::size_t buffered() const { return buf_.size() - pos_; }
 
-    // Reads up to the next LF or at most max_line bytes of a line.
+    // Reads up to the next LF, or a chunk of max_line bytes of a longer line
+    // (max_line counts the text without its CRLF).
     asio::awaitable<Line> read_line(std::chrono::steady_clock::duration timeout);
 
     // Skips the rest of an over-long line; ok when LF was found.

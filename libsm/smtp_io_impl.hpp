@@ -41,7 +41,8 @@ asio::awaitable<Line> LineReader<Stream>::read_line(
     std::size_t scanned = 0;
     for (;;) {
         std::string_view avail(buf_.data() + pos_, buf_.size() - pos_);
-        const std::size_t limit = std::min(avail.size(), max_line_ + 1);
+        // Room for max_line_ bytes of text plus CRLF.
+        const std::size_t limit = std::min(avail.size(), max_line_ + 2);
         const auto lf = avail.substr(0, limit).find('\n', scanned);
         if (lf != std::string_view::npos) {
             Line l;
@@ -51,7 +52,7 @@ asio::awaitable<Line> LineReader<Stream>::read_line(
             pos_ += lf + 1;
             co_return l;
         }
-        if (avail.size() >= max_line_ + 1) {
+        if (avail.size() >= max_line_ + 2) {
             // Cut: hand out max_line bytes, keep a trailing CR for the next
             // chunk so that a CRLF split across the cut is still seen.
             std::size_t n = max_line_;

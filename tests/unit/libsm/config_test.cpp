@@ -1,0 +1,116 @@
+#include "config.hpp"
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+
+using namespace sm;
+
+namespace {
+std::string write_temp(const std::string& text) {
+    char path[] = "/tmp/smx-config-test-XXXXXX";
+    const int fd = ::mkstemp(path);
+    REQUIRE(fd >= 0);
+    ::close(fd);
+    std::ofstream(path) << text;
+    return path;
+}
+
+// The key named in the ConfigError thrown for `text`.
+std::string error_key(const std::string& text) {
+    const auto p = write_temp(text);
+    try {
+        load_config(p);
+    } catch (const ConfigError& e) {
+        std::remove(p.c_str());
+        return e.key;
+    }
+    std::remove(p.c_str());
+    return "<no error>";
+}
+} // namespace
+
+TEST_CASE("built-in defaults never make an open relay") {
+    const Config c = load_config("");
+    REQUIRE(c.server.listen.size() == 1);
+    CHECK(c.server.listen[0].host == "127.0.0.1");
+    CHECK(c.server.listen[0].port == 2525);
+    CHECK(c.server.relay_networks.size() == 2);
+    CHECK(c.server.relay_networks[0].contains("127.0.0.1"));
+    CHECK(c.server.relay_networks[1].contains("::1"));
+    CHECK_FALSE(c.server.relay_networks[0].contains("10.0.0.1"));
+    CHECK(c.server.relay_domains.empty());
+    CHECK_FALSE(c.default_route);
+    CHECK(c.queue.commit_interval.count() == 1000);
+    CHECK(c.queue.spool_dir == "./var/spool");
+}
+
+TEST_CASE("a full config file is read") {
+    const auto p = write_temp(R"(
+[server]
+listen = ["127.0.0.1:2600", "[::1]:2601"]
+hostname = "relay.example.org"
+max_message_size = 2048
+relay_networks = ["192.0.2.0/24"]
+relay_domains = ["Example.NET"]
+bare_lf = "normalize"
+[queue]
+spool_dir = "/tmp/x/spool"
+commit_interval_us = 0
+commit_max_batch = 10
+[routes]
+default = "[127.0.0.1]:2700"
+"example.net" = ["[10.0.0.1]:25", "backup.example.net"]
+".example.com" = "mx"
+)");
+    const Config c = load_config(p);
+    std::remove(p.c_str());
+    CHECK(c.server.listen[1].host == "::1");
+    CHECK(c.server.listen[1].port == 2601);
+    CHECK(c.server.hostname == "relay.example.org");
+    CHECK(c.server.max_message_size == 2048);
+    CHECK(c.server.relay_networks[0].contains("192.0.2.77"));
+    CHECK_FALSE(c.server.relay_networks[0].contains("192.0.3.1"));
+    CHECK(c.server.relay_domains == std::vector<std::string>{"example.net"});
+    CHECK_FALSE(c.server.reject_bare_lf);
+    CHECK(c.queue.commit_interval.count() == 0);
+    CHECK(c.queue.commit_max_batch == 10);
+    REQUIRE(c.route_for("EXAMPLE.net"));
+    CHECK(c.route_for("example.net")->nexthops() ==
+          std::vector<std::string>{"[10.0.0.1]:25", "backup.example.net:25"});
+    CHECK(c.route_for("a.b.example.com")->mx);
+    CHECK(c.route_for("example.com")->nexthops() == std::vector<std::string>{"[127.0.0.1]:2700"});
+    CHECK(c.route_for("other.org")->nexthops() == std::vector<std::string>{"[127.0.0.1]:2700"});
+}
+
+TEST_CASE("bad configs name the offending key") {
+    CHECK(error_key("[server]\nlisten = [\"127.0.0.1:99999\"]\n") == "server.listen");
+    CHECK(error_key("[server]\nlisten = [\"127.0.0.1:x\"]\n") == "server.listen");
+    CHECK(error_key("[server]\nlisten = 25\n") == "server.listen");
+    CHECK(error_key("[server]\nrelay_networks = [\"10.0.0.0/33\"]\n") == "server.relay_networks");
+    CHECK(error_key("[server]\nrelay_networks = [\"not-an-ip\"]\n") == "server.relay_networks");
+    CHECK(error_key("[server]\nmax_recipents = 5\n") == "server.max_recipents");
+    CHECK(error_key("[server]\nmax_message_size = -1\n") == "server.max_message_size");
+    CHECK(error_key("[server]\nmax_message_size = \"big\"\n") == "server.max_message_size");
+    CHECK(error_key("[server]\nbare_lf = \"maybe\"\n") == "server.bare_lf");
+    CHECK(error_key("[queue]\ncommit_max_batch = 0\n") == "queue.commit_max_batch");
+    CHECK(error_key("[queue]\nretry_min = 100\nretry_max = 10\n") == "queue.retry_max");
+    CHECK(error_key("[routes]\n\"example.net\" = \"[127.0.0.1\"\n") == "routes.example.net");
+    CHECK(error_key("[routes]\ndefault = []\n") == "routes.default");
+    CHECK(error_key("[bogus]\nx = 1\n") == "bogus");
+    CHECK(error_key("[log]\nlevel = \"loud\"\n") == "log.level");
+    CHECK(error_key("[server\n") != "<no error>");
+}
+
+TEST_CASE("CIDR matching") {
+    CHECK(parse_cidr("k", "10.0.0.0/8").contains("10.255.1.2"));
+    CHECK_FALSE(parse_cidr("k", "10.0.0.0/8").contains("11.0.0.1"));
+    CHECK(parse_cidr("k", "10.1.2.128/25").contains("10.1.2.200"));
+    CHECK_FALSE(parse_cidr("k", "10.1.2.128/25").contains("10.1.2.100"));
+    CHECK(parse_cidr("k", "127.0.0.0/8").contains("::ffff:127.0.0.1"));
+    CHECK(parse_cidr("k", "2001:db8::/32").contains("2001:db8::5"));
+    CHECK_FALSE(parse_cidr("k", "2001:db8::/32").contains("2001:db9::5"));
+    CHECK(parse_cidr("k", "0.0.0.0/0").contains("8.8.8.8"));
+    CHECK_FALSE(parse_cidr("k", "10.0.0.1").contains("garbage"));
+}

@@ -1,0 +1,132 @@
+#include "messages.hpp"
+#include "record.hpp"
+
+#include <catch2/catch.hpp>
+#include <random>
+
+using namespace sm;
+
+namespace {
+rec::Frame to_frame(const std::string& wire) {
+    auto h = rec::parse_header(wire);
+    REQUIRE(h);
+    REQUIRE(wire.size() == rec::header_size + h->length);
+    return {*h, wire.substr(rec::header_size)};
+}
+
+msg::TaCommit sample_commit() {
+    msg::TaCommit t;
+    t.ta_id = "6740A1B2C3D4E0001";
+    t.client_addr = "127.0.0.1";
+    t.client_name = "localhost";
+    t.helo = "client.example";
+    t.sender = "a@example.org";
+    t.params = "SIZE=100 BODY=8BITMIME";
+    t.rcpts = {{"x@example.net", ""}, {"y@example.net", "NOTIFY=NEVER"}};
+    t.cdb_id = t.ta_id;
+    t.size = 1234;
+    t.arrival_us = 1700000000123456ull;
+    return t;
+}
+} // namespace
+
+TEST_CASE("TA_COMMIT round trip keeps every field") {
+    const auto t = sample_commit();
+    const auto f = to_frame(msg::encode(t, 42));
+    CHECK(f.hdr.type == msg::TA_COMMIT);
+    CHECK(f.hdr.req_id == 42);
+    std::string err;
+    auto d = msg::decode<msg::TaCommit>(f, err);
+    REQUIRE(d);
+    CHECK(d->ta_id == t.ta_id);
+    CHECK(d->helo == t.helo);
+    CHECK(d->sender == t.sender);
+    CHECK(d->params == t.params);
+    REQUIRE(d->rcpts.size() == 2);
+    CHECK(d->rcpts[1].addr == "y@example.net");
+    CHECK(d->rcpts[1].params == "NOTIFY=NEVER");
+    CHECK(d->size == 1234);
+    CHECK(d->arrival_us == t.arrival_us);
+}
+
+TEST_CASE("DELIVER and RESULT round trip") {
+    msg::Deliver dl{7, "6740A1B2C3D4E0001", "6740A1B2C3D4E0001", "", 99,
+                    {{0, "x@example.net"}, {3, "z@example.net"}}, {"[127.0.0.1]:2600"}};
+    std::string err;
+    auto d = msg::decode<msg::Deliver>(to_frame(msg::encode(dl)), err);
+    REQUIRE(d);
+    CHECK(d->sender.empty());
+    CHECK(d->rcpts[1].idx == 3);
+    CHECK(d->nexthops == dl.nexthops);
+
+    msg::Result r{7, "sink[127.0.0.1]:2600", {{0, 250, "2.0.0", "Ok"}, {3, 451, "4.3.0", "later"}}};
+    auto rr = msg::decode<msg::Result>(to_frame(msg::encode(r)), err);
+    REQUIRE(rr);
+    CHECK(rr->rcpts[1].code == 451);
+    CHECK(rr->rcpts[1].text == "later");
+}
+
+TEST_CASE("decoder rejects what a strict peer must reject") {
+    std::string err;
+    SECTION("wrong type") {
+        auto f = to_frame(msg::encode(msg::Hello{"smtps", 1, 1}));
+        CHECK_FALSE(msg::decode<msg::TaAck>(f, err));
+        CHECK(err.find("unexpected record type") != std::string::npos);
+    }
+    SECTION("missing mandatory field") {
+        auto f = to_frame(rec::Writer().str(1, "smtps").frame(msg::HELLO, 0));
+        CHECK_FALSE(msg::decode<msg::Hello>(f, err));
+        CHECK(err.find("missing tag") != std::string::npos);
+    }
+    SECTION("unknown mandatory tag") {
+        auto f = to_frame(rec::Writer().str(1, "smtps").u32(2, 1).str(999, "x").frame(msg::HELLO, 0));
+        CHECK_FALSE(msg::decode<msg::Hello>(f, err));
+        CHECK(err.find("unknown mandatory tag") != std::string::npos);
+    }
+    SECTION("unknown optional tag is skipped") {
+        auto f = to_frame(rec::Writer().str(1, "smtps").u32(2, 1)
+                              .str(rec::optional_tag | 5, "hint").frame(msg::HELLO, 0));
+        CHECK(msg::decode<msg::Hello>(f, err));
+    }
+    SECTION("integer of the wrong width") {
+        auto f = to_frame(rec::Writer().str(1, "smtps").u64(2, 1).frame(msg::HELLO, 0));
+        CHECK_FALSE(msg::decode<msg::Hello>(f, err));
+    }
+    SECTION("duplicate singleton") {
+        auto f = to_frame(rec::Writer().str(1, "a").str(1, "b").u32(2, 1).frame(msg::HELLO, 0));
+        CHECK_FALSE(msg::decode<msg::Hello>(f, err));
+    }
+    SECTION("reply code out of range") {
+        msg::Result r{1, "", {{0, 999, "", "x"}}};
+        CHECK_FALSE(msg::decode<msg::Result>(to_frame(msg::encode(r)), err));
+    }
+}
+
+TEST_CASE("truncated and oversized frames") {
+    const std::string wire = msg::encode(sample_commit(), 1);
+    std::string err;
+    // Every truncation of the body is rejected, never read past the end.
+    for (std::size_t cut = rec::header_size; cut < wire.size(); ++cut) {
+        rec::Frame f{*rec::parse_header(wire), wire.substr(rec::header_size, cut - rec::header_size)};
+        CHECK_FALSE(msg::decode<msg::TaCommit>(f, err));
+    }
+    std::string big = wire.substr(0, rec::header_size);
+    big.replace(0, 4, rec::put_u32(rec::max_body + 1));
+    CHECK_FALSE(rec::parse_header(big));
+    CHECK_FALSE(rec::parse_header(big.substr(0, 10)));
+}
+
+TEST_CASE("random garbage never crashes the decoder") {
+    std::mt19937 rng(12345);
+    std::string err;
+    const std::string good = msg::encode(sample_commit(), 1);
+    for (int i = 0; i < 20000; ++i) {
+        std::string body = good.substr(rec::header_size);
+        const int flips = 1 + static_cast<int>(rng() % 8);
+        for (int k = 0; k < flips; ++k) body[rng() % body.size()] = static_cast<char>(rng());
+        if (rng() % 4 == 0) body.resize(rng() % body.size());
+        rec::Frame f{{static_cast<std::uint32_t>(body.size()), msg::TA_COMMIT, 0, 1}, body};
+        auto d = msg::decode<msg::TaCommit>(f, err);
+        if (d) CHECK(!d->rcpts.empty());
+    }
+}

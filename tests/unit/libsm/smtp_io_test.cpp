@@ -1,0 +1,108 @@
+#include "smtp_io.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace sm;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+
+namespace {
+// Runs `reader_fn` against a loopback TCP connection whose peer writes `input`
+// (then keeps the connection open until the reader is done).
+template <class F>
+void with_input(const std::string& input, F reader_fn) {
+    asio::io_context io;
+    tcp::acceptor acc(io, {asio::ip::make_address("127.0.0.1"), 0});
+    tcp::socket client(io);
+    client.connect(acc.local_endpoint());
+    tcp::socket server = acc.accept();
+    asio::write(client, asio::buffer(input));
+    bool done = false;
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+        co_await reader_fn(server);
+        done = true;
+    }, asio::detached);
+    io.run_for(std::chrono::seconds(10));
+    CHECK(done);
+}
+} // namespace
+
+TEST_CASE("line reader splits CRLF lines and flags bare LF") {
+    with_input("EHLO a\r\nMAIL FROM:<>\nX\r\n", [](tcp::socket& s) -> asio::awaitable<void> {
+        smtp::LineReader r(s);
+        auto l1 = co_await r.read_line(1s);
+        CHECK(l1.text == "EHLO a");
+        CHECK(l1.complete);
+        CHECK_FALSE(l1.bare_lf);
+        auto l2 = co_await r.read_line(1s);
+        CHECK(l2.text == "MAIL FROM:<>");
+        CHECK(l2.bare_lf);
+        CHECK(r.buffered() == 3);
+        auto l3 = co_await r.read_line(1s);
+        CHECK(l3.text == "X");
+    });
+}
+
+TEST_CASE("over-long lines come in chunks, CRLF split at the cut is kept") {
+    const std::string big(10, 'a');
+    with_input(big + "\r\nok\r\n", [&](tcp::socket& s) -> asio::awaitable<void> {
+        smtp::LineReader r(s, 10);
+        auto l1 = co_await r.read_line(1s);
+        CHECK(l1.text == big);  // 10 bytes fit; the LF is within max+1
+        CHECK(l1.complete);
+        r.set_max_line(4);
+        auto l2 = co_await r.read_line(1s);
+        CHECK(l2.text == "ok");
+    });
+    with_input("abcdefghij\r\nz\r\n", [&](tcp::socket& s) -> asio::awaitable<void> {
+        smtp::LineReader r(s, 4);
+        std::string all;
+        for (;;) {
+            auto l = co_await r.read_line(1s);
+            REQUIRE(l.status == smtp::ReadStatus::ok);
+            all += l.text;
+            if (l.complete) break;
+            CHECK(l.text.size() <= 4);
+        }
+        CHECK(all == "abcdefghij");
+        const auto st = co_await r.skip_line(1s);  // skips "z"
+        CHECK(st == smtp::ReadStatus::ok);
+        CHECK(r.buffered() == 0);
+    });
+}
+
+TEST_CASE("a silent peer times out") {
+    with_input("partial", [](tcp::socket& s) -> asio::awaitable<void> {
+        smtp::LineReader r(s);
+        auto l = co_await r.read_line(std::chrono::milliseconds(100));
+        CHECK(l.status == smtp::ReadStatus::timeout);
+    });
+}
+
+TEST_CASE("multi-line replies and enhanced codes") {
+    with_input("250-relay.example\r\n250-PIPELINING\r\n250 8BITMIME\r\n451 4.3.0 try later\r\n"
+               "25x bad\r\n",
+               [](tcp::socket& s) -> asio::awaitable<void> {
+        smtp::LineReader r(s);
+        auto a = co_await smtp::read_reply(r, 1s);
+        CHECK(a.code == 250);
+        REQUIRE(a.lines.size() == 3);
+        CHECK(a.lines[1] == "PIPELINING");
+        auto b = co_await smtp::read_reply(r, 1s);
+        CHECK(b.code == 451);
+        CHECK(b.enhanced == "4.3.0");
+        CHECK(b.text() == "try later");
+        auto c = co_await smtp::read_reply(r, 1s);
+        CHECK(c.code == 0);
+        CHECK(c.status == smtp::ReadStatus::error);
+    });
+}
+
+TEST_CASE("split_enhanced") {
+    CHECK(smtp::split_enhanced("2.1.0 Ok").first == "2.1.0");
+    CHECK(smtp::split_enhanced("5.7.1 Relay denied").second == "Relay denied");
+    CHECK(smtp::split_enhanced("2.0 nope").first.empty());
+    CHECK(smtp::split_enhanced("Ok").second == "Ok");
+    CHECK(smtp::split_enhanced("4.4.10x").first.empty());
+}
