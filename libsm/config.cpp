@@ -263,6 +263,7 @@ Config load_config(const std::string& path) {
     if (c.server.tls_cert.empty() != c.server.tls_key.empty())
         throw ConfigError("server.tls_key", "tls_cert and tls_key go together");
     c.server.threads = s.small("threads", c.server.threads, 64);
+    c.server.user = s.get<std::string>("user").value_or("");
     s.check_unknown();
 
     TableReader q(root["queue"].as_table(), "queue");

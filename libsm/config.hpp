@@ -64,6 +64,9 @@ struct ServerConfig {
     std::string tls_cert;
     std::string tls_key;
     unsigned threads = 1;
+    // Account the children run as when `smx run` starts as root; empty:
+    // keep the invoking user.
+    std::string user;
 };
 
 struct QueueConfig {
