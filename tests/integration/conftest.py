@@ -1,0 +1,231 @@
+"""Fixtures that start the real smx processes and a recording sink on 127.0.0.1."""
+import json
+import os
+import signal
+import smtplib
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("SMX_BUILD", os.path.join(REPO, "build"))
+SMX = os.path.join(BUILD, "mcp", "smx")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
+
+
+class Sink:
+    """tests/integration/sink.py in its own process."""
+
+    def __init__(self, tmp, *args):
+        self.dir = os.path.join(tmp, "sink")
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sink.py"),
+                                      "--dir", self.dir, *args],
+                                     stdout=subprocess.PIPE, text=True)
+        self.port = int(self.proc.stdout.readline())
+
+    def messages(self):
+        out = []
+        for name in os.listdir(self.dir):
+            if not name.endswith(".msg"):
+                continue
+            with open(os.path.join(self.dir, name), "rb") as f:
+                env = json.loads(f.readline())
+                env["data"] = f.read()
+                out.append(env)
+        return out
+
+    def count(self):
+        return sum(1 for n in os.listdir(self.dir) if n.endswith(".msg"))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Relay:
+    """`smx run` with a private config, spool and run directory."""
+
+    def __init__(self, tmp, sink_port, extra=""):
+        self.tmp = tmp
+        self.port = free_port()
+        self.spool = os.path.join(tmp, "spool")
+        self.run_dir = os.path.join(tmp, "run")
+        self.config = os.path.join(tmp, "smx.toml")
+        self.log_path = os.path.join(tmp, "smx.log")
+        with open(self.config, "w") as f:
+            f.write(self.config_text(sink_port, extra))
+        self.proc = None
+
+    def config_text(self, sink_port, extra):
+        # extra may add keys; sections named in it are merged by the caller.
+        sections = {
+            "server": {"listen": '["127.0.0.1:%d"]' % self.port, "hostname": '"smx.test"'},
+            "queue": {"spool_dir": '"%s"' % self.spool, "run_dir": '"%s"' % self.run_dir,
+                      "retry_min": "1", "retry_max": "2"},
+            "client": {"idle_timeout": "2"},
+            "routes": {"default": '"[127.0.0.1]:%d"' % sink_port},
+        }
+        section = None
+        for line in extra.strip().splitlines():
+            line = line.strip()
+            if line.startswith("["):
+                section = line.strip("[]")
+                sections.setdefault(section, {})
+            elif line:
+                k, v = line.split("=", 1)
+                sections[section][k.strip()] = v.strip()
+        text = ""
+        for name, kv in sections.items():
+            text += "[%s]\n" % name
+            text += "".join("%s = %s\n" % (k, v) for k, v in kv.items())
+        return text
+
+    def start(self):
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([SMX, "run", "-c", self.config],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        wait_until(self.greets, 20, "smx to answer on port %d" % self.port)
+        return self
+
+    def greets(self):
+        if self.proc.poll() is not None:
+            raise AssertionError("smx run exited with %s; log:\n%s" % (self.proc.returncode,
+                                                                      self.log_text()))
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+                return s.recv(512).startswith(b"220")
+        except OSError:
+            return False
+
+    def stop(self, timeout=5):
+        """SIGTERM; returns seconds taken. Fails the test if it takes longer."""
+        if not self.proc or self.proc.poll() is not None:
+            return 0
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout + 5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("smx run did not stop on SIGTERM")
+        return time.monotonic() - t0
+
+    def smx(self, *args, check=True):
+        r = subprocess.run([SMX, *args, "-c", self.config], capture_output=True, text=True,
+                           timeout=30)
+        if check and r.returncode != 0:
+            raise AssertionError("smx %s failed (%d): %s" % (args, r.returncode, r.stderr))
+        return r
+
+    def stats(self):
+        return json.loads(self.smx("stats", "--json").stdout)
+
+    def child_pids(self, name):
+        """PIDs of children of our smx run whose command is `name`."""
+        out = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % pid) as f:
+                    st = f.read()
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read().split(b"\0")[0].decode()
+            except OSError:
+                continue
+            ppid = int(st.rsplit(")", 1)[1].split()[1])
+            if ppid == self.proc.pid and os.path.basename(cmd) == name:
+                out.append(int(pid))
+        return out
+
+    def spool_files(self, sub):
+        root = os.path.join(self.spool, sub)
+        found = []
+        for d, _, files in os.walk(root):
+            found += [os.path.join(d, f) for f in files]
+        return found
+
+    def log_text(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")[-20000:]
+        except OSError:
+            return ""
+
+
+@pytest.fixture
+def sink(tmp_path):
+    s = Sink(str(tmp_path))
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def make_sink(tmp_path):
+    made = []
+
+    def make(*args, sub="sink"):
+        s = Sink(str(tmp_path / sub), *args)
+        made.append(s)
+        return s
+    yield make
+    for s in made:
+        s.stop()
+
+
+@pytest.fixture
+def make_relay(tmp_path):
+    made = []
+
+    def make(sink_port, extra="", start=True):
+        r = Relay(str(tmp_path), sink_port, extra)
+        made.append(r)
+        return r.start() if start else r
+    yield make
+    for r in made:
+        try:
+            r.stop()
+        except AssertionError:
+            pass
+
+
+def strip_received(data):
+    """The message without the first header field (our Received:), and that field."""
+    assert data.startswith(b"Received: "), data[:200]
+    end = 0
+    while True:
+        nl = data.index(b"\r\n", end)
+        end = nl + 2
+        if data[end:end + 1] not in (b" ", b"\t"):
+            return data[end:], data[:end]
+
+
+def send(port, sender, rcpts, body, timeout=60):
+    with smtplib.SMTP("127.0.0.1", port, timeout=timeout) as c:
+        c.ehlo("client.test")
+        c.sendmail(sender, rcpts, body)

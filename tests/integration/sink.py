@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""A recording SMTP sink for the integration tests, independent of smx code.
+
+Each accepted message is written to DIR/<n>.msg: one JSON line with the
+envelope, then the message bytes exactly as received (after dot-unstuffing).
+Options make it answer 4xx/5xx so the tests can drive retries and bounces.
+"""
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+
+
+class Sink:
+    def __init__(self, args):
+        self.dir = args.dir
+        self.count = 0
+        self.tempfail_first = args.tempfail_first
+        self.attempts = {}  # message key -> DATA attempts seen
+        self.permfail = re.compile(args.permfail) if args.permfail else None
+        self.tempfail_rcpt = re.compile(args.tempfail_rcpt) if args.tempfail_rcpt else None
+        self.stall = args.stall
+
+    async def session(self, reader, writer):
+        async def reply(text):
+            writer.write(text.encode() + b"\r\n")
+            await writer.drain()
+
+        try:
+            await reply("220 sink.test ESMTP test sink")
+            sender, rcpts = None, []
+            while True:
+                line = await asyncio.wait_for(reader.readline(), 60)
+                if not line:
+                    return
+                cmd = line.decode("latin-1").rstrip("\r\n")
+                verb = cmd[:4].upper()
+                if verb == "EHLO":
+                    writer.write(b"250-sink.test\r\n250-PIPELINING\r\n250-8BITMIME\r\n"
+                                 b"250-SIZE 104857600\r\n250 ENHANCEDSTATUSCODES\r\n")
+                    await writer.drain()
+                elif verb == "HELO":
+                    await reply("250 sink.test")
+                elif verb == "MAIL":
+                    m = re.match(r"(?i)MAIL FROM:<([^>]*)>", cmd)
+                    sender, rcpts = (m.group(1) if m else ""), []
+                    await reply("250 2.1.0 Ok")
+                elif verb == "RCPT":
+                    m = re.match(r"(?i)RCPT TO:<([^>]*)>", cmd)
+                    addr = m.group(1) if m else ""
+                    if self.permfail and self.permfail.search(addr):
+                        await reply("550 5.1.1 <%s>: user unknown" % addr)
+                    elif self.tempfail_rcpt and self.tempfail_rcpt.search(addr):
+                        await reply("451 4.2.0 <%s>: try again later" % addr)
+                    else:
+                        rcpts.append(addr)
+                        await reply("250 2.1.5 Ok")
+                elif verb == "DATA":
+                    if not rcpts:
+                        await reply("554 5.5.1 no valid recipients")
+                        continue
+                    await reply("354 go ahead")
+                    data = bytearray()
+                    while True:
+                        l = await asyncio.wait_for(reader.readline(), 60)
+                        if not l:
+                            return
+                        if l == b".\r\n":
+                            break
+                        if l.startswith(b"."):
+                            l = l[1:]
+                        data += l
+                    if self.stall:
+                        await asyncio.sleep(self.stall)
+                    key = (sender, tuple(rcpts), bytes(data[-200:]))
+                    n = self.attempts.get(key, 0) + 1
+                    self.attempts[key] = n
+                    if n <= self.tempfail_first:
+                        await reply("451 4.3.0 attempt %d: come back later" % n)
+                        continue
+                    self.count += 1
+                    name = os.path.join(self.dir, "%d.msg" % self.count)
+                    with open(name + ".tmp", "wb") as f:
+                        f.write(json.dumps({"from": sender, "rcpts": rcpts}).encode() + b"\n")
+                        f.write(data)
+                    os.rename(name + ".tmp", name)
+                    await reply("250 2.0.0 Ok: queued as %d" % self.count)
+                elif verb == "RSET":
+                    sender, rcpts = None, []
+                    await reply("250 2.0.0 Ok")
+                elif verb == "NOOP":
+                    await reply("250 2.0.0 Ok")
+                elif verb == "QUIT":
+                    await reply("221 2.0.0 Bye")
+                    return
+                else:
+                    await reply("502 5.5.2 unknown command")
+        except (asyncio.TimeoutError, ConnectionError):
+            return
+        finally:
+            writer.close()
+
+
+async def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--dir", required=True)
+    p.add_argument("--tempfail-first", type=int, default=0,
+                   help="answer 451 to the first N DATA attempts of each message")
+    p.add_argument("--permfail", help="regex: recipients answered 550")
+    p.add_argument("--tempfail-rcpt", help="regex: recipients answered 451")
+    p.add_argument("--stall", type=float, default=0, help="seconds to wait before the DATA reply")
+    args = p.parse_args()
+    os.makedirs(args.dir, exist_ok=True)
+    sink = Sink(args)
+    server = await asyncio.start_server(sink.session, "127.0.0.1", args.port,
+                                        backlog=1024, limit=1 << 22)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(s, stop.set)
+    async with server:
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
+    sys.exit(0)
