@@ -1,0 +1,100 @@
+#include "cdb_writer.hpp"
+
+#include "ids.hpp"
+
+#include <cerrno>
+#include <fcntl.h>
+#include <filesystem>
+#include <unistd.h>
+
+namespace smtps {
+namespace {
+
+// Larger messages are written in pieces of this size on the event loop
+// (page-cache writes); small ones go to disk in one write on the pool.
+constexpr std::size_t spill_size = 256 * 1024;
+
+// Opens the temporary file, creating the hashed subdirectory on first use.
+int open_tmp(const std::string& tmp, int& fd) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd >= 0) return 0;
+        if (errno != ENOENT || attempt > 0) return errno;
+        std::error_code ec;
+        std::filesystem::create_directories(std::filesystem::path(tmp).parent_path(), ec);
+        if (ec) return ec.value();
+    }
+    return EIO;
+}
+
+int write_all(int fd, std::string_view data) {
+    while (!data.empty()) {
+        const ssize_t n = ::write(fd, data.data(), data.size());
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        data.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return 0;
+}
+
+} // namespace
+
+std::string CdbStore::path_for(std::string_view ta_id) const {
+    return sm::cdb_path(spool_, ta_id, hashed_);
+}
+
+CdbWriter::CdbWriter(const CdbStore& store, std::string_view ta_id)
+    : store_(store), final_(store.path_for(ta_id)), tmp_(final_ + ".tmp") {
+    buf_.reserve(4096);
+}
+
+CdbWriter::~CdbWriter() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_ && (fd_ >= 0 || err_ != 0)) ::unlink(tmp_.c_str());
+}
+
+void CdbWriter::append(std::string_view bytes) {
+    size_ += bytes.size();
+    if (err_) return;
+    buf_.append(bytes);
+    if (buf_.size() >= spill_size) spill();
+}
+
+void CdbWriter::spill() {
+    if (fd_ < 0 && (err_ = open_tmp(tmp_, fd_)) != 0) return;
+    err_ = write_all(fd_, buf_);
+    buf_.clear();
+}
+
+asio::awaitable<int> CdbWriter::commit() {
+    if (err_) co_return err_;
+    // The job owns copies of everything it touches: the session may be
+    // destroyed (shutdown) while the pool still runs it.
+    int fd = fd_;
+    fd_ = -1;
+    auto job = [fd, buf = std::move(buf_), tmp = tmp_,
+                fin = final_]() mutable -> asio::awaitable<int> {
+        int err = 0;
+        if (fd < 0) err = open_tmp(tmp, fd);
+        if (!err) err = write_all(fd, buf);
+        if (!err && ::fdatasync(fd) != 0) err = errno;
+        if (fd >= 0 && ::close(fd) != 0 && !err) err = errno;
+        // rename after the data is durable; the directory entry becomes
+        // durable with the journal commit of QMGR's IBDB fdatasync that
+        // precedes any 250, on the same file system.
+        if (!err && ::rename(tmp.c_str(), fin.c_str()) != 0) err = errno;
+        if (err) ::unlink(tmp.c_str());
+        co_return err;
+    };
+    err_ = co_await asio::co_spawn(store_.pool(), std::move(job), asio::use_awaitable);
+    committed_ = err_ == 0;
+    co_return err_;
+}
+
+void CdbWriter::remove_committed() {
+    if (committed_) ::unlink(final_.c_str());
+}
+
+} // namespace smtps

@@ -1,0 +1,63 @@
+// Writes one CDB content file per transaction. The message is buffered in
+// memory and written under a temporary name in the target directory; the
+// final write, fdatasync and rename run on a worker pool so that the event
+// loop never waits for the disk. Only a complete, synced file ever carries
+// the final name, and anything not committed is unlinked.
+#pragma once
+
+#include <boost/asio.hpp>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace smtps {
+
+namespace asio = boost::asio;
+
+// Where CDB files go and the pool that syncs them.
+class CdbStore {
+public:
+    CdbStore(std::string spool_abs, bool hashed, asio::thread_pool& pool)
+        : spool_(std::move(spool_abs)), hashed_(hashed), pool_(pool) {}
+    std::string path_for(std::string_view ta_id) const;
+    asio::thread_pool& pool() const { return pool_; }
+
+private:
+    std::string spool_;
+    bool hashed_;
+    asio::thread_pool& pool_;
+};
+
+class CdbWriter {
+public:
+    CdbWriter(const CdbStore& store, std::string_view ta_id);
+    ~CdbWriter();
+    CdbWriter(const CdbWriter&) = delete;
+    CdbWriter& operator=(const CdbWriter&) = delete;
+
+    // Buffers bytes; large messages are written out in big chunks. A write
+    // error is kept and reported by commit().
+    void append(std::string_view bytes);
+    std::uint64_t size() const { return size_; }
+
+    // Writes the rest, fdatasyncs, renames to the final path. Returns 0 or
+    // the errno of the first failure (the temporary file is then removed).
+    asio::awaitable<int> commit();
+
+    // Removes the committed file again (QMGR refused the transaction).
+    void remove_committed();
+
+private:
+    void spill();
+
+    const CdbStore& store_;
+    std::string final_;
+    std::string tmp_;
+    std::string buf_;
+    std::uint64_t size_ = 0;
+    int fd_ = -1;
+    int err_ = 0;
+    bool committed_ = false;
+};
+
+} // namespace smtps

@@ -1,0 +1,150 @@
+#include "policy.hpp"
+
+#include <cctype>
+
+namespace smtps {
+namespace {
+
+char lower(char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
+
+void trim(std::string_view& s) {
+    while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+    while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+}
+
+bool atext(char c) {
+    if (c <= ' ' || c >= 127) return false;
+    switch (c) {
+    case '(': case ')': case '<': case '>': case '[': case ']':
+    case '\\': case ',': case ';': case ':': case '@': case '"':
+        return false;
+    default:
+        return true;
+    }
+}
+
+bool valid_local(std::string_view l) {
+    if (l.empty() || l.size() > 64) return false;
+    if (l.front() == '"') {
+        if (l.size() < 2 || l.back() != '"') return false;
+        for (std::size_t i = 1; i + 1 < l.size(); ++i) {
+            const char c = l[i];
+            if (c == '\\') {
+                if (++i + 1 >= l.size()) return false;
+                if (l[i] < ' ' || l[i] >= 127) return false;
+            } else if (c < ' ' || c >= 127 || c == '"') {
+                return false;
+            }
+        }
+        return true;
+    }
+    // Dot-string; consecutive or edge dots occur in real mail and are
+    // harmless to relay, so only the character set is enforced.
+    for (char c : l)
+        if (!atext(c) && c != '.') return false;
+    return true;
+}
+
+bool valid_domain(std::string_view d) {
+    if (d.empty() || d.size() > 255) return false;
+    if (d.front() == '[') {
+        if (d.back() != ']' || d.size() < 3) return false;
+        for (char c : d.substr(1, d.size() - 2))
+            if (c <= ' ' || c >= 127 || c == '[' || c == ']' || c == '\\') return false;
+        return true;
+    }
+    std::size_t label = 0;
+    for (char c : d) {
+        if (c == '.') {
+            if (label == 0) return false;
+            label = 0;
+        } else if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') {
+            if (++label > 63) return false;
+        } else {
+            return false;
+        }
+    }
+    return label > 0;
+}
+
+} // namespace
+
+bool iequals(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+        if (lower(a[i]) != lower(b[i])) return false;
+    return true;
+}
+
+bool istarts_with(std::string_view s, std::string_view prefix) {
+    return s.size() >= prefix.size() && iequals(s.substr(0, prefix.size()), prefix);
+}
+
+std::optional<PathArg> parse_path(std::string_view arg, std::string_view keyword) {
+    if (!istarts_with(arg, keyword)) return std::nullopt;
+    arg.remove_prefix(keyword.size());
+    while (!arg.empty() && arg.front() == ' ') arg.remove_prefix(1);  // common client bug
+    PathArg p;
+    if (!arg.empty() && arg.front() == '<') {
+        // Find the closing '>' outside a quoted local part.
+        bool quoted = false;
+        std::size_t i = 1;
+        for (; i < arg.size(); ++i) {
+            const char c = arg[i];
+            if (quoted && c == '\\') ++i;
+            else if (c == '"') quoted = !quoted;
+            else if (c == '>' && !quoted) break;
+        }
+        if (i >= arg.size()) return std::nullopt;
+        p.addr = arg.substr(1, i - 1);
+        arg.remove_prefix(i + 1);
+        if (!arg.empty() && arg.front() != ' ') return std::nullopt;
+    } else {
+        // Without brackets (not RFC, but common): the address is one word.
+        const auto sp = arg.find(' ');
+        p.addr = arg.substr(0, sp);
+        arg.remove_prefix(sp == std::string_view::npos ? arg.size() : sp);
+        if (p.addr.empty()) return std::nullopt;
+    }
+    // A source route "@a,@b:user@c" may be ignored (RFC 5321 4.1.1.3).
+    if (!p.addr.empty() && p.addr.front() == '@') {
+        const auto colon = p.addr.find(':');
+        if (colon == std::string_view::npos) return std::nullopt;
+        p.addr.remove_prefix(colon + 1);
+    }
+    trim(arg);
+    p.params = arg;
+    return p;
+}
+
+bool valid_address(std::string_view addr, bool allow_empty) {
+    if (addr.empty()) return allow_empty;
+    if (addr.size() > 254) return false;
+    const auto at = addr.rfind('@');
+    if (at == std::string_view::npos) return false;
+    return valid_local(addr.substr(0, at)) && valid_domain(addr.substr(at + 1));
+}
+
+std::string_view domain_of(std::string_view addr) {
+    const auto at = addr.rfind('@');
+    return at == std::string_view::npos ? std::string_view{} : addr.substr(at + 1);
+}
+
+bool RelayPolicy::trusted_client(const std::string& ip) const {
+    for (const auto& net : cfg_.relay_networks)
+        if (net.contains(ip)) return true;
+    return false;
+}
+
+bool RelayPolicy::relay_domain(std::string_view domain) const {
+    if (domain.empty()) return false;
+    for (const auto& d : cfg_.relay_domains) {
+        if (iequals(domain, d)) return true;
+        if (!d.empty() && d.front() == '.' && domain.size() > d.size() &&
+            iequals(domain.substr(domain.size() - d.size()), d))
+            return true;
+    }
+    return false;
+}
+
+} // namespace smtps

@@ -1,0 +1,102 @@
+#include "server.hpp"
+
+#include "session.hpp"
+#include "smtp_io.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace smtps {
+
+std::string client_ip(const tcp::endpoint& ep) {
+    auto a = ep.address();
+    if (a.is_v6() && a.to_v6().is_v4_mapped())
+        a = asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
+    return a.to_string();
+}
+
+Server::Server(asio::any_io_executor ex, const sm::Config& cfg, QmgrClient& qmgr,
+               CdbStore& cdb)
+    : ex_(std::move(ex)), cfg_(cfg), qmgr_(qmgr), cdb_(cdb), policy_(cfg.server) {
+    const auto& s = cfg.server;
+    ehlo_reply_ = "250-" + s.hostname + "\r\n250-PIPELINING\r\n250-SIZE " +
+                  std::to_string(s.max_message_size) +
+                  "\r\n250-8BITMIME\r\n250 ENHANCEDSTATUSCODES\r\n";
+}
+
+void Server::listen(tcp::acceptor acceptor) {
+    acceptors_.push_back(std::move(acceptor));
+    asio::co_spawn(ex_, accept_loop(acceptors_.back()), asio::detached);
+}
+
+void Server::stop_accepting() {
+    boost::system::error_code ec;
+    for (auto& a : acceptors_) a.close(ec);
+}
+
+std::string Server::admit(const std::string& ip, bool trusted) {
+    const auto& s = cfg_.server;
+    if (sessions_ >= s.max_connections)
+        return "421 4.7.0 " + s.hostname + " Error: too many connections\r\n";
+    if (!trusted) {
+        unsigned& n = per_client_[ip];
+        if (n >= s.max_connections_per_client) {
+            if (n == 0) per_client_.erase(ip);
+            return "421 4.7.0 " + s.hostname + " Error: too many connections from " + ip +
+                   "\r\n";
+        }
+        ++n;
+    }
+    ++sessions_;
+    return {};
+}
+
+void Server::release(const std::string& ip, bool counted_per_client) {
+    --sessions_;
+    if (!counted_per_client) return;
+    auto it = per_client_.find(ip);
+    if (it != per_client_.end() && --it->second == 0) per_client_.erase(it);
+}
+
+asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
+    for (;;) {
+        auto [ec, sock] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
+        if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+        if (ec) {
+            // Typically EMFILE: back off instead of spinning.
+            spdlog::warn("accept: {}", ec.message());
+            asio::steady_timer t(ex_, std::chrono::milliseconds(100));
+            co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+            continue;
+        }
+        boost::system::error_code pec;
+        const auto peer = sock.remote_endpoint(pec);
+        if (pec) continue;  // already gone
+        sock.set_option(tcp::no_delay(true), pec);
+        std::string ip = client_ip(peer);
+        const bool trusted = policy_.trusted_client(ip);
+        std::string refusal = admit(ip, trusted);
+        if (!refusal.empty()) {
+            spdlog::warn("connect from unknown[{}]: {}", ip,
+                         std::string_view(refusal).substr(0, refusal.size() - 2));
+            asio::co_spawn(ex_, [s = std::move(sock), refusal = std::move(refusal),
+                                 t = cfg_.server.command_timeout]() mutable
+                                    -> asio::awaitable<void> {
+                co_await sm::smtp::write_all(s, refusal, t);
+            }, asio::detached);
+            continue;
+        }
+        asio::co_spawn(ex_, [this, s = std::move(sock), ip = std::move(ip),
+                             trusted]() mutable -> asio::awaitable<void> {
+            // Releases the counts however the session ends.
+            struct Slot {
+                Server& srv;
+                const std::string& ip;
+                bool per_client;
+                ~Slot() { srv.release(ip, per_client); }
+            } slot{*this, ip, !trusted};
+            co_await run_session(*this, std::move(s), ip, trusted);
+        }, asio::detached);
+    }
+}
+
+} // namespace smtps

@@ -1,0 +1,418 @@
+#include "session.hpp"
+
+#include "ids.hpp"
+#include "messages.hpp"
+#include "policy.hpp"
+#include "server.hpp"
+#include "smtp_io.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+namespace smtps {
+namespace {
+
+using sm::smtp::Line;
+using sm::smtp::ReadStatus;
+
+// DATA is read in chunks of this size: lines of any length pass through.
+constexpr std::size_t data_chunk = 64 * 1024;
+
+enum class Verb { helo, ehlo, mail, rcpt, data, rset, noop, quit, vrfy, help, unknown };
+
+// Splits "VERB arg" (verb case-insensitive); arg keeps its case.
+Verb parse_verb(std::string_view line, std::string_view& arg) {
+    const auto sp = line.find(' ');
+    const std::string_view v = line.substr(0, sp);
+    arg = sp == std::string_view::npos ? std::string_view{} : line.substr(sp + 1);
+    while (!arg.empty() && arg.back() == ' ') arg.remove_suffix(1);
+    static constexpr std::pair<std::string_view, Verb> verbs[] = {
+        {"MAIL", Verb::mail}, {"RCPT", Verb::rcpt}, {"DATA", Verb::data},
+        {"EHLO", Verb::ehlo}, {"HELO", Verb::helo}, {"RSET", Verb::rset},
+        {"NOOP", Verb::noop}, {"QUIT", Verb::quit}, {"VRFY", Verb::vrfy},
+        {"HELP", Verb::help}};
+    for (const auto& [name, verb] : verbs)
+        if (iequals(v, name)) return verb;
+    return Verb::unknown;
+}
+
+// RFC 5322 date in UTC.
+std::string rfc5322_now() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    ::gmtime_r(&t, &tm);
+    char buf[64];
+    std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S +0000", &tm);
+    return buf;
+}
+
+// What reading the message content found.
+struct DataOutcome {
+    ReadStatus status = ReadStatus::ok;
+    bool too_big = false;
+    bool bare_eol = false;  // bare LF or bare CR seen (reject mode)
+    unsigned hops = 0;      // Received: headers
+};
+
+class Session {
+public:
+    Session(Server& srv, asio::ip::tcp::socket sock, std::string ip, bool trusted)
+        : srv_(srv), cfg_(srv.cfg()), sock_(std::move(sock)), reader_(sock_, cfg_.max_line_length),
+          ip_(std::move(ip)), trusted_(trusted) {}
+
+    asio::awaitable<void> run();
+
+private:
+    // Replies are collected and written in one go when the client has sent
+    // nothing more (pipelining), or before we wait on something else.
+    void reply(std::string_view r) {
+        out_.append(r);
+        out_.append("\r\n");
+    }
+    // An error reply that counts towards max_errors.
+    void error(std::string_view r) {
+        reply(r);
+        if (++errors_ >= cfg_.max_errors) {
+            reply("421 4.7.0 " + cfg_.hostname + " Error: too many errors");
+            closing_ = true;
+        }
+    }
+    asio::awaitable<bool> flush();
+    // The next line, flushing pending replies first when no input waits.
+    asio::awaitable<Line> next_line(std::chrono::steady_clock::duration timeout);
+
+    void helo(std::string_view arg, bool esmtp);
+    void mail(std::string_view arg);
+    void rcpt(std::string_view arg);
+    asio::awaitable<bool> data(std::string_view arg);
+    asio::awaitable<DataOutcome> read_content(CdbWriter& w);
+    asio::awaitable<void> queue(CdbWriter& w);
+    asio::awaitable<std::string> commit(CdbWriter& w);
+    void reset() {
+        in_mail_ = false;
+        sender_.clear();
+        mail_params_.clear();
+        rcpts_.clear();
+        ta_id_.clear();
+    }
+    std::string client() const { return "unknown[" + ip_ + "]"; }
+    std::string received_header() const;
+    void timeout_reply() { reply("421 4.4.2 " + cfg_.hostname + " Error: timeout exceeded"); }
+
+    Server& srv_;
+    const sm::ServerConfig& cfg_;
+    asio::ip::tcp::socket sock_;
+    sm::smtp::LineReader<asio::ip::tcp::socket> reader_;
+    std::string ip_;
+    bool trusted_;
+    std::string out_;
+    std::string helo_;
+    bool esmtp_ = false;
+    bool in_mail_ = false;
+    std::string ta_id_;
+    std::string sender_;
+    std::string mail_params_;
+    std::vector<sm::msg::Recipient> rcpts_;
+    unsigned errors_ = 0;
+    unsigned commands_ = 0;
+    bool closing_ = false;
+};
+
+asio::awaitable<bool> Session::flush() {
+    if (out_.empty()) co_return true;
+    const bool ok = co_await sm::smtp::write_all(sock_, out_, cfg_.command_timeout);
+    out_.clear();
+    co_return ok;
+}
+
+asio::awaitable<Line> Session::next_line(std::chrono::steady_clock::duration timeout) {
+    if (!out_.empty() && reader_.buffered() == 0 && !co_await flush()) {
+        Line l;
+        l.status = ReadStatus::error;
+        co_return l;
+    }
+    co_return co_await reader_.read_line(timeout);
+}
+
+asio::awaitable<void> Session::run() {
+    spdlog::info("connect from {}", client());
+    reply("220 " + cfg_.hostname + " ESMTP smx");
+    while (!closing_) {
+        const Line l = co_await next_line(cfg_.command_timeout);
+        if (l.status == ReadStatus::timeout) {
+            spdlog::info("timeout after {} from {}", commands_ ? "command" : "CONNECT", client());
+            timeout_reply();
+            break;
+        }
+        if (l.status != ReadStatus::ok) {
+            if (l.status == ReadStatus::error || in_mail_)
+                spdlog::info("lost connection from {}", client());
+            break;
+        }
+        ++commands_;
+        if (!l.complete) {
+            const auto st = co_await reader_.skip_line(cfg_.command_timeout);
+            if (st != ReadStatus::ok) {
+                if (st == ReadStatus::timeout) timeout_reply();
+                break;
+            }
+            error("500 5.5.2 Error: line too long");
+            continue;
+        }
+        std::string_view arg;
+        switch (parse_verb(l.text, arg)) {
+        case Verb::ehlo: helo(arg, true); break;
+        case Verb::helo: helo(arg, false); break;
+        case Verb::mail: mail(arg); break;
+        case Verb::rcpt: rcpt(arg); break;
+        case Verb::data:
+            if (!co_await data(arg)) closing_ = true;
+            break;
+        case Verb::rset:
+            reset();
+            reply("250 2.0.0 Ok");
+            break;
+        case Verb::noop: reply("250 2.0.0 Ok"); break;
+        case Verb::vrfy:
+            reply("252 2.5.2 Cannot VRFY user, but will accept message and attempt delivery");
+            break;
+        case Verb::help: reply("214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA RSET NOOP QUIT VRFY HELP"); break;
+        case Verb::quit:
+            reply("221 2.0.0 Bye");
+            closing_ = true;
+            break;
+        case Verb::unknown: error("500 5.5.2 Error: command not recognized"); break;
+        }
+    }
+    co_await flush();
+    boost::system::error_code ec;
+    sock_.shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+    spdlog::info("disconnect from {} commands={} errors={}", client(), commands_, errors_);
+}
+
+void Session::helo(std::string_view arg, bool esmtp) {
+    if (arg.empty() || arg.find(' ') != std::string_view::npos) {
+        error(esmtp ? "501 5.5.4 Syntax: EHLO hostname" : "501 5.5.4 Syntax: HELO hostname");
+        return;
+    }
+    reset();
+    helo_.assign(arg);
+    esmtp_ = esmtp;
+    if (esmtp)
+        out_.append(srv_.ehlo_reply());
+    else
+        reply("250 " + cfg_.hostname);
+}
+
+void Session::mail(std::string_view arg) {
+    if (helo_.empty()) return error("503 5.5.1 Error: send HELO/EHLO first");
+    if (in_mail_) return error("503 5.5.1 Error: nested MAIL command");
+    const auto p = parse_path(arg, "FROM:");
+    if (!p) return error("501 5.5.4 Syntax: MAIL FROM:<address>");
+    if (!valid_address(p->addr, true)) return error("501 5.1.7 Bad sender address syntax");
+    std::string_view params = p->params;
+    while (!params.empty()) {
+        const auto sp = params.find(' ');
+        const std::string_view kv = params.substr(0, sp);
+        params.remove_prefix(sp == std::string_view::npos ? params.size() : sp + 1);
+        if (kv.empty()) continue;
+        if (istarts_with(kv, "SIZE=")) {
+            const std::string_view n = kv.substr(5);
+            std::uint64_t size = 0;
+            bool ok = !n.empty() && n.size() <= 19;
+            for (char c : n) ok = ok && c >= '0' && c <= '9', size = size * 10 + (c - '0');
+            if (!ok) return error("501 5.5.4 Bad SIZE parameter syntax");
+            if (size > cfg_.max_message_size)
+                return error("552 5.3.4 Message size exceeds fixed limit");
+        } else if (iequals(kv, "BODY=8BITMIME") || iequals(kv, "BODY=7BIT")) {
+        } else {
+            return error("555 5.5.4 Unsupported option: " + std::string(kv));
+        }
+    }
+    in_mail_ = true;
+    ta_id_ = sm::new_ta_id();
+    sender_.assign(p->addr);
+    mail_params_.assign(p->params);
+    spdlog::info("{}: client={}", ta_id_, client());
+    reply("250 2.1.0 Ok");
+}
+
+void Session::rcpt(std::string_view arg) {
+    if (!in_mail_) return error("503 5.5.1 Error: need MAIL command");
+    const auto p = parse_path(arg, "TO:");
+    if (!p || p->addr.empty()) return error("501 5.5.4 Syntax: RCPT TO:<address>");
+    if (!valid_address(p->addr, false)) return error("501 5.1.3 Bad recipient address syntax");
+    if (!p->params.empty())
+        return error("555 5.5.4 Unsupported option: " + std::string(p->params));
+    if (rcpts_.size() >= cfg_.max_recipients) return reply("452 4.5.3 Error: too many recipients");
+    if (!trusted_ && !srv_.policy().relay_domain(domain_of(p->addr))) {
+        const std::string r = "554 5.7.1 <" + std::string(p->addr) + ">: Relay access denied";
+        spdlog::info("{}: reject: RCPT from {}: {}; from=<{}> to=<{}> helo=<{}>", ta_id_,
+                     client(), r, sender_, p->addr, helo_);
+        return error(r);
+    }
+    rcpts_.push_back({std::string(p->addr), {}});
+    reply("250 2.1.5 Ok");
+}
+
+std::string Session::received_header() const {
+    std::string h = "Received: from " + helo_ + " (unknown [" + ip_ + "])\r\n\tby " +
+                    cfg_.hostname + " (smx) with " + (esmtp_ ? "ESMTP" : "SMTP") + " id " + ta_id_;
+    if (rcpts_.size() == 1)
+        h += "\r\n\tfor <" + rcpts_.front().addr + ">; ";
+    else
+        h += ";\r\n\t";
+    h += rfc5322_now();
+    h += "\r\n";
+    return h;
+}
+
+// Returns false when the connection must close (timeout, lost client).
+asio::awaitable<bool> Session::data(std::string_view arg) {
+    if (!in_mail_) {
+        error("503 5.5.1 Error: need MAIL command");
+        co_return true;
+    }
+    if (rcpts_.empty()) {
+        error("554 5.5.1 Error: no valid recipients");
+        co_return true;
+    }
+    if (!arg.empty()) {
+        error("501 5.5.4 Syntax: DATA");
+        co_return true;
+    }
+    if (!srv_.qmgr().connected()) {
+        reply("451 4.3.0 Error: queue manager unavailable");
+        reset();
+        co_return true;
+    }
+    reply("354 End data with <CR><LF>.<CR><LF>");
+    CdbWriter w(srv_.cdb(), ta_id_);
+    w.append(received_header());
+    const std::uint64_t header_size = w.size();
+    reader_.set_max_line(data_chunk);
+    const DataOutcome d = co_await read_content(w);
+    reader_.set_max_line(cfg_.max_line_length);
+    if (d.status != ReadStatus::ok) {
+        spdlog::info("{}: {} after DATA ({} bytes) from {}", ta_id_,
+                     d.status == ReadStatus::timeout ? "timeout" : "lost connection",
+                     w.size() - header_size, client());
+        if (d.status == ReadStatus::timeout) timeout_reply();
+        reset();
+        co_return false;
+    }
+    if (d.too_big) {
+        spdlog::info("{}: reject: DATA from {}: message size {} exceeds limit {}", ta_id_,
+                     client(), w.size() - header_size, cfg_.max_message_size);
+        reply("552 5.3.4 Error: message file too big");
+    } else if (d.bare_eol) {
+        spdlog::info("{}: reject: DATA from {}: bare LF/CR in message content", ta_id_, client());
+        error("550 5.6.11 Error: bare LF/CR not allowed");
+    } else if (d.hops > cfg_.max_hops) {
+        spdlog::info("{}: reject: DATA from {}: too many hops ({})", ta_id_, client(), d.hops);
+        reply("554 5.4.6 Error: too many hops");
+    } else {
+        co_await queue(w);
+    }
+    reset();
+    co_return true;
+}
+
+asio::awaitable<DataOutcome> Session::read_content(CdbWriter& w) {
+    DataOutcome d;
+    const bool normalize = !cfg_.reject_bare_lf;
+    // line_start: this piece begins a line. after_crlf: the previous line
+    // ended in a real CRLF, the only start the end-of-data dot may have.
+    bool line_start = true, after_crlf = true, in_header = true;
+    std::uint64_t body = 0;
+    for (;;) {
+        const Line l = co_await next_line(cfg_.data_timeout);
+        if (l.status != ReadStatus::ok) {
+            d.status = l.status;
+            co_return d;
+        }
+        std::string_view t = l.text;
+        if (after_crlf && l.complete && !l.bare_lf && t == ".") co_return d;
+        if (line_start && !t.empty() && t.front() == '.') t.remove_prefix(1);
+        if (line_start && in_header) {
+            if (t.empty()) in_header = false;
+            else if (istarts_with(t, "Received:")) ++d.hops;
+        }
+        const bool bare_cr = t.find('\r') != std::string_view::npos;
+        if ((l.bare_lf || bare_cr) && !normalize) d.bare_eol = true;
+        const std::size_t n = t.size() + (l.complete ? 2 : 0);
+        body += n;
+        if (body > cfg_.max_message_size) d.too_big = true;
+        if (!d.too_big && !d.bare_eol) {
+            if (bare_cr) {
+                // Normalise each bare CR to CRLF.
+                for (std::size_t cr; (cr = t.find('\r')) != std::string_view::npos;) {
+                    w.append(t.substr(0, cr));
+                    w.append("\r\n");
+                    t.remove_prefix(cr + 1);
+                }
+            }
+            w.append(t);
+            if (l.complete) w.append("\r\n");
+        }
+        line_start = l.complete;
+        after_crlf = l.complete && !l.bare_lf;
+    }
+}
+
+asio::awaitable<void> Session::queue(CdbWriter& w) {
+    Server::CommitGuard guard(srv_);
+    reply(co_await commit(w));
+    // The reply is out before the guard releases a shutdown waiting for it.
+    co_await flush();
+}
+
+asio::awaitable<std::string> Session::commit(CdbWriter& w) {
+    if (const int err = co_await w.commit(); err != 0) {
+        spdlog::error("{}: cannot write queue file: {}", ta_id_, std::strerror(err));
+        co_return err == ENOSPC || err == EDQUOT ? "452 4.3.1 Error: insufficient system storage"
+                                                 : "451 4.3.0 Error: queue file write error";
+    }
+    sm::msg::TaCommit ta;
+    ta.ta_id = ta_id_;
+    ta.client_addr = ip_;
+    ta.client_name = "unknown";
+    ta.helo = helo_;
+    ta.sender = sender_;
+    ta.params = mail_params_;
+    ta.rcpts = rcpts_;
+    ta.cdb_id = ta_id_;
+    ta.size = w.size();
+    ta.arrival_us = sm::now_us();
+    const auto ack = co_await srv_.qmgr().commit(ta);
+    // Without an answer QMGR may still have logged the transaction, so the
+    // file stays; a client retry at worst makes a duplicate.
+    if (!ack) co_return "451 4.3.0 Error: queue manager not responding";
+    using sm::msg::AckStatus;
+    if (ack->status == AckStatus::ok) {
+        spdlog::info("{}: from=<{}>, size={}, nrcpt={} (queued)", ta_id_, sender_, w.size(),
+                     rcpts_.size());
+        co_return "250 2.0.0 Ok: queued as " + ta_id_;
+    }
+    // Refused: QMGR will never look at the file.
+    w.remove_committed();
+    const bool temp = ack->status == AckStatus::tempfail;
+    std::string r = temp ? "451 " : "554 ";
+    if (sm::smtp::split_enhanced(ack->text).first.empty()) r += temp ? "4.3.0 " : "5.3.0 ";
+    r += ack->text.empty() ? "Error: queue manager refused the message" : ack->text;
+    spdlog::info("{}: {}: DATA from {}: {}", ta_id_, temp ? "deferred" : "reject", client(), r);
+    co_return r;
+}
+
+} // namespace
+
+asio::awaitable<void> run_session(Server& srv, asio::ip::tcp::socket sock, std::string ip,
+                                  bool trusted) {
+    Session s(srv, std::move(sock), std::move(ip), trusted);
+    co_await s.run();
+}
+
+} // namespace smtps
