@@ -1,0 +1,340 @@
+// SMTPS sessions over real TCP against a fake QMGR.
+#include "harness.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+using namespace smtps_test;
+
+namespace {
+
+bool starts(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+
+// The Received: header SMTPS prepends, up to the date, and the rest.
+std::pair<std::string, std::string> split_received(const std::string& file) {
+    const auto end = file.find("\r\n", file.find("\r\n\tfor ") + 2);
+    return {file.substr(0, end + 2), file.substr(end + 2)};
+}
+
+void ehlo(Client& c) {
+    REQUIRE(starts(c.reply(), "220 mx.test ESMTP smx"));
+    REQUIRE(starts(c.cmd("EHLO client.test"), "250-mx.test"));
+}
+
+} // namespace
+
+TEST_CASE("greeting and EHLO keywords") {
+    Harness h([](sm::Config& c) { c.server.max_message_size = 12345; });
+    Client c(h.port());
+    CHECK(c.reply() == "220 mx.test ESMTP smx");
+    const std::string e = c.cmd("EHLO client.test");
+    CHECK(e == "250-mx.test\n250-PIPELINING\n250-SIZE 12345\n250-8BITMIME\n"
+               "250 ENHANCEDSTATUSCODES");
+    CHECK(c.cmd("HELO client.test") == "250 mx.test");
+    CHECK(starts(c.cmd("NOOP"), "250 2.0.0"));
+    CHECK(starts(c.cmd("VRFY someone"), "252 2.5.2"));
+    CHECK(starts(c.cmd("HELP"), "214"));
+    CHECK(starts(c.cmd("RSET"), "250 2.0.0"));
+    CHECK(starts(c.cmd("EHLO"), "501 5.5.4"));
+    CHECK(starts(c.cmd("BDAT 10"), "500 5.5.2"));
+    CHECK(starts(c.cmd("quit"), "221 2.0.0"));
+    CHECK(c.closed());
+}
+
+TEST_CASE("a message is stored byte-exact with dot-unstuffing and committed") {
+    Harness h;
+    Client c(h.port());
+    ehlo(c);
+    const std::string sent =
+        "Subject: dots\r\n\r\n..leading dot\r\n...two\r\nmiddle . dot\r\n.x\r\n\r\nend\r\n.\r\n";
+    const std::string stored =
+        "Subject: dots\r\n\r\n.leading dot\r\n..two\r\nmiddle . dot\r\nx\r\n\r\nend\r\n";
+    const std::string r = send_message(c, "sender@a.test", {"rcpt@b.test"}, sent);
+    REQUIRE(starts(r, "250 2.0.0 Ok: queued as "));
+    const std::string id = queued_id(r);
+    const std::string file = read_file(h.cdb_path(id));
+    const auto [received, content] = split_received(file);
+    CHECK(content == stored);
+    CHECK(starts(received, "Received: from client.test (unknown [127.0.0.1])\r\n"
+                           "\tby mx.test (smx) with ESMTP id " + id + "\r\n"
+                           "\tfor <rcpt@b.test>; "));
+    CHECK(received.size() < 200);
+    const auto commits = h.commits();
+    REQUIRE(commits.size() == 1);
+    const auto& ta = commits[0];
+    CHECK(ta.ta_id == id);
+    CHECK(ta.cdb_id == id);
+    CHECK(ta.sender == "sender@a.test");
+    REQUIRE(ta.rcpts.size() == 1);
+    CHECK(ta.rcpts[0].addr == "rcpt@b.test");
+    CHECK(ta.helo == "client.test");
+    CHECK(ta.client_addr == "127.0.0.1");
+    CHECK(ta.size == file.size());
+    CHECK(h.cdb_files().size() == 1);  // no temporary file left
+    CHECK(starts(c.cmd("QUIT"), "221"));
+}
+
+TEST_CASE("an empty message and a message without final CRLF before the dot") {
+    Harness h;
+    Client c(h.port());
+    ehlo(c);
+    std::string r = send_message(c, "", {"x@b.test"}, ".\r\n");  // null sender, empty body
+    REQUIRE(starts(r, "250 2.0.0"));
+    CHECK(split_received(read_file(h.cdb_path(queued_id(r)))).second.empty());
+    CHECK(h.commits().back().sender.empty());
+}
+
+TEST_CASE("pipelined commands get their replies in one batch") {
+    Harness h;
+    Client c(h.port());
+    ehlo(c);
+    c.send("MAIL FROM:<a@a.test> SIZE=100 BODY=8BITMIME\r\nRCPT TO:<b@b.test>\r\n"
+           "RCPT TO:<c@c.test>\r\nDATA\r\n");
+    // All four replies arrive together, the 354 last.
+    std::string got;
+    for (int i = 0; i < 50 && got.find("354") == std::string::npos; ++i) got += c.drain(20);
+    CHECK(got == "250 2.1.0 Ok\r\n250 2.1.5 Ok\r\n250 2.1.5 Ok\r\n"
+                 "354 End data with <CR><LF>.<CR><LF>\r\n");
+    // The next transaction follows the final dot in the same packet.
+    c.send("hello\r\n.\r\nMAIL FROM:<a2@a.test>\r\nRCPT TO:<d@d.test>\r\nDATA\r\n");
+    const std::string r1 = c.reply();
+    CHECK(starts(r1, "250 2.0.0 Ok: queued as "));
+    CHECK(c.reply() == "250 2.1.0 Ok");
+    CHECK(c.reply() == "250 2.1.5 Ok");
+    CHECK(starts(c.reply(), "354"));
+    c.send("second\r\n.\r\n");
+    const std::string r2 = c.reply();
+    CHECK(starts(r2, "250 2.0.0"));
+    // Two recipients: no "for" clause.
+    const std::string f1 = read_file(h.cdb_path(queued_id(r1)));
+    CHECK(f1.find("\tfor ") == std::string::npos);
+    CHECK(f1.find("id " + queued_id(r1) + ";\r\n\t") != std::string::npos);
+    CHECK(f1.substr(f1.size() - 7) == "hello\r\n");
+    const auto commits = h.commits();
+    REQUIRE(commits.size() == 2);
+    CHECK(commits[0].rcpts.size() == 2);
+    CHECK(commits[0].params == "SIZE=100 BODY=8BITMIME");
+    CHECK(commits[1].sender == "a2@a.test");
+}
+
+TEST_CASE("bare LF and bare CR in DATA are rejected") {
+    Harness h;
+    Client c(h.port());
+    ehlo(c);
+    CHECK(starts(send_message(c, "a@a.test", {"b@b.test"}, "one\ntwo\r\n.\r\n"), "550 5.6.11"));
+    CHECK(starts(send_message(c, "a@a.test", {"b@b.test"}, "one\rtwo\r\n.\r\n"), "550 5.6.11"));
+    // A bare-LF dot line does not end DATA (SMTP smuggling).
+    CHECK(starts(send_message(c, "a@a.test", {"b@b.test"},
+                              "one\r\n.\nMAIL FROM:<evil@x>\r\n.\r\n"),
+                 "550 5.6.11"));
+    CHECK(starts(c.cmd("NOOP"), "250"));
+    CHECK(h.commits().empty());
+    CHECK(h.cdb_files().empty());
+}
+
+TEST_CASE("bare LF and CR are normalised when configured") {
+    Harness h([](sm::Config& c) { c.server.reject_bare_lf = false; });
+    Client c(h.port());
+    ehlo(c);
+    const std::string r =
+        send_message(c, "a@a.test", {"b@b.test"}, "one\ntwo\rthree\r\n\n.\nsmuggled\r\n.\r\n");
+    REQUIRE(starts(r, "250 2.0.0"));
+    // ".<LF>" is not the end of data; as a dot line it is unstuffed.
+    CHECK(split_received(read_file(h.cdb_path(queued_id(r)))).second ==
+          "one\r\ntwo\r\nthree\r\n\r\n\r\nsmuggled\r\n");
+    CHECK(h.commits().size() == 1);
+}
+
+TEST_CASE("over-long lines: commands are refused, DATA passes them through") {
+    Harness h;
+    Client c(h.port());
+    ehlo(c);
+    CHECK(c.cmd("NOOP " + std::string(600, 'x')) == "500 5.5.2 Error: line too long");
+    CHECK(starts(c.cmd("NOOP"), "250"));
+    std::string long_line(200000, 'a');
+    long_line[70000] = '.';
+    long_line[65535] = '\r';  // CRLF across the 64 KiB chunk cut of DATA lines
+    long_line[65536] = '\n';
+    const std::string content = "X: y\r\n\r\n" + long_line + "\r\n.." + long_line + "\r\nend\r\n";
+    const std::string r = send_message(c, "a@a.test", {"b@b.test"}, content + ".\r\n");
+    REQUIRE(starts(r, "250 2.0.0"));
+    CHECK(split_received(read_file(h.cdb_path(queued_id(r)))).second ==
+          "X: y\r\n\r\n" + long_line + "\r\n." + long_line + "\r\nend\r\n");
+}
+
+TEST_CASE("message size limit") {
+    Harness h([](sm::Config& c) { c.server.max_message_size = 1000; });
+    Client c(h.port());
+    ehlo(c);
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test> SIZE=1001"), "552 5.3.4"));
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test> SIZE=x1"), "501 5.5.4"));
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test> FOO=1"), "555 5.5.4"));
+    const std::string big(2000, 'x');
+    CHECK(starts(send_message(c, "a@a.test", {"b@b.test"}, big + "\r\n.\r\n"), "552 5.3.4"));
+    CHECK(h.cdb_files().empty());
+    // The session goes on, and a small message passes.
+    CHECK(starts(send_message(c, "a@a.test", {"b@b.test"}, "small\r\n.\r\n"), "250 2.0.0"));
+}
+
+TEST_CASE("relay access is denied outside relay_networks and relay_domains") {
+    Harness h([](sm::Config& c) {
+        c.server.relay_networks.clear();
+        c.server.relay_domains = {"ok.test", ".sub.test"};
+    });
+    Client c(h.port());
+    ehlo(c);
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
+    CHECK(c.cmd("RCPT TO:<x@other.test>") == "554 5.7.1 <x@other.test>: Relay access denied");
+    CHECK(starts(c.cmd("RCPT TO:<x@OK.test>"), "250"));
+    CHECK(starts(c.cmd("RCPT TO:<x@a.sub.test>"), "250"));
+    CHECK(starts(c.cmd("RCPT TO:<x@sub.test>"), "554 5.7.1"));
+    CHECK(starts(c.cmd("DATA"), "354"));
+    c.send("hi\r\n.\r\n");
+    CHECK(starts(c.reply(), "250"));
+    REQUIRE(h.commits().size() == 1);
+    CHECK(h.commits()[0].rcpts.size() == 2);
+}
+
+TEST_CASE("too many recipients") {
+    Harness h([](sm::Config& c) { c.server.max_recipients = 2; });
+    Client c(h.port());
+    ehlo(c);
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
+    CHECK(starts(c.cmd("RCPT TO:<1@b.test>"), "250"));
+    CHECK(starts(c.cmd("RCPT TO:<2@b.test>"), "250"));
+    CHECK(c.cmd("RCPT TO:<3@b.test>") == "452 4.5.3 Error: too many recipients");
+}
+
+TEST_CASE("command sequence and syntax errors") {
+    Harness h([](sm::Config& c) { c.server.max_errors = 100; });
+    Client c(h.port());
+    REQUIRE(starts(c.reply(), "220"));
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "503 5.5.1"));
+    CHECK(starts(c.cmd("EHLO c.test"), "250"));
+    CHECK(starts(c.cmd("RCPT TO:<b@b.test>"), "503 5.5.1"));
+    CHECK(starts(c.cmd("DATA"), "503 5.5.1"));
+    CHECK(starts(c.cmd("MAIL TO:<a@a.test>"), "501 5.5.4"));
+    CHECK(starts(c.cmd("MAIL FROM:<a@@a.test>"), "501 5.1.7"));
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test"), "501 5.5.4"));
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "503 5.5.1"));
+    CHECK(starts(c.cmd("RCPT TO:<>"), "501"));
+    CHECK(starts(c.cmd("RCPT TO:<no-domain>"), "501 5.1.3"));
+    CHECK(starts(c.cmd("DATA"), "554 5.5.1"));
+    CHECK(starts(c.cmd("RSET"), "250"));
+    CHECK(starts(c.cmd("RCPT TO:<b@b.test>"), "503 5.5.1"));
+}
+
+TEST_CASE("too many errors close the session") {
+    Harness h([](sm::Config& c) { c.server.max_errors = 3; });
+    Client c(h.port());
+    REQUIRE(starts(c.reply(), "220"));
+    CHECK(starts(c.cmd("FOO"), "500"));
+    CHECK(starts(c.cmd("BAR"), "500"));
+    c.send("BAZ\r\n");
+    CHECK(starts(c.reply(), "500"));
+    CHECK(c.reply() == "421 4.7.0 mx.test Error: too many errors");
+    CHECK(c.closed());
+}
+
+TEST_CASE("command and data timeouts") {
+    Harness h([](sm::Config& c) {
+        c.server.command_timeout = std::chrono::seconds(1);
+        c.server.data_timeout = std::chrono::seconds(1);
+    });
+    {
+        Client c(h.port());
+        REQUIRE(starts(c.reply(), "220"));
+        CHECK(c.reply() == "421 4.4.2 mx.test Error: timeout exceeded");
+        CHECK(c.closed());
+    }
+    {
+        Client c(h.port());
+        ehlo(c);
+        CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
+        CHECK(starts(c.cmd("RCPT TO:<b@b.test>"), "250"));
+        CHECK(starts(c.cmd("DATA"), "354"));
+        c.send("partial line");
+        CHECK(c.reply() == "421 4.4.2 mx.test Error: timeout exceeded");
+        CHECK(c.closed());
+    }
+    CHECK(h.cdb_files().empty());
+}
+
+TEST_CASE("hop count limit") {
+    Harness h([](sm::Config& c) { c.server.max_hops = 2; });
+    Client c(h.port());
+    ehlo(c);
+    const std::string hdr = "Received: from a\r\nreceived: from b\r\nRECEIVED: from c\r\n";
+    CHECK(starts(send_message(c, "a@a.test", {"b@b.test"}, hdr + "\r\nbody\r\n.\r\n"),
+                 "554 5.4.6"));
+    // Received: lines in the body do not count.
+    CHECK(starts(send_message(c, "a@a.test", {"b@b.test"},
+                              "Subject: x\r\n\r\n" + hdr + ".\r\n"),
+                 "250"));
+}
+
+TEST_CASE("QMGR answers: tempfail, reject, no answer") {
+    Harness h;
+    Client c(h.port());
+    ehlo(c);
+    h.mode = QmgrMode::tempfail;
+    CHECK(send_message(c, "a@a.test", {"b@b.test"}, "x\r\n.\r\n") == "451 4.3.2 Queue full");
+    h.mode = QmgrMode::reject;
+    CHECK(send_message(c, "a@a.test", {"b@b.test"}, "x\r\n.\r\n") == "554 5.3.0 Go away");
+    CHECK(h.cdb_files().empty());  // refused transactions leave no file
+    h.mode = QmgrMode::silent;     // the harness waits 2 s for an ack
+    CHECK(starts(send_message(c, "a@a.test", {"b@b.test"}, "x\r\n.\r\n"), "451 4.3.0"));
+    CHECK(h.commits().size() == 3);
+}
+
+TEST_CASE("QMGR going away answers 451 and is reported") {
+    Harness h;
+    Client c(h.port());
+    ehlo(c);
+    h.mode = QmgrMode::hang_up;
+    CHECK(starts(send_message(c, "a@a.test", {"b@b.test"}, "x\r\n.\r\n"), "451 4.3.0"));
+    for (int i = 0; i < 100 && !h.qmgr_lost; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    CHECK(h.qmgr_lost);
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
+    CHECK(starts(c.cmd("RCPT TO:<b@b.test>"), "250"));
+    CHECK(starts(c.cmd("DATA"), "451 4.3.0"));
+}
+
+TEST_CASE("connection limits per client and in total") {
+    Harness h([](sm::Config& c) {
+        c.server.relay_networks.clear();
+        c.server.max_connections_per_client = 2;
+        c.server.max_connections = 3;
+    });
+    Client a(h.port()), b(h.port());
+    CHECK(starts(a.reply(), "220"));
+    CHECK(starts(b.reply(), "220"));
+    {
+        Client over(h.port());
+        CHECK(starts(over.reply(), "421 4.7.0"));
+    }
+    CHECK(starts(a.cmd("QUIT"), "221"));
+    CHECK(a.closed());
+    std::string r;
+    for (int i = 0; i < 50; ++i) {  // the slot frees once the server saw the close
+        Client again(h.port());
+        r = again.reply();
+        if (starts(r, "220")) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    CHECK(starts(r, "220"));
+}
+
+TEST_CASE("trusted clients are exempt from the per-client limit") {
+    Harness h([](sm::Config& c) {
+        c.server.max_connections_per_client = 1;
+        c.server.max_connections = 2;
+    });
+    Client a(h.port()), b(h.port()), d(h.port());
+    CHECK(starts(a.reply(), "220"));
+    CHECK(starts(b.reply(), "220"));
+    CHECK(starts(d.reply(), "421 4.7.0 mx.test Error: too many connections"));
+}
