@@ -1,0 +1,228 @@
+#include "cli.hpp"
+
+#include "channel.hpp"
+
+#include <pwd.h>
+
+#include <regex>
+
+namespace smx {
+namespace {
+
+struct CommandRule {
+    const char* name;
+    int min_operands;
+    int max_operands;  // -1: any (QMGR checks them)
+};
+
+const CommandRule commands[] = {
+    {"run", 0, 0},   {"check-config", 0, 0}, {"stats", 0, 0},
+    {"queue", 0, -1}, {"flush", 0, -1},      {"hold", 1, -1},
+    {"release", 1, -1}, {"delete", 1, -1},   {"help", 0, 0},
+    {"version", 0, 0},
+};
+
+const CommandRule* find_command(const std::string& name) {
+    for (const auto& c : commands)
+        if (name == c.name) return &c;
+    return nullptr;
+}
+
+std::string json_string(std::string_view s) {
+    std::string out = "\"";
+    for (unsigned char c : s) {
+        switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\t': out += "\\t"; break;
+        case '\r': out += "\\r"; break;
+        default:
+            if (c < 0x20) {
+                static const char hex[] = "0123456789abcdef";
+                out += "\\u00";
+                out += hex[c >> 4];
+                out += hex[c & 15];
+            } else {
+                out += static_cast<char>(c);
+            }
+        }
+    }
+    return out + "\"";
+}
+
+bool is_json_number(const std::string& s) {
+    static const std::regex number(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)");
+    return std::regex_match(s, number);
+}
+
+std::string_view trim(std::string_view s) {
+    const auto first = s.find_first_not_of(" \t\r");
+    if (first == std::string_view::npos) return {};
+    return s.substr(first, s.find_last_not_of(" \t\r") - first + 1);
+}
+
+void print_with_newline(std::ostream& out, const std::string& text) {
+    out << text;
+    if (!text.empty() && text.back() != '\n') out << '\n';
+}
+
+} // namespace
+
+std::optional<Args> parse_args(int argc, const char* const* argv, std::string& err) {
+    Args a;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "-h" || arg == "--help") {
+            return Args{"help", "", false, {}};
+        } else if (arg == "-V" || arg == "--version") {
+            return Args{"version", "", false, {}};
+        } else if (arg == "-c" || arg == "--config") {
+            if (i + 1 >= argc) {
+                err = "option " + arg + " needs a file name";
+                return std::nullopt;
+            }
+            a.config_path = argv[++i];
+        } else if (arg.rfind("--config=", 0) == 0) {
+            a.config_path = arg.substr(9);
+        } else if (arg == "--json") {
+            a.json = true;
+        } else if (arg.size() > 1 && arg[0] == '-') {
+            err = "unknown option '" + arg + "'";
+            return std::nullopt;
+        } else if (a.command.empty()) {
+            a.command = arg;
+        } else {
+            a.operands.push_back(arg);
+        }
+    }
+    if (a.command.empty()) {
+        err = "no command given";
+        return std::nullopt;
+    }
+    const CommandRule* rule = find_command(a.command);
+    if (!rule) {
+        err = "unknown command '" + a.command + "'";
+        return std::nullopt;
+    }
+    const int n = static_cast<int>(a.operands.size());
+    if (n < rule->min_operands) {
+        err = a.command + " needs a queue id";
+        return std::nullopt;
+    }
+    if (rule->max_operands >= 0 && n > rule->max_operands) {
+        err = a.command + " takes no arguments ('" + a.operands.front() + "')";
+        return std::nullopt;
+    }
+    if (a.json && a.command != "stats") {
+        err = "--json goes with stats only";
+        return std::nullopt;
+    }
+    if (a.command == "help" || a.command == "version") a.config_path.clear();
+    return a;
+}
+
+void print_usage(std::ostream& out) {
+    out << "usage: smx COMMAND [-c FILE] [ARGS]\n"
+           "\n"
+           "commands:\n"
+           "  run              start smx-qmgr, smx-smtpc and smx-smtps and supervise them\n"
+           "  check-config     load and validate the config, print a summary\n"
+           "  stats [--json]   QMGR counters as \"name value\" lines, or one JSON object\n"
+           "  queue            list the queue\n"
+           "  flush            retry deferred mail now\n"
+           "  hold ID...       hold queue entries\n"
+           "  release ID...    release held entries\n"
+           "  delete ID...     delete queue entries\n"
+           "\n"
+           "options:\n"
+           "  -c, --config FILE   TOML config file (default: built-in defaults,\n"
+           "                      listen 127.0.0.1:2525, spool ./var/spool)\n"
+           "  -h, --help          this text\n"
+           "  -V, --version       print the version\n"
+           "\n"
+           "exit status: 0 ok, 1 failure, 2 config error, 64 usage error\n";
+}
+
+std::optional<sm::Config> load_checked(const std::string& path, std::ostream& err) {
+    try {
+        sm::Config cfg = sm::load_config(path);
+        if (!cfg.server.user.empty() && !::getpwnam(cfg.server.user.c_str()))
+            throw sm::ConfigError("server.user", "no such user '" + cfg.server.user + "'");
+        return cfg;
+    } catch (const std::exception& e) {
+        err << "smx: config error: " << e.what() << '\n';
+        return std::nullopt;
+    }
+}
+
+int check_config(const std::string& path, std::ostream& out, std::ostream& err) {
+    auto cfg = load_checked(path, err);
+    if (!cfg) return exit_config;
+
+    out << "config OK (" << (path.empty() ? "built-in defaults" : path) << ")\n";
+    out << "listen: ";
+    for (std::size_t i = 0; i < cfg->server.listen.size(); ++i)
+        out << (i ? ", " : "") << cfg->server.listen[i].str();
+    out << "\nspool:  " << cfg->spool_dir_abs()
+        << (cfg->queue.cdb_hashed ? " (cdb hashed)" : " (cdb flat)") << '\n';
+    out << "run:    " << cfg->run_dir_abs() << '\n';
+    out << "routes: ";
+    std::string sep;
+    for (const auto& [domain, route] : cfg->routes) {
+        out << sep << domain << " = ";
+        for (std::size_t i = 0; i < route.nexthops().size(); ++i)
+            out << (i ? " " : "") << route.nexthops()[i];
+        sep = ", ";
+    }
+    if (cfg->default_route) {
+        out << sep << "default = ";
+        for (std::size_t i = 0; i < cfg->default_route->nexthops().size(); ++i)
+            out << (i ? " " : "") << cfg->default_route->nexthops()[i];
+    } else {
+        out << sep << "no default (mail without a route is deferred)";
+    }
+    out << '\n';
+    return exit_ok;
+}
+
+std::string stats_to_json(std::string_view text) {
+    std::string out = "{";
+    std::string sep = "\n  ";
+    while (!text.empty()) {
+        const auto nl = text.find('\n');
+        const std::string_view line = trim(text.substr(0, nl));
+        text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+        if (line.empty()) continue;
+        const auto space = line.find_first_of(" \t");
+        const std::string_view name = line.substr(0, space);
+        const std::string value(
+            space == std::string_view::npos ? std::string_view{} : trim(line.substr(space)));
+        out += sep + json_string(name) + ": " +
+               (is_json_number(value) ? value : json_string(value));
+        sep = ",\n  ";
+    }
+    return out + (out.size() > 1 ? "\n}\n" : "}\n");
+}
+
+int ctl_command(const Args& args, std::ostream& out, std::ostream& err) {
+    auto cfg = load_checked(args.config_path, err);
+    if (!cfg) return exit_config;
+    const std::string socket = cfg->qmgr_socket();
+    std::string why;
+    auto reply = sm::ctl_call(socket, sm::msg::CtlRequest{args.command, args.operands}, why);
+    if (!reply) {
+        err << "smx: cannot reach qmgr at " << socket << ": " << why << '\n';
+        return exit_failed;
+    }
+    if (reply->status != 0) {
+        err << "smx: " << args.command << ": ";
+        print_with_newline(err, reply->text.empty() ? "failed" : reply->text);
+        return exit_failed;
+    }
+    if (args.json) out << stats_to_json(reply->text);
+    else print_with_newline(out, reply->text);
+    return exit_ok;
+}
+
+} // namespace smx

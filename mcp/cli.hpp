@@ -1,0 +1,48 @@
+// The `smx` command line: argument parsing and the commands that only talk
+// to QMGR or read the config (everything except `smx run`).
+#pragma once
+
+#include "config.hpp"
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace smx {
+
+// Exit statuses of `smx`.
+inline constexpr int exit_ok = 0;
+inline constexpr int exit_failed = 1;  // QMGR unreachable or refused, bind error, ...
+inline constexpr int exit_config = 2;  // bad config: nothing started
+inline constexpr int exit_usage = 64;  // EX_USAGE
+
+struct Args {
+    std::string command;                 // "run", "stats", "hold", ...
+    std::string config_path;             // -c FILE; empty: built-in defaults
+    bool json = false;                   // stats --json
+    std::vector<std::string> operands;   // queue ids for hold/release/delete
+};
+
+// Parses argv. Returns nullopt with a message in err on a usage error.
+// --help and --version come back as the commands "help" and "version".
+std::optional<Args> parse_args(int argc, const char* const* argv, std::string& err);
+
+void print_usage(std::ostream& out);
+
+// Loads the config and checks what load_config cannot (the [server] user
+// exists). On error prints "smx: config error: <key>: <what>" to err.
+std::optional<sm::Config> load_checked(const std::string& path, std::ostream& err);
+
+// `smx check-config`: exit_ok with "config OK" and a summary, or exit_config.
+int check_config(const std::string& path, std::ostream& out, std::ostream& err);
+
+// "name value" lines to one JSON object; values that are JSON numbers stay
+// numbers, anything else becomes a string.
+std::string stats_to_json(std::string_view text);
+
+// stats, queue, flush, hold, release, delete: one CTL request to QMGR.
+int ctl_command(const Args& args, std::ostream& out, std::ostream& err);
+
+} // namespace smx

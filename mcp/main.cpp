@@ -1,0 +1,36 @@
+// smx: `smx run` (the MCP) and the operator commands.
+#include "cli.hpp"
+#include "run.hpp"
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+int main(int argc, char** argv) {
+    std::string err;
+    const auto args = smx::parse_args(argc, argv, err);
+    if (!args) {
+        std::cerr << "smx: " << err << " (smx --help lists the commands)\n";
+        return smx::exit_usage;
+    }
+    if (args->command == "help") {
+        smx::print_usage(std::cout);
+        return smx::exit_ok;
+    }
+    if (args->command == "version") {
+        std::cout << "smx " SMX_VERSION "\n";
+        return smx::exit_ok;
+    }
+    if (args->command == "run") return smx::run(*args);
+    if (args->command == "check-config")
+        return smx::check_config(args->config_path, std::cout, std::cerr);
+
+    // libsm's channel logs its warnings; for a command they belong on
+    // stderr, never in the output a script parses.
+    auto lg = spdlog::stderr_logger_st("smx");
+    lg->set_pattern("smx: %v");
+    lg->set_level(spdlog::level::warn);
+    spdlog::set_default_logger(lg);
+    return smx::ctl_command(*args, std::cout, std::cerr);
+}

@@ -1,0 +1,92 @@
+#include "run.hpp"
+
+#include "log.hpp"
+#include "supervisor.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+
+namespace smx {
+namespace {
+namespace fs = std::filesystem;
+
+// Installed, the children sit next to smx; in the build tree each is in
+// its own folder (build/mcp/smx, build/qmgr/smx-qmgr).
+std::optional<std::string> find_child(const fs::path& dir, const std::string& name,
+                                      std::string& err) {
+    const std::string role = name.substr(name.find('-') + 1);
+    const fs::path candidates[] = {dir / name, (dir / ".." / role / name).lexically_normal()};
+    for (const auto& p : candidates)
+        if (::access(p.c_str(), X_OK) == 0) return p.string();
+    err = "cannot find " + name + " (looked for " + candidates[0].string() + " and " +
+          candidates[1].string() + ")";
+    return std::nullopt;
+}
+
+} // namespace
+
+int run(const Args& args) {
+    // Before the log thread exists, so that no thread takes these signals
+    // away from the supervisor's sigtimedwait.
+    block_supervisor_signals();
+    auto cfg = load_checked(args.config_path, std::cerr);
+    if (!cfg) return exit_config;
+    std::string err;
+    const auto run_as = lookup_run_as(*cfg, err);
+    if (!err.empty()) {
+        std::cerr << "smx: config error: " << err << '\n';
+        return exit_config;
+    }
+
+    sm::init_logging("mcp", cfg->log);
+    // Few lines, each about a process coming or going: show them at once.
+    spdlog::default_logger()->flush_on(spdlog::level::info);
+    auto fatal = [&](const std::string& what) {
+        spdlog::error("{}", what);
+        if (!cfg->log.file.empty()) std::cerr << "smx: " << what << '\n';
+        spdlog::default_logger()->flush();
+        return exit_failed;
+    };
+
+    Plan plan;
+    std::error_code ec;
+    const fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+    for (auto [name, path] : {std::pair{"smx-qmgr", &plan.qmgr_path},
+                              std::pair{"smx-smtpc", &plan.smtpc_path},
+                              std::pair{"smx-smtps", &plan.smtps_path}}) {
+        auto found = find_child(dir, name, err);
+        if (!found) return fatal(err);
+        *path = *found;
+    }
+
+    if (run_as) {
+        spdlog::info("children run as {}", run_as->name);
+    } else if (!cfg->server.user.empty()) {
+        spdlog::info("server.user {} ignored: not started as root", cfg->server.user);
+    } else if (::geteuid() == 0) {
+        spdlog::warn("children run as root: set [server] user to drop privileges");
+    }
+    if (!make_dirs(*cfg, run_as, err)) return fatal(err);
+    if (run_as && !cfg->log.file.empty() && !give_to(cfg->log.file, *run_as, err))
+        return fatal(err);
+    PidLock lock;
+    if (!lock.acquire(cfg->run_dir_abs() + "/smx.pid", err)) return fatal(err);
+    Listeners listeners;
+    if (!listeners.open(cfg->server.listen, err)) return fatal(err);
+    std::string where;
+    for (const auto& hp : cfg->server.listen) where += (where.empty() ? "" : ", ") + hp.str();
+    spdlog::info("listening on {}, spool {}", where, cfg->spool_dir_abs());
+
+    if (!args.config_path.empty()) plan.config_path = fs::absolute(args.config_path).string();
+    plan.qmgr_socket = cfg->qmgr_socket();
+    plan.listen_fds = listeners.fds();
+    plan.run_as = run_as;
+    const int status = Supervisor(std::move(plan)).run();
+    spdlog::default_logger()->flush();
+    return status;
+}
+
+} // namespace smx

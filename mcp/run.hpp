@@ -1,0 +1,11 @@
+// `smx run`: validate the config, prepare directories, the pid lock and the
+// listeners, then hand over to the Supervisor.
+#pragma once
+
+#include "cli.hpp"
+
+namespace smx {
+
+int run(const Args& args);
+
+} // namespace smx

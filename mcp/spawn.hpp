@@ -1,0 +1,26 @@
+// Starting one child process: fork, hand over the listeners, drop
+// privileges, exec. Everything the child needs is prepared before fork,
+// because between fork and exec only async-signal-safe calls are allowed.
+#pragma once
+
+#include "startup.hpp"
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace smx {
+
+struct Launch {
+    std::string path;                // the executable
+    std::vector<std::string> argv;   // argv[0] first
+    std::vector<int> listen_fds;     // become fds 3, 4, ... with SMX_LISTEN_FDS set
+    const RunAs* run_as = nullptr;   // set: setgroups/setgid/setuid before exec
+};
+
+// Returns the child's pid, or -1 with err when the child could not exec
+// (it reports the failing step through a close-on-exec pipe).
+pid_t spawn(const Launch& launch, std::string& err);
+
+} // namespace smx

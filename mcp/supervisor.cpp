@@ -1,0 +1,273 @@
+#include "supervisor.hpp"
+
+#include "channel.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace smx {
+namespace {
+using namespace std::chrono_literals;
+
+constexpr auto qmgr_ready_timeout = 10s;
+constexpr auto stop_timeout = 5s;          // SIGTERM to SIGKILL
+constexpr auto smtps_drain_timeout = 3s;   // of stop_timeout, before QMGR is told to stop
+constexpr auto backoff_max = 30s;
+constexpr auto backoff_reset_after = 60s;  // a child that ran this long starts over at 1 s
+
+sigset_t supervisor_signals() {
+    sigset_t s;
+    ::sigemptyset(&s);
+    ::sigaddset(&s, SIGCHLD);
+    ::sigaddset(&s, SIGTERM);
+    ::sigaddset(&s, SIGINT);
+    return s;
+}
+
+std::string describe(int status) {
+    if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+    if (WIFSIGNALED(status))
+        return "killed by signal " + std::to_string(WTERMSIG(status)) +
+               (WCOREDUMP(status) ? " (core dumped)" : "");
+    return "ended with wait status " + std::to_string(status);
+}
+
+// QMGR is ready when it answers a HELLO on its socket, not merely when the
+// socket file exists.
+bool qmgr_answers(const std::string& path) {
+    namespace asio = boost::asio;
+    asio::io_context io;
+    bool ok = false;
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+        std::string err;
+        if (auto ch = co_await sm::connect_qmgr(path, "cli", err)) {
+            ok = true;
+            ch->close();
+        }
+    }, asio::detached);
+    io.run_for(1s);
+    return ok;
+}
+
+} // namespace
+
+void block_supervisor_signals() {
+    const sigset_t s = supervisor_signals();
+    ::sigprocmask(SIG_BLOCK, &s, nullptr);
+    // A closed stderr must not kill the supervisor.
+    ::signal(SIGPIPE, SIG_IGN);
+}
+
+Supervisor::Supervisor(Plan plan) : plan_(std::move(plan)) {
+    qmgr_.name = "smx-qmgr";
+    qmgr_.path = plan_.qmgr_path;
+    smtpc_.name = "smx-smtpc";
+    smtpc_.path = plan_.smtpc_path;
+    smtps_.name = "smx-smtps";
+    smtps_.path = plan_.smtps_path;
+    smtps_.gets_listeners = true;
+    all_ = {&qmgr_, &smtpc_, &smtps_};
+}
+
+int Supervisor::run() {
+    std::string why;
+    if (!start_qmgr(why)) {
+        if (!stop_requested_) spdlog::error("smx-qmgr {}; stopping", why);
+        shutdown();
+        return stop_requested_ ? 0 : 1;
+    }
+    start_workers();
+    while (!stop_requested_) {
+        wait_signal(next_due());
+        reap();
+        handle_crashes();
+        // A QMGR restart restarts the others: they hold state of the old one.
+        if (qmgr_.pid == 0) stop_workers();
+        start_due();
+    }
+    shutdown();
+    return 0;
+}
+
+bool Supervisor::start(Child& c, std::string& why) {
+    Launch l{c.path, {c.name}, {}, plan_.run_as ? &*plan_.run_as : nullptr};
+    if (!plan_.config_path.empty()) l.argv.insert(l.argv.end(), {"-c", plan_.config_path});
+    if (c.gets_listeners) l.listen_fds = plan_.listen_fds;
+    std::string err;
+    const pid_t pid = spawn(l, err);
+    if (pid < 0) {
+        why = "cannot be started: " + err;
+        return false;
+    }
+    c.pid = pid;
+    c.started = Clock::now();
+    c.start_at.reset();
+    spdlog::info("starting {} (pid {})", c.name, pid);
+    return true;
+}
+
+bool Supervisor::start_qmgr(std::string& why) {
+    // A socket left by a dead QMGR refuses connections; remove it so that
+    // readiness means the new one is listening.
+    ::unlink(plan_.qmgr_socket.c_str());
+    if (!start(qmgr_, why)) return false;
+    const auto deadline = Clock::now() + qmgr_ready_timeout;
+    while (!qmgr_answers(plan_.qmgr_socket)) {
+        if (stop_requested_) {
+            why = "start interrupted";
+            return false;
+        }
+        if (Clock::now() >= deadline) {
+            why = "did not answer on " + plan_.qmgr_socket + " within 10 s";
+            kill_now(qmgr_);
+            return false;
+        }
+        wait_signal(std::min(deadline, Clock::now() + 100ms));
+        reap();
+        if (qmgr_.exit_status) {
+            why = describe(*qmgr_.exit_status) + " before answering on " + plan_.qmgr_socket;
+            qmgr_.exit_status.reset();
+            return false;
+        }
+    }
+    spdlog::info("smx-qmgr answers on {}", plan_.qmgr_socket);
+    return true;
+}
+
+void Supervisor::start_workers() {
+    for (Child* w : {&smtpc_, &smtps_}) {
+        std::string why;
+        if (w->pid == 0 && !start(*w, why)) restart_later(*w, why);
+    }
+}
+
+void Supervisor::start_due() {
+    const auto now = Clock::now();
+    auto due = [&](const Child& c) { return c.pid == 0 && c.start_at && *c.start_at <= now; };
+    std::string why;
+    if (qmgr_.pid == 0) {
+        if (!due(qmgr_)) return;
+        if (start_qmgr(why)) start_workers();
+        else if (!stop_requested_) restart_later(qmgr_, why);
+        return;
+    }
+    for (Child* w : {&smtpc_, &smtps_})
+        if (due(*w) && !start(*w, why)) restart_later(*w, why);
+}
+
+std::optional<Supervisor::Clock::time_point> Supervisor::next_due() const {
+    // Workers wait for QMGR, so only its restart counts while it is down.
+    if (qmgr_.pid == 0) return qmgr_.start_at;
+    std::optional<Clock::time_point> t;
+    for (const Child* w : {&smtpc_, &smtps_})
+        if (w->pid == 0 && w->start_at && (!t || *w->start_at < *t)) t = w->start_at;
+    return t;
+}
+
+void Supervisor::restart_later(Child& c, const std::string& why) {
+    const auto now = Clock::now();
+    if (now - c.started >= backoff_reset_after) c.backoff = 1s;
+    const auto delay = c.backoff;
+    c.backoff = std::min<std::chrono::seconds>(c.backoff * 2, backoff_max);
+    c.start_at = now + delay;
+    spdlog::warn("{} {}; restarting in {} s", c.name, why, delay.count());
+}
+
+void Supervisor::handle_crashes() {
+    for (Child* c : all_) {
+        if (!c->exit_status) continue;
+        restart_later(*c, describe(*c->exit_status));
+        c->exit_status.reset();
+    }
+}
+
+int Supervisor::wait_signal(std::optional<Clock::time_point> deadline) {
+    const sigset_t set = supervisor_signals();
+    auto wait = std::chrono::nanoseconds(std::chrono::hours(1));
+    if (deadline) wait = std::max<std::chrono::nanoseconds>(*deadline - Clock::now(), 0ns);
+    timespec ts{static_cast<time_t>(wait.count() / 1000000000),
+                static_cast<long>(wait.count() % 1000000000)};
+    const int sig = ::sigtimedwait(&set, nullptr, &ts);
+    if ((sig == SIGTERM || sig == SIGINT) && !stop_requested_) {
+        spdlog::info("{} received, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        stop_requested_ = true;
+    }
+    return sig;
+}
+
+void Supervisor::reap() {
+    int status = 0;
+    pid_t pid;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+        for (Child* c : all_) {
+            if (c->pid != pid) continue;
+            c->pid = 0;
+            if (c->stopping) {
+                c->stopping = false;
+                spdlog::info("{} stopped ({})", c->name, describe(status));
+            } else {
+                c->exit_status = status;
+            }
+        }
+    }
+}
+
+void Supervisor::terminate(Child& c) {
+    if (c.pid == 0) return;
+    c.stopping = true;
+    ::kill(c.pid, SIGTERM);
+}
+
+void Supervisor::wait_exit(const std::vector<Child*>& cs, Clock::time_point deadline) {
+    auto running = [&] {
+        return std::any_of(cs.begin(), cs.end(), [](const Child* c) { return c->pid != 0; });
+    };
+    while (running() && Clock::now() < deadline) {
+        wait_signal(deadline);
+        reap();
+    }
+}
+
+void Supervisor::kill_stragglers(const std::vector<Child*>& cs) {
+    for (Child* c : cs) {
+        if (c->pid == 0) continue;
+        spdlog::warn("{} did not stop within {} s; sending SIGKILL", c->name,
+                     stop_timeout.count());
+        kill_now(*c);
+    }
+}
+
+void Supervisor::kill_now(Child& c) {
+    ::kill(c.pid, SIGKILL);
+    ::waitpid(c.pid, nullptr, 0);
+    c.pid = 0;
+    c.stopping = false;
+}
+
+void Supervisor::stop_workers() {
+    std::vector<Child*> running;
+    for (Child* w : {&smtps_, &smtpc_})
+        if (w->pid != 0) running.push_back(w);
+    if (running.empty()) return;
+    spdlog::info("stopping smx-smtps and smx-smtpc until smx-qmgr is back");
+    for (Child* w : running) terminate(*w);
+    wait_exit(running, Clock::now() + stop_timeout);
+    kill_stragglers(running);
+}
+
+void Supervisor::shutdown() {
+    const auto deadline = Clock::now() + stop_timeout;
+    // Intake first, while QMGR is still there to ack what SMTPS holds.
+    terminate(smtps_);
+    wait_exit({&smtps_}, Clock::now() + smtps_drain_timeout);
+    terminate(smtpc_);
+    terminate(qmgr_);
+    wait_exit(all_, deadline);
+    kill_stragglers(all_);
+    spdlog::info("all children stopped");
+}
+
+} // namespace smx

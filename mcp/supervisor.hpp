@@ -1,0 +1,77 @@
+// The MCP's supervision loop: starts smx-qmgr, then smx-smtpc and
+// smx-smtps; restarts a child that dies (backoff 1 s doubling to 30 s,
+// reset after 60 s of running; a QMGR restart restarts the others); on
+// SIGTERM/SIGINT stops SMTPS first, then SMTPC and QMGR.
+//
+// Single-threaded and synchronous: SIGCHLD, SIGTERM and SIGINT stay blocked
+// and are taken with sigtimedwait, so every event is handled in one place,
+// in order, with no handler races.
+#pragma once
+
+#include "spawn.hpp"
+
+#include <chrono>
+#include <optional>
+#include <signal.h>
+#include <string>
+#include <vector>
+
+namespace smx {
+
+// Blocks the signals the supervisor waits for. Call before any thread
+// exists (the log thread), so that none of them takes the signals.
+void block_supervisor_signals();
+
+struct Plan {
+    std::string qmgr_path, smtpc_path, smtps_path;
+    std::string config_path;     // passed as -c when not empty
+    std::string qmgr_socket;
+    std::vector<int> listen_fds;  // for smx-smtps
+    std::optional<RunAs> run_as;
+};
+
+class Supervisor {
+public:
+    explicit Supervisor(Plan plan);
+    // Runs until SIGTERM/SIGINT (0), or 1 when QMGR does not come up at start.
+    int run();
+
+private:
+    using Clock = std::chrono::steady_clock;
+
+    struct Child {
+        std::string name;  // "smx-qmgr"
+        std::string path;
+        bool gets_listeners = false;
+        pid_t pid = 0;
+        Clock::time_point started{};
+        std::chrono::seconds backoff{1};
+        std::optional<Clock::time_point> start_at;  // when a dead child is due again
+        bool stopping = false;                      // we sent SIGTERM: not a crash
+        std::optional<int> exit_status;             // reaped, not yet handled
+    };
+
+    bool start(Child& c, std::string& why);
+    bool start_qmgr(std::string& why);
+    void start_workers();
+    void start_due();
+    std::optional<Clock::time_point> next_due() const;
+    void restart_later(Child& c, const std::string& why);
+    void handle_crashes();
+
+    int wait_signal(std::optional<Clock::time_point> deadline);
+    void reap();
+    void terminate(Child& c);
+    void wait_exit(const std::vector<Child*>& cs, Clock::time_point deadline);
+    void kill_stragglers(const std::vector<Child*>& cs);
+    void kill_now(Child& c);
+    void stop_workers();
+    void shutdown();
+
+    Plan plan_;
+    Child qmgr_, smtpc_, smtps_;
+    std::vector<Child*> all_;
+    bool stop_requested_ = false;
+};
+
+} // namespace smx

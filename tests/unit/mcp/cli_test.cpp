@@ -1,0 +1,189 @@
+// The smx command line: argument parsing, check-config, stats --json.
+#include "cli.hpp"
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+using namespace smx;
+
+namespace {
+
+struct TempConfig {
+    explicit TempConfig(const std::string& text) {
+        char p[] = "/tmp/smx-mcp-config-XXXXXX";
+        const int fd = ::mkstemp(p);
+        REQUIRE(fd >= 0);
+        ::close(fd);
+        path = p;
+        std::ofstream(path) << text;
+    }
+    ~TempConfig() { std::remove(path.c_str()); }
+    std::string path;
+};
+
+struct Checked {
+    int status;
+    std::string out, err;
+};
+
+Checked check(const std::string& text) {
+    TempConfig c(text);
+    std::ostringstream out, err;
+    const int status = check_config(c.path, out, err);
+    return {status, out.str(), err.str()};
+}
+
+std::optional<Args> parse(std::vector<const char*> argv, std::string& err) {
+    argv.insert(argv.begin(), "smx");
+    return parse_args(static_cast<int>(argv.size()), argv.data(), err);
+}
+
+} // namespace
+
+TEST_CASE("arguments: command, -c anywhere, operands") {
+    std::string err;
+    auto a = parse({"stats", "-c", "x.toml", "--json"}, err);
+    REQUIRE(a);
+    CHECK(a->command == "stats");
+    CHECK(a->config_path == "x.toml");
+    CHECK(a->json);
+
+    a = parse({"--config=y.toml", "hold", "6740A1B2C3D4E0001", "6740A1B2C3D4E0002"}, err);
+    REQUIRE(a);
+    CHECK(a->command == "hold");
+    CHECK(a->config_path == "y.toml");
+    CHECK(a->operands == std::vector<std::string>{"6740A1B2C3D4E0001", "6740A1B2C3D4E0002"});
+
+    CHECK(parse({"--help"}, err)->command == "help");
+    CHECK(parse({"run", "-V"}, err)->command == "version");
+}
+
+TEST_CASE("arguments: usage errors say what is wrong") {
+    std::string err;
+    CHECK_FALSE(parse({}, err));
+    CHECK(err == "no command given");
+    CHECK_FALSE(parse({"frobnicate"}, err));
+    CHECK(err == "unknown command 'frobnicate'");
+    CHECK_FALSE(parse({"run", "-c"}, err));
+    CHECK(err == "option -c needs a file name");
+    CHECK_FALSE(parse({"hold"}, err));
+    CHECK(err == "hold needs a queue id");
+    CHECK_FALSE(parse({"run", "extra"}, err));
+    CHECK(err == "run takes no arguments ('extra')");
+    CHECK_FALSE(parse({"queue", "--json"}, err));
+    CHECK(err == "--json goes with stats only");
+    CHECK_FALSE(parse({"run", "--verbose"}, err));
+    CHECK(err == "unknown option '--verbose'");
+}
+
+TEST_CASE("check-config: a good config prints a summary, exit 0") {
+    auto r = check(R"(
+[server]
+listen = ["127.0.0.1:2526", "[::1]:2526"]
+[queue]
+spool_dir = "/var/spool/smx"
+run_dir = "/run/smx"
+[routes]
+default = "[127.0.0.1]:2600"
+"example.net" = ["[10.0.0.1]:25", "[10.0.0.2]:25"]
+)");
+    CHECK(r.status == exit_ok);
+    CHECK(r.err.empty());
+    CHECK(r.out.rfind("config OK (", 0) == 0);
+    CHECK(r.out.find("listen: 127.0.0.1:2526, [::1]:2526\n") != std::string::npos);
+    CHECK(r.out.find("spool:  /var/spool/smx (cdb hashed)\n") != std::string::npos);
+    CHECK(r.out.find("run:    /run/smx\n") != std::string::npos);
+    CHECK(r.out.find("routes: example.net = [10.0.0.1]:25 [10.0.0.2]:25, "
+                     "default = [127.0.0.1]:2600\n") != std::string::npos);
+}
+
+TEST_CASE("check-config: built-in defaults are valid") {
+    std::ostringstream out, err;
+    CHECK(check_config("", out, err) == exit_ok);
+    CHECK(out.str().find("config OK (built-in defaults)") == 0);
+    CHECK(out.str().find("listen: [127.0.0.1]:2525") != std::string::npos);
+}
+
+TEST_CASE("check-config: errors name the key, exit 2") {
+    struct Case {
+        const char* text;
+        const char* message;
+    } cases[] = {
+        {"[server]\nlisten_on = \"127.0.0.1:25\"\n", "smx: config error: server.listen_on: unknown key\n"},
+        {"[server]\nlisten = [\"127.0.0.1:70000\"]\n",
+         "smx: config error: server.listen: port out of range in '127.0.0.1:70000'\n"},
+        {"[server]\nlisten = [\"127.0.0.1:smtp\"]\n",
+         "smx: config error: server.listen: bad port in '127.0.0.1:smtp'\n"},
+        {"[server]\nrelay_networks = [\"10.0.0.0/33\"]\n",
+         "smx: config error: server.relay_networks: bad prefix length in '10.0.0.0/33'\n"},
+        {"[server]\nrelay_networks = [\"10.0.0.300/8\"]\n",
+         "smx: config error: server.relay_networks: bad address in '10.0.0.300/8'\n"},
+        {"[queue]\ncommit_max_batch = \"many\"\n",
+         "smx: config error: queue.commit_max_batch: wrong type\n"},
+        {"[server]\nuser = \"no-such-user-smx\"\n",
+         "smx: config error: server.user: no such user 'no-such-user-smx'\n"},
+        {"[qeue]\n", "smx: config error: qeue: unknown section\n"},
+    };
+    for (const auto& c : cases) {
+        INFO(c.text);
+        auto r = check(c.text);
+        CHECK(r.status == exit_config);
+        CHECK(r.out.empty());
+        CHECK(r.err == c.message);
+    }
+}
+
+TEST_CASE("check-config: TOML syntax errors and missing files, exit 2") {
+    auto r = check("[server\n");
+    CHECK(r.status == exit_config);
+    CHECK(r.err.rfind("smx: config error: ", 0) == 0);
+    CHECK(r.err.find("line 1") != std::string::npos);
+
+    std::ostringstream out, err;
+    CHECK(check_config("/nonexistent/smx.toml", out, err) == exit_config);
+    CHECK(err.str().rfind("smx: config error: /nonexistent/smx.toml: ", 0) == 0);
+}
+
+TEST_CASE("the example config loads and matches the built-in defaults") {
+    std::ostringstream out, err;
+    CHECK(check_config(EXAMPLE_CONFIG, out, err) == exit_ok);
+    CHECK(err.str().empty());
+    const auto ex = load_checked(EXAMPLE_CONFIG, err);
+    const auto def = load_checked("", err);
+    REQUIRE(ex);
+    REQUIRE(def);
+    CHECK(ex->server.listen[0].host == def->server.listen[0].host);
+    CHECK(ex->server.listen[0].port == def->server.listen[0].port);
+    CHECK(ex->server.max_message_size == def->server.max_message_size);
+    CHECK(ex->server.relay_networks.size() == def->server.relay_networks.size());
+    CHECK(ex->queue.spool_dir == def->queue.spool_dir);
+    CHECK(ex->queue.commit_interval == def->queue.commit_interval);
+    CHECK(ex->queue.commit_max_batch == def->queue.commit_max_batch);
+    CHECK(ex->queue.retry_max == def->queue.retry_max);
+    CHECK(ex->client.max_concurrency == def->client.max_concurrency);
+    CHECK(ex->log.level == def->log.level);
+    CHECK_FALSE(ex->default_route);
+}
+
+TEST_CASE("stats --json: numbers stay numbers, the rest are strings") {
+    CHECK(stats_to_json("received 12\nibdb_commits 3\nfsync_latency_avg_ms 0.25\n"
+                        "state running\n\nqueue_size  2 \n") ==
+          "{\n"
+          "  \"received\": 12,\n"
+          "  \"ibdb_commits\": 3,\n"
+          "  \"fsync_latency_avg_ms\": 0.25,\n"
+          "  \"state\": \"running\",\n"
+          "  \"queue_size\": 2\n"
+          "}\n");
+    CHECK(stats_to_json("") == "{}\n");
+    CHECK(stats_to_json("odd 007\nlast_error \"x\"\\y\nneg -1e3\nempty") ==
+          "{\n"
+          "  \"odd\": \"007\",\n"
+          "  \"last_error\": \"\\\"x\\\"\\\\y\",\n"
+          "  \"neg\": -1e3,\n"
+          "  \"empty\": \"\"\n"
+          "}\n");
+}

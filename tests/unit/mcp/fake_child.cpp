@@ -1,0 +1,108 @@
+// Stand-in for smx-qmgr, smx-smtps and smx-smtpc (chosen by argv[0]) so the
+// supervisor can be tested alone:
+//   smx-qmgr   answers HELLO and CTL requests on cfg.qmgr_socket()
+//              ("stats" → counters, "hold" → an error, else echo);
+//   smx-smtps  checks SMX_LISTEN_FDS and greets "220 fake" on each listener;
+//   smx-smtpc  idles.
+// All exit 0 on SIGTERM. FAKE_EXIT=N makes a child exit N at once,
+// FAKE_IGNORE_TERM=1 makes it ignore SIGTERM.
+#include "channel.hpp"
+#include "config.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+namespace asio = boost::asio;
+using namespace sm;
+
+namespace {
+
+asio::awaitable<void> serve_peer(std::shared_ptr<Channel> ch) {
+    while (auto f = co_await ch->read()) {
+        std::string err;
+        if (f->hdr.type == msg::HELLO) {
+            ch->send(msg::encode(msg::HelloAck{0, "ok"}, f->hdr.req_id));
+        } else if (auto req = msg::decode<msg::CtlRequest>(*f, err)) {
+            msg::CtlReply r;
+            if (req->command == "stats") {
+                r.text = "received 12\ndelivered 10\nibdb_commits 3\nqueue_size 2\nstate running\n";
+            } else if (req->command == "hold") {
+                r = {1, "no such queue id"};
+            } else {
+                r.text = req->command;
+                for (const auto& a : req->args) r.text += " " + a;
+            }
+            ch->send(msg::encode(r, f->hdr.req_id));
+        }
+    }
+}
+
+asio::awaitable<void> qmgr(std::string path) {
+    auto ex = co_await asio::this_coro::executor;
+    ::unlink(path.c_str());
+    asio::local::stream_protocol::acceptor acc(ex, asio::local::stream_protocol::endpoint(path));
+    for (;;) {
+        auto s = co_await acc.async_accept(asio::use_awaitable);
+        auto ch = std::make_shared<Channel>(std::move(s), "peer");
+        ch->start();
+        asio::co_spawn(ex, serve_peer(ch), asio::detached);
+    }
+}
+
+asio::awaitable<void> greet(int fd) {
+    auto ex = co_await asio::this_coro::executor;
+    asio::ip::tcp::acceptor acc(ex);
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len);
+    acc.assign(domain == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), fd);
+    for (;;) {
+        auto s = co_await acc.async_accept(asio::use_awaitable);
+        co_await asio::async_write(s, asio::buffer(std::string("220 fake\r\n")),
+                                   asio::use_awaitable);
+    }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    const std::string name = std::filesystem::path(argv[0]).filename();
+    std::string config;
+    for (int i = 1; i + 1 < argc; ++i)
+        if (std::string(argv[i]) == "-c") config = argv[i + 1];
+    if (const char* e = std::getenv("FAKE_EXIT")) return std::atoi(e);
+
+    asio::io_context io;
+    auto work = asio::make_work_guard(io);  // smx-smtpc has nothing else to wait for
+    asio::signal_set sigs(io, SIGTERM, SIGINT);
+    if (!std::getenv("FAKE_IGNORE_TERM")) sigs.async_wait([&](auto, int) { io.stop(); });
+    else ::signal(SIGTERM, SIG_IGN);
+
+    const Config cfg = load_config(config);
+    if (name == "smx-qmgr") {
+        asio::co_spawn(io, qmgr(cfg.qmgr_socket()), asio::detached);
+    } else if (name == "smx-smtps") {
+        const char* fds = std::getenv("SMX_LISTEN_FDS");
+        if (!fds) {
+            std::cerr << "fake smx-smtps: no SMX_LISTEN_FDS\n";
+            return 3;
+        }
+        std::stringstream ss(fds);
+        for (std::string fd; std::getline(ss, fd, ',');) {
+            int on = 0;
+            socklen_t len = sizeof on;
+            if (::getsockopt(std::stoi(fd), SOL_SOCKET, SO_ACCEPTCONN, &on, &len) != 0 || !on) {
+                std::cerr << "fake smx-smtps: fd " << fd << " is not a listener\n";
+                return 4;
+            }
+            asio::co_spawn(io, greet(std::stoi(fd)), asio::detached);
+        }
+    }
+    io.run();
+    return 0;
+}
