@@ -1,0 +1,102 @@
+// smx-qmgr [-c FILE]: the queue manager. Recovers the queue from IBDB, then
+// serves SMTPS, SMTPC and the CLI on <run_dir>/qmgr.sock until SIGTERM.
+#include "ibdb.hpp"
+#include "metrics_http.hpp"
+#include "qmgr.hpp"
+#include "server.hpp"
+
+#include "config.hpp"
+#include "log.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+namespace {
+
+int usage() {
+    std::fprintf(stderr, "usage: smx-qmgr [-c FILE]\n");
+    return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    using namespace smx::qmgr;
+    std::string cfg_path;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "-c") == 0 && i + 1 < argc) cfg_path = argv[++i];
+        else return usage();
+    }
+    sm::Config cfg;
+    try {
+        cfg = sm::load_config(cfg_path);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "smx-qmgr: %s: %s\n", cfg_path.empty() ? "defaults" : cfg_path.c_str(),
+                     e.what());
+        return 2;
+    }
+    sm::init_logging("qmgr", cfg.log);
+
+    const std::string spool = cfg.spool_dir_abs();
+    for (const char* sub : {"/ibdb", "/quarantine", "/cdb"}) {
+        std::error_code ec;
+        std::filesystem::create_directories(spool + sub, ec);
+        if (ec) {
+            spdlog::critical("cannot create {}{}: {}", spool, sub, ec.message());
+            return 1;
+        }
+    }
+
+    asio::io_context io(1);
+    // IBDB's fdatasync and the CDB unlinks; two threads keep one batch
+    // syncing while the next is written.
+    asio::thread_pool workers(2);
+    IbdbOptions opt;
+    opt.dir = spool + "/ibdb";
+    opt.quarantine_dir = spool + "/quarantine";
+    opt.commit_interval = cfg.queue.commit_interval;
+    opt.max_batch = cfg.queue.commit_max_batch;
+    opt.file_size = cfg.queue.ibdb_file_size;
+    try {
+        Ibdb ibdb(io.get_executor(), workers, opt);
+        Qmgr q(cfg, io.get_executor(), workers, ibdb);
+        q.restore(ibdb.recover());
+        Server server(io, cfg, q);
+        std::string err;
+        if (!server.listen(err)) {
+            spdlog::critical("{}", err);
+            return 1;
+        }
+        MetricsHttp metrics(io, q);
+        if (!cfg.stats.listen.empty() && !metrics.listen(cfg.stats.listen, err)) {
+            spdlog::critical("stats.listen: {}", err);
+            return 1;
+        }
+
+        asio::signal_set signals(io, SIGTERM, SIGINT);
+        asio::steady_timer grace(io);
+        signals.async_wait([&](boost::system::error_code ec, int sig) {
+            if (ec) return;
+            spdlog::info("signal {}: shutting down", sig);
+            server.stop();
+            metrics.stop();
+            q.stop_intake();
+            ibdb.flush_sync();
+            // Let the acks of the last batch reach SMTPS before we go.
+            grace.expires_after(std::chrono::milliseconds(200));
+            grace.async_wait([&](boost::system::error_code) { io.stop(); });
+        });
+        io.run();
+        workers.join();
+        spdlog::info("stopped");
+    } catch (const std::exception& e) {
+        spdlog::critical("{}", e.what());
+        spdlog::shutdown();
+        return 1;
+    }
+    spdlog::shutdown();
+    return 0;
+}

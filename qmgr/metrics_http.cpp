@@ -1,0 +1,99 @@
+#include "metrics_http.hpp"
+
+#include "server.hpp"
+#include "smtp_io.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <string_view>
+
+namespace smx::qmgr {
+
+namespace {
+constexpr auto http_timeout = std::chrono::seconds(5);
+
+// Counters only grow; the rest are levels.
+bool is_counter(std::string_view name) {
+    static constexpr std::string_view gauges[] = {
+        "queue_size", "queue_transactions", "queue_deferred", "active_deliveries",
+        "destinations", "smtpc_connections", "smtps_connections", "ibdb_pending", "fsync_us_max"};
+    for (auto g : gauges)
+        if (g == name) return false;
+    return true;
+}
+} // namespace
+
+std::string prometheus_text(const Qmgr& q) {
+    std::string out;
+    for (const auto& [name, value] : q.metrics()) {
+        out += "# TYPE smx_";
+        out += name;
+        out += is_counter(name) ? " counter\nsmx_" : " gauge\nsmx_";
+        out += name;
+        out += ' ';
+        out += std::to_string(value);
+        out += '\n';
+    }
+    return out;
+}
+
+bool MetricsHttp::listen(const std::string& hostport, std::string& err) {
+    const sm::HostPort hp = sm::parse_hostport("stats.listen", hostport, 9525);
+    boost::system::error_code ec;
+    const auto addr = asio::ip::make_address(hp.host, ec);
+    if (ec) {
+        err = "not an IP address: " + hp.host;
+        return false;
+    }
+    const asio::ip::tcp::endpoint ep(addr, hp.port);
+    acceptor_.open(ep.protocol(), ec);
+    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(ep, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+        err = "listen on " + hostport + ": " + ec.message();
+        return false;
+    }
+    asio::co_spawn(io_, accept_loop(), log_exception);
+    spdlog::info("metrics on http://{}/metrics", hostport);
+    return true;
+}
+
+void MetricsHttp::stop() {
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+}
+
+asio::awaitable<void> MetricsHttp::accept_loop() {
+    while (acceptor_.is_open()) {
+        auto [ec, s] = co_await acceptor_.async_accept(asio::as_tuple(asio::use_awaitable));
+        if (ec) {
+            if (!acceptor_.is_open()) break;
+            continue;
+        }
+        asio::co_spawn(io_, serve(std::move(s)), log_exception);
+    }
+}
+
+asio::awaitable<void> MetricsHttp::serve(asio::ip::tcp::socket s) {
+    sm::smtp::LineReader<asio::ip::tcp::socket> in(s, 1024);
+    auto req = co_await in.read_line(http_timeout);
+    if (req.status != sm::smtp::ReadStatus::ok || !req.complete) co_return;
+    const bool ok = std::string_view(req.text).starts_with("GET /metrics ");
+    // Headers up to the empty line; their content does not matter.
+    for (int n = 0; n < 100; ++n) {
+        auto h = co_await in.read_line(http_timeout);
+        if (h.status != sm::smtp::ReadStatus::ok) co_return;
+        if (h.complete && (h.text.empty() || h.text == "\r")) break;
+    }
+    const std::string body = ok ? prometheus_text(q_) : "not found; try /metrics\n";
+    std::string resp = ok ? "HTTP/1.0 200 OK\r\n" : "HTTP/1.0 404 Not Found\r\n";
+    resp += "Content-Type: text/plain; version=0.0.4\r\nContent-Length: " +
+            std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    co_await sm::smtp::write_all(s, resp, http_timeout);
+    boost::system::error_code ec;
+    s.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+}
+
+} // namespace smx::qmgr

@@ -1,0 +1,31 @@
+// Prometheus text exposition of QMGR's counters on http://<stats.listen>/metrics
+// (optional: off unless [stats] listen is set). HTTP/1.0, one request per
+// connection, which is all a scraper needs.
+#pragma once
+
+#include "qmgr.hpp"
+
+#include <boost/asio.hpp>
+#include <string>
+
+namespace smx::qmgr {
+
+class MetricsHttp {
+public:
+    MetricsHttp(asio::io_context& io, const Qmgr& q) : io_(io), q_(q), acceptor_(io) {}
+    bool listen(const std::string& hostport, std::string& err);
+    void stop();
+
+private:
+    asio::awaitable<void> accept_loop();
+    asio::awaitable<void> serve(asio::ip::tcp::socket s);
+
+    asio::io_context& io_;
+    const Qmgr& q_;
+    asio::ip::tcp::acceptor acceptor_;
+};
+
+// The counters as Prometheus text: smx_<name> <value> lines with TYPE hints.
+std::string prometheus_text(const Qmgr& q);
+
+} // namespace smx::qmgr

@@ -1,0 +1,209 @@
+#include "scheduler.hpp"
+
+#include "ids.hpp"
+
+#include <algorithm>
+#include <spdlog/spdlog.h>
+
+namespace smx::qmgr {
+
+Scheduler::Scheduler(asio::any_io_executor ex, SchedulerOptions opt, Suspend suspend)
+    : ex_(std::move(ex)), opt_(opt), suspend_(std::move(suspend)),
+      // Unique across restarts too, so a late RESULT can never match.
+      next_da_(sm::now_us()) {
+    opt_.initial_concurrency = std::max(1u, opt_.initial_concurrency);
+    opt_.max_concurrency = std::max(opt_.initial_concurrency, opt_.max_concurrency);
+    opt_.max_rcpts_per_delivery = std::max(1u, opt_.max_rcpts_per_delivery);
+}
+
+void Scheduler::submit(Ta& ta, const Destination& dest, std::vector<std::uint32_t> idx) {
+    if (idx.empty()) return;
+    auto& slot = dests_[dest.key];
+    if (!slot) {
+        slot = std::make_unique<Dest>();
+        slot->key = dest.key;
+        slot->window = opt_.initial_concurrency;
+    }
+    Dest& d = *slot;
+    d.nexthops = dest.nexthops;
+    const std::uint64_t now = sm::now_us();
+    revive_if_due(d, now);
+    if (d.dead_until_us) {
+        for (auto i : idx)
+            suspend_(ta, i, "delivery temporarily suspended: " + d.last_error, d.dead_until_us);
+        return;
+    }
+    const std::size_t per = opt_.max_rcpts_per_delivery;
+    if (idx.size() <= per) {
+        d.jobs.push_back(Job{&ta, std::move(idx)});
+    } else {
+        for (std::size_t i = 0; i < idx.size(); i += per) {
+            auto end = idx.begin() + static_cast<std::ptrdiff_t>(std::min(idx.size(), i + per));
+            d.jobs.push_back(Job{&ta, {idx.begin() + static_cast<std::ptrdiff_t>(i), end}});
+        }
+    }
+    make_ready(d);
+}
+
+std::uint64_t Scheduler::add_link(Send send) {
+    links_.push_back(Link{next_link_, std::move(send), 0});
+    kick();
+    return next_link_++;
+}
+
+void Scheduler::remove_link(std::uint64_t link) {
+    std::erase_if(links_, [&](const Link& l) { return l.id == link; });
+    // Rare (SMTPC died), so a walk over the in-flight table is fine here.
+    for (auto it = inflight_.begin(); it != inflight_.end();) {
+        if (it->second.link != link) {
+            ++it;
+            continue;
+        }
+        Dest& d = *it->second.dest;
+        for (auto i : it->second.job.idx) it->second.job.ta->rcpts[i].state = RcptState::active;
+        d.jobs.push_front(std::move(it->second.job));
+        --d.active;
+        make_ready(d);
+        it = inflight_.erase(it);
+    }
+}
+
+std::optional<Job> Scheduler::complete(std::uint64_t link, std::uint64_t da_id,
+                                       bool connection_failed, const std::string& error) {
+    auto it = inflight_.find(da_id);
+    if (it == inflight_.end() || it->second.link != link) return std::nullopt;
+    Delivery dl = std::move(it->second);
+    inflight_.erase(it);
+    if (Link* l = find_link(link)) --l->inflight;
+    Dest& d = *dl.dest;
+    --d.active;
+    if (connection_failed) {
+        on_failure(d, error);
+    } else {
+        d.failed_cohorts = 0;
+        d.window = std::min<double>(opt_.max_concurrency, d.window + 1.0 / d.window);
+    }
+    make_ready(d);
+    collect(d);
+    kick();
+    return std::move(dl.job);
+}
+
+double Scheduler::window(const std::string& key) const {
+    auto it = dests_.find(key);
+    return it == dests_.end() ? 0 : it->second->window;
+}
+
+bool Scheduler::dead(const std::string& key) const {
+    auto it = dests_.find(key);
+    return it != dests_.end() && it->second->dead_until_us != 0;
+}
+
+bool Scheduler::can_send(const Dest& d) const {
+    return !d.jobs.empty() && !d.dead_until_us && d.active < static_cast<unsigned>(d.window);
+}
+
+void Scheduler::make_ready(Dest& d) {
+    if (d.ready || !can_send(d)) return;
+    d.ready = true;
+    ready_.push_back(&d);
+    kick();
+}
+
+// Many events (a commit batch, a burst of RESULTs) are folded into one pump,
+// so their DELIVERs leave in one write.
+void Scheduler::kick() {
+    if (pump_posted_) return;
+    pump_posted_ = true;
+    asio::post(ex_, [this] {
+        pump_posted_ = false;
+        pump();
+    });
+}
+
+void Scheduler::pump() {
+    while (!ready_.empty()) {
+        Link* l = pick_link();
+        if (!l) return;  // the ready list waits for a link or a completion
+        Dest* d = ready_.front();
+        ready_.pop_front();
+        d->ready = false;
+        if (!can_send(*d)) {
+            collect(*d);
+            continue;
+        }
+        dispatch(*d, *l);
+        make_ready(*d);
+    }
+}
+
+void Scheduler::dispatch(Dest& d, Link& l) {
+    Job job = std::move(d.jobs.front());
+    d.jobs.pop_front();
+    const Ta& ta = *job.ta;
+    sm::msg::Deliver m;
+    m.da_id = next_da_++;
+    m.ta_id = ta.id;
+    m.cdb_id = ta.cdb_id;
+    m.sender = ta.sender;
+    m.size = ta.size;
+    m.rcpts.reserve(job.idx.size());
+    for (auto i : job.idx) {
+        job.ta->rcpts[i].state = RcptState::inflight;
+        m.rcpts.push_back(sm::msg::DeliverRcpt{i, ta.rcpts[i].addr});
+    }
+    m.nexthops = *d.nexthops;
+    l.send(sm::msg::encode(m));
+    ++l.inflight;
+    ++d.active;
+    inflight_.emplace(m.da_id, Delivery{std::move(job), &d, l.id});
+}
+
+// Postfix's feedback: each failure costs one unit of concurrency and 1/window
+// of a failed cohort; a whole cohort without a success marks the destination
+// dead, and what waits for it is deferred instead of tried one by one.
+void Scheduler::on_failure(Dest& d, const std::string& error) {
+    d.last_error = error;
+    d.failed_cohorts += 1.0 / d.window;
+    d.window = std::max(1.0, d.window - 1.0);
+    if (d.failed_cohorts < 1.0 || d.dead_until_us) return;
+    d.dead_until_us = sm::now_us() + static_cast<std::uint64_t>(opt_.dead_time.count());
+    spdlog::warn("destination {} marked dead for {}s: {}", d.key,
+                 std::chrono::duration_cast<std::chrono::seconds>(opt_.dead_time).count(), error);
+    std::deque<Job> jobs = std::move(d.jobs);
+    d.jobs.clear();
+    for (auto& j : jobs)
+        for (auto i : j.idx)
+            suspend_(*j.ta, i, "delivery temporarily suspended: " + error, d.dead_until_us);
+}
+
+void Scheduler::revive_if_due(Dest& d, std::uint64_t now) {
+    if (!d.dead_until_us || now < d.dead_until_us) return;
+    d.dead_until_us = 0;
+    d.failed_cohorts = 0;
+    d.window = opt_.initial_concurrency;
+}
+
+// An idle, live destination is forgotten (as postfix does), so queues for
+// one-off domains do not accumulate.
+void Scheduler::collect(Dest& d) {
+    if (d.ready || d.active || !d.jobs.empty() || d.dead_until_us) return;
+    const std::string key = d.key;  // d dies in the erase
+    dests_.erase(key);
+}
+
+Scheduler::Link* Scheduler::pick_link() {
+    Link* best = nullptr;
+    for (auto& l : links_)
+        if (l.inflight < opt_.link_max_inflight && (!best || l.inflight < best->inflight))
+            best = &l;
+    return best;
+}
+
+Scheduler::Link* Scheduler::find_link(std::uint64_t id) {
+    for (auto& l : links_)
+        if (l.id == id) return &l;
+    return nullptr;
+}
+
+} // namespace smx::qmgr

@@ -1,0 +1,120 @@
+// The scheduler: one queue per destination, each with a postfix-style
+// concurrency window (slow start from initial_concurrency, +1/window per
+// delivery that reached a server, -1 per connection failure; after a cohort of
+// failures without a success the destination is dead for dead_time), and the
+// SMTPC links the DELIVERs are spread over.
+//
+// Destinations with work and room in their window wait in a ready list that
+// pump() serves round robin, one DELIVER per turn, so no step scans all
+// destinations or all deliveries.
+#pragma once
+
+#include "queue.hpp"
+#include "routing.hpp"
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace smx::qmgr {
+
+namespace asio = boost::asio;
+
+struct SchedulerOptions {
+    unsigned initial_concurrency = 5;
+    unsigned max_concurrency = 20;
+    std::chrono::microseconds dead_time{std::chrono::seconds(300)};
+    unsigned max_rcpts_per_delivery = 100;
+    unsigned link_max_inflight = 1000;  // DELIVERs outstanding per SMTPC
+};
+
+// Recipients of one transaction for one destination.
+struct Job {
+    Ta* ta = nullptr;
+    std::vector<std::uint32_t> idx;
+};
+
+class Scheduler {
+public:
+    // Recipients the scheduler will not try now because their destination is
+    // dead; the owner defers them until until_us.
+    using Suspend = std::function<void(Ta&, std::uint32_t idx, const std::string& why,
+                                       std::uint64_t until_us)>;
+    using Send = std::function<void(std::string frame)>;
+
+    Scheduler(asio::any_io_executor ex, SchedulerOptions opt, Suspend suspend);
+
+    // Queues recipients of ta (all active) for one destination.
+    void submit(Ta& ta, const Destination& dest, std::vector<std::uint32_t> idx);
+
+    // SMTPC links. Removing one puts its in-flight deliveries back at the
+    // front of their queues; they wait there while no link is connected.
+    std::uint64_t add_link(Send send);
+    void remove_link(std::uint64_t link);
+
+    // Takes the delivery a RESULT answers off the in-flight table and feeds
+    // its outcome back into the window; error is the failure text.
+    // nullopt when da_id is unknown or was sent on another link.
+    std::optional<Job> complete(std::uint64_t link, std::uint64_t da_id,
+                                bool connection_failed, const std::string& error);
+
+    std::size_t active_deliveries() const { return inflight_.size(); }
+    std::size_t links() const { return links_.size(); }
+    std::size_t destinations() const { return dests_.size(); }
+    // Current window of a destination, 0 when it has no queue (for tests).
+    double window(const std::string& key) const;
+    bool dead(const std::string& key) const;
+
+private:
+    struct Dest {
+        std::string key;
+        const std::vector<std::string>* nexthops = nullptr;
+        std::deque<Job> jobs;
+        double window = 1;
+        unsigned active = 0;
+        double failed_cohorts = 0;
+        std::uint64_t dead_until_us = 0;
+        std::string last_error;
+        bool ready = false;  // in ready_
+    };
+    struct Link {
+        std::uint64_t id = 0;
+        Send send;
+        unsigned inflight = 0;
+    };
+    struct Delivery {
+        Job job;
+        Dest* dest = nullptr;
+        std::uint64_t link = 0;
+    };
+
+    bool can_send(const Dest& d) const;
+    void make_ready(Dest& d);
+    void kick();
+    void pump();
+    void dispatch(Dest& d, Link& l);
+    void on_failure(Dest& d, const std::string& error);
+    void revive_if_due(Dest& d, std::uint64_t now);
+    void collect(Dest& d);
+    Link* pick_link();
+    Link* find_link(std::uint64_t id);
+
+    asio::any_io_executor ex_;
+    SchedulerOptions opt_;
+    Suspend suspend_;
+    std::unordered_map<std::string, std::unique_ptr<Dest>> dests_;
+    std::deque<Dest*> ready_;
+    std::vector<Link> links_;
+    std::unordered_map<std::uint64_t, Delivery> inflight_;
+    std::uint64_t next_link_ = 1;
+    std::uint64_t next_da_ = 1;
+    bool pump_posted_ = false;
+};
+
+} // namespace smx::qmgr

@@ -1,0 +1,178 @@
+#include "server.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace smx::qmgr {
+
+namespace {
+
+using namespace asio::experimental::awaitable_operators;
+using stream = asio::local::stream_protocol;
+
+constexpr auto hello_timeout = std::chrono::seconds(10);
+constexpr auto cli_timeout = std::chrono::seconds(30);
+
+// A read with a deadline; on timeout the channel is closed.
+asio::awaitable<std::optional<sm::rec::Frame>> read_for(sm::Channel& ch,
+                                                        std::chrono::seconds limit) {
+    asio::steady_timer t(co_await asio::this_coro::executor, limit);
+    auto r = co_await (ch.read() || t.async_wait(asio::use_awaitable));
+    if (r.index() == 0) co_return std::get<0>(std::move(r));
+    spdlog::warn("{}: no record within {}s, closing", ch.peer(), limit.count());
+    ch.close();
+    co_return std::nullopt;
+}
+
+// Refuses a peer: the HELLO_ACK must reach it before the socket closes, so
+// wait (briefly) for the peer to hang up first.
+asio::awaitable<void> refuse(std::shared_ptr<sm::Channel> ch, const std::string& why) {
+    spdlog::warn("{}: refused: {}", ch->peer(), why);
+    ch->send(sm::msg::encode(sm::msg::HelloAck{1, why}));
+    co_await read_for(*ch, std::chrono::seconds(2));
+    ch->close();
+}
+
+// The next record of a peer, which must be of type T, with its req_id;
+// nullopt at EOF or on a protocol error (logged: the peer is then dropped).
+template <class T>
+asio::awaitable<std::optional<std::pair<T, std::uint64_t>>> next(sm::Channel& ch,
+                                                                 std::uint16_t type) {
+    auto f = co_await ch.read();
+    if (!f) co_return std::nullopt;
+    std::string err;
+    std::optional<T> v;
+    if (f->hdr.type == type) v = sm::msg::decode<T>(*f, err);
+    else err = "unexpected record type " + std::to_string(f->hdr.type);
+    if (!v) {
+        spdlog::error("{}: protocol error: {}; dropping the peer", ch.peer(), err);
+        co_return std::nullopt;
+    }
+    co_return std::make_pair(std::move(*v), f->hdr.req_id);
+}
+
+} // namespace
+
+void log_exception(std::exception_ptr e) {
+    if (!e) return;
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+        spdlog::error("internal error: {}", x.what());
+    }
+}
+
+Server::Server(asio::io_context& io, const sm::Config& cfg, Qmgr& q)
+    : io_(io), cfg_(cfg), q_(q), acceptor_(io) {}
+
+bool Server::listen(std::string& err) {
+    path_ = cfg_.qmgr_socket();
+    std::error_code fec;
+    std::filesystem::create_directories(cfg_.run_dir_abs(), fec);
+    boost::system::error_code ec;
+    {
+        // A stale socket file from a crash refuses connections; a live
+        // QMGR accepts, and must not lose its socket to us.
+        stream::socket probe(io_);
+        probe.connect(stream::endpoint(path_), ec);
+        if (!ec) {
+            err = "another qmgr is listening on " + path_;
+            return false;
+        }
+    }
+    ::unlink(path_.c_str());
+    acceptor_.open(stream(), ec);
+    if (!ec) acceptor_.bind(stream::endpoint(path_), ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+        err = "listen on " + path_ + ": " + ec.message();
+        return false;
+    }
+    ::chmod(path_.c_str(), 0660);
+    asio::co_spawn(io_, accept_loop(), log_exception);
+    spdlog::info("listening on {}", path_);
+    return true;
+}
+
+void Server::stop() {
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+    ::unlink(path_.c_str());
+}
+
+asio::awaitable<void> Server::accept_loop() {
+    while (acceptor_.is_open()) {
+        auto [ec, s] = co_await acceptor_.async_accept(asio::as_tuple(asio::use_awaitable));
+        if (ec) {
+            if (ec == asio::error::operation_aborted || !acceptor_.is_open()) break;
+            spdlog::warn("accept: {}", ec.message());
+            continue;
+        }
+        auto ch = std::make_shared<sm::Channel>(std::move(s), "peer");
+        ch->start();
+        asio::co_spawn(io_, session(std::move(ch)), log_exception);
+    }
+}
+
+asio::awaitable<void> Server::session(std::shared_ptr<sm::Channel> ch) {
+    auto f = co_await read_for(*ch, hello_timeout);
+    if (!f) co_return;
+    std::string err;
+    std::optional<sm::msg::Hello> h;
+    if (f->hdr.type == sm::msg::HELLO) h = sm::msg::decode<sm::msg::Hello>(*f, err);
+    else err = "expected HELLO, got record type " + std::to_string(f->hdr.type);
+    if (!h) co_return co_await refuse(ch, "protocol error: " + err);
+    ch->set_peer(h->role + "[" + std::to_string(h->pid) + "]");
+    if (h->version != sm::msg::protocol_version)
+        co_return co_await refuse(ch, "protocol version " + std::to_string(h->version) +
+                                           " not supported (qmgr speaks " +
+                                           std::to_string(sm::msg::protocol_version) + ")");
+    if (h->role != "smtps" && h->role != "smtpc" && h->role != "cli")
+        co_return co_await refuse(ch, "unknown role \"" + h->role + "\"");
+    ch->send(sm::msg::encode(sm::msg::HelloAck{0, "smx qmgr"}));
+    if (h->role == "smtps") co_await smtps(ch);
+    else if (h->role == "smtpc") co_await smtpc(ch);
+    else co_await cli(ch);
+    ch->close();
+}
+
+asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch) {
+    auto& n = q_.counters().smtps_connections;
+    ++n;
+    spdlog::info("{}: connected", ch->peer());
+    while (auto ta = co_await next<sm::msg::TaCommit>(*ch, sm::msg::TA_COMMIT))
+        q_.on_commit(std::move(ta->first), ta->second,
+                     [ch](std::string frame) { ch->send(std::move(frame)); });
+    --n;
+    spdlog::info("{}: disconnected", ch->peer());
+}
+
+asio::awaitable<void> Server::smtpc(std::shared_ptr<sm::Channel> ch) {
+    const auto link = q_.add_smtpc([ch](std::string frame) { ch->send(std::move(frame)); });
+    spdlog::info("{}: connected", ch->peer());
+    while (auto r = co_await next<sm::msg::Result>(*ch, sm::msg::RESULT)) q_.on_result(link, r->first);
+    // What it had in flight goes back to the queues for the next SMTPC.
+    q_.remove_smtpc(link);
+    spdlog::info("{}: disconnected", ch->peer());
+}
+
+asio::awaitable<void> Server::cli(std::shared_ptr<sm::Channel> ch) {
+    while (auto f = co_await read_for(*ch, cli_timeout)) {
+        std::string err;
+        std::optional<sm::msg::CtlRequest> req;
+        if (f->hdr.type == sm::msg::CTL_REQ) req = sm::msg::decode<sm::msg::CtlRequest>(*f, err);
+        else err = "unexpected record type " + std::to_string(f->hdr.type);
+        if (!req) {
+            ch->send(sm::msg::encode(sm::msg::CtlReply{1, "protocol error: " + err},
+                                     f->hdr.req_id));
+            break;
+        }
+        ch->send(sm::msg::encode(q_.control(*req), f->hdr.req_id));
+    }
+}
+
+} // namespace smx::qmgr
