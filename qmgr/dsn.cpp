@@ -1,0 +1,286 @@
+#include "dsn.hpp"
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+
+namespace smx::qmgr::dsn {
+namespace {
+
+constexpr std::size_t fold_width = 78;   // RFC 5322 "SHOULD"
+constexpr std::size_t max_line = 998;    // RFC 5322 "MUST", without CRLF
+
+// Report fields are US-ASCII (RFC 3464): control characters (a CR or LF in a
+// reply text would end the field) and 8-bit bytes become '?'.
+std::string ascii(std::string_view s) {
+    std::string out(s);
+    for (char& c : out) {
+        auto u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u >= 0x7f) c = (c == '\t') ? ' ' : '?';
+    }
+    return out;
+}
+
+// Appends text as lines of at most fold_width bytes, broken at spaces;
+// continuation lines start with indent (" " folds a header field). A word
+// longer than a line allows is cut at max_line.
+void wrap(std::string& out, std::string_view text, std::string_view indent) {
+    std::string line;
+    bool has_word = false;
+    auto emit = [&] {
+        out += line;
+        out += "\r\n";
+        line.assign(indent);
+        has_word = false;
+    };
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        std::size_t sp = text.find(' ', pos);
+        std::string_view word = text.substr(pos, sp == std::string_view::npos ? sp : sp - pos);
+        pos = sp == std::string_view::npos ? text.size() : sp + 1;
+        if (word.empty()) continue;
+        if (has_word && line.size() + 1 + word.size() > fold_width) emit();
+        if (has_word) line += ' ';
+        line += word;
+        has_word = true;
+        while (line.size() > max_line) {
+            std::string rest = line.substr(max_line);
+            line.resize(max_line);
+            emit();
+            line += rest;
+            has_word = true;
+        }
+    }
+    if (has_word) emit();
+}
+
+void field(std::string& out, std::string_view name, std::string_view value) {
+    wrap(out, std::string(name) + ": " + ascii(value), " ");
+}
+
+// xtext (RFC 3461): "+XX" stands for the byte with hex value XX.
+std::string xtext_decode(std::string_view s) {
+    std::string out;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '+' && i + 2 < s.size()) {
+            char hex[3] = {s[i + 1], s[i + 2], 0};
+            char* end = nullptr;
+            long v = std::strtol(hex, &end, 16);
+            if (end == hex + 2) {
+                out += static_cast<char>(v);
+                i += 2;
+                continue;
+            }
+        }
+        out += s[i];
+    }
+    return out;
+}
+
+// Value of an ESMTP parameter (case-insensitive keyword), xtext-decoded.
+std::optional<std::string> esmtp_param(std::string_view params, std::string_view keyword) {
+    std::size_t pos = 0;
+    while (pos < params.size()) {
+        std::size_t sp = params.find(' ', pos);
+        std::string_view p = params.substr(pos, sp == std::string_view::npos ? sp : sp - pos);
+        pos = sp == std::string_view::npos ? params.size() : sp + 1;
+        if (p.size() <= keyword.size() || p[keyword.size()] != '=') continue;
+        bool same = true;
+        for (std::size_t i = 0; i < keyword.size(); ++i)
+            same = same && std::toupper(static_cast<unsigned char>(p[i])) == keyword[i];
+        if (same) return xtext_decode(p.substr(keyword.size() + 1));
+    }
+    return std::nullopt;
+}
+
+// "Original-Recipient: rfc822; a@b" from ORCPT=rfc822;a@b.
+std::optional<std::string> original_recipient(std::string_view params) {
+    auto v = esmtp_param(params, "ORCPT");
+    if (!v) return std::nullopt;
+    std::size_t semi = v->find(';');
+    if (semi == std::string::npos || semi + 1 == v->size()) return std::nullopt;
+    return v->substr(0, semi) + "; " + v->substr(semi + 1);
+}
+
+// "mx.example.net[192.0.2.1]:25" → "mx.example.net"; a bare "[192.0.2.1]"
+// stays an address literal.
+std::string remote_host(std::string_view relay) {
+    std::size_t br = relay.find('[');
+    if (br == 0 || br == std::string_view::npos) {
+        std::size_t end = relay.find(']');
+        return std::string(end == std::string_view::npos ? relay : relay.substr(0, end + 1));
+    }
+    return std::string(relay.substr(0, br));
+}
+
+std::string status_of(const FailedRcpt& r) {
+    if (!r.status.empty()) return r.status;
+    return r.code >= 500 ? "5.0.0" : "4.0.0";
+}
+
+std::string reply_of(const FailedRcpt& r) {
+    std::string s = r.code ? std::to_string(r.code) + " " : "";
+    if (!r.status.empty()) s += r.status + " ";
+    return s + r.text;
+}
+
+void human_part(std::string& out, const Report& rep, const std::vector<FailedRcpt>& rcpts, bool failed) {
+    out += "Content-Description: Notification\r\n"
+           "Content-Type: text/plain; charset=us-ascii\r\n\r\n";
+    wrap(out, "This is the mail system at host " + ascii(rep.reporting_mta) + ".", "");
+    out += "\r\n";
+    if (failed) {
+        wrap(out, "I'm sorry to have to inform you that your message could not be delivered to one "
+                  "or more recipients. Its headers are attached below.", "");
+    } else {
+        wrap(out, "####### THIS IS A WARNING ONLY. YOU DO NOT NEED TO RESEND YOUR MESSAGE. #######", "");
+        out += "\r\n";
+        wrap(out, "Your message could not be delivered to one or more recipients yet. The mail "
+                  "system will keep trying until its queue lifetime ends.", "");
+    }
+    out += "\r\n";
+    wrap(out, "For further assistance, please send mail to postmaster.", "");
+    out += "\r\n";
+    wrap(out, "If you do so, please include this problem report.", "");
+    out += "\r\n                   The mail system\r\n\r\n";
+    for (const auto& r : rcpts) {
+        std::string line = "<" + ascii(r.addr) + ">: ";
+        if (!r.remote_mta.empty()) line += "host " + ascii(remote_host(r.remote_mta)) + " said: ";
+        line += ascii(reply_of(r));
+        if (r.action == Action::delayed) line += " (still being retried)";
+        wrap(out, line, "    ");
+        out += "\r\n";
+    }
+}
+
+void status_part(std::string& out, const sm::msg::TaCommit& ta, const Report& rep,
+                 const std::vector<FailedRcpt>& rcpts) {
+    out += "Content-Description: Delivery report\r\n"
+           "Content-Type: message/delivery-status\r\n\r\n";
+    field(out, "Reporting-MTA", "dns; " + rep.reporting_mta);
+    field(out, "X-Smx-Queue-ID", ta.ta_id);
+    if (auto envid = esmtp_param(ta.params, "ENVID")) field(out, "Original-Envelope-Id", *envid);
+    if (ta.arrival_us) field(out, "Arrival-Date", rfc5322_date(ta.arrival_us));
+    for (const auto& r : rcpts) {
+        out += "\r\n";
+        field(out, "Final-Recipient", "rfc822; " + r.addr);
+        if (auto orig = original_recipient(r.params)) field(out, "Original-Recipient", *orig);
+        field(out, "Action", r.action == Action::failed ? "failed" : "delayed");
+        field(out, "Status", status_of(r));
+        if (!r.remote_mta.empty()) field(out, "Remote-MTA", "dns; " + remote_host(r.remote_mta));
+        if (r.code) field(out, "Diagnostic-Code", "smtp; " + reply_of(r));
+        else field(out, "Diagnostic-Code", "X-smx; " + r.text);
+        if (r.last_attempt_us) field(out, "Last-Attempt-Date", rfc5322_date(r.last_attempt_us));
+    }
+}
+
+// The original header section with CRLF line ends; lines over max_line are cut.
+std::string header_lines(std::string_view h) {
+    std::string out;
+    std::size_t pos = 0;
+    while (pos < h.size()) {
+        std::size_t lf = h.find('\n', pos);
+        std::string_view line = h.substr(pos, lf == std::string_view::npos ? lf : lf - pos);
+        pos = lf == std::string_view::npos ? h.size() : lf + 1;
+        if (line.ends_with('\r')) line.remove_suffix(1);
+        if (line.empty()) break;  // end of the header section
+        out += line.substr(0, max_line);
+        out += "\r\n";
+    }
+    return out;
+}
+
+bool has_8bit(std::string_view s) {
+    for (char c : s)
+        if (static_cast<unsigned char>(c) >= 0x80) return true;
+    return false;
+}
+
+} // namespace
+
+bool should_bounce(const sm::msg::TaCommit& original) { return !original.sender.empty(); }
+
+std::string rfc5322_date(std::uint64_t unix_us) {
+    static constexpr const char* days[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static constexpr const char* months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                             "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    std::time_t t = static_cast<std::time_t>(unix_us / 1000000);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s, %02d %s %04d %02d:%02d:%02d +0000", days[tm.tm_wday],
+                  tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    return buf;
+}
+
+std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcpt>& rcpts,
+                  const Report& rep) {
+    bool failed = false;
+    for (const auto& r : rcpts) failed = failed || r.action == Action::failed;
+    std::string headers = header_lines(rep.original_headers);
+
+    std::string human, status;
+    human_part(human, rep, rcpts, failed);
+    status_part(status, original, rep, rcpts);
+
+    // The boundary must not occur in any part (RFC 2046 5.1.1).
+    std::string boundary = ascii(rep.dsn_id + "/" + rep.reporting_mta);
+    for (int n = 1; headers.find(boundary) != std::string::npos || human.find(boundary) != std::string::npos ||
+                    status.find(boundary) != std::string::npos;
+         ++n)
+        boundary = ascii(rep.dsn_id + "/" + rep.reporting_mta) + "." + std::to_string(n);
+
+    std::string out;
+    field(out, "From", "Mail Delivery System <MAILER-DAEMON@" + rep.reporting_mta + ">");
+    field(out, "To", "<" + original.sender + ">");
+    field(out, "Subject", failed ? "Undelivered Mail Returned to Sender" : "Delayed Mail (still being retried)");
+    field(out, "Date", rfc5322_date(rep.now_us));
+    field(out, "Message-ID", "<" + rep.dsn_id + "@" + rep.reporting_mta + ">");
+    field(out, "Auto-Submitted", "auto-replied");
+    field(out, "MIME-Version", "1.0");
+    field(out, "Content-Type", "multipart/report; report-type=delivery-status; boundary=\"" + boundary + "\"");
+    if (has_8bit(headers)) field(out, "Content-Transfer-Encoding", "8bit");
+    out += "\r\nThis is a MIME-encapsulated message.\r\n\r\n";
+    out += "--" + boundary + "\r\n" + human + "\r\n";
+    out += "--" + boundary + "\r\n" + status + "\r\n";
+    out += "--" + boundary + "\r\n";
+    out += "Content-Description: Undelivered Message Headers\r\n"
+           "Content-Type: text/rfc822-headers\r\n";
+    if (has_8bit(headers)) out += "Content-Transfer-Encoding: 8bit\r\n";
+    out += "\r\n" + headers + "\r\n";
+    out += "--" + boundary + "--\r\n";
+    return out;
+}
+
+std::optional<std::string> read_header_section(const std::string& path, std::string& err, std::size_t cap) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        err = path + ": " + std::strerror(errno);
+        return std::nullopt;
+    }
+    std::string buf(cap, '\0');
+    in.read(buf.data(), static_cast<std::streamsize>(cap));
+    if (in.bad()) {
+        err = path + ": read error";
+        return std::nullopt;
+    }
+    buf.resize(static_cast<std::size_t>(in.gcount()));
+    // The first empty line ends the header section; without one inside the
+    // cap, keep the whole lines read.
+    std::size_t pos = 0;
+    while (pos < buf.size()) {
+        std::size_t lf = buf.find('\n', pos);
+        if (lf == std::string::npos) break;
+        std::string_view line(buf.data() + pos, lf - pos);
+        if (line.empty() || line == "\r") return buf.substr(0, pos);
+        pos = lf + 1;
+    }
+    bool whole_file = in.eof();
+    return buf.substr(0, whole_file ? buf.size() : pos);
+}
+
+} // namespace smx::qmgr::dsn

@@ -1,0 +1,68 @@
+// Delivery status notifications (RFC 3464): the bounce QMGR sends to the
+// original sender when recipients fail (5xx, or the end of the queue
+// lifetime), or a delay warning while they are still being retried.
+//
+// The DSN is a new transaction from the null sender <> to the original
+// sender, queued and delivered like any other mail. Rules for the caller:
+//   - never build a DSN for a message from the null sender (should_bounce()
+//     is false): that is how bounce loops are prevented (RFC 5321 4.5.5);
+//     log the failure and drop it instead;
+//   - one DSN per original transaction and event, naming exactly the
+//     recipients that failed (or are delayed) at that point.
+// The message is plain bytes with CRLF line ends and no line longer than 998
+// bytes: multipart/report with a text/plain explanation (like postfix's
+// bounce), a message/delivery-status part and the original header section
+// as text/rfc822-headers (the body is never returned).
+#pragma once
+
+#include "messages.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace smx::qmgr::dsn {
+
+enum class Action { failed, delayed };
+
+struct FailedRcpt {
+    std::string addr;             // Final-Recipient
+    std::string params;           // RCPT parameters as received (ORCPT=... gives Original-Recipient)
+    unsigned code = 0;            // SMTP reply code (4xx also for connection failures)
+    std::string status;           // enhanced status "5.1.1"; empty: derived from code
+    std::string text;             // diagnostic text without code and status
+    std::string remote_mta;       // "host[ip]" or "host[ip]:port" of the server that answered, or empty
+    Action action = Action::failed;
+    std::uint64_t last_attempt_us = 0;  // 0: not reported
+};
+
+struct Report {
+    std::string reporting_mta;    // cfg.server.hostname
+    std::string dsn_id;           // ta-id of the DSN transaction (Message-ID, boundary)
+    std::uint64_t now_us = 0;     // Date:
+    std::string original_headers; // read_header_section() of the original CDB file
+};
+
+// False for the null sender: such a message is never bounced.
+bool should_bounce(const sm::msg::TaCommit& original);
+
+// The whole DSN message for original.sender about rcpts (not empty). The
+// subject says "Undelivered" when any recipient failed, else "Delayed".
+std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcpt>& rcpts,
+                  const Report& report);
+
+inline constexpr std::size_t max_header_section = 64 * 1024;
+
+// The header section of the message in a CDB file: the bytes before the first
+// empty line, at most `cap` bytes (cut after the last whole line). nullopt
+// with err when the file cannot be read.
+std::optional<std::string> read_header_section(const std::string& path, std::string& err,
+                                               std::size_t cap = max_header_section);
+
+// RFC 5322 date-time in UTC: "Sun, 22 Nov 2026 19:00:22 +0000".
+std::string rfc5322_date(std::uint64_t unix_us);
+
+} // namespace smx::qmgr::dsn
