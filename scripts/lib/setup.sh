@@ -1,0 +1,46 @@
+# Shared by scripts/run and scripts/test (source it): install the Debian
+# packages smx needs when they are missing, and configure/build with Meson.
+#   smx_install_packages [extra-package...]
+#   smx_build [build-dir] [meson option...]      (default build-dir: build)
+#   smx_setup [build-dir] [meson option...]      both of the above
+# A relative build dir is relative to the repository, not the caller's cwd.
+
+SMX_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+SMX_PACKAGES="meson ninja-build pkg-config g++ libboost1.81-dev libdb5.3++-dev
+  libspdlog-dev catch2 libc-ares-dev libtomlplusplus-dev libssl-dev python3"
+
+smx_install_packages() {
+  local missing="" p
+  for p in $SMX_PACKAGES "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" \
+      || missing="$missing $p"
+  done
+  [ -z "$missing" ] && return 0
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    if ! command -v sudo >/dev/null; then
+      echo "smx: missing packages:$missing; install them as root (apt-get install$missing)" >&2
+      return 1
+    fi
+    sudo="sudo"
+  fi
+  echo "smx: installing$missing" >&2
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q \
+    && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
+}
+
+smx_build() {
+  local dir="${1:-build}"
+  [ $# -gt 0 ] && shift
+  case "$dir" in /*) ;; *) dir="$SMX_ROOT/$dir" ;; esac
+  if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" "$SMX_ROOT" "$@" || return 1
+  elif [ $# -gt 0 ]; then
+    meson configure "$dir" "$@" || return 1
+  fi
+  ninja -C "$dir"
+}
+
+smx_setup() {
+  smx_install_packages && smx_build "$@"
+}
