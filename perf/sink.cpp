@@ -1,0 +1,115 @@
+// smx-sink: SMTP sink for benchmarks and tests. Accepts and discards, or
+// with -C DIR writes every message (envelope + data) to a file; can refuse
+// a deterministic share of recipients; reports when it has N messages.
+#include "common.hpp"
+#include "sink_session.hpp"
+
+#include <cstdio>
+#include <iostream>
+
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using namespace smx::perf;
+
+const char* usage =
+    "usage: smx-sink [--port P (0 = ephemeral)] [--bind ADDR] [-C DIR]\n"
+    "                [--tempfail-rcpt PCT] [--permfail-rcpt PCT] [--no-pipelining]\n"
+    "                [--expect N | --expect-rcpts N] [--hostname NAME] [--idle-timeout SEC]\n"
+    "prints {\"event\":\"listening\",\"port\":P}, {\"event\":\"expected\",...} when N arrived\n"
+    "(then exits), and a final stats line on exit or SIGTERM\n";
+
+SinkOptions parse(int argc, char** argv) {
+    SinkOptions o;
+    Args a(argc, argv);
+    while (a.next()) {
+        const std::string& k = a.opt();
+        if (k == "--port" || k == "-p") o.port = static_cast<unsigned short>(a.number(0, 65535));
+        else if (k == "--bind") o.bind = a.value();
+        else if (k == "-C") o.capture_dir = a.value();
+        else if (k == "--tempfail-rcpt") o.tempfail_pct = a.real(0, 100);
+        else if (k == "--permfail-rcpt") o.permfail_pct = a.real(0, 100);
+        else if (k == "--expect") o.expect = static_cast<std::uint64_t>(a.number(1, 1000000000));
+        else if (k == "--expect-rcpts") o.expect_rcpts = static_cast<std::uint64_t>(a.number(1, 1000000000));
+        else if (k == "--no-pipelining") o.pipelining = false;
+        else if (k == "--hostname") o.hostname = a.value();
+        else if (k == "--idle-timeout") o.idle_timeout = std::chrono::milliseconds(static_cast<long>(a.real(0.001, 86400) * 1000));
+        else throw std::invalid_argument("unknown option " + k);
+    }
+    if (o.tempfail_pct + o.permfail_pct > 100) throw std::invalid_argument("failure shares exceed 100%");
+    return o;
+}
+
+std::string stats_line(const SinkStats& s, const char* event) {
+    return std::string("{\"tool\":\"smx-sink\",\"event\":\"") + event + "\"" +
+           ",\"msgs\":" + std::to_string(s.msgs) + ",\"rcpts\":" + std::to_string(s.rcpts) +
+           ",\"rcpt_tempfail\":" + std::to_string(s.rcpt_tempfail) +
+           ",\"rcpt_permfail\":" + std::to_string(s.rcpt_permfail) +
+           ",\"sessions\":" + std::to_string(s.sessions) + ",\"bytes\":" + std::to_string(s.bytes) +
+           ",\"t_first\":" + fixed(s.t_first, 4) + ",\"t_last\":" + fixed(s.t_last, 4) +
+           ",\"t_now\":" + fixed(epoch_seconds(), 4) + ",\"errors\":" + json_counts(s.errors) + "}";
+}
+
+asio::awaitable<void> accept_loop(Sink& sink, tcp::acceptor& acc) {
+    for (;;) {
+        auto [ec, sock] = co_await acc.async_accept(asio::as_tuple(asio::use_awaitable));
+        if (ec == asio::error::operation_aborted) co_return;
+        if (ec) {
+            // EMFILE and friends: count, breathe, keep serving the others.
+            ++sink.stats.errors["accept"];
+            asio::steady_timer pause(co_await asio::this_coro::executor, std::chrono::milliseconds(50));
+            co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+            continue;
+        }
+        asio::co_spawn(acc.get_executor(), serve(sink, std::move(sock)), asio::detached);
+    }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    Sink sink;
+    try {
+        sink.opt = parse(argc, argv);
+    } catch (const std::exception& e) {
+        std::cerr << "smx-sink: " << e.what() << "\n" << usage;
+        return 2;
+    }
+    raise_fd_limit();
+    asio::io_context ctx(1);
+    tcp::acceptor acc(ctx);
+    try {
+        const tcp::endpoint ep(asio::ip::make_address(sink.opt.bind), sink.opt.port);
+        acc.open(ep.protocol());
+        acc.set_option(tcp::acceptor::reuse_address(true));
+        acc.bind(ep);
+        acc.listen(asio::socket_base::max_listen_connections);
+    } catch (const std::exception& e) {
+        std::cerr << "smx-sink: cannot listen on " << sink.opt.bind << ":" << sink.opt.port
+                  << ": " << e.what() << "\n";
+        return 1;
+    }
+    std::cout << "{\"event\":\"listening\",\"port\":" << acc.local_endpoint().port() << "}"
+              << std::endl;
+    bool stopping = false;
+    auto shutdown = [&](const char* event) {
+        if (stopping) return;
+        stopping = true;
+        std::cout << stats_line(sink.stats, event) << std::endl;
+        ctx.stop();
+    };
+    sink.on_message = [&] {
+        const auto& s = sink.stats;
+        if ((sink.opt.expect && s.msgs >= sink.opt.expect) ||
+            (sink.opt.expect_rcpts && s.rcpts >= sink.opt.expect_rcpts))
+            shutdown("expected");
+    };
+    asio::signal_set signals(ctx, SIGTERM, SIGINT);
+    signals.async_wait([&](boost::system::error_code ec, int) {
+        if (!ec) shutdown("stopped");
+    });
+    asio::co_spawn(ctx, accept_loop(sink, acc), asio::detached);
+    ctx.run();
+    return 0;
+}

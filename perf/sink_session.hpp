@@ -1,0 +1,43 @@
+// smx-sink's SMTP server side: one coroutine per connection, counters
+// shared by all of them (single-threaded io_context, so no locking).
+#pragma once
+
+#include <boost/asio.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+namespace smx::perf {
+
+struct SinkOptions {
+    unsigned short port = 0;
+    std::string bind = "127.0.0.1";
+    std::string capture_dir;  // -C: one file per message when set
+    double tempfail_pct = 0;  // share of recipients answered 451
+    double permfail_pct = 0;  // share of recipients answered 550
+    std::uint64_t expect = 0;        // report when this many messages arrived
+    std::uint64_t expect_rcpts = 0;  // ... or this many recipients
+    bool pipelining = true;
+    std::string hostname = "smx-sink.example";
+    std::chrono::steady_clock::duration idle_timeout = std::chrono::seconds(300);
+};
+
+struct SinkStats {
+    std::uint64_t sessions = 0, msgs = 0, rcpts = 0, rcpt_tempfail = 0, rcpt_permfail = 0;
+    std::uint64_t bytes = 0;
+    double t_first = 0, t_last = 0;
+    std::map<std::string, std::uint64_t> errors;
+};
+
+struct Sink {
+    SinkOptions opt;
+    SinkStats stats;
+    // Called after every accepted message; decides whether --expect is met.
+    std::function<void()> on_message;
+};
+
+boost::asio::awaitable<void> serve(Sink& sink, boost::asio::ip::tcp::socket s);
+
+} // namespace smx::perf

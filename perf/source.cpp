@@ -1,0 +1,215 @@
+// smx-source: SMTP load generator. Many concurrent sessions on one
+// io_context, N messages of a size (or size mix), R recipients each, M
+// messages per connection, optional PIPELINING. Measures the end-of-DATA to
+// 250 latency of every message and prints one JSON line at the end.
+#include "common.hpp"
+#include "message.hpp"
+#include "source_run.hpp"
+
+#include <smtp_io.hpp>
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <iostream>
+
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using namespace smx::perf;
+using Reader = sm::smtp::LineReader<tcp::socket>;
+using sm::smtp::Reply;
+
+const char* usage =
+    "usage: smx-source [--host H] --port P [-s sessions] [-n messages] [-S size|MIN:MAX|A,B]\n"
+    "                  [-r recipients] [-m msgs-per-connection (0 = unlimited)] [-P]\n"
+    "                  [--from-domain D] [--rcpt-domain D] [--helo NAME]\n"
+    "                  [--timeout SEC] [--deadline SEC] [--max-connect-failures N]\n";
+
+asio::awaitable<bool> connect(tcp::socket& s, const tcp::endpoint& ep,
+                              std::chrono::steady_clock::duration timeout) {
+    using namespace asio::experimental::awaitable_operators;
+    asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
+    auto res = co_await (s.async_connect(ep, asio::as_tuple(asio::use_awaitable)) ||
+                         timer.async_wait(asio::as_tuple(asio::use_awaitable)));
+    co_return res.index() == 0 && !std::get<0>(std::get<0>(res));
+}
+
+asio::awaitable<void> pause(std::chrono::milliseconds d) {
+    asio::steady_timer t(co_await asio::this_coro::executor, d);
+    co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
+bool offers(const Reply& ehlo, std::string_view ext) {
+    for (const auto& l : ehlo.lines) {
+        if (l.size() < ext.size()) continue;
+        if (std::equal(ext.begin(), ext.end(), l.begin(), [](char a, char b) {
+                return a == std::toupper(static_cast<unsigned char>(b));
+            }) && (l.size() == ext.size() || l[ext.size()] == ' '))
+            return true;
+    }
+    return false;
+}
+
+// One mail transaction; false when the connection is no longer usable.
+asio::awaitable<bool> transaction(Run& run, tcp::socket& s, Reader& rd, std::size_t idx,
+                                  bool pipelining) {
+    const auto t = run.opt.timeout;
+    const Envelope env = run.envelope(idx);
+    std::string mail = "MAIL FROM:<" + env.sender + ">\r\n";
+    std::vector<std::string> rcpts;
+    for (const auto& r : env.recipients) rcpts.push_back("RCPT TO:<" + r + ">\r\n");
+
+    Reply mail_r, data_r;
+    std::vector<Reply> rcpt_r;
+    if (pipelining) {
+        std::string batch = mail;
+        for (const auto& r : rcpts) batch += r;
+        batch += "DATA\r\n";
+        if (!co_await sm::smtp::write_all(s, batch, t)) co_return run.broken(Reply{});
+        mail_r = co_await sm::smtp::read_reply(rd, t);
+        for (std::size_t i = 0; i < rcpts.size() && mail_r.code; ++i)
+            rcpt_r.push_back(co_await sm::smtp::read_reply(rd, t));
+        if (mail_r.code) data_r = co_await sm::smtp::read_reply(rd, t);
+    } else {
+        if (!co_await sm::smtp::write_all(s, mail, t)) co_return run.broken(Reply{});
+        mail_r = co_await sm::smtp::read_reply(rd, t);
+        for (std::size_t i = 0; i < rcpts.size() && mail_r.code / 100 == 2; ++i) {
+            if (!co_await sm::smtp::write_all(s, rcpts[i], t)) co_return run.broken(Reply{});
+            rcpt_r.push_back(co_await sm::smtp::read_reply(rd, t));
+            if (!rcpt_r.back().code) break;
+        }
+        const bool any = std::any_of(rcpt_r.begin(), rcpt_r.end(),
+                                     [](const Reply& r) { return r.code / 100 == 2; });
+        if (any) {
+            if (!co_await sm::smtp::write_all(s, "DATA\r\n", t)) co_return run.broken(Reply{});
+            data_r = co_await sm::smtp::read_reply(rd, t);
+        }
+    }
+    if (!mail_r.code) co_return run.broken(mail_r);
+    for (const auto& r : rcpt_r)
+        if (!r.code) co_return run.broken(r);
+    if (pipelining && !data_r.code) co_return run.broken(data_r);
+
+    const std::size_t accepted = run.count_rcpts(rcpt_r);
+    if (data_r.code != 354) {
+        // MAIL refused, every recipient refused, or DATA refused.
+        if (mail_r.code / 100 != 2) run.fail("mail", mail_r.code);
+        else if (accepted == 0) run.fail("no_valid_rcpt", 0);
+        else run.fail("data", data_r.code);
+        if (!co_await sm::smtp::write_all(s, "RSET\r\n", t)) co_return run.broken(Reply{});
+        const Reply rset = co_await sm::smtp::read_reply(rd, t);
+        co_return rset.code / 100 == 2;
+    }
+    const std::string msg = wire_message(idx, run.sizes.size_for(idx), env);
+    if (!co_await sm::smtp::write_all(s, msg, t)) co_return run.broken(Reply{});
+    const auto sent = std::chrono::steady_clock::now();
+    const Reply dot = co_await sm::smtp::read_reply(rd, t);
+    if (!dot.code) co_return run.broken(dot);
+    run.finished(dot.code, std::chrono::steady_clock::now() - sent, msg.size());
+    co_return true;
+}
+
+asio::awaitable<void> session(Run& run, tcp::endpoint ep) {
+    const auto ex = co_await asio::this_coro::executor;
+    const auto t = run.opt.timeout;
+    int backoff = 0;
+    while (run.more()) {
+        if (backoff) co_await pause(std::min(50 * backoff, 1000) * std::chrono::milliseconds(1));
+        tcp::socket s(ex);
+        if (!co_await connect(s, ep, t)) {
+            ++backoff;
+            run.connect_failed("connect");
+            continue;
+        }
+        s.set_option(tcp::no_delay(true));
+        Reader rd(s);
+        const Reply greet = co_await sm::smtp::read_reply(rd, t);
+        if (greet.code != 220) {
+            ++backoff;
+            run.connect_failed(greet.code ? "greeting_" + std::to_string(greet.code / 100) + "xx"
+                                          : "greeting_io");
+            continue;
+        }
+        // Not "asked ? co_await … : Reply{}": GCC 12 miscompiles co_await
+        // inside a conditional expression.
+        Reply ehlo;
+        if (co_await sm::smtp::write_all(s, "EHLO " + run.opt.helo + "\r\n", t))
+            ehlo = co_await sm::smtp::read_reply(rd, t);
+        if (ehlo.code != 250) {
+            ++backoff;
+            run.connect_failed("ehlo");
+            continue;
+        }
+        backoff = 0;
+        run.connected();
+        const bool pipelining = run.opt.pipelining && offers(ehlo, "PIPELINING");
+        bool alive = true;
+        std::size_t idx = 0;
+        for (long sent = 0; alive && (run.opt.per_connection == 0 || sent < run.opt.per_connection) &&
+                            run.take(idx);
+             ++sent)
+            alive = co_await transaction(run, s, rd, idx, pipelining);
+        if (alive && co_await sm::smtp::write_all(s, "QUIT\r\n", t))
+            co_await sm::smtp::read_reply(rd, std::min<std::chrono::steady_clock::duration>(t, std::chrono::seconds(5)));
+        boost::system::error_code ignored;
+        s.close(ignored);
+    }
+    run.session_done();
+}
+
+Options parse(int argc, char** argv) {
+    Options o;
+    Args a(argc, argv);
+    while (a.next()) {
+        const std::string& k = a.opt();
+        if (k == "--host") o.host = a.value();
+        else if (k == "--port" || k == "-p") o.port = static_cast<unsigned short>(a.number(1, 65535));
+        else if (k == "-s") o.sessions = a.number(1, 100000);
+        else if (k == "-n") o.messages = static_cast<std::size_t>(a.number(1, 100000000));
+        else if (k == "-S") o.size_spec = a.value();
+        else if (k == "-r") o.recipients = a.number(1, 1000);
+        else if (k == "-m") o.per_connection = a.number(0, 100000000);
+        else if (k == "-P" || k == "--pipelining") o.pipelining = true;
+        else if (k == "--from-domain") o.from_domain = a.value();
+        else if (k == "--rcpt-domain") o.rcpt_domain = a.value();
+        else if (k == "--helo") o.helo = a.value();
+        else if (k == "--timeout") o.timeout = std::chrono::milliseconds(static_cast<long>(a.real(0.001, 86400) * 1000));
+        else if (k == "--deadline") o.deadline = std::chrono::milliseconds(static_cast<long>(a.real(0.001, 864000) * 1000));
+        else if (k == "--max-connect-failures") o.max_connect_failures = static_cast<std::uint64_t>(a.number(0, 1000000000));
+        else throw std::invalid_argument("unknown option " + k);
+    }
+    if (o.port == 0) throw std::invalid_argument("--port is required");
+    return o;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    Options opt;
+    try {
+        opt = parse(argc, argv);
+        SizeSpec check(opt.size_spec);
+    } catch (const std::exception& e) {
+        std::cerr << "smx-source: " << e.what() << "\n" << usage;
+        return 2;
+    }
+    raise_fd_limit();
+    asio::io_context ctx(1);
+    tcp::endpoint ep;
+    try {
+        tcp::resolver res(ctx);
+        ep = *res.resolve(opt.host, std::to_string(opt.port)).begin();
+    } catch (const std::exception& e) {
+        std::cerr << "smx-source: " << opt.host << ": " << e.what() << "\n";
+        return 2;
+    }
+    Run run(opt, ctx);
+    for (long i = 0; i < opt.sessions; ++i) asio::co_spawn(ctx, session(run, ep), asio::detached);
+    ctx.run();
+    std::cout << run.report() << std::endl;
+    return run.all_delivered() ? 0 : 1;
+}
