@@ -1,0 +1,52 @@
+#!/bin/sh
+# Private postfix instance for the relay benchmark.
+#   postfix.sh setup DIR PORT SINK_PORT   write configs, create the queue
+#   postfix.sh start DIR | stop DIR       start / stop (by the master's PID)
+#   postfix.sh pids DIR                   PIDs of the master and its children
+#   postfix.sh version
+# Needs the Debian postfix package (relay-bench installs it with the
+# system instance left unconfigured and not started).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+cmd=${1:?usage: postfix.sh setup|start|stop|pids|version ...}
+
+master_pid() { [ -f "$1/spool/pid/master.pid" ] && tr -d ' ' < "$1/spool/pid/master.pid" || true; }
+
+case "$cmd" in
+setup)
+    dir=$2 port=$3 sink=$4
+    mkdir -p "$dir/etc" "$dir/spool" "$dir/data"
+    maillog="# maillog_file: off"
+    [ "${PEER_LOG:-0}" = 1 ] && maillog="maillog_file = $dir/maillog"
+    for f in main.cf master.cf; do
+        sed -e "s|@DIR@|$dir|g" -e "s|@PORT@|$port|g" -e "s|@SINK_PORT@|$sink|g" \
+            -e "s|@MAILLOG@|$maillog|" "$here/postfix/$f.in" > "$dir/etc/$f"
+    done
+    chown postfix "$dir/data"
+    # Creates the queue subdirectories with postfix's own owners and modes.
+    postfix -c "$dir/etc" set-permissions >/dev/null 2>&1 || true
+    postfix -c "$dir/etc" check
+    ;;
+start)
+    dir=$2
+    postfix -c "$dir/etc" start
+    # Ready when the master has written its PID and the port accepts.
+    i=0; while [ -z "$(master_pid "$dir")" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+    [ -n "$(master_pid "$dir")" ]
+    ;;
+stop)
+    dir=$2 pid=$(master_pid "$2")
+    [ -n "$pid" ] || exit 0
+    kill -TERM "$pid" 2>/dev/null || exit 0
+    i=0; while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+    rm -f "$dir/spool/pid/master.pid"
+    ;;
+pids)
+    pid=$(master_pid "$2")
+    [ -n "$pid" ] && { echo "$pid"; ps -o pid= --ppid "$pid" || true; }
+    ;;
+version)
+    postconf -d -h mail_version 2>/dev/null
+    ;;
+*) echo "postfix.sh: unknown command $cmd" >&2; exit 2 ;;
+esac
