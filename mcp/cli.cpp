@@ -4,7 +4,6 @@
 
 #include <pwd.h>
 
-#include <regex>
 
 namespace smx {
 namespace {
@@ -51,9 +50,24 @@ std::string json_string(std::string_view s) {
     return out + "\"";
 }
 
-bool is_json_number(const std::string& s) {
-    static const std::regex number(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)");
-    return std::regex_match(s, number);
+// JSON's number grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+bool is_json_number(std::string_view s) {
+    auto digits = [&](std::size_t& i) {
+        const std::size_t from = i;
+        while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+        return i > from;
+    };
+    std::size_t i = 0;
+    if (i < s.size() && s[i] == '-') ++i;
+    if (i < s.size() && s[i] == '0') ++i;
+    else if (!digits(i)) return false;
+    if (i < s.size() && s[i] == '.' && !digits(++i)) return false;
+    if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+        ++i;
+        if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+        if (!digits(i)) return false;
+    }
+    return i == s.size();
 }
 
 std::string_view trim(std::string_view s) {

@@ -179,6 +179,10 @@ TEST_CASE("stats --json: numbers stay numbers, the rest are strings") {
           "  \"queue_size\": 2\n"
           "}\n");
     CHECK(stats_to_json("") == "{}\n");
+    for (const char* n : {"0", "-0.5", "1e+5", "12.5E-3"})
+        CHECK(stats_to_json(std::string("x ") + n) == std::string("{\n  \"x\": ") + n + "\n}\n");
+    for (const char* s : {"1.", ".5", "-", "01", "1e", "+1", "0x10", "1 2"})
+        CHECK(stats_to_json(std::string("x ") + s) == std::string("{\n  \"x\": \"") + s + "\"\n}\n");
     CHECK(stats_to_json("odd 007\nlast_error \"x\"\\y\nneg -1e3\nempty") ==
           "{\n"
           "  \"odd\": \"007\",\n"
