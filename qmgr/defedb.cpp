@@ -1,5 +1,6 @@
 #include "defedb.hpp"
 
+#include "defedb_record.hpp"
 #include "ids.hpp"
 
 #include <db_cxx.h>
@@ -32,93 +33,10 @@
 namespace smx::qmgr {
 namespace {
 
-constexpr std::uint8_t format_version = 1;
+using namespace defedb;
+
 constexpr int max_deadlock_retries = 100;
 constexpr std::size_t scan_chunk = 1000;  // records per short read transaction
-
-// Recipient record: version u8 | held u8 | next_try u64 BE | attempts u32 BE
-// | first_arrival u64 BE | last_attempt u64 BE | addr (u32 BE length, bytes)
-// | last_error (u32 BE length, bytes). held and next_try sit at fixed offsets
-// so the index callback reads them without decoding the rest.
-constexpr std::size_t off_held = 1, off_next = 2, fixed_size = 30;
-
-void put_be(std::string& s, std::uint64_t v, int bytes) {
-    for (int i = bytes - 1; i >= 0; --i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-std::uint64_t get_be(const unsigned char* p, int bytes) {
-    std::uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v = (v << 8) | p[i];
-    return v;
-}
-const unsigned char* uc(std::string_view s) { return reinterpret_cast<const unsigned char*>(s.data()); }
-
-std::string rcpt_key(const std::string& ta_id, std::uint32_t idx) {
-    std::string k = ta_id;
-    put_be(k, idx, 4);
-    return k;
-}
-
-std::string encode_rcpt(const DeferredRcpt& r) {
-    std::string s;
-    s.push_back(static_cast<char>(format_version));
-    s.push_back(r.held ? 1 : 0);
-    put_be(s, r.next_try_us, 8);
-    put_be(s, r.attempts, 4);
-    put_be(s, r.first_arrival_us, 8);
-    put_be(s, r.last_attempt_us, 8);
-    for (const std::string* f : {&r.addr, &r.last_error}) {
-        put_be(s, f->size(), 4);
-        s += *f;
-    }
-    return s;
-}
-
-std::optional<DeferredRcpt> decode_rcpt(std::string_view key, std::string_view d) {
-    if (key.size() < 5 || d.size() < fixed_size || uc(d)[0] != format_version || uc(d)[off_held] > 1)
-        return std::nullopt;
-    DeferredRcpt r;
-    r.ta_id.assign(key.substr(0, key.size() - 4));
-    r.idx = static_cast<std::uint32_t>(get_be(uc(key) + key.size() - 4, 4));
-    r.held = uc(d)[off_held] == 1;
-    r.next_try_us = get_be(uc(d) + off_next, 8);
-    r.attempts = static_cast<std::uint32_t>(get_be(uc(d) + 10, 4));
-    r.first_arrival_us = get_be(uc(d) + 14, 8);
-    r.last_attempt_us = get_be(uc(d) + 22, 8);
-    std::size_t off = fixed_size;
-    for (std::string* f : {&r.addr, &r.last_error}) {
-        if (d.size() - off < 4) return std::nullopt;
-        std::uint64_t n = get_be(uc(d) + off, 4);
-        off += 4;
-        if (d.size() - off < n) return std::nullopt;
-        f->assign(d.substr(off, n));
-        off += n;
-    }
-    if (off != d.size() || !sm::valid_ta_id(r.ta_id)) return std::nullopt;
-    return r;
-}
-
-std::optional<sm::msg::TaCommit> decode_envelope(std::string_view d) {
-    if (d.empty() || uc(d)[0] != format_version) return std::nullopt;
-    std::string err;
-    return sm::msg::envelope_from_bytes(d.substr(1), err);
-}
-
-// Secondary key: next_try u64 BE | primary key. Held recipients (and records
-// too short to be ours) are left out of the index.
-int index_key(Db*, const Dbt* pkey, const Dbt* pdata, Dbt* skey) {
-    const auto* d = static_cast<const unsigned char*>(pdata->get_data());
-    if (pdata->get_size() < fixed_size || d[0] != format_version || d[off_held] != 0)
-        return DB_DONOTINDEX;
-    std::size_t n = 8 + pkey->get_size();
-    auto* m = static_cast<unsigned char*>(std::malloc(n));
-    if (!m) return ENOMEM;
-    std::memcpy(m, d + off_next, 8);
-    std::memcpy(m + 8, pkey->get_data(), pkey->get_size());
-    skey->set_data(m);
-    skey->set_size(static_cast<u_int32_t>(n));
-    skey->set_flags(DB_DBT_APPMALLOC);
-    return 0;
-}
 
 // Recipients added (+) or removed (-) by the transaction running on this
 // thread; Impl::txn() adds it to the count once the transaction commits.
@@ -384,8 +302,7 @@ void Defedb::put_many(const std::vector<DeferredTa>& batch) {
     }
     m.txn(DB_TXN_SYNC, [&](DbTxn* t) {
         for (const auto& ta : batch) {
-            std::string val(1, static_cast<char>(format_version));
-            val += sm::msg::envelope_bytes(ta.envelope);
+            std::string val = encode_envelope(ta.envelope);
             In k(ta.envelope.ta_id), v(val);
             m.envelopes->put(t, &k, &v, DB_NOOVERWRITE);  // DB_KEYEXIST: already there
             for (const auto& r : ta.rcpts) {
@@ -461,7 +378,8 @@ std::vector<DeferredTa> Defedb::due(std::uint64_t now_us, std::size_t limit, std
             u_int32_t rmw = lease_until_us ? DB_RMW : 0;
             for (int rc = c->pget(&sk, &pk, &d, DB_FIRST | rmw); rc == 0 && got.size() < limit;
                  rc = c->pget(&sk, &pk, &d, DB_NEXT | rmw)) {
-                if (sk.view().size() < 8 || get_be(uc(sk.view()), 8) > now_us) break;
+                auto when = index_time(sk.view());
+                if (!when || *when > now_us) break;
                 if (auto r = decode_rcpt(pk.view(), d.view())) {
                     got.push_back(std::move(*r));
                 } else {
@@ -511,8 +429,8 @@ std::optional<std::uint64_t> Defedb::next_due_time() {
         Out k;
         Dbt d;
         d.set_flags(DB_DBT_PARTIAL | DB_DBT_USERMEM);
-        if (c->get(&k, &d, DB_FIRST) != 0 || k.view().size() < 8) return std::nullopt;
-        return get_be(uc(k.view()), 8);
+        if (c->get(&k, &d, DB_FIRST) != 0) return std::nullopt;
+        return index_time(k.view());
     });
 }
 

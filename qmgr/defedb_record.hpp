@@ -1,0 +1,34 @@
+// DEFEDB on-disk format (see defedb.hpp): keys, the recipient and envelope
+// records, and the key of the next-try index.
+#pragma once
+
+#include "defedb.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+class Db;
+class Dbt;
+
+namespace smx::qmgr::defedb {
+
+inline constexpr std::uint8_t format_version = 1;
+
+// ta-id | u32 BE idx: the recipients of a transaction are adjacent.
+std::string rcpt_key(const std::string& ta_id, std::uint32_t idx);
+
+std::string encode_rcpt(const DeferredRcpt& r);
+// nullopt when the record is not one we wrote (version, lengths, ta-id).
+std::optional<DeferredRcpt> decode_rcpt(std::string_view key, std::string_view data);
+
+// version u8 | sm::msg::envelope_bytes()
+std::string encode_envelope(const sm::msg::TaCommit& ta);
+std::optional<sm::msg::TaCommit> decode_envelope(std::string_view data);
+
+// The Db::associate callback of the next-try index, and the time in its keys.
+int index_key(Db*, const Dbt* pkey, const Dbt* pdata, Dbt* skey);
+std::optional<std::uint64_t> index_time(std::string_view skey);
+
+} // namespace smx::qmgr::defedb
