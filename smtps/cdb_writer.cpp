@@ -45,6 +45,20 @@ std::string CdbStore::path_for(std::string_view ta_id) const {
     return sm::cdb_path(spool_, ta_id, hashed_);
 }
 
+std::size_t CdbStore::remove_stale_tmp() const {
+    namespace fs = std::filesystem;
+    std::size_t n = 0;
+    std::error_code ec;
+    const fs::path root = fs::path(spool_) / "cdb";
+    for (auto it = fs::recursive_directory_iterator(root, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        if (it.depth() > 1) it.disable_recursion_pending();
+        const auto& p = it->path();
+        if (p.extension() == ".tmp" && it->is_regular_file(ec) && fs::remove(p, ec)) ++n;
+    }
+    return n;
+}
+
 CdbWriter::CdbWriter(const CdbStore& store, std::string_view ta_id)
     : store_(store), final_(store.path_for(ta_id)), tmp_(final_ + ".tmp") {
     buf_.reserve(4096);

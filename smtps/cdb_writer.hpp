@@ -20,6 +20,10 @@ public:
     CdbStore(std::string spool_abs, bool hashed, asio::thread_pool& pool)
         : spool_(std::move(spool_abs)), hashed_(hashed), pool_(pool) {}
     std::string path_for(std::string_view ta_id) const;
+    // Removes temporary files a crashed SMTPS left behind; call at start-up
+    // before any session runs (there is one SMTPS per spool). Returns how
+    // many it removed.
+    std::size_t remove_stale_tmp() const;
     asio::thread_pool& pool() const { return pool_; }
 
 private:

@@ -143,10 +143,13 @@ int main(int argc, char** argv) {
         spdlog::warn("server.threads = {}: running single-threaded", cfg.server.threads);
 
     asio::io_context io(1);
-    // fdatasync of CDB files: threads mostly sleep in the kernel, and
-    // concurrent syncs let the file system batch its journal commits.
-    asio::thread_pool sync_pool(8);
+    // fdatasync of CDB files: a sync of a new file takes milliseconds, the
+    // threads mostly sleep in the kernel, and concurrent syncs share journal
+    // commits, so throughput grows with the number in flight.
+    asio::thread_pool sync_pool(32);
     smtps::CdbStore cdb(cfg.spool_dir_abs(), cfg.queue.cdb_hashed, sync_pool);
+    if (const auto n = cdb.remove_stale_tmp())
+        spdlog::info("removed {} unfinished CDB files of an earlier run", n);
     Process p{io, cfg, cdb, {}, nullptr, nullptr};
     try {
         const char* fds = std::getenv("SMX_LISTEN_FDS");

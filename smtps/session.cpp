@@ -8,6 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -194,7 +195,10 @@ asio::awaitable<void> Session::run() {
 }
 
 void Session::helo(std::string_view arg, bool esmtp) {
-    if (arg.empty() || arg.find(' ') != std::string_view::npos) {
+    const bool printable = std::all_of(arg.begin(), arg.end(), [](char c) {
+        return c > ' ' && c < 127;  // it goes into the Received: header
+    });
+    if (arg.empty() || !printable) {
         error(esmtp ? "501 5.5.4 Syntax: EHLO hostname" : "501 5.5.4 Syntax: HELO hostname");
         return;
     }

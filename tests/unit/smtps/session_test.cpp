@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 using namespace smtps_test;
@@ -24,6 +26,19 @@ void ehlo(Client& c) {
 
 } // namespace
 
+TEST_CASE("stale temporary CDB files are removed at start-up") {
+    Harness h;
+    const std::string id = "0123456789ABCDEF0";
+    const std::string tmp = h.cdb_path(id) + ".tmp";
+    std::filesystem::create_directories(std::filesystem::path(tmp).parent_path());
+    { std::ofstream(tmp) << "partial"; }
+    { std::ofstream(h.cdb_path(id)) << "complete"; }
+    asio::thread_pool pool(1);
+    smtps::CdbStore store(h.cfg().spool_dir_abs(), true, pool);
+    CHECK(store.remove_stale_tmp() == 1);
+    CHECK(h.cdb_files() == std::vector<std::string>{h.cdb_path(id)});
+}
+
 TEST_CASE("greeting and EHLO keywords") {
     Harness h([](sm::Config& c) { c.server.max_message_size = 12345; });
     Client c(h.port());
@@ -37,6 +52,7 @@ TEST_CASE("greeting and EHLO keywords") {
     CHECK(starts(c.cmd("HELP"), "214"));
     CHECK(starts(c.cmd("RSET"), "250 2.0.0"));
     CHECK(starts(c.cmd("EHLO"), "501 5.5.4"));
+    CHECK(starts(c.cmd("EHLO a\rb"), "501 5.5.4"));
     CHECK(starts(c.cmd("BDAT 10"), "500 5.5.2"));
     CHECK(starts(c.cmd("quit"), "221 2.0.0"));
     CHECK(c.closed());
