@@ -52,8 +52,10 @@ int main(int argc, char** argv) {
 
     asio::io_context io(1);
     // IBDB's fdatasync and the CDB unlinks; two threads keep one batch
-    // syncing while the next is written.
+    // syncing while the next is written. It outlives IBDB, whose destructor
+    // may wait for a write out on it.
     asio::thread_pool workers(2);
+    int status = 0;
     IbdbOptions opt;
     opt.dir = spool + "/ibdb";
     opt.quarantine_dir = spool + "/quarantine";
@@ -66,15 +68,10 @@ int main(int argc, char** argv) {
         q.restore(ibdb.recover());
         Server server(io, cfg, q);
         std::string err;
-        if (!server.listen(err)) {
-            spdlog::critical("{}", err);
-            return 1;
-        }
+        if (!server.listen(err)) throw std::runtime_error(err);
         MetricsHttp metrics(io, q);
-        if (!cfg.stats.listen.empty() && !metrics.listen(cfg.stats.listen, err)) {
-            spdlog::critical("stats.listen: {}", err);
-            return 1;
-        }
+        if (!cfg.stats.listen.empty() && !metrics.listen(cfg.stats.listen, err))
+            throw std::runtime_error("stats.listen: " + err);
 
         asio::signal_set signals(io, SIGTERM, SIGINT);
         asio::steady_timer grace(io);
@@ -90,13 +87,13 @@ int main(int argc, char** argv) {
             grace.async_wait([&](boost::system::error_code) { io.stop(); });
         });
         io.run();
-        workers.join();
+        ibdb.flush_sync();
         spdlog::info("stopped");
     } catch (const std::exception& e) {
         spdlog::critical("{}", e.what());
-        spdlog::shutdown();
-        return 1;
+        status = 1;
     }
+    workers.join();
     spdlog::shutdown();
-    return 0;
+    return status;
 }

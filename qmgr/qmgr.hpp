@@ -73,6 +73,7 @@ private:
                std::uint64_t until_us);
     void retry_later(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& why);
     void finish_ta(Ta& ta);
+    void unlink_later(const std::string& cdb_id);
     void arm_retry();
     void retry_due();
 
@@ -81,6 +82,9 @@ private:
     asio::thread_pool& workers_;
     Ibdb& ibdb_;
     std::string spool_;
+    // CDB files to remove, handed to the worker pool once per event-loop
+    // turn rather than one task (and one thread wake-up) per message.
+    std::vector<std::string> unlinks_;
     ActiveQueue queue_;
     Router router_;
     Scheduler sched_;

@@ -116,16 +116,26 @@ void Qmgr::defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std:
 }
 
 // Every recipient is final: the envelope is done and the content can go.
-// The unlink runs on the worker pool; it costs as much as a delivery on some
-// file systems.
 void Qmgr::finish_ta(Ta& ta) {
     ibdb_.ta_done(ta.id);
-    asio::post(workers_, [path = sm::cdb_path(spool_, ta.cdb_id, cfg_.queue.cdb_hashed)] {
-        if (::unlink(path.c_str()) != 0 && errno != ENOENT)
-            spdlog::error("unlink {}: {}", path, std::strerror(errno));
-    });
+    unlink_later(ta.cdb_id);
     spdlog::info("{}: removed", ta.id);
     queue_.erase(ta.id);
+}
+
+// Unlinks run on the worker pool: removing the files cost as much as the
+// whole run in the sendmail X measurements.
+void Qmgr::unlink_later(const std::string& cdb_id) {
+    unlinks_.push_back(sm::cdb_path(spool_, cdb_id, cfg_.queue.cdb_hashed));
+    if (unlinks_.size() > 1) return;
+    asio::post(ex_, [this] {
+        asio::post(workers_, [paths = std::move(unlinks_)] {
+            for (const auto& p : paths)
+                if (::unlink(p.c_str()) != 0 && errno != ENOENT)
+                    spdlog::error("unlink {}: {}", p, std::strerror(errno));
+        });
+        unlinks_.clear();
+    });
 }
 
 void Qmgr::arm_retry() {
