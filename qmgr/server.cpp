@@ -126,13 +126,14 @@ asio::awaitable<void> Server::session(std::shared_ptr<sm::Channel> ch) {
     if (f->hdr.type == sm::msg::HELLO) h = sm::msg::decode<sm::msg::Hello>(*f, err);
     else err = "expected HELLO, got record type " + std::to_string(f->hdr.type);
     if (!h) co_return co_await refuse(ch, "protocol error: " + err);
+    // The role names the peer in the log only once it is known to be clean.
+    if (h->role != "smtps" && h->role != "smtpc" && h->role != "cli")
+        co_return co_await refuse(ch, "unknown role");
     ch->set_peer(h->role + "[" + std::to_string(h->pid) + "]");
     if (h->version != sm::msg::protocol_version)
         co_return co_await refuse(ch, "protocol version " + std::to_string(h->version) +
                                            " not supported (qmgr speaks " +
                                            std::to_string(sm::msg::protocol_version) + ")");
-    if (h->role != "smtps" && h->role != "smtpc" && h->role != "cli")
-        co_return co_await refuse(ch, "unknown role \"" + h->role + "\"");
     ch->send(sm::msg::encode(sm::msg::HelloAck{0, "smx qmgr"}));
     if (h->role == "smtps") co_await smtps(ch);
     else if (h->role == "smtpc") co_await smtpc(ch);
