@@ -4,6 +4,10 @@
 #include "common.hpp"
 #include "sink_session.hpp"
 
+#include <smtp_io.hpp>
+
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
 
@@ -17,8 +21,11 @@ const char* usage =
     "usage: smx-sink [--port P (0 = ephemeral)] [--bind ADDR] [-C DIR]\n"
     "                [--tempfail-rcpt PCT] [--permfail-rcpt PCT] [--no-pipelining]\n"
     "                [--expect N | --expect-rcpts N] [--hostname NAME] [--idle-timeout SEC]\n"
+    "                [--control]\n"
     "prints {\"event\":\"listening\",\"port\":P}, {\"event\":\"expected\",...} when N arrived\n"
-    "(then exits), and a final stats line on exit or SIGTERM\n";
+    "(then exits), and a final stats line on exit or SIGTERM.\n"
+    "--control: stay up and read commands on stdin, one per line: \"expect-rcpts N\"\n"
+    "(report when N more recipients arrived), \"stats\"; EOF exits.\n";
 
 SinkOptions parse(int argc, char** argv) {
     SinkOptions o;
@@ -33,6 +40,7 @@ SinkOptions parse(int argc, char** argv) {
         else if (k == "--expect") o.expect = static_cast<std::uint64_t>(a.number(1, 1000000000));
         else if (k == "--expect-rcpts") o.expect_rcpts = static_cast<std::uint64_t>(a.number(1, 1000000000));
         else if (k == "--no-pipelining") o.pipelining = false;
+        else if (k == "--control") o.control = true;
         else if (k == "--hostname") o.hostname = a.value();
         else if (k == "--idle-timeout") o.idle_timeout = std::chrono::milliseconds(static_cast<long>(a.real(0.001, 86400) * 1000));
         else throw std::invalid_argument("unknown option " + k);
@@ -49,6 +57,31 @@ std::string stats_line(const SinkStats& s, const char* event) {
            ",\"sessions\":" + std::to_string(s.sessions) + ",\"bytes\":" + std::to_string(s.bytes) +
            ",\"t_first\":" + fixed(s.t_first, 4) + ",\"t_last\":" + fixed(s.t_last, 4) +
            ",\"t_now\":" + fixed(epoch_seconds(), 4) + ",\"errors\":" + json_counts(s.errors) + "}";
+}
+
+// One sink serves a whole benchmark suite: the harness arms it before each
+// run instead of restarting it, so relays never see their cached
+// connections to the sink vanish between runs.
+asio::awaitable<void> control_loop(Sink& sink, std::function<void(const char*)> shutdown) {
+    asio::posix::stream_descriptor in(co_await asio::this_coro::executor, ::dup(0));
+    sm::smtp::LineReader<asio::posix::stream_descriptor> rd(in);
+    for (;;) {
+        const auto l = co_await rd.read_line(std::chrono::hours(24 * 365));
+        if (l.status != sm::smtp::ReadStatus::ok) break;
+        const std::string_view cmd = l.text;
+        if (cmd.starts_with("expect-rcpts ")) {
+            std::uint64_t n = 0;
+            for (char c : cmd.substr(13)) n = c >= '0' && c <= '9' ? n * 10 + static_cast<std::uint64_t>(c - '0') : n;
+            sink.expect_base = sink.stats.rcpts;
+            sink.opt.expect_rcpts = n;
+            if (n == 0) std::cout << stats_line(sink.stats, "expected") << std::endl;
+        } else if (cmd == "stats") {
+            std::cout << stats_line(sink.stats, "stats") << std::endl;
+        } else {
+            std::cout << "{\"event\":\"error\",\"text\":\"unknown command\"}" << std::endl;
+        }
+    }
+    shutdown("stopped");
 }
 
 asio::awaitable<void> accept_loop(Sink& sink, tcp::acceptor& acc) {
@@ -101,15 +134,22 @@ int main(int argc, char** argv) {
     };
     sink.on_message = [&] {
         const auto& s = sink.stats;
-        if ((sink.opt.expect && s.msgs >= sink.opt.expect) ||
-            (sink.opt.expect_rcpts && s.rcpts >= sink.opt.expect_rcpts))
+        const bool met = (sink.opt.expect && s.msgs >= sink.opt.expect) ||
+                         (sink.opt.expect_rcpts && s.rcpts - sink.expect_base >= sink.opt.expect_rcpts);
+        if (!met) return;
+        if (!sink.opt.control) {
             shutdown("expected");
+            return;
+        }
+        std::cout << stats_line(s, "expected") << std::endl;
+        sink.opt.expect = sink.opt.expect_rcpts = 0;
     };
     asio::signal_set signals(ctx, SIGTERM, SIGINT);
     signals.async_wait([&](boost::system::error_code ec, int) {
         if (!ec) shutdown("stopped");
     });
     asio::co_spawn(ctx, accept_loop(sink, acc), asio::detached);
+    if (sink.opt.control) asio::co_spawn(ctx, control_loop(sink, shutdown), asio::detached);
     ctx.run();
     return 0;
 }

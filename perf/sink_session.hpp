@@ -20,6 +20,7 @@ struct SinkOptions {
     std::uint64_t expect = 0;        // report when this many messages arrived
     std::uint64_t expect_rcpts = 0;  // ... or this many recipients
     bool pipelining = true;
+    bool control = false;  // --control: commands on stdin, no exit on --expect
     std::string hostname = "smx-sink.example";
     std::chrono::steady_clock::duration idle_timeout = std::chrono::seconds(300);
 };
@@ -34,6 +35,7 @@ struct SinkStats {
 struct Sink {
     SinkOptions opt;
     SinkStats stats;
+    std::uint64_t expect_base = 0;  // rcpts when the current expectation was armed
     // Called after every accepted message; decides whether --expect is met.
     std::function<void()> on_message;
 };

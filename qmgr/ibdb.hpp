@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,12 @@ struct IbdbOptions {
     unsigned max_batch = 256;          // transactions per commit
     std::uint64_t file_size = 16u << 20;  // rotate after this many bytes
     bool fsync = true;
+    // Completion records with no transaction to ride along with are written
+    // (without fsync) after this delay.
+    std::chrono::milliseconds completion_delay{50};
+    // When no transaction is open at all, the current file is closed and
+    // deleted after this much idle time (an empty spool has no IBDB files).
+    std::chrono::milliseconds idle_retire{1000};
 };
 
 struct IbdbStats {
@@ -61,7 +68,17 @@ public:
     // Replays every live file in order (a torn last record is skipped; a
     // corrupt record is copied to quarantine with a log line) and returns the
     // transactions that are not done. Call once before the first append.
+    // A transaction whose recipients are all done (crash before ta_done) is
+    // returned so that QMGR can finish it; one whose recipients are all done
+    // or deferred, with at least one deferred, is not (DEFEDB holds it).
+    // Blocking: call at start-up, before the event loop runs.
     std::vector<RecoveredTa> recover();
+
+    // on_durable runs after the fdatasync of the batch holding the record
+    // (from the event loop, or inside flush_sync() and the destructor).
+    // Completion calls for a transaction that is not in the log are ignored.
+    // Call rcpt_deferred only once DEFEDB holds the recipient: when every
+    // recipient is done or deferred the transaction leaves the IBDB.
 
     void append_transaction(const sm::msg::TaCommit& ta, Durable on_durable);
     void rcpt_done(const std::string& ta_id, std::uint32_t idx);
@@ -69,6 +86,9 @@ public:
     void ta_done(const std::string& ta_id);
 
     // Writes whatever is queued now (used at shutdown); returns when durable.
+    // Blocks the calling thread; needs the worker pool still running if a
+    // write is out. The destructor does the same, then closes the file (and
+    // removes it when nothing is open).
     void flush_sync();
 
     const IbdbStats& stats() const { return stats_; }

@@ -15,6 +15,11 @@ root=$prefix/root
 bin=$root/usr/libexec/sendmail/sendmail
 export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu:$root/lib/x86_64-linux-gnu"
 
+# Runs sendmail in a private UTS namespace with a qualified hostname: with
+# the machine's unqualified one it sleeps about 60 s trying to qualify it.
+# The machine's own hostname is never changed.
+in_ns() { unshare --uts sh -c 'hostname relay-sendmail.perf.example && exec "$@"' sh "$bin" "$@"; }
+
 daemon_pid() { [ -f "$1/sendmail.pid" ] && head -1 "$1/sendmail.pid" || true; }
 
 case "$cmd" in
@@ -43,13 +48,11 @@ setup)
     sed -e "s|@DIR@|$dir|g" -e "s|@PORT@|$port|g" -e "s|@SINK_PORT@|$sink|g" -e "s|@CF@|$cf|g" \
         "$here/sendmail/relay.mc.in" > "$dir/relay.mc"
     "$root/usr/bin/m4" -D_CF_DIR_="$cf/" "$dir/relay.mc" > "$dir/sendmail.cf"
-    "$bin" -C "$dir/sendmail.cf" -bi >/dev/null 2>&1 || true   # aliases.db from the empty list
+    in_ns -C "$dir/sendmail.cf" -bi >/dev/null 2>&1 || true   # aliases.db from the empty list
     ;;
 start)
     dir=$3
-    # A private UTS namespace gives sendmail a qualified hostname of its own
-    # without touching the machine's.
-    unshare --uts sh -c "hostname relay-sendmail.perf.example && exec '$bin' -C '$dir/sendmail.cf' -bd -q1m"
+    in_ns -C "$dir/sendmail.cf" -bd -q1m
     i=0; while [ -z "$(daemon_pid "$dir")" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
     [ -n "$(daemon_pid "$dir")" ]
     ;;
@@ -65,7 +68,7 @@ pids)
     [ -n "$pid" ] && { echo "$pid"; ps -o pid= --ppid "$pid" || true; }
     ;;
 version)
-    "$bin" -d0.1 -bt < /dev/null 2>/dev/null | sed -n 's/^Version \(.*\)/\1/p' | head -1
+    in_ns -d0.1 -bt < /dev/null 2>/dev/null | sed -n 's/^Version \(.*\)/\1/p' | head -1
     ;;
 *) echo "sendmail.sh: unknown command $cmd" >&2; exit 2 ;;
 esac

@@ -1,0 +1,1 @@
+"""Helpers of perf/relay-bench and perf/commit-sweep (stdlib + matplotlib)."""

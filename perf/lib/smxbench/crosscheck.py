@@ -1,0 +1,46 @@
+"""The same configuration driven by postfix's smtp-source and smtp-sink, as
+an independent check of our own tools' msgs/s."""
+import json
+import subprocess
+import time
+
+from .env import free_port, log, wait_port
+
+
+def smtp_source(port, n, sessions, size):
+    t0 = time.time()
+    subprocess.run(["smtp-source", "-s", str(sessions), "-m", str(n), "-l", str(size),
+                    "-f", "sender@source.example", "-t", "rcpt@sink.example", "127.0.0.1:%d" % port],
+                   check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    return t0
+
+
+def run(bench, systems, n=2000, sessions=100, size=1024):
+    out = []
+    for s in systems:
+        if s.name not in ("direct", "postfix"):
+            continue
+        bench.sink.arm(n)
+        t0 = smtp_source(s.port, n, sessions, size)
+        done, complete = bench.sink.wait(120)
+        secs = done.get("t_now", time.time()) - t0
+        out.append({"path": "smtp-source → %s → smx-sink" % s.name if s.relay else "smtp-source → smx-sink",
+                    "tool": "smtp-source", "msgs": n if complete else 0, "seconds": secs,
+                    "msgs_per_s": n / secs if complete else 0})
+        log("cross-check %s: %.0f msgs/s" % (out[-1]["path"], out[-1]["msgs_per_s"]))
+    # And our source against postfix's sink.
+    port = free_port()
+    sink = subprocess.Popen(["smtp-sink", "-u", "nobody", "127.0.0.1:%d" % port, "1024"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        if wait_port(port, 10):
+            res = subprocess.run([bench.source, "--port", str(port), "-s", str(sessions), "-n", str(n),
+                                  "-S", str(size)], capture_output=True, text=True, timeout=600)
+            j = json.loads(res.stdout.strip().splitlines()[-1])
+            out.append({"path": "smx-source → smtp-sink", "tool": "smx-source", "msgs": j["msgs"],
+                        "seconds": j["seconds"], "msgs_per_s": j["msgs_per_s"]})
+            log("cross-check smx-source → smtp-sink: %.0f msgs/s" % j["msgs_per_s"])
+    finally:
+        sink.terminate()
+        sink.wait()
+    return out

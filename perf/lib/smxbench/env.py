@@ -1,0 +1,109 @@
+"""Where things are, what must be installed, free ports, machine facts."""
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+PERF = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(PERF)
+
+
+def log(msg):
+    """Progress goes to stderr so stdout stays free for the final table."""
+    print(time.strftime("%H:%M:%S ") + msg, file=sys.stderr, flush=True)
+
+
+def sh(args, **kw):
+    return subprocess.run(args, check=True, **kw)
+
+
+def apt_install(packages):
+    """apt-get install, with postfix left unconfigured: its system instance
+    must not be set up or started, we only run private instances."""
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    log("installing " + " ".join(packages))
+    subprocess.run(["debconf-set-selections"], input=b"postfix postfix/main_mailer_type select No configuration\n",
+                   check=False)
+    if subprocess.run(["apt-get", "install", "-y", "-q"] + packages, env=env,
+                      stdout=subprocess.DEVNULL).returncode != 0:
+        sh(["apt-get", "update", "-q"], stdout=subprocess.DEVNULL)
+        sh(["apt-get", "install", "-y", "-q"] + packages, env=env, stdout=subprocess.DEVNULL)
+
+
+def ensure_packages(need_plot=True):
+    missing = [p for p, probe in (("postfix", "postfix"), ("strace", "strace")) if not shutil.which(probe)]
+    if not shutil.which("smtp-source"):
+        missing.append("postfix")
+    if need_plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            missing.append("python3-matplotlib")
+    if missing:
+        apt_install(sorted(set(missing)))
+
+
+def ensure_build(build):
+    """Builds the tools (and smx when its sources build) if they are missing."""
+    tools = [os.path.join(build, "perf", t) for t in ("smx-source", "smx-sink")]
+    if all(os.access(t, os.X_OK) for t in tools):
+        return
+    if not os.path.isdir(build):
+        log("meson setup " + build)
+        sh(["meson", "setup", build, ROOT], stdout=subprocess.DEVNULL)
+    log("building with ninja")
+    if subprocess.run(["ninja", "-C", build], stdout=subprocess.DEVNULL).returncode != 0:
+        log("full build failed: building the perf tools only (smx will be skipped)")
+        sh(["ninja", "-C", build, "perf/smx-source", "perf/smx-sink"], stdout=subprocess.DEVNULL)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=30.0):
+    """True once something accepts on 127.0.0.1:port."""
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def machine_facts(path):
+    mem_kb = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    fs = subprocess.run(["df", "-T", path], capture_output=True, text=True).stdout.splitlines()[-1].split()
+    model = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cores": os.cpu_count(), "cpu_model": model, "memory_mb": mem_kb // 1024,
+        "kernel": platform.release(), "filesystem": fs[1], "device": fs[0],
+        "os": _os_release(), "loadavg_at_start": os.getloadavg(),
+    }
+
+
+def _os_release():
+    try:
+        with open("/etc/os-release") as f:
+            for line in f:
+                if line.startswith("PRETTY_NAME="):
+                    return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return ""

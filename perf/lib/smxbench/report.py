@@ -1,0 +1,130 @@
+"""results.md (medians, spread, ratios) and PNG plots from the runs."""
+import os
+import statistics
+
+
+def med(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(v, digits=0):
+    if v is None:
+        return "n/a"
+    return ("%%.%df" % digits) % v
+
+
+def summarize(results):
+    """{tag: {system: summary}} in first-seen order."""
+    out = {}
+    for r in results:
+        out.setdefault(r["tag"], {}).setdefault(r["system"], []).append(r)
+    summary = {}
+    for tag, per_sys in out.items():
+        summary[tag] = {}
+        for name, runs in per_sys.items():
+            thr = [r["delivered_msgs_per_s"] for r in runs]
+            summary[tag][name] = {
+                "runs": len(runs), "complete": sum(r["complete"] for r in runs),
+                "delivered": med(thr), "min": min(thr), "max": max(thr),
+                "inject": med([r["inject_msgs_per_s"] for r in runs]),
+                "p50": med([r["latency_ms"].get("p50") for r in runs]),
+                "p99": med([r["latency_ms"].get("p99") for r in runs]),
+                "fsyncs": runs[0].get("fsyncs_per_msg"),
+                "flushes": med([r["flushes_per_msg"] for r in runs]),
+                "writes": med([r["disk_writes_per_msg"] for r in runs]),
+                "kb": med([r["disk_kb_per_msg"] for r in runs]),
+                "cpu": med([r["cpu_s_per_1000"] for r in runs]),
+                "pss": med([r["peak_pss_mb"] for r in runs]),
+                "errors": sum(sum(r["errors"].values()) for r in runs),
+                "msgs": runs[0]["config"]["msgs"],
+            }
+    return summary
+
+
+def ratio(summary_tag, a, b):
+    x, y = summary_tag.get(a), summary_tag.get(b)
+    if not x or not y or not x["delivered"] or not y["delivered"]:
+        return "n/a"
+    return "%.2f" % (x["delivered"] / y["delivered"])
+
+
+def markdown(title, summary, facts, versions, skipped, crosscheck=None):
+    lines = ["# %s" % title, ""]
+    lines += ["Machine: %(cores)s cores (%(cpu_model)s), %(memory_mb)s MB, %(os)s, kernel %(kernel)s, "
+              "%(filesystem)s on %(device)s; load average at start %(loadavg_at_start)s." % facts, ""]
+    lines += ["Versions: " + "; ".join("%s: %s" % kv for kv in versions.items()), ""]
+    for name, why in skipped.items():
+        lines += ["**%s skipped**: %s" % (name, why), ""]
+    lines += ["Delivered msgs/s = N / (time from the first connect until the sink has all N): the median "
+              "of the reps, [min–max] the spread. Latency = end-of-DATA → 250 at the source. fsyncs = "
+              "fsync+fdatasync calls per message (strace pass, untimed). Flushes, writes and KB: "
+              "/proc/diskstats of the whole disk per message. CPU = the relay's process tree "
+              "(cgroup cpuacct) per 1000 messages. PSS = peak proportional set size of the relay.", ""]
+    for tag, per_sys in summary.items():
+        lines += ["## %s" % tag, "",
+                  "| system | N | complete | delivered msgs/s [min–max] | inject msgs/s | ack p50 ms | "
+                  "ack p99 ms | fsyncs/msg | flushes/msg | writes/msg | KB/msg | CPU s/1000 msgs | "
+                  "peak PSS MB | errors |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, s in per_sys.items():
+            lines.append("| %s | %d | %d/%d | %s [%s–%s] | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |" % (
+                name, s["msgs"], s["complete"], s["runs"], fmt(s["delivered"]), fmt(s["min"]), fmt(s["max"]),
+                fmt(s["inject"]), fmt(s["p50"], 1), fmt(s["p99"], 1), fmt(s["fsyncs"], 2), fmt(s["flushes"], 2),
+                fmt(s["writes"], 2), fmt(s["kb"], 1), fmt(s["cpu"], 2), fmt(s["pss"]), s["errors"]))
+        lines += ["", "Ratios of delivered msgs/s: smx/postfix %s, smx/sendmail %s, smx/direct %s; "
+                  "postfix/sendmail %s, postfix/direct %s." % (
+                      ratio(per_sys, "smx", "postfix"), ratio(per_sys, "smx", "sendmail"),
+                      ratio(per_sys, "smx", "direct"), ratio(per_sys, "postfix", "sendmail"),
+                      ratio(per_sys, "postfix", "direct")), ""]
+    if crosscheck:
+        lines += ["## Cross-check with postfix's smtp-source", "",
+                  "| path | tool | msgs | seconds | msgs/s |", "|---|---|---|---|---|"]
+        for c in crosscheck:
+            lines.append("| %s | %s | %d | %.2f | %.0f |" % (c["path"], c["tool"], c["msgs"], c["seconds"],
+                                                            c["msgs_per_s"]))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plots(outdir, summary):
+    """throughput.png and latency.png: one group of bars per configuration."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    tags = list(summary)
+    systems = []
+    for per_sys in summary.values():
+        systems += [s for s in per_sys if s not in systems]
+    width = 0.8 / max(1, len(systems))
+    made = []
+    for fname, keys, ylabel in (("throughput.png", ("delivered",), "delivered msgs/s (median, min–max)"),
+                                ("latency.png", ("p50", "p99"), "ack latency ms (p50 solid, p99 hatched)")):
+        fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(tags) * max(1, len(systems)) / 2), 4.5))
+        for i, name in enumerate(systems):
+            xs = [t + (i - (len(systems) - 1) / 2) * width for t in range(len(tags))]
+            for k, key in enumerate(keys):
+                vals = [summary[t].get(name, {}).get(key) or 0 for t in tags]
+                kw = {"color": "C%d" % i, "label": name if k == 0 else None}
+                if key == "delivered":
+                    lo = [v - (summary[t].get(name, {}).get("min") or 0) for t, v in zip(tags, vals)]
+                    hi = [(summary[t].get(name, {}).get("max") or 0) - v for t, v in zip(tags, vals)]
+                    kw["yerr"] = [lo, hi]
+                    kw["capsize"] = 3
+                if k == 1:
+                    kw.update(hatch="//", alpha=0.5, bottom=None)
+                ax.bar(xs, vals, width * (0.9 if k == 0 else 0.5), **kw)
+        ax.set_xticks(range(len(tags)))
+        ax.set_xticklabels(tags, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel(ylabel)
+        if fname == "latency.png":
+            ax.set_yscale("log")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(outdir, fname), dpi=110)
+        plt.close(fig)
+        made.append(fname)
+    return made

@@ -1,0 +1,118 @@
+"""One timed run, the strace pass, and the interleaved suite loop."""
+import json
+import os
+import subprocess
+import time
+
+from .env import log
+from .measure import PeakMemory, SyncCounter, diskstats
+
+
+class Bench:
+    """What every run shares: tools, the sink, the disk to watch."""
+
+    def __init__(self, build, sink, disk, outdir):
+        self.source = os.path.join(build, "perf", "smx-source")
+        self.sink, self.disk, self.outdir = sink, disk, outdir
+
+    def source_args(self, system, cfg):
+        return [self.source, "--port", str(system.port), "-s", str(cfg["sessions"]), "-n", str(cfg["msgs"]),
+                "-S", cfg["size"], "-r", str(cfg["rcpts"]), "-m", str(cfg.get("per_conn", 1)),
+                "--deadline", str(cfg.get("deadline", 600))]
+
+    def run(self, system, cfg):
+        """One timed run; returns the figures of PERF.md as a dict."""
+        n, r = cfg["msgs"], cfg["rcpts"]
+        self.sink.arm(n * r)
+        cpu0 = system.group.cpu_seconds() if system.group else 0.0
+        disk0 = diskstats(self.disk)
+        stats0 = system.stats()
+        mem = PeakMemory(system.group)
+        mem.start()
+        src = subprocess.run(self.source_args(system, cfg), capture_output=True, text=True,
+                             timeout=cfg.get("deadline", 600) + 30)
+        lines = src.stdout.strip().splitlines()
+        inj = json.loads(lines[-1]) if lines else {"msgs": 0, "errors": {"source_failed": 1}}
+        # The relay may still be delivering: wait for the sink, bounded.
+        budget = max(30.0, 5 * inj.get("seconds", 0))
+        done, complete = self.sink.wait(budget)
+        end = done.get("t_now", time.time())
+        cpu1 = system.group.cpu_seconds() if system.group else 0.0
+        disk1 = diskstats(self.disk)
+        peak = mem.stop()
+        stats1 = system.stats()
+        secs = end - inj.get("t_start", end)
+        res = {
+            "system": system.name, "config": cfg, "complete": complete,
+            "delivered_msgs_per_s": n / secs if complete and secs > 0 else 0.0,
+            "delivered_seconds": secs,
+            "inject_msgs_per_s": inj.get("msgs_per_s", 0.0),
+            "latency_ms": inj.get("latency_ms", {}),
+            "acked": inj.get("msgs", 0),
+            "errors": inj.get("errors", {}),
+            "cpu_s_per_1000": (cpu1 - cpu0) / n * 1000 if system.relay else None,
+            "peak_pss_mb": peak / 2**20 if system.relay else None,
+            "disk_writes_per_msg": (disk1["writes"] - disk0["writes"]) / n,
+            "disk_kb_per_msg": (disk1["sectors"] - disk0["sectors"]) * 512 / 1024 / n,
+            "flushes_per_msg": (disk1["flushes"] - disk0["flushes"]) / n,
+            "source": inj, "sink": done,
+        }
+        if not complete:
+            res["errors"] = dict(res["errors"], not_delivered_in_time=1)
+        if stats0 and stats1:
+            res["smx_stats_delta"] = {k: stats1[k] - stats0.get(k, 0) for k in stats1}
+        return res
+
+    def strace_pass(self, system, cfg, tag):
+        """Untimed: fsync + fdatasync calls per message under strace."""
+        if not system.relay:
+            return {"fsync": 0, "fdatasync": 0, "per_msg": 0.0}
+        counter = SyncCounter(system.group, os.path.join(self.outdir, "raw", "strace-%s.txt" % tag))
+        try:
+            self.sink.arm(cfg["msgs"] * cfg["rcpts"])
+            subprocess.run(self.source_args(system, cfg), capture_output=True, timeout=cfg.get("deadline", 600) + 30)
+            self.sink.wait(120)
+        finally:
+            calls = counter.stop()
+        calls["per_msg"] = (calls["fsync"] + calls["fdatasync"]) / cfg["msgs"]
+        return calls
+
+
+def save(outdir, name, obj):
+    os.makedirs(os.path.join(outdir, "raw"), exist_ok=True)
+    with open(os.path.join(outdir, "raw", name + ".json"), "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+
+
+def suite(bench, systems, configs, reps, msgs_for, warmup=200):
+    """For each configuration: warm every system up once, then reps rounds
+    of A B C D (interleaved, so machine noise hits all systems alike), then
+    one strace pass each. Returns the results of the timed runs."""
+    results = []
+    total = len(configs) * reps * len(systems)
+    done = 0
+    t0 = time.time()
+    for ci, base in enumerate(configs):
+        tag = "%s-s%d-r%d" % (base["size"].replace(":", "_"), base["sessions"], base["rcpts"])
+        for s in systems:
+            bench.run(s, dict(base, msgs=max(warmup, base["sessions"])))
+        for rep in range(reps):
+            for s in systems:
+                cfg = dict(base, msgs=msgs_for(s, base))
+                res = bench.run(s, cfg)
+                res["rep"], res["tag"] = rep, tag
+                save(bench.outdir, "%s-%s-rep%d" % (tag, s.name, rep), res)
+                results.append(res)
+                done += 1
+                eta = (time.time() - t0) / done * (total - done)
+                log("[%d/%d] %s %s rep %d: %.0f msgs/s delivered, p99 %.1f ms%s  (eta %.0f s)" % (
+                    done, total, tag, s.name, rep + 1, res["delivered_msgs_per_s"],
+                    res["latency_ms"].get("p99", 0), "" if res["complete"] else " INCOMPLETE", eta))
+        for s in systems:
+            cfg = dict(base, msgs=min(msgs_for(s, base), 1000))
+            calls = bench.strace_pass(s, cfg, "%s-%s" % (tag, s.name))
+            save(bench.outdir, "%s-%s-strace" % (tag, s.name), calls)
+            for res in results:
+                if res["tag"] == tag and res["system"] == s.name:
+                    res["fsyncs_per_msg"] = calls["per_msg"]
+    return results

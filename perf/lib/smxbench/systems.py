@@ -1,0 +1,224 @@
+"""The systems under test. Each relays everything from 127.0.0.1 on its own
+port to the one sink; `direct` is the source talking to the sink itself."""
+import os
+import shutil
+import signal
+import subprocess
+
+from .env import PERF, log, wait_port
+from .measure import ProcessGroup
+
+PEERS = os.path.join(PERF, "peers")
+
+
+class System:
+    name = "?"
+    relay = True
+
+    def __init__(self, workdir, sink_port):
+        self.dir = os.path.join(workdir, self.name)
+        self.sink_port = sink_port
+        self.port = None
+        self.group = None
+
+    def skip_reason(self):
+        return None
+
+    def config_files(self):
+        """{file name: text} of the configuration used, for the results."""
+        return {}
+
+    def stats(self):
+        return {}
+
+    def stop(self):
+        if self.group:
+            self.group.remove()
+
+
+class Direct(System):
+    name = "direct"
+    relay = False
+
+    def setup(self, port):
+        self.port = self.sink_port
+
+    def start(self):
+        pass
+
+    def version(self):
+        return "smx-sink"
+
+
+class Postfix(System):
+    name = "postfix"
+
+    def setup(self, port):
+        self.port = port
+        shutil.rmtree(self.dir, ignore_errors=True)
+        subprocess.run([os.path.join(PEERS, "postfix.sh"), "setup", self.dir, str(port), str(self.sink_port)],
+                       check=True)
+
+    def start(self):
+        self.group = ProcessGroup(self.name)
+        subprocess.run([os.path.join(PEERS, "postfix.sh"), "start", self.dir], check=True,
+                       preexec_fn=self.group.preexec, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.group.roots = self._pids()[:1]
+        if not wait_port(self.port):
+            raise RuntimeError("postfix does not listen on %d" % self.port)
+
+    def _pids(self):
+        out = subprocess.run([os.path.join(PEERS, "postfix.sh"), "pids", self.dir],
+                             capture_output=True, text=True).stdout
+        return [int(x) for x in out.split()]
+
+    def stop(self):
+        subprocess.run([os.path.join(PEERS, "postfix.sh"), "stop", self.dir], check=False)
+        super().stop()
+
+    def version(self):
+        return "postfix " + subprocess.run([os.path.join(PEERS, "postfix.sh"), "version"],
+                                           capture_output=True, text=True).stdout.strip()
+
+    def config_files(self):
+        return {f: open(os.path.join(self.dir, "etc", f)).read() for f in ("main.cf", "master.cf")}
+
+
+class Sendmail(System):
+    name = "sendmail"
+
+    def __init__(self, workdir, sink_port):
+        super().__init__(workdir, sink_port)
+        # The unpacked packages outlive a suite: they are only downloaded once.
+        self.prefix = os.path.join(PERF, ".peers", "sendmail-pkg")
+        self.script = os.path.join(PEERS, "sendmail.sh")
+
+    def skip_reason(self):
+        if subprocess.run([self.script, "install", self.prefix], stdout=subprocess.DEVNULL).returncode:
+            return "sendmail packages could not be downloaded/unpacked"
+        return None
+
+    def setup(self, port):
+        self.port = port
+        shutil.rmtree(self.dir, ignore_errors=True)
+        subprocess.run([self.script, "setup", self.prefix, self.dir, str(port), str(self.sink_port)],
+                       check=True, stderr=subprocess.DEVNULL)
+
+    def start(self):
+        self.group = ProcessGroup(self.name)
+        subprocess.run([self.script, "start", self.prefix, self.dir], check=True,
+                       preexec_fn=self.group.preexec)
+        out = subprocess.run([self.script, "pids", self.prefix, self.dir], capture_output=True, text=True).stdout
+        self.group.roots = [int(x) for x in out.split()][:1]
+        if not wait_port(self.port):
+            raise RuntimeError("sendmail does not listen on %d" % self.port)
+
+    def stop(self):
+        subprocess.run([self.script, "stop", self.prefix, self.dir], check=False)
+        super().stop()
+
+    def version(self):
+        return "sendmail " + subprocess.run([self.script, "version", self.prefix],
+                                            capture_output=True, text=True).stdout.strip()
+
+    def config_files(self):
+        return {"relay.mc": open(os.path.join(self.dir, "relay.mc")).read()}
+
+
+def toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class Smx(System):
+    name = "smx"
+
+    def __init__(self, workdir, sink_port, build, overrides=None, label=None):
+        super().__init__(workdir, sink_port)
+        self.binary = os.path.join(build, "mcp", "smx")
+        self.overrides = overrides or {}
+        if label:
+            self.name = label
+            self.dir = os.path.join(workdir, label)
+        self.proc = None
+
+    def skip_reason(self):
+        if not os.access(self.binary, os.X_OK):
+            return "%s does not exist yet" % self.binary
+        for child in ("qmgr/smx-qmgr", "smtps/smx-smtps", "smtpc/smx-smtpc"):
+            if not os.access(os.path.join(os.path.dirname(os.path.dirname(self.binary)), child), os.X_OK):
+                return "%s is not built yet" % child
+        return None
+
+    def config(self, port):
+        cfg = {
+            "server": {"listen": ["127.0.0.1:%d" % port], "hostname": "relay-smx.perf.example"},
+            # Durable defaults; the group-commit knobs are the sweep's.
+            "queue": {"spool_dir": os.path.join(self.dir, "spool"), "run_dir": os.path.join(self.dir, "run")},
+            # Admin tuning like postfix's: one next hop gets all the mail.
+            "client": {"max_concurrency": 100},
+            "routes": {"default": "[127.0.0.1]:%d" % self.sink_port},
+            # Logging on, to a file: what an admin runs with.
+            "log": {"level": "info", "file": os.path.join(self.dir, "smx.log")},
+        }
+        for section, keys in self.overrides.items():
+            cfg.setdefault(section, {}).update(keys)
+        lines = []
+        for section, keys in cfg.items():
+            lines.append("[%s]" % section)
+            lines += ["%s = %s" % (k if k.replace("_", "").isalnum() else toml_value(k), toml_value(v))
+                      for k, v in keys.items()]
+            lines.append("")
+        return "\n".join(lines)
+
+    def setup(self, port):
+        self.port = port
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+        self.conf = os.path.join(self.dir, "smx.toml")
+        with open(self.conf, "w") as f:
+            f.write(self.config(port))
+
+    def start(self):
+        self.group = ProcessGroup(self.name)
+        self.proc = subprocess.Popen([self.binary, "run", "-c", self.conf], preexec_fn=self.group.preexec,
+                                     stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "stderr"), "w"))
+        self.group.roots = [self.proc.pid]
+        if not wait_port(self.port):
+            self.stop()
+            raise RuntimeError("smx does not listen on %d (see %s/stderr)" % (self.port, self.dir))
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                log("smx did not stop in 15 s: killing it")
+                self.proc.kill()
+                self.proc.wait()
+        super().stop()
+
+    def stats(self):
+        out = subprocess.run([self.binary, "stats", "-c", self.conf], capture_output=True, text=True,
+                             timeout=30).stdout
+        stats = {}
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                try:
+                    stats[parts[0]] = float(parts[1])
+                except ValueError:
+                    pass
+        return stats
+
+    def version(self):
+        return subprocess.run([self.binary, "--version"], capture_output=True, text=True).stdout.strip()
+
+    def config_files(self):
+        return {"smx.toml": open(self.conf).read()}

@@ -1,0 +1,473 @@
+// IBDB group commit. All state lives on the owner's (QMGR's) executor; the
+// blocking part of a write (create, write, fdatasync, truncate back) runs as
+// a Job on the worker pool, one at a time, and its result is posted back.
+// While a job is out the owner does not touch the file descriptor.
+#include "ibdb.hpp"
+
+#include "ibdb_record.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <fcntl.h>
+#include <filesystem>
+#include <mutex>
+#include <unistd.h>
+#include <unordered_map>
+
+namespace smx::qmgr {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Job {
+    std::string buf;  // transaction records, then completion records
+    std::size_t done_from = 0;  // where the completion records start
+    std::size_t records = 0, done_records = 0;
+    std::vector<Ibdb::Durable> acks;
+    std::vector<std::string> ta_ids;
+    std::string dir;
+    int fd = -1;
+    std::uint64_t off = 0;
+    std::uint32_t file = 0;
+    bool open_file = false;  // create `file` first and switch to it
+    bool sync = false;
+    // Results.
+    bool opened = false;
+    int err = 0;
+    const char* op = "";
+    bool truncate_failed = false;
+    std::uint64_t fsync_us = 0;
+    // flush_sync() waits for a job that is out; the owner consumes the result
+    // once, either there or in the posted completion.
+    std::mutex m;
+    std::condition_variable cv;
+    bool finished = false;
+    bool consumed = false;
+};
+
+int fsync_dir(const std::string& dir) {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    int err = ::fsync(fd) == 0 ? 0 : errno;
+    ::close(fd);
+    return err;
+}
+
+bool pwrite_all(int fd, const std::string& buf, std::uint64_t off) {
+    std::size_t done = 0;
+    while (done < buf.size()) {
+        ssize_t n = ::pwrite(fd, buf.data() + done, buf.size() - done,
+                             static_cast<off_t>(off + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return false;
+        done += static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
+// Worker side. On any failure the file is cut back to where this write
+// started, so that no half record stays in front of the next batch.
+void run_job(Job& j) {
+    if (j.open_file) {
+        std::string path = j.dir + "/" + ibdb::file_name(j.file);
+        // O_EXCL: the number is past every file recover() saw; never clobber.
+        int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            j.err = errno;
+            j.op = "create";
+            return;
+        }
+        // fdatasync of the file does not make its directory entry durable.
+        if (int e = fsync_dir(j.dir)) {
+            ::close(fd);
+            ::unlink(path.c_str());
+            j.err = e;
+            j.op = "fsync directory for";
+            return;
+        }
+        if (j.fd >= 0) ::close(j.fd);
+        j.fd = fd;
+        j.off = 0;
+        j.opened = true;
+    }
+    if (!pwrite_all(j.fd, j.buf, j.off)) {
+        j.err = errno;
+        j.op = "write";
+    } else if (j.sync) {
+        auto t0 = Clock::now();
+        if (::fdatasync(j.fd) != 0) {
+            j.err = errno;
+            j.op = "fdatasync";
+        }
+        j.fsync_us = static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+    }
+    if (j.err == 0) return;
+    while (::ftruncate(j.fd, static_cast<off_t>(j.off)) != 0) {
+        if (errno == EINTR) continue;
+        j.truncate_failed = true;
+        break;
+    }
+}
+
+} // namespace
+
+struct Ibdb::Impl {
+    struct TaState {
+        std::uint32_t file = 0;  // holds the transaction record; 0 = not written yet
+        std::vector<std::uint8_t> rcpt;  // per recipient: 0 open, 1 done, 2 deferred
+    };
+
+    struct Batch {
+        std::string tx, done;  // transaction and completion records
+        std::size_t tx_records = 0, done_records = 0;
+        std::vector<Durable> acks;
+        std::vector<std::string> ta_ids;
+        Clock::time_point oldest{}, first_done{};
+    };
+
+    Impl(asio::any_io_executor ex, asio::thread_pool& pool, IbdbOptions o, IbdbStats& s)
+        : owner(std::move(ex)), workers(pool), opt(std::move(o)), stats(s), timer(owner) {
+        opt.max_batch = std::max(1u, opt.max_batch);
+    }
+
+    asio::any_io_executor owner;
+    asio::thread_pool& workers;
+    IbdbOptions opt;
+    IbdbStats& stats;
+    asio::steady_timer timer;
+    Clock::time_point armed = Clock::time_point::max();
+    std::uint64_t timer_gen = 0;
+    std::shared_ptr<char> alive = std::make_shared<char>();  // for posted handlers
+
+    std::unordered_map<std::string, TaState> tas;   // every transaction in the IBDB
+    std::map<std::uint32_t, std::uint64_t> open_in_file;  // live file → open transactions
+    int fd = -1;
+    std::uint32_t cur_file = 0, next_file = 1;
+    std::uint64_t cur_off = 0;
+    Clock::time_point last_write = Clock::now();
+
+    std::deque<Batch> queue;  // front = next write; only the back takes transactions
+    std::shared_ptr<Job> job;  // the write that is out, if any
+    bool flushing = false;
+
+    std::vector<RecoveredTa> recover() {
+        std::error_code ec;
+        std::filesystem::create_directories(opt.dir, ec);
+        if (ec) spdlog::error("ibdb: cannot create {}: {}", opt.dir, ec.message());
+        auto log = ibdb::read_log(opt);
+        stats.corrupt_records += log.corrupt;
+        for (auto f : log.files) open_in_file[f] = 0;
+        if (!log.files.empty()) next_file = log.files.back() + 1;
+        std::vector<RecoveredTa> out;
+        for (auto& [file, ta] : log.tas) {
+            TaState st{file, std::vector<std::uint8_t>(ta.rcpt_done.size(), 0)};
+            for (std::size_t i = 0; i < st.rcpt.size(); ++i)
+                st.rcpt[i] = ta.rcpt_done[i] ? 1 : ta.rcpt_deferred[i] ? 2 : 0;
+            tas.emplace(ta.envelope.ta_id, std::move(st));
+            ++open_in_file[file];
+            out.push_back(std::move(ta));
+        }
+        for (auto f : log.files) maybe_delete(f, true);
+        spdlog::info("ibdb: recovered {} open transactions from {} files, next file {}",
+                     out.size(), log.files.size(), ibdb::file_name(next_file));
+        return out;
+    }
+
+    void append(const sm::msg::TaCommit& ta, Durable cb) {
+        if (tas.count(ta.ta_id)) {
+            asio::post(owner, [cb = std::move(cb)] { cb(false, "transaction id already logged"); });
+            return;
+        }
+        if (queue.empty() || queue.back().acks.size() >= opt.max_batch) queue.emplace_back();
+        Batch& b = queue.back();
+        if (b.acks.empty()) b.oldest = Clock::now();
+        ibdb::append_record(b.tx, ibdb::transaction, sm::msg::envelope_bytes(ta));
+        ++b.tx_records;
+        b.acks.push_back(std::move(cb));
+        b.ta_ids.push_back(ta.ta_id);
+        tas.emplace(ta.ta_id, TaState{0, std::vector<std::uint8_t>(ta.rcpts.size(), 0)});
+        schedule();
+    }
+
+    void mark(const std::string& ta_id, std::uint32_t idx, ibdb::RecType type) {
+        auto it = tas.find(ta_id);
+        if (it == tas.end() || idx >= it->second.rcpt.size()) {
+            // Not (or no longer) in the IBDB, e.g. already moved to DEFEDB.
+            spdlog::debug("ibdb: {}: recipient {} not in the log, record skipped", ta_id, idx);
+            return;
+        }
+        queue_done(type, ibdb::ref_payload(ta_id, idx));
+        auto& rcpt = it->second.rcpt;
+        rcpt[idx] = type == ibdb::rcpt_done ? 1 : 2;
+        // Every recipient final with some in DEFEDB: the IBDB no longer holds it.
+        bool all_final = std::all_of(rcpt.begin(), rcpt.end(), [](auto s) { return s != 0; });
+        if (all_final && std::find(rcpt.begin(), rcpt.end(), 2) != rcpt.end()) leave(it);
+        schedule();
+    }
+
+    void done(const std::string& ta_id) {
+        auto it = tas.find(ta_id);
+        if (it == tas.end()) return;
+        queue_done(ibdb::ta_done, ibdb::ref_payload(ta_id, std::nullopt));
+        leave(it);
+        schedule();
+    }
+
+    void queue_done(ibdb::RecType type, const std::string& payload) {
+        if (queue.empty()) queue.emplace_back();
+        Batch& b = queue.front();  // rides along with the next write
+        if (b.done.empty()) b.first_done = Clock::now();
+        ibdb::append_record(b.done, type, payload);
+        ++b.done_records;
+    }
+
+    void leave(std::unordered_map<std::string, TaState>::iterator it) {
+        std::uint32_t f = it->second.file;
+        tas.erase(it);
+        auto fit = open_in_file.find(f);
+        if (fit != open_in_file.end() && --fit->second == 0) maybe_delete(f, false);
+    }
+
+    // Deletes a finished file that is no longer appended to.
+    void maybe_delete(std::uint32_t f, bool now) {
+        auto it = open_in_file.find(f);
+        if (it == open_in_file.end() || it->second != 0 || f == cur_file) return;
+        open_in_file.erase(it);
+        ++stats.files_deleted;
+        std::string path = opt.dir + "/" + ibdb::file_name(f);
+        spdlog::info("ibdb: {} deleted, no open transactions", ibdb::file_name(f));
+        auto rm = [path, dir = opt.dir] {
+            if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+                spdlog::error("ibdb: unlink {}: {}", path, std::strerror(errno));
+            fsync_dir(dir);
+        };
+        if (now)
+            rm();
+        else
+            asio::post(workers, rm);
+    }
+
+    // Decides when the front batch goes out: at once when full, when its
+    // oldest transaction has waited commit_interval, or (completion records
+    // only) after completion_delay. An idle log with nothing open is removed.
+    void schedule() {
+        if (job || flushing) return;
+        auto now = Clock::now();
+        if (!queue.empty()) {
+            const Batch& b = queue.front();
+            Clock::time_point due;
+            if (!b.acks.empty())
+                due = b.acks.size() >= opt.max_batch ? now : b.oldest + opt.commit_interval;
+            else
+                due = b.done.size() >= (1u << 20) ? now : b.first_done + opt.completion_delay;
+            if (due <= now)
+                start();
+            else
+                arm(due);
+        } else if (fd >= 0 && tas.empty()) {
+            auto due = last_write + opt.idle_retire;
+            if (due <= now)
+                retire(false);
+            else
+                arm(due);
+        }
+    }
+
+    void arm(Clock::time_point due) {
+        if (armed <= due) return;
+        armed = due;
+        timer.expires_at(due);
+        timer.async_wait([this, gen = ++timer_gen, w = std::weak_ptr<char>(alive)](
+                             boost::system::error_code ec) {
+            if (ec || !w.lock() || gen != timer_gen) return;
+            armed = Clock::time_point::max();
+            schedule();
+        });
+    }
+
+    std::shared_ptr<Job> make_job() {
+        Batch b = std::move(queue.front());
+        queue.pop_front();
+        auto j = std::make_shared<Job>();
+        j->open_file = fd < 0 || cur_off >= opt.file_size;
+        j->file = j->open_file ? next_file : cur_file;
+        j->fd = fd;
+        j->off = cur_off;
+        j->dir = opt.dir;
+        j->done_from = b.tx.size();
+        j->buf = std::move(b.tx);
+        j->buf += b.done;
+        j->records = b.tx_records + b.done_records;
+        j->done_records = b.done_records;
+        j->acks = std::move(b.acks);
+        j->ta_ids = std::move(b.ta_ids);
+        j->sync = opt.fsync && !j->acks.empty();
+        job = j;
+        return j;
+    }
+
+    void start() {
+        auto j = make_job();
+        asio::post(workers, [j, ex = owner, w = std::weak_ptr<char>(alive), this] {
+            run_job(*j);
+            {
+                std::lock_guard lock(j->m);
+                j->finished = true;
+            }
+            j->cv.notify_all();
+            asio::post(ex, [j, w, this] {
+                if (w.lock()) finish(j);
+            });
+        });
+    }
+
+    // Owner side of a finished job: file bookkeeping, stats, then the acks.
+    void finish(const std::shared_ptr<Job>& j) {
+        if (j->consumed) return;
+        j->consumed = true;
+        job.reset();
+        if (j->opened) {
+            std::uint32_t old = cur_file;
+            fd = j->fd;
+            cur_file = j->file;
+            next_file = cur_file + 1;
+            cur_off = 0;
+            open_in_file.emplace(cur_file, 0);
+            maybe_delete(old, false);
+        }
+        std::string error;
+        if (j->err == 0) {
+            cur_off = j->off + j->buf.size();
+            last_write = Clock::now();
+            stats.records += j->records;
+            if (!j->acks.empty()) {
+                // Counted also with fsync off, so that perf runs still show
+                // transactions per commit.
+                ++stats.commits;
+                stats.transactions += j->acks.size();
+                stats.fsync_us_total += j->fsync_us;
+                stats.fsync_us_max = std::max(stats.fsync_us_max, j->fsync_us);
+            }
+            for (const auto& id : j->ta_ids) {
+                auto it = tas.find(id);
+                if (it == tas.end() || it->second.file != 0) continue;  // finished meanwhile
+                it->second.file = cur_file;
+                ++open_in_file[cur_file];
+            }
+        } else {
+            error = std::string(j->op) + " " + ibdb::file_name(j->file) + ": " +
+                    std::strerror(j->err);
+            spdlog::error("ibdb: {} ({} transactions not logged)", error, j->acks.size());
+            // Could not cut the half record off: never append behind it.
+            if (j->truncate_failed) cur_off = std::max(cur_off, opt.file_size);
+            for (const auto& id : j->ta_ids) {
+                auto it = tas.find(id);
+                if (it != tas.end() && it->second.file == 0) tas.erase(it);
+            }
+            if (j->done_records) {  // completion records try again with the next write
+                if (queue.empty()) queue.emplace_back();
+                Batch& b = queue.front();
+                if (b.done.empty()) b.first_done = Clock::now();
+                b.done.insert(0, j->buf, j->done_from);
+                b.done_records += j->done_records;
+            }
+        }
+        for (auto& cb : j->acks) cb(j->err == 0, error);
+        schedule();
+    }
+
+    // Writes out the job in flight and every queued batch on this thread.
+    void flush_queue() {
+        flushing = true;
+        for (;;) {
+            if (auto j = job) {
+                std::unique_lock lock(j->m);
+                j->cv.wait(lock, [&] { return j->finished; });
+                lock.unlock();
+                finish(j);
+            } else if (!queue.empty()) {
+                auto n = make_job();
+                run_job(*n);
+                n->finished = true;
+                finish(n);
+            } else {
+                break;
+            }
+        }
+        flushing = false;
+    }
+
+    void flush_sync() {
+        flush_queue();
+        schedule();  // arms the idle check
+    }
+
+    // Closes and removes the current file; only when no transaction is open
+    // anywhere, so it holds nothing anyone needs. The next write starts a new one.
+    void retire(bool now) {
+        std::string path = opt.dir + "/" + ibdb::file_name(cur_file);
+        spdlog::info("ibdb: {} deleted, nothing open", ibdb::file_name(cur_file));
+        open_in_file.erase(cur_file);
+        ++stats.files_deleted;
+        auto rm = [f = fd, path, dir = opt.dir] {
+            ::close(f);
+            ::unlink(path.c_str());
+            fsync_dir(dir);
+        };
+        fd = -1;
+        cur_file = 0;
+        cur_off = 0;
+        if (now)
+            rm();
+        else
+            asio::post(workers, rm);
+    }
+
+    std::size_t pending() const {
+        std::size_t n = 0;
+        for (const auto& b : queue) n += b.tx_records + b.done_records;
+        return n;
+    }
+
+    ~Impl() {
+        flush_queue();
+        if (fd < 0) return;
+        if (tas.empty())
+            retire(true);
+        else
+            ::close(fd);
+    }
+};
+
+Ibdb::Ibdb(asio::any_io_executor owner, asio::thread_pool& workers, IbdbOptions opt)
+    : impl_(std::make_unique<Impl>(std::move(owner), workers, std::move(opt), stats_)) {}
+
+Ibdb::~Ibdb() = default;
+
+std::vector<RecoveredTa> Ibdb::recover() { return impl_->recover(); }
+
+void Ibdb::append_transaction(const sm::msg::TaCommit& ta, Durable on_durable) {
+    impl_->append(ta, std::move(on_durable));
+}
+
+void Ibdb::rcpt_done(const std::string& ta_id, std::uint32_t idx) {
+    impl_->mark(ta_id, idx, ibdb::rcpt_done);
+}
+
+void Ibdb::rcpt_deferred(const std::string& ta_id, std::uint32_t idx) {
+    impl_->mark(ta_id, idx, ibdb::rcpt_deferred);
+}
+
+void Ibdb::ta_done(const std::string& ta_id) { impl_->done(ta_id); }
+
+void Ibdb::flush_sync() { impl_->flush_sync(); }
+
+std::size_t Ibdb::pending() const { return impl_->pending(); }
+
+} // namespace smx::qmgr

@@ -1,0 +1,501 @@
+// IBDB: real files in a temp dir under /tmp, real fdatasync.
+#include "crc32c.hpp"
+#include "ibdb.hpp"
+#include "ibdb_record.hpp"
+#include "ids.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sys/mount.h>
+#include <sys/resource.h>
+
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+using namespace smx::qmgr;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        char tmpl[] = "/tmp/ibdb-test-XXXXXX";
+        REQUIRE(::mkdtemp(tmpl) != nullptr);
+        path = tmpl;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+
+sm::msg::TaCommit make_ta(std::size_t nrcpt, std::size_t helo_size = 10) {
+    sm::msg::TaCommit ta;
+    ta.ta_id = sm::new_ta_id();
+    ta.client_addr = "127.0.0.1";
+    ta.client_name = "localhost";
+    ta.helo = std::string(helo_size, 'h');
+    ta.sender = "a@example.org";
+    for (std::size_t i = 0; i < nrcpt; ++i)
+        ta.rcpts.push_back({"r" + std::to_string(i) + "@example.net", ""});
+    ta.cdb_id = ta.ta_id;
+    ta.size = 1234;
+    ta.arrival_us = sm::now_us();
+    return ta;
+}
+
+// One owner io_context (QMGR's single thread, here the test thread) and a
+// worker pool, with helpers to run the owner until something happened.
+struct Env {
+    TempDir tmp;
+    asio::io_context ctx;
+    asio::executor_work_guard<asio::io_context::executor_type> guard{ctx.get_executor()};
+    asio::thread_pool pool{2};
+
+    IbdbOptions opts() const {
+        IbdbOptions o;
+        o.dir = (tmp.path / "ibdb").string();
+        o.quarantine_dir = (tmp.path / "quarantine").string();
+        o.commit_interval = 1ms;
+        o.completion_delay = 10ms;
+        o.idle_retire = 100ms;
+        return o;
+    }
+
+    template <class Pred>
+    bool run_until(Pred done, std::chrono::milliseconds limit = 5000ms) {
+        auto end = std::chrono::steady_clock::now() + limit;
+        while (!done() && std::chrono::steady_clock::now() < end) ctx.run_for(2ms);
+        return done();
+    }
+
+    void run_for(std::chrono::milliseconds d) { ctx.run_for(d); }
+
+    // Appends and waits for the ack; returns ok.
+    bool commit(Ibdb& db, const sm::msg::TaCommit& ta, std::string* error = nullptr) {
+        bool called = false, ok = false;
+        db.append_transaction(ta, [&](bool k, const std::string& e) {
+            called = true;
+            ok = k;
+            if (error) *error = e;
+        });
+        REQUIRE(run_until([&] { return called; }));
+        return ok;
+    }
+
+    // Commits each in its own batch (one record after the other in the file).
+    std::vector<sm::msg::TaCommit> commit_all(std::vector<sm::msg::TaCommit> tas) {
+        Ibdb db(ctx.get_executor(), pool, opts());
+        db.recover();
+        for (auto& ta : tas) REQUIRE(commit(db, ta));
+        return tas;
+    }
+
+    std::vector<std::string> log_files() const {
+        std::vector<std::string> v;
+        std::error_code ec;
+        for (auto& de : fs::directory_iterator(tmp.path / "ibdb", ec))
+            v.push_back(de.path().filename().string());
+        std::sort(v.begin(), v.end());
+        return v;
+    }
+
+    std::uintmax_t file_size(const std::string& name) const {
+        return fs::file_size(tmp.path / "ibdb" / name);
+    }
+};
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+}
+
+void spit(const fs::path& p, const std::string& data) {
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out << data;
+}
+
+// Start offsets of the valid records of a log file.
+std::vector<std::size_t> record_offsets(const std::string& data) {
+    std::vector<std::size_t> offs;
+    ibdb::Record r;
+    for (std::size_t off = 0; off < data.size() &&
+                              ibdb::parse_record(data, off, r) == ibdb::Parse::ok;
+         off += r.size)
+        offs.push_back(off);
+    return offs;
+}
+
+} // namespace
+
+TEST_CASE("crc32c check value", "[ibdb]") {
+    CHECK(crc32c("123456789") == 0xE3069283u);
+    CHECK(crc32c("6789", crc32c("12345")) == 0xE3069283u);
+    CHECK(crc32c("") == 0u);
+}
+
+TEST_CASE("completion payloads round trip and reject bad lengths", "[ibdb]") {
+    auto p = ibdb::ref_payload("ABCDEF0123456789A", 7u);
+    auto r = ibdb::parse_ref(p, true);
+    REQUIRE(r);
+    CHECK(r->ta_id == "ABCDEF0123456789A");
+    CHECK(r->idx == 7);
+    CHECK_FALSE(ibdb::parse_ref(p, false));
+    CHECK_FALSE(ibdb::parse_ref("", false));
+    CHECK(ibdb::parse_ref(ibdb::ref_payload("X", std::nullopt), false)->ta_id == "X");
+}
+
+TEST_CASE("round trip through recover", "[ibdb]") {
+    Env env;
+    auto a = make_ta(3), b = make_ta(1), c = make_ta(2);
+    {
+        Ibdb db(env.ctx.get_executor(), env.pool, env.opts());
+        REQUIRE(db.recover().empty());
+        for (auto* ta : {&a, &b, &c}) REQUIRE(env.commit(db, *ta));
+        db.rcpt_done(a.ta_id, 0);
+        db.rcpt_deferred(a.ta_id, 2);
+        db.ta_done(b.ta_id);
+        db.rcpt_done(c.ta_id, 5);  // out of range: ignored
+        CHECK(db.pending() == 3);
+        db.flush_sync();
+        CHECK(db.pending() == 0);
+        CHECK(db.stats().transactions == 3);
+        CHECK(db.stats().records == 6);
+    }
+    Ibdb db(env.ctx.get_executor(), env.pool, env.opts());
+    auto rec = db.recover();
+    REQUIRE(rec.size() == 2);
+    CHECK(rec[0].envelope.ta_id == a.ta_id);
+    CHECK(rec[0].envelope.helo == a.helo);
+    CHECK(rec[0].envelope.sender == a.sender);
+    REQUIRE(rec[0].envelope.rcpts.size() == 3);
+    CHECK(rec[0].envelope.rcpts[2].addr == a.rcpts[2].addr);
+    CHECK(rec[0].envelope.arrival_us == a.arrival_us);
+    CHECK(rec[0].rcpt_done == std::vector<bool>{true, false, false});
+    CHECK(rec[0].rcpt_deferred == std::vector<bool>{false, false, true});
+    CHECK(rec[1].envelope.ta_id == c.ta_id);
+    CHECK(rec[1].rcpt_done == std::vector<bool>{false, false});
+    CHECK(db.stats().corrupt_records == 0);
+}
+
+TEST_CASE("group commit puts many transactions into one fdatasync", "[ibdb]") {
+    Env env;
+    auto opt = env.opts();
+    opt.commit_interval = 300ms;
+    Ibdb db(env.ctx.get_executor(), env.pool, opt);
+    db.recover();
+    int acked = 0;
+    for (int i = 0; i < 50; ++i)
+        db.append_transaction(make_ta(1), [&](bool ok, const std::string&) { acked += ok; });
+    CHECK(db.pending() == 50);
+    REQUIRE(env.run_until([&] { return acked == 50; }));
+    CHECK(db.stats().commits == 1);
+    CHECK(db.stats().transactions == 50);
+    CHECK(db.stats().fsync_us_total >= db.stats().fsync_us_max);
+}
+
+TEST_CASE("a full batch goes out at once and never exceeds max_batch", "[ibdb]") {
+    Env env;
+    auto opt = env.opts();
+    opt.commit_interval = 60s;  // only max_batch can trigger a write here
+    opt.max_batch = 10;
+    Ibdb db(env.ctx.get_executor(), env.pool, opt);
+    db.recover();
+    std::vector<std::uint64_t> seen;  // transactions committed when each ack ran
+    for (int i = 0; i < 35; ++i)
+        db.append_transaction(make_ta(1), [&](bool ok, const std::string&) {
+            CHECK(ok);
+            seen.push_back(db.stats().transactions);
+        });
+    REQUIRE(env.run_until([&] { return seen.size() == 30; }));
+    env.run_for(50ms);
+    CHECK(seen.size() == 30);
+    CHECK(db.stats().commits == 3);
+    CHECK(db.pending() == 5);
+    db.flush_sync();
+    REQUIRE(seen.size() == 35);
+    CHECK(db.stats().commits == 4);
+    for (std::size_t i = 0; i < seen.size(); ++i) CHECK(seen[i] == std::min<std::size_t>(35, (i / 10 + 1) * 10));
+}
+
+TEST_CASE("the ack runs only after the worker wrote and synced", "[ibdb]") {
+    Env env;
+    asio::thread_pool one(1);
+    std::promise<void> release;
+    auto blocked = release.get_future().share();
+    asio::post(one, [blocked] { blocked.wait(); });  // hold the only worker
+
+    auto opt = env.opts();
+    opt.commit_interval = 0us;
+    Ibdb db(env.ctx.get_executor(), one, opt);
+    db.recover();
+    bool acked = false;
+    std::uintmax_t size_at_ack = 0;
+    db.append_transaction(make_ta(2), [&](bool ok, const std::string&) {
+        CHECK(ok);
+        acked = true;
+        size_at_ack = env.file_size("00000001.log");
+    });
+    env.run_for(150ms);
+    CHECK_FALSE(acked);
+    CHECK(env.log_files().empty());  // the worker has not even created the file
+    release.set_value();
+    REQUIRE(env.run_until([&] { return acked; }));
+    CHECK(size_at_ack > ibdb::header_size);
+    CHECK(db.stats().commits == 1);
+}
+
+TEST_CASE("completion records alone are written lazily without fsync", "[ibdb]") {
+    Env env;
+    auto opt = env.opts();
+    opt.completion_delay = 300ms;
+    Ibdb db(env.ctx.get_executor(), env.pool, opt);
+    db.recover();
+    auto ta = make_ta(2);
+    REQUIRE(env.commit(db, ta));
+    auto size = env.file_size("00000001.log");
+    db.rcpt_done(ta.ta_id, 0);
+    env.run_for(30ms);
+    CHECK(env.file_size("00000001.log") == size);
+    CHECK(db.pending() == 1);
+    REQUIRE(env.run_until([&] { return db.stats().records == 2; }));
+    CHECK(env.file_size("00000001.log") > size);
+    CHECK(db.stats().commits == 1);
+}
+
+TEST_CASE("a torn last record is skipped and cut off", "[ibdb]") {
+    Env env;
+    auto tas = env.commit_all({make_ta(1), make_ta(2), make_ta(3)});
+    auto path = env.tmp.path / "ibdb" / "00000001.log";
+    auto good = slurp(path);
+    std::string rec;
+    ibdb::append_record(rec, ibdb::transaction, sm::msg::envelope_bytes(make_ta(4)));
+    spit(path, good + rec.substr(0, rec.size() / 2));
+
+    Ibdb db(env.ctx.get_executor(), env.pool, env.opts());
+    auto got = db.recover();
+    REQUIRE(got.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i) CHECK(got[i].envelope.ta_id == tas[i].ta_id);
+    CHECK(fs::file_size(path) == good.size());
+    CHECK(db.stats().corrupt_records == 0);
+    CHECK_FALSE(fs::exists(env.tmp.path / "quarantine"));
+}
+
+TEST_CASE("a corrupt record in the middle is quarantined and the rest recovered", "[ibdb]") {
+    Env env;
+    auto tas = env.commit_all({make_ta(1), make_ta(2), make_ta(3)});
+    auto path = env.tmp.path / "ibdb" / "00000001.log";
+    auto data = slurp(path);
+    auto offs = record_offsets(data);
+    REQUIRE(offs.size() == 3);
+    std::size_t bad_size = offs[2] - offs[1];
+    SECTION("bad CRC") { data[offs[1] + ibdb::header_size + 3] ^= 0x20; }
+    SECTION("bad magic") { data[offs[1]] = 'X'; }
+    SECTION("garbage length") { data[offs[1] + 9] = '\x7f'; }
+    spit(path, data);
+
+    Ibdb db(env.ctx.get_executor(), env.pool, env.opts());
+    auto got = db.recover();
+    REQUIRE(got.size() == 2);
+    CHECK(got[0].envelope.ta_id == tas[0].ta_id);
+    CHECK(got[1].envelope.ta_id == tas[2].ta_id);
+    CHECK(db.stats().corrupt_records == 1);
+    auto q = env.tmp.path / "quarantine" / ("ibdb-00000001.log-" + std::to_string(offs[1]));
+    REQUIRE(fs::exists(q));
+    CHECK(fs::file_size(q) == bad_size);
+    CHECK(fs::file_size(path) == data.size());  // a middle record is not cut off
+}
+
+TEST_CASE("garbage in place of a log never throws", "[ibdb]") {
+    Env env;
+    fs::create_directories(env.tmp.path / "ibdb");
+    std::string junk;
+    for (int i = 0; i < 5000; ++i) junk.push_back(static_cast<char>(i * 131 % 251));
+    std::string rec;
+    ibdb::append_record(rec, ibdb::rcpt_done, ibdb::ref_payload("NOPE", 1u));
+    spit(env.tmp.path / "ibdb" / "00000007.log", junk + rec + junk.substr(0, 3000));
+    spit(env.tmp.path / "ibdb" / "00000009.log", std::string(100, '\0'));
+    spit(env.tmp.path / "ibdb" / "notes.txt", "ignored");
+    Ibdb db(env.ctx.get_executor(), env.pool, env.opts());
+    std::vector<RecoveredTa> got;
+    REQUIRE_NOTHROW(got = db.recover());
+    CHECK(got.empty());
+    CHECK(db.stats().corrupt_records == 2);  // junk before and after the valid record
+    // nothing open: both logs are deleted, new appends go to 00000010.log
+    CHECK(env.log_files() == std::vector<std::string>{"notes.txt"});
+    REQUIRE(env.commit(db, make_ta(1)));
+    CHECK(fs::exists(env.tmp.path / "ibdb" / "00000010.log"));
+}
+
+TEST_CASE("files rotate by size and finished files are deleted", "[ibdb]") {
+    Env env;
+    auto opt = env.opts();
+    opt.file_size = 1;  // every write starts a new file
+    opt.commit_interval = 0us;
+    Ibdb db(env.ctx.get_executor(), env.pool, opt);
+    db.recover();
+    std::vector<sm::msg::TaCommit> tas{make_ta(1), make_ta(1), make_ta(2), make_ta(1)};
+    for (auto& ta : tas) REQUIRE(env.commit(db, ta));
+    CHECK(env.log_files() == std::vector<std::string>{"00000001.log", "00000002.log",
+                                                      "00000003.log", "00000004.log"});
+    db.ta_done(tas[0].ta_id);
+    REQUIRE(env.run_until([&] { return !fs::exists(env.tmp.path / "ibdb/00000001.log"); }));
+    db.rcpt_deferred(tas[2].ta_id, 0);
+    db.rcpt_done(tas[2].ta_id, 1);  // all final, one in DEFEDB: left the IBDB
+    REQUIRE(env.run_until([&] { return !fs::exists(env.tmp.path / "ibdb/00000003.log"); }));
+    CHECK(fs::exists(env.tmp.path / "ibdb/00000002.log"));
+    db.ta_done(tas[1].ta_id);
+    db.ta_done(tas[3].ta_id);
+    // Nothing open: the current file goes too once idle.
+    REQUIRE(env.run_until([&] { return env.log_files().empty(); }));
+    CHECK(db.stats().files_deleted >= 4);
+    REQUIRE(env.commit(db, make_ta(1)));
+    CHECK(env.log_files().size() == 1);
+}
+
+TEST_CASE("recovery rebuilds open counts so old files go when their mail is done", "[ibdb]") {
+    Env env;
+    auto opt = env.opts();
+    opt.file_size = 1;
+    opt.commit_interval = 0us;
+    std::vector<sm::msg::TaCommit> tas{make_ta(1), make_ta(1), make_ta(1)};
+    {
+        Ibdb db(env.ctx.get_executor(), env.pool, opt);
+        db.recover();
+        for (auto& ta : tas) REQUIRE(env.commit(db, ta));
+        db.ta_done(tas[1].ta_id);
+        db.flush_sync();
+    }
+    // 00000002.log is unlinked on the worker pool; 00000004.log holds only
+    // the ta_done record.
+    REQUIRE(env.run_until([&] {
+        return env.log_files() ==
+               std::vector<std::string>{"00000001.log", "00000003.log", "00000004.log"};
+    }));
+
+    Ibdb db(env.ctx.get_executor(), env.pool, opt);
+    auto got = db.recover();
+    REQUIRE(got.size() == 2);
+    CHECK(env.log_files() == std::vector<std::string>{"00000001.log", "00000003.log"});
+    REQUIRE(env.commit(db, make_ta(1)));
+    CHECK(fs::exists(env.tmp.path / "ibdb/00000005.log"));
+    db.ta_done(tas[0].ta_id);
+    REQUIRE(env.run_until([&] { return !fs::exists(env.tmp.path / "ibdb/00000001.log"); }));
+    CHECK(fs::exists(env.tmp.path / "ibdb/00000003.log"));
+}
+
+// Commits a, then a big transaction while break_disk() makes the disk refuse
+// it, then c: the failure is reported, the file is cut back to where it was,
+// the next batch succeeds, and recovery finds exactly a and c.
+void check_failed_write(Env& env, IbdbOptions opt, const std::string& expect,
+                        const std::function<void()>& break_disk,
+                        const std::function<void()>& mend_disk) {
+    opt.commit_interval = 0us;
+    auto a = make_ta(2), big = make_ta(1, 20000), c = make_ta(1);
+    auto log = fs::path(opt.dir) / "00000001.log";
+    {
+        Ibdb db(env.ctx.get_executor(), env.pool, opt);
+        db.recover();
+        REQUIRE(env.commit(db, a));
+        auto good = fs::file_size(log);
+        break_disk();
+        std::string error;
+        bool ok = env.commit(db, big, &error);
+        mend_disk();
+        CHECK_FALSE(ok);
+        CHECK_THAT(error, Catch::Contains(expect));
+        CHECK(fs::file_size(log) == good);
+        CHECK(db.stats().commits == 1);
+        REQUIRE(env.commit(db, c));
+    }
+    Ibdb db(env.ctx.get_executor(), env.pool, opt);
+    auto got = db.recover();
+    REQUIRE(got.size() == 2);
+    CHECK(got[0].envelope.ta_id == a.ta_id);
+    CHECK(got[1].envelope.ta_id == c.ta_id);
+    CHECK(db.stats().corrupt_records == 0);
+}
+
+TEST_CASE("a failed write is cut back and the next batch succeeds (EFBIG)", "[ibdb]") {
+    Env env;
+    auto opt = env.opts();
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit old{};
+    ::getrlimit(RLIMIT_FSIZE, &old);
+    // The file may grow by only half the big record: a real partial write.
+    auto limit = [&] {
+        rlimit lim = old;
+        lim.rlim_cur = fs::file_size(fs::path(opt.dir) / "00000001.log") + 10000;
+        REQUIRE(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    };
+    check_failed_write(env, opt, "File too large", limit, [&] { ::setrlimit(RLIMIT_FSIZE, &old); });
+}
+
+TEST_CASE("a full disk fails the batch, keeps no half record, and recovers (ENOSPC)", "[ibdb]") {
+    Env env;
+    auto mnt = env.tmp.path / "mnt";
+    fs::create_directories(mnt);
+    if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=256k") != 0) {
+        WARN("skipped: cannot mount a tmpfs here (" << std::strerror(errno) << ")");
+        return;
+    }
+    struct Unmount {
+        fs::path p;
+        ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
+    } unmount{mnt};
+    auto opt = env.opts();
+    opt.dir = (mnt / "ibdb").string();
+    auto fill = [&] {
+        std::FILE* f = std::fopen((mnt / "filler").c_str(), "w");
+        REQUIRE(f);
+        std::setvbuf(f, nullptr, _IONBF, 0);
+        std::string block(4096, 'x');
+        while (std::fwrite(block.data(), 1, block.size(), f) == block.size()) {}
+        while (std::fputc('x', f) != EOF) {}
+        std::fclose(f);
+    };
+    check_failed_write(env, opt, "No space left on device", fill,
+                       [&] { fs::remove(mnt / "filler"); });
+}
+
+// Not a test: commits for N transactions from C closed-loop clients (each
+// sends its next transaction when the previous one is acked) at a few commit
+// intervals. Run with: qmgr-unit "[micro]" -s
+TEST_CASE("micro-check: commits per interval", "[.][micro]") {
+    const int n = 1000;
+    for (int clients : {10, 100}) {
+        for (auto interval : {0us, 100us, 1000us, 10000us}) {
+            Env env;
+            auto opt = env.opts();
+            opt.commit_interval = interval;
+            Ibdb db(env.ctx.get_executor(), env.pool, opt);
+            db.recover();
+            int sent = 0, acked = 0;
+            std::function<void()> next = [&] {
+                if (sent == n) return;
+                ++sent;
+                db.append_transaction(make_ta(2), [&](bool ok, const std::string&) {
+                    acked += ok;
+                    next();
+                });
+            };
+            auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < clients; ++i) next();
+            REQUIRE(env.run_until([&] { return acked == n; }, 120000ms));
+            double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            const auto& s = db.stats();
+            std::printf("clients=%3d interval=%5lldus: %4llu commits for %d tx (%.1f tx/commit), "
+                        "%.2f s, fsync avg %llu us max %llu us\n",
+                        clients, static_cast<long long>(interval.count()),
+                        static_cast<unsigned long long>(s.commits), n,
+                        double(s.transactions) / double(s.commits), secs,
+                        static_cast<unsigned long long>(s.fsync_us_total / s.commits),
+                        static_cast<unsigned long long>(s.fsync_us_max));
+        }
+    }
+}
