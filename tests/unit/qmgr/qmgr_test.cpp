@@ -1,0 +1,261 @@
+// Qmgr end to end without sockets: TA_COMMIT → IBDB (real files, no fsync)
+// → TA_ACK → DELIVER → RESULT → CDB file removed; deferrals, bounces,
+// boundary checks, recovery and control.
+#include "qmgr.hpp"
+
+#include "ids.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+using namespace smx::qmgr;
+using namespace std::chrono_literals;
+
+namespace {
+
+template <class T>
+T decode_frame(const std::string& frame) {
+    sm::rec::Frame f{*sm::rec::parse_header(frame.substr(0, sm::rec::header_size)),
+                     frame.substr(sm::rec::header_size)};
+    std::string err;
+    auto v = sm::msg::decode<T>(f, err);
+    REQUIRE(v);
+    return *v;
+}
+
+struct Harness {
+    fs::path dir;
+    sm::Config cfg;
+    asio::io_context io;
+    asio::thread_pool pool{1};
+    std::unique_ptr<Ibdb> ibdb;
+    std::unique_ptr<Qmgr> q;
+    std::vector<sm::msg::TaAck> acks;
+    std::vector<sm::msg::Deliver> delivers;
+    std::uint64_t link = 0;
+
+    Harness() {
+        char tmpl[] = "/tmp/qmgr-test-XXXXXX";
+        REQUIRE(::mkdtemp(tmpl));
+        dir = tmpl;
+        cfg.queue.spool_dir = dir.string();
+        cfg.queue.run_dir = dir.string();
+        cfg.queue.min_free_space = 0;
+        sm::Route r;
+        r.hosts.push_back(sm::HostPort{"127.0.0.1", 2600, true});
+        cfg.routes["example.net"] = r;
+        fs::create_directories(dir / "ibdb");
+        fs::create_directories(dir / "quarantine");
+        start();
+    }
+    ~Harness() {
+        q.reset();
+        ibdb.reset();
+        pool.join();
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+    }
+    void start() {
+        IbdbOptions o;
+        o.dir = (dir / "ibdb").string();
+        o.quarantine_dir = (dir / "quarantine").string();
+        o.commit_interval = 200us;
+        o.fsync = false;
+        ibdb = std::make_unique<Ibdb>(io.get_executor(), pool, o);
+        q = std::make_unique<Qmgr>(cfg, io.get_executor(), pool, *ibdb);
+        q->restore(ibdb->recover());
+    }
+    void connect_smtpc() {
+        link = q->add_smtpc([this](std::string f) {
+            delivers.push_back(decode_frame<sm::msg::Deliver>(f));
+        });
+    }
+    template <class Pred>
+    bool run_until(Pred p, std::chrono::milliseconds limit = 3000ms) {
+        const auto end = std::chrono::steady_clock::now() + limit;
+        while (!p() && std::chrono::steady_clock::now() < end) {
+            io.run_for(2ms);
+            io.restart();
+        }
+        return p();
+    }
+    std::string cdb(const std::string& id) {
+        return sm::cdb_path(dir.string(), id, cfg.queue.cdb_hashed);
+    }
+    sm::msg::TaCommit commit(std::vector<std::string> rcpts, bool with_file = true) {
+        sm::msg::TaCommit e;
+        e.ta_id = sm::new_ta_id();
+        e.cdb_id = e.ta_id;
+        e.sender = "s@example.org";
+        e.client_addr = "127.0.0.1";
+        e.arrival_us = sm::now_us();
+        for (auto& r : rcpts) e.rcpts.push_back({r, ""});
+        if (with_file) {
+            fs::create_directories(fs::path(cdb(e.ta_id)).parent_path());
+            std::ofstream(cdb(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
+            e.size = fs::file_size(cdb(e.ta_id));
+        }
+        const std::size_t before = acks.size();
+        q->on_commit(e, 7, [this](std::string f) { acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
+        REQUIRE(run_until([&] { return acks.size() > before; }));
+        return e;
+    }
+    void result(const sm::msg::Deliver& d, std::vector<std::uint32_t> codes,
+                std::string relay = "sink[127.0.0.1]:2600") {
+        sm::msg::Result r;
+        r.da_id = d.da_id;
+        r.relay = std::move(relay);
+        for (std::size_t i = 0; i < d.rcpts.size() && i < codes.size(); ++i)
+            r.rcpts.push_back({d.rcpts[i].idx, codes[i], "", "reply"});
+        q->on_result(link, r);
+    }
+    std::uint64_t stat(const std::string& name) {
+        for (const auto& [n, v] : q->metrics())
+            if (name == n) return v;
+        FAIL("no metric " << name);
+        return 0;
+    }
+};
+
+} // namespace
+
+TEST_CASE("a committed transaction is acked, delivered and removed") {
+    Harness h;
+    h.connect_smtpc();
+    auto e = h.commit({"a@example.net", "b@Example.NET"});
+    REQUIRE(h.acks.back().status == sm::msg::AckStatus::ok);
+    CHECK(h.acks.back().ta_id == e.ta_id);
+    CHECK(h.stat("received") == 1);
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
+    const auto& d = h.delivers[0];
+    CHECK(d.ta_id == e.ta_id);
+    CHECK(d.cdb_id == e.ta_id);
+    CHECK(d.size == e.size);
+    CHECK(d.rcpts.size() == 2);
+    CHECK(d.nexthops == std::vector<std::string>{"[127.0.0.1]:2600"});
+    CHECK(h.stat("active_deliveries") == 1);
+    h.result(d, {250, 250});
+    CHECK(h.stat("delivered") == 2);
+    CHECK(h.stat("queue_size") == 0);
+    CHECK(h.stat("queue_transactions") == 0);
+    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)); }));
+    CHECK(h.stat("ibdb_transactions") == 1);
+}
+
+TEST_CASE("4xx defers and retries after retry_min; 5xx bounces") {
+    Harness h;
+    h.cfg.queue.retry_min = 1s;
+    h.connect_smtpc();
+    auto e = h.commit({"a@example.net", "b@example.net"});
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
+    h.result(h.delivers[0], {451, 550});
+    CHECK(h.stat("deferred") == 1);
+    CHECK(h.stat("bounced") == 1);
+    CHECK(h.stat("queue_size") == 2);  // still in memory
+    CHECK(h.stat("queue_deferred") == 1);
+    CHECK(fs::exists(h.cdb(e.ta_id)));
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }, 3000ms));
+    REQUIRE(h.delivers[1].rcpts.size() == 1);
+    CHECK(h.delivers[1].rcpts[0].idx == 0);
+    h.result(h.delivers[1], {250});
+    CHECK(h.stat("queue_transactions") == 0);
+    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)); }));
+}
+
+TEST_CASE("a missing recipient result and a lost SMTPC are not lost mail") {
+    Harness h;
+    h.connect_smtpc();
+    h.commit({"a@example.net", "b@example.net"});
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
+    h.q->remove_smtpc(h.link);
+    h.connect_smtpc();
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }));
+    h.result(h.delivers[1], {250});  // only the first recipient answered
+    CHECK(h.stat("delivered") == 1);
+    CHECK(h.stat("deferred") == 1);
+}
+
+TEST_CASE("no route defers with a clear reason") {
+    Harness h;
+    h.connect_smtpc();
+    h.commit({"x@example.org"});
+    h.run_until([&] { return false; }, 20ms);
+    CHECK(h.delivers.empty());
+    CHECK(h.stat("deferred") == 1);
+    CHECK(h.stat("queue_deferred") == 1);
+}
+
+TEST_CASE("TA_COMMIT is checked at the boundary") {
+    Harness h;
+    auto reject = [&](sm::msg::TaCommit e) {
+        h.acks.clear();
+        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
+        REQUIRE(h.acks.size() == 1);  // answered at once, nothing logged
+        return h.acks[0];
+    };
+    sm::msg::TaCommit e;
+    e.ta_id = "../../etc/passwd";
+    e.cdb_id = e.ta_id;
+    e.rcpts = {{"a@example.net", ""}};
+    CHECK(reject(e).status == sm::msg::AckStatus::reject);
+    e.ta_id = e.cdb_id = sm::new_ta_id();
+    CHECK(reject(e).text.find("content file") != std::string::npos);  // no CDB file
+    e.rcpts.clear();
+    CHECK(reject(e).text.find("no recipients") != std::string::npos);
+    CHECK(h.stat("rejected") == 3);
+    CHECK(h.stat("ibdb_records") == 0);
+}
+
+TEST_CASE("a full active queue tempfails intake") {
+    Harness h;
+    h.cfg.queue.aq_max_entries = 3;
+    h.commit({"a@example.net", "b@example.net"});
+    CHECK(h.acks.back().status == sm::msg::AckStatus::ok);
+    h.commit({"a@example.net", "b@example.net"});
+    CHECK(h.acks.back().status == sm::msg::AckStatus::tempfail);
+    CHECK(h.acks.back().text.find("queue full") != std::string::npos);
+    h.commit({"c@example.net"});
+    CHECK(h.acks.back().status == sm::msg::AckStatus::ok);
+}
+
+TEST_CASE("recovery puts open recipients back and drops a transaction without content") {
+    Harness h;
+    auto keep = h.commit({"a@example.net", "b@example.net"});
+    auto lost = h.commit({"c@example.net"});
+    fs::remove(h.cdb(lost.ta_id));
+    h.connect_smtpc();
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }));
+    for (const auto& d : h.delivers)
+        if (d.ta_id == keep.ta_id) h.result(d, {250, 451});
+    h.ibdb->flush_sync();
+    // Restart: a new Qmgr and Ibdb over the same spool.
+    h.q.reset();
+    h.ibdb.reset();
+    h.delivers.clear();
+    h.start();
+    CHECK(h.stat("queue_transactions") == 1);
+    CHECK(h.stat("queue_size") == 2);
+    CHECK(fs::exists(h.dir / "quarantine" / (lost.ta_id + ".envelope")));
+    h.connect_smtpc();
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
+    REQUIRE(h.delivers[0].rcpts.size() == 1);
+    CHECK(h.delivers[0].rcpts[0].addr == "b@example.net");
+}
+
+TEST_CASE("control: stats and unknown commands") {
+    Harness h;
+    auto r = h.q->control({"stats", {}});
+    CHECK(r.status == 0);
+    for (const char* name : {"received ", "delivered ", "deferred ", "bounced ", "ibdb_commits ",
+                             "ibdb_transactions ", "ibdb_records ", "fsync_us_total ",
+                             "queue_size ", "queue_transactions ", "active_deliveries ",
+                             "smtpc_connections ", "smtps_connections "})
+        CHECK(("\n" + r.text).find(std::string("\n") + name) != std::string::npos);
+    auto bad = h.q->control({"frobnicate", {}});
+    CHECK(bad.status == 1);
+    CHECK(bad.text.find("frobnicate") != std::string::npos);
+}

@@ -1,0 +1,302 @@
+// Scheduler, routing and backoff: the parts of QMGR that decide what goes
+// where and when, driven without sockets.
+#include "qmgr.hpp"
+#include "queue.hpp"
+#include "routing.hpp"
+#include "scheduler.hpp"
+
+#include "ids.hpp"
+
+#include <catch2/catch.hpp>
+
+namespace asio = boost::asio;
+using namespace smx::qmgr;
+
+namespace {
+
+sm::msg::TaCommit envelope(std::vector<std::string> rcpts) {
+    sm::msg::TaCommit e;
+    e.ta_id = sm::new_ta_id();
+    e.cdb_id = e.ta_id;
+    e.sender = "a@example.org";
+    e.size = 100;
+    e.arrival_us = sm::now_us();
+    for (auto& r : rcpts) e.rcpts.push_back({r, ""});
+    return e;
+}
+
+sm::Route hosts(std::string host, std::uint16_t port) {
+    sm::Route r;
+    r.hosts.push_back(sm::HostPort{std::move(host), port, true});
+    return r;
+}
+
+struct Suspended {
+    std::string ta_id;
+    std::uint32_t idx;
+    std::string why;
+};
+
+// A scheduler with captured DELIVERs per link.
+struct Fixture {
+    asio::io_context io;
+    std::vector<Suspended> suspended;
+    Scheduler sched;
+    std::vector<std::vector<sm::msg::Deliver>> sent;  // per link index
+    ActiveQueue q;
+    std::vector<std::string> nexthops{"[127.0.0.1]:2600"};
+    Destination dest{"[127.0.0.1]:2600", &nexthops};
+
+    explicit Fixture(SchedulerOptions o = opts())
+        : sched(io.get_executor(), o,
+                [this](Ta& ta, std::uint32_t idx, const std::string& why, std::uint64_t) {
+                    suspended.push_back({ta.id, idx, why});
+                }) {}
+
+    static SchedulerOptions opts() {
+        SchedulerOptions o;
+        o.initial_concurrency = 2;
+        o.max_concurrency = 4;
+        return o;
+    }
+    std::uint64_t link() {
+        const std::size_t i = sent.size();
+        sent.emplace_back();
+        return sched.add_link([this, i](std::string frame) {
+            sm::rec::Frame f{*sm::rec::parse_header(frame.substr(0, sm::rec::header_size)),
+                             frame.substr(sm::rec::header_size)};
+            std::string err;
+            auto d = sm::msg::decode<sm::msg::Deliver>(f, err);
+            REQUIRE(d);
+            sent[i].push_back(*d);
+        });
+    }
+    Ta& submit(std::vector<std::string> rcpts) {
+        Ta* ta = q.add(envelope(std::move(rcpts)));
+        std::vector<std::uint32_t> idx;
+        for (std::uint32_t i = 0; i < ta->rcpts.size(); ++i) idx.push_back(i);
+        sched.submit(*ta, dest, idx);
+        return *ta;
+    }
+    void pump() { io.poll(); io.restart(); }
+};
+
+} // namespace
+
+TEST_CASE("domain_of lower-cases the domain part") {
+    CHECK(domain_of("User@Example.ORG") == "example.org");
+    CHECK(domain_of("a@b@c.net") == "c.net");
+    CHECK(domain_of("postmaster") == "");
+}
+
+TEST_CASE("router: exact, parent domain, default, mx per domain, none") {
+    sm::Config cfg;
+    cfg.routes["example.net"] = hosts("127.0.0.1", 2600);
+    cfg.routes[".example.com"] = hosts("10.0.0.1", 25);
+    sm::Route mx;
+    mx.mx = true;
+    cfg.routes["mx.test"] = mx;
+    Router r(cfg);
+    Destination d;
+    REQUIRE(r.route("example.net", d));
+    CHECK(d.key == "[127.0.0.1]:2600");
+    CHECK(*d.nexthops == std::vector<std::string>{"[127.0.0.1]:2600"});
+    REQUIRE(r.route("a.example.com", d));
+    CHECK(d.key == "[10.0.0.1]:25");
+    REQUIRE(r.route("mx.test", d));
+    CHECK(d.key == "mx:mx.test");
+    CHECK(*d.nexthops == std::vector<std::string>{"mx"});
+    CHECK_FALSE(r.route("example.org", d));
+    cfg.default_route = hosts("192.0.2.1", 25);
+    REQUIRE(r.route("example.org", d));
+    CHECK(d.key == "[192.0.2.1]:25");
+}
+
+TEST_CASE("backoff doubles from retry_min up to retry_max") {
+    sm::QueueConfig q;
+    q.retry_min = std::chrono::seconds(300);
+    q.retry_max = std::chrono::seconds(3600);
+    using std::chrono::seconds;
+    CHECK(backoff(q, 1) == seconds(300));
+    CHECK(backoff(q, 2) == seconds(600));
+    CHECK(backoff(q, 4) == seconds(2400));
+    CHECK(backoff(q, 5) == seconds(3600));
+    CHECK(backoff(q, 1000) == seconds(3600));
+}
+
+TEST_CASE("connection failures: no relay, or every recipient 421") {
+    sm::msg::Result r;
+    r.rcpts = {{0, 451, "4.4.1", "connect refused"}};
+    CHECK(connection_failed(r));
+    r.relay = "h[127.0.0.1]:25";
+    CHECK_FALSE(connection_failed(r));
+    r.rcpts = {{0, 421, "", "busy"}, {1, 421, "", "busy"}};
+    CHECK(connection_failed(r));
+    CHECK(reply_text({0, 250, "2.0.0", "Ok"}) == "250 2.0.0 Ok");
+    CHECK(reply_text({0, 250, "", "Ok"}) == "250 Ok");
+}
+
+TEST_CASE("recipients of one message to one destination share a DELIVER") {
+    Fixture f;
+    f.link();
+    Ta& ta = f.submit({"a@example.net", "b@example.net", "c@example.net"});
+    f.pump();
+    REQUIRE(f.sent[0].size() == 1);
+    const auto& d = f.sent[0][0];
+    CHECK(d.ta_id == ta.id);
+    CHECK(d.rcpts.size() == 3);
+    CHECK(d.rcpts[2].idx == 2);
+    CHECK(d.rcpts[2].addr == "c@example.net");
+    CHECK(d.nexthops == f.nexthops);
+    CHECK(ta.rcpts[1].state == RcptState::inflight);
+}
+
+TEST_CASE("large recipient lists are split per delivery") {
+    auto o = Fixture::opts();
+    o.max_rcpts_per_delivery = 2;
+    Fixture f(o);
+    f.link();
+    f.submit({"a@x", "b@x", "c@x", "d@x", "e@x"});
+    f.pump();
+    REQUIRE(f.sent[0].size() == 2);  // window 2
+    CHECK(f.sent[0][0].rcpts.size() == 2);
+}
+
+TEST_CASE("the window starts at initial_concurrency and grows on success") {
+    Fixture f;
+    auto l = f.link();
+    for (int i = 0; i < 10; ++i) f.submit({"a@example.net"});
+    f.pump();
+    REQUIRE(f.sent[0].size() == 2);
+    CHECK(f.sched.window(f.dest.key) == 2);
+    CHECK(f.sched.active_deliveries() == 2);
+    REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, false, ""));
+    CHECK(f.sched.window(f.dest.key) == Approx(2.5));
+    f.pump();
+    CHECK(f.sent[0].size() == 3);  // one slot freed, window still < 3
+    REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, false, ""));
+    CHECK(f.sched.window(f.dest.key) == Approx(2.9));
+    REQUIRE(f.sched.complete(l, f.sent[0][2].da_id, false, ""));
+    CHECK(f.sched.window(f.dest.key) > 3);
+    f.pump();
+    CHECK(f.sched.active_deliveries() == 3);
+    // Grows no further than max_concurrency.
+    for (int i = 0; i < 50; ++i) {
+        f.submit({"a@example.net"});
+        f.pump();
+        auto& last = f.sent[0].back();
+        f.sched.complete(l, last.da_id, false, "");
+    }
+    CHECK(f.sched.window(f.dest.key) == Approx(4));
+}
+
+TEST_CASE("failures shrink the window; a failed cohort marks the destination dead") {
+    Fixture f;
+    auto l = f.link();
+    for (int i = 0; i < 6; ++i) f.submit({"a@example.net"});
+    f.pump();
+    REQUIRE(f.sent[0].size() == 2);
+    REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, "451 4.4.1 connect refused"));
+    CHECK(f.sched.window(f.dest.key) == 1);
+    CHECK_FALSE(f.sched.dead(f.dest.key));
+    f.pump();
+    CHECK(f.sent[0].size() == 2);  // window 1, one still active
+    // 1/2 + 1/1 of a cohort: dead, and the 4 waiting messages are suspended.
+    REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, true, "451 4.4.1 connect refused"));
+    CHECK(f.sched.dead(f.dest.key));
+    REQUIRE(f.suspended.size() == 4);
+    CHECK(f.suspended[0].why == "delivery temporarily suspended: 451 4.4.1 connect refused");
+    // New mail for a dead destination is suspended at once.
+    f.submit({"b@example.net"});
+    f.pump();
+    CHECK(f.suspended.size() == 5);
+    CHECK(f.sent[0].size() == 2);
+}
+
+TEST_CASE("a success resets the failure count") {
+    Fixture f;
+    auto l = f.link();
+    for (int i = 0; i < 4; ++i) f.submit({"a@example.net"});
+    f.pump();
+    f.sched.complete(l, f.sent[0][0].da_id, true, "x");
+    f.sched.complete(l, f.sent[0][1].da_id, false, "");
+    f.pump();
+    REQUIRE(f.sent[0].size() >= 3);
+    f.sched.complete(l, f.sent[0][2].da_id, true, "x");
+    CHECK_FALSE(f.sched.dead(f.dest.key));
+}
+
+TEST_CASE("DELIVERs are spread over the SMTPC links") {
+    auto o = Fixture::opts();
+    o.initial_concurrency = 10;
+    o.max_concurrency = 10;
+    Fixture f(o);
+    f.link();
+    f.link();
+    for (int i = 0; i < 10; ++i) f.submit({"a@example.net"});
+    f.pump();
+    CHECK(f.sent[0].size() == 5);
+    CHECK(f.sent[1].size() == 5);
+}
+
+TEST_CASE("work waits without a link; a lost link's deliveries are requeued") {
+    Fixture f;
+    Ta& ta = f.submit({"a@example.net"});
+    f.pump();
+    CHECK(f.sched.active_deliveries() == 0);
+    auto l1 = f.link();
+    f.pump();
+    REQUIRE(f.sent[0].size() == 1);
+    const auto da = f.sent[0][0].da_id;
+    f.sched.remove_link(l1);
+    CHECK(ta.rcpts[0].state == RcptState::active);
+    CHECK(f.sched.active_deliveries() == 0);
+    // A RESULT for the lost delivery no longer matches.
+    CHECK_FALSE(f.sched.complete(l1, da, false, ""));
+    auto l2 = f.link();
+    f.pump();
+    REQUIRE(f.sent[1].size() == 1);
+    CHECK(f.sent[1][0].ta_id == ta.id);
+    CHECK_FALSE(f.sched.complete(l1, f.sent[1][0].da_id, false, ""));  // wrong link
+    CHECK(f.sched.complete(l2, f.sent[1][0].da_id, false, ""));
+    CHECK(f.sched.destinations() == 0);  // idle queues are forgotten
+}
+
+TEST_CASE("destinations are served round robin") {
+    auto o = Fixture::opts();
+    o.link_max_inflight = 2;
+    Fixture f(o);
+    f.link();
+    std::vector<std::string> other{"[127.0.0.2]:25"};
+    f.submit({"a@example.net"});
+    f.submit({"b@example.net"});
+    Ta* ta = f.q.add(envelope({"c@example.com"}));
+    f.sched.submit(*ta, Destination{"[127.0.0.2]:25", &other}, {0});
+    f.pump();
+    REQUIRE(f.sent[0].size() == 2);
+    CHECK(f.sent[0][0].nexthops != f.sent[0][1].nexthops);
+}
+
+TEST_CASE("active queue: deferred index returns due recipients once") {
+    ActiveQueue q;
+    Ta* ta = q.add(envelope({"a@x", "b@x"}));
+    REQUIRE(ta);
+    sm::msg::TaCommit same;
+    same.ta_id = ta->id;
+    CHECK(q.add(same) == nullptr);
+    CHECK_FALSE(q.add(envelope({"a@x"})) == nullptr);
+    CHECK(q.rcpts() == 3);
+    q.defer(*ta, 0, 100);
+    q.defer(*ta, 1, 200);
+    CHECK(q.next_due() == 100u);
+    auto due = q.take_due(150);
+    REQUIRE(due.size() == 1);
+    CHECK(due[0].second == 0);
+    CHECK(ta->rcpts[0].state == RcptState::active);
+    CHECK(q.take_due(150).empty());
+    CHECK_FALSE(q.finish(*ta, 0, RcptState::done));
+    CHECK(q.finish(*ta, 1, RcptState::bounced));
+    CHECK(q.take_due(1000).empty());  // stale: b is final
+    q.erase(ta->id);
+    CHECK(q.transactions() == 1);
+}
