@@ -145,6 +145,7 @@ void Supervisor::start_workers() {
 }
 
 void Supervisor::start_due() {
+    if (stop_requested_) return;
     const auto now = Clock::now();
     auto due = [&](const Child& c) { return c.pid == 0 && c.start_at && *c.start_at <= now; };
     std::string why;
