@@ -1,0 +1,18 @@
+// The QMGR side of SMTPC: reads DELIVER records and answers each with a
+// RESULT when its delivery finishes. Deliveries run concurrently; QMGR
+// decides how many per destination.
+#pragma once
+
+#include "delivery.hpp"
+
+#include "channel.hpp"
+
+#include <memory>
+
+namespace smtpc {
+
+// Returns when QMGR closes the channel or sends something that is not a
+// valid DELIVER (a protocol error: the channel is dropped).
+asio::awaitable<void> serve_qmgr(std::shared_ptr<sm::Channel> ch, Deliverer& del);
+
+} // namespace smtpc

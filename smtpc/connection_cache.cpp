@@ -1,0 +1,74 @@
+#include "connection_cache.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace smtpc {
+
+std::shared_ptr<Session> ConnectionCache::take(const std::string& dest) {
+    auto it = idle_.find(dest);
+    if (it == idle_.end()) return nullptr;
+    // Most recently used first: it is the least likely to have timed out.
+    auto s = std::move(it->second.back());
+    it->second.pop_back();
+    if (it->second.empty()) idle_.erase(it);
+    ++s->idle_gen;
+    boost::system::error_code ec;
+    s->socket().cancel(ec);
+    s->idle_timer().cancel();
+    return s;
+}
+
+void ConnectionCache::put(const std::string& dest, std::shared_ptr<Session> s) {
+    if (!s->usable()) return;
+    if (s->transactions() >= cfg_.max_msgs_per_connection) {
+        asio::co_spawn(s->socket().get_executor(), s->quit(), [s](std::exception_ptr) {});
+        return;
+    }
+    const auto gen = ++s->idle_gen;
+    idle_[dest].push_back(s);
+    // The server speaking or closing while we are idle ends the session
+    // (typically its own idle timeout: 421 or EOF).
+    s->socket().async_wait(tcp::socket::wait_read,
+                           [this, dest, s, gen](boost::system::error_code ec) {
+                               if (ec || s->idle_gen != gen) return;
+                               spdlog::debug("{}: idle connection closed by server",
+                                             s->relay());
+                               remove(dest, s);
+                               s->close();
+                           });
+    s->idle_timer().expires_after(cfg_.idle_timeout);
+    s->idle_timer().async_wait([this, dest, s, gen](boost::system::error_code ec) {
+        if (ec || s->idle_gen != gen) return;
+        remove(dest, s);
+        ++s->idle_gen;
+        boost::system::error_code ignored;
+        s->socket().cancel(ignored);
+        asio::co_spawn(s->socket().get_executor(), s->quit(), [s](std::exception_ptr) {});
+    });
+}
+
+void ConnectionCache::remove(const std::string& dest, const std::shared_ptr<Session>& s) {
+    auto it = idle_.find(dest);
+    if (it == idle_.end()) return;
+    std::erase(it->second, s);
+    if (it->second.empty()) idle_.erase(it);
+}
+
+void ConnectionCache::close_all() {
+    for (auto& [dest, list] : idle_) {
+        for (auto& s : list) {
+            ++s->idle_gen;
+            s->idle_timer().cancel();
+            s->close();
+        }
+    }
+    idle_.clear();
+}
+
+std::size_t ConnectionCache::idle() const {
+    std::size_t n = 0;
+    for (const auto& [dest, list] : idle_) n += list.size();
+    return n;
+}
+
+} // namespace smtpc

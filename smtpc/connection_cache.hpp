@@ -1,0 +1,35 @@
+// Idle SMTP sessions per destination, reused for the next message to the
+// same destination. An idle session is closed after client.idle_timeout
+// (with QUIT), when the server speaks or hangs up while it is idle, or after
+// client.max_msgs_per_connection transactions.
+#pragma once
+
+#include "session.hpp"
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace smtpc {
+
+class ConnectionCache {
+public:
+    explicit ConnectionCache(const sm::ClientConfig& cfg) : cfg_(cfg) {}
+
+    // An idle session for dest, or null.
+    std::shared_ptr<Session> take(const std::string& dest);
+    // Returns a session after a transaction; keeps it if it is still good.
+    void put(const std::string& dest, std::shared_ptr<Session> s);
+    // Closes every idle session (shutdown).
+    void close_all();
+    std::size_t idle() const;
+
+private:
+    void remove(const std::string& dest, const std::shared_ptr<Session>& s);
+
+    const sm::ClientConfig& cfg_;
+    std::unordered_map<std::string, std::vector<std::shared_ptr<Session>>> idle_;
+};
+
+} // namespace smtpc

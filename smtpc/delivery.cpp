@@ -1,0 +1,92 @@
+#include "delivery.hpp"
+
+#include "ids.hpp"
+
+#include <algorithm>
+#include <spdlog/spdlog.h>
+
+namespace smtpc {
+namespace {
+
+std::string rcpt_domain(const sm::msg::Deliver& d) {
+    const std::string& a = d.rcpts.front().addr;
+    const auto at = a.rfind('@');
+    std::string dom = at == std::string::npos ? std::string() : a.substr(at + 1);
+    for (auto& c : dom) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return dom;
+}
+
+} // namespace
+
+sm::msg::Result fail_all(const sm::msg::Deliver& d, const Failure& f) {
+    sm::msg::Result r;
+    r.da_id = d.da_id;
+    r.rcpts.reserve(d.rcpts.size());
+    for (const auto& rc : d.rcpts) r.rcpts.push_back({rc.idx, f.code, f.enhanced, f.text});
+    return r;
+}
+
+std::string destination_key(const sm::msg::Deliver& d) {
+    std::string key;
+    bool mx = false;
+    for (const auto& nh : d.nexthops) {
+        key += nh;
+        key += ' ';
+        mx = mx || nh == "mx";
+    }
+    if (mx && !d.rcpts.empty()) key += rcpt_domain(d);
+    return key;
+}
+
+asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
+    sm::msg::Result r;
+    r.da_id = d.da_id;
+    if (d.rcpts.empty()) co_return r;
+    if (!sm::valid_ta_id(d.cdb_id)) co_return fail_all(d, {451, "4.3.0", "bad queue file id"});
+    MessageFile file;
+    if (auto err = file.open(sm::cdb_path(spool_, d.cdb_id, cfg_.queue.cdb_hashed));
+        !err.empty())
+        co_return fail_all(d, {451, "4.3.0", err});
+    r.rcpts.reserve(d.rcpts.size());
+    for (const auto& rc : d.rcpts) r.rcpts.push_back({rc.idx, 0, {}, {}});
+
+    const std::string key = destination_key(d);
+    // A cached session first; one that the server closed while it sat idle
+    // says retry, and the next one (or a new connection) is tried.
+    while (auto s = cache_.take(key)) {
+        auto outcome = co_await s->transaction(d, file, r.rcpts);
+        if (outcome == Session::Outcome::retry) continue;
+        spdlog::debug("{}: sent over cached connection to {}", d.ta_id, s->relay());
+        r.relay = s->relay();
+        cache_.put(key, std::move(s));
+        co_return r;
+    }
+
+    const std::string domain = rcpt_domain(d);
+    Failure last{451, "4.4.3", "no next hop for domain " + domain};
+    auto ex = co_await asio::this_coro::executor;
+    for (const auto& nh : d.nexthops) {
+        Targets t = co_await dns_.targets(nh, domain);
+        if (t.list.empty()) {
+            spdlog::info("{}: {}", d.ta_id, t.err.text);
+            last = t.err;
+            continue;
+        }
+        for (const auto& target : t.list) {
+            auto s = std::make_shared<Session>(ex, cfg_.client);
+            auto err = co_await s->open(target);
+            if (err) {
+                spdlog::info("{}: {}", d.ta_id, err->text);
+                last = *err;
+                continue;
+            }
+            co_await s->transaction(d, file, r.rcpts);  // a new session never says retry
+            r.relay = s->relay();
+            cache_.put(key, std::move(s));
+            co_return r;
+        }
+    }
+    co_return fail_all(d, last);
+}
+
+} // namespace smtpc

@@ -1,0 +1,34 @@
+// One DELIVER from QMGR → one RESULT: reads the CDB file, finds or opens a
+// session to the destination, runs the transaction, returns the session to
+// the cache.
+#pragma once
+
+#include "connection_cache.hpp"
+#include "nexthop.hpp"
+
+#include "config.hpp"
+#include "messages.hpp"
+
+namespace smtpc {
+
+class Deliverer {
+public:
+    Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cache)
+        : cfg_(cfg), spool_(cfg.spool_dir_abs()), dns_(dns), cache_(cache) {}
+
+    asio::awaitable<sm::msg::Result> deliver(const sm::msg::Deliver& d);
+
+private:
+    const sm::Config& cfg_;
+    const std::string spool_;
+    Resolver& dns_;
+    ConnectionCache& cache_;
+};
+
+// Every recipient gets the same failure (queue file, DNS, connection).
+sm::msg::Result fail_all(const sm::msg::Deliver& d, const Failure& f);
+
+// The connection cache key: the nexthops, plus the domain for "mx" routes.
+std::string destination_key(const sm::msg::Deliver& d);
+
+} // namespace smtpc

@@ -1,0 +1,102 @@
+// smx-smtpc: the outbound SMTP client process. Connects to QMGR as role
+// "smtpc", delivers what it is told to, and answers with per-recipient
+// results. Exits 75 when QMGR goes away (the MCP restarts it), 2 on a bad
+// configuration.
+#include "agent.hpp"
+#include "connection_cache.hpp"
+#include "delivery.hpp"
+#include "nexthop.hpp"
+
+#include "channel.hpp"
+#include "config.hpp"
+#include "log.hpp"
+
+#include <ares.h>
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <spdlog/spdlog.h>
+
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+constexpr int exit_config = 2;
+constexpr int exit_tempfail = 75;  // EX_TEMPFAIL
+
+// QMGR is started first but may still be opening its socket.
+asio::awaitable<std::shared_ptr<sm::Channel>> connect_with_retry(const std::string& path) {
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    asio::steady_timer pause(co_await asio::this_coro::executor);
+    for (;;) {
+        std::string err;
+        auto ch = co_await sm::connect_qmgr(path, "smtpc", err);
+        if (ch) co_return ch;
+        if (std::chrono::steady_clock::now() >= give_up) {
+            spdlog::error("cannot connect to qmgr: {}", err);
+            co_return nullptr;
+        }
+        pause.expires_after(200ms);
+        co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+    }
+}
+
+int usage() {
+    std::cerr << "usage: smx-smtpc [-c FILE]\n";
+    return exit_config;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::string cfg_path;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "-c") == 0 && i + 1 < argc) {
+            cfg_path = argv[++i];
+        } else {
+            return usage();
+        }
+    }
+    sm::Config cfg;
+    try {
+        cfg = sm::load_config(cfg_path);
+    } catch (const std::exception& e) {
+        std::cerr << "smx-smtpc: bad config: " << e.what() << "\n";
+        return exit_config;
+    }
+    sm::init_logging("smtpc", cfg.log);
+    std::signal(SIGPIPE, SIG_IGN);
+    ares_library_init(ARES_LIB_INIT_ALL);
+
+    int rc = 0;
+    {
+        asio::io_context io(1);
+        smtpc::Resolver dns(io.get_executor());
+        smtpc::ConnectionCache cache(cfg.client);
+        smtpc::Deliverer deliverer(cfg, dns, cache);
+
+        asio::signal_set signals(io, SIGTERM, SIGINT);
+        signals.async_wait([&](boost::system::error_code ec, int sig) {
+            if (ec) return;
+            spdlog::info("signal {}: stopping", sig);
+            cache.close_all();
+            io.stop();
+        });
+        asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+            auto ch = co_await connect_with_retry(cfg.qmgr_socket());
+            if (ch) {
+                spdlog::info("connected to qmgr at {}", cfg.qmgr_socket());
+                co_await smtpc::serve_qmgr(ch, deliverer);
+                spdlog::warn("lost connection to qmgr; exiting");
+            }
+            rc = exit_tempfail;
+            cache.close_all();
+            io.stop();
+        }, asio::detached);
+        io.run();
+    }
+    ares_library_cleanup();
+    spdlog::shutdown();
+    return rc;
+}

@@ -1,0 +1,342 @@
+#include "session.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+
+namespace smtpc {
+namespace {
+
+using namespace std::chrono_literals;
+using sm::smtp::ReadStatus;
+
+constexpr std::size_t body_block = 64 * 1024;
+
+void set_result(sm::msg::RcptResult& r, const Failure& f) {
+    r.code = f.code;
+    r.enhanced = f.enhanced;
+    r.text = f.text;
+}
+
+// Addresses go into command lines: a CR or LF would inject commands.
+bool clean_address(const std::string& a) {
+    return a.find_first_of("\r\n<>", 0, 5) == std::string::npos;
+}
+
+// "[ip]:port" for literal targets, "host[ip]:port" otherwise.
+std::string connect_label(const Target& t) {
+    const std::string ip = t.ep.address().to_string();
+    if (t.host == ip) return "[" + ip + "]:" + std::to_string(t.ep.port());
+    return t.relay();
+}
+
+} // namespace
+
+Failure from_reply(const sm::smtp::Reply& r) {
+    Failure f;
+    f.code = static_cast<unsigned>(r.code);
+    f.enhanced = r.enhanced;
+    for (std::size_t i = 0; i < r.lines.size(); ++i) {
+        auto [enh, text] = sm::smtp::split_enhanced(r.lines[i]);
+        if (i > 0) f.text += ' ';
+        f.text += enh == r.enhanced ? text : r.lines[i];
+    }
+    return f;
+}
+
+Session::Session(asio::any_io_executor ex, const sm::ClientConfig& cfg)
+    : cfg_(cfg), sock_(ex), reader_(sock_), idle_timer_(ex) {}
+
+void Session::close() {
+    open_ = false;
+    boost::system::error_code ec;
+    sock_.shutdown(tcp::socket::shutdown_both, ec);
+    sock_.close(ec);
+}
+
+asio::awaitable<bool> Session::write(std::string_view data, const char* stage) {
+    bool ok = co_await sm::smtp::write_all(sock_, data, cfg_.command_timeout);
+    if (!ok) fail_ = {451, "4.4.2", "lost connection with " + relay_ + " while " + stage};
+    co_return ok;
+}
+
+// Reads the next reply into rep_. false when the connection is gone: EOF,
+// error, timeout, or 421 (the server is closing the channel).
+asio::awaitable<bool> Session::read(const char* stage) {
+    rep_ = co_await sm::smtp::read_reply(reader_, cfg_.command_timeout);
+    if (rep_.status == ReadStatus::ok && rep_.code != 421) {
+        replied_ = true;
+        co_return true;
+    }
+    if (rep_.status == ReadStatus::ok) {
+        fail_ = from_reply(rep_);
+        fail_.text = "host " + relay_ + " said: " + fail_.text + " (in reply to " + stage + ")";
+    } else if (rep_.status == ReadStatus::timeout) {
+        fail_ = {451, "4.4.2", "conversation with " + relay_ + " timed out while " + stage};
+    } else {
+        fail_ = {451, "4.4.2", "lost connection with " + relay_ + " while " + stage};
+    }
+    co_return false;
+}
+
+// A command and its reply.
+//
+// Note on style in this file: GCC 12 miscompiles `if (co_await f())` with a
+// co_return branch (the frame gets corrupted), so every co_await result goes
+// into a local first.
+asio::awaitable<bool> Session::command(std::string_view data, const char* stage) {
+    bool ok = co_await write(data, stage);
+    if (ok) {
+        ok = co_await read(stage);
+    }
+    co_return ok;
+}
+
+asio::awaitable<std::optional<Failure>> Session::open(const Target& t) {
+    using namespace asio::experimental::awaitable_operators;
+    relay_ = t.relay();
+    const std::string where = "connect to " + connect_label(t);
+    asio::steady_timer timer(sock_.get_executor(), cfg_.connect_timeout);
+    auto res = co_await (sock_.async_connect(t.ep, asio::as_tuple(asio::use_awaitable)) ||
+                         timer.async_wait(asio::as_tuple(asio::use_awaitable)));
+    if (res.index() == 1) {
+        close();
+        co_return Failure{451, "4.4.1", where + ": Connection timed out"};
+    }
+    if (auto [ec] = std::get<0>(res); ec) {
+        close();
+        co_return Failure{451, "4.4.1", where + ": " + ec.message()};
+    }
+    open_ = true;
+    boost::system::error_code ec;
+    sock_.set_option(tcp::no_delay(true), ec);  // commands are whole writes already
+
+    bool ok = co_await read("receiving the initial server greeting");
+    if (!ok) {
+        close();
+        co_return fail_;
+    }
+    if (rep_.code != 220) {
+        Failure f = from_reply(rep_);
+        if (f.code < 400) f = {451, "4.4.2", f.text};
+        f.text = "host " + relay_ + " refused to talk to me: " + f.text;
+        co_await quit();
+        co_return f;
+    }
+    cmd_ = "EHLO " + cfg_.helo_name + "\r\n";
+    ok = co_await command(cmd_, "sending EHLO");
+    if (!ok) {
+        close();
+        co_return fail_;
+    }
+    if (rep_.code / 100 == 2) {
+        parse_ehlo();
+        co_return std::nullopt;
+    }
+    cmd_ = "HELO " + cfg_.helo_name + "\r\n";
+    ok = co_await command(cmd_, "sending HELO");
+    if (!ok) {
+        close();
+        co_return fail_;
+    }
+    if (rep_.code / 100 != 2) {
+        Failure f = from_reply(rep_);
+        f.text = "host " + relay_ + " refused to talk to me: " + f.text;
+        co_await quit();
+        co_return f;
+    }
+    co_return std::nullopt;
+}
+
+void Session::parse_ehlo() {
+    for (std::size_t i = 1; i < rep_.lines.size(); ++i) {
+        std::string kw = rep_.lines[i].substr(0, rep_.lines[i].find(' '));
+        for (auto& c : kw) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        if (kw == "PIPELINING") {
+            pipelining_ = true;
+        } else if (kw == "SIZE") {
+            size_offered_ = true;
+            const auto sp = rep_.lines[i].find(' ');
+            if (sp != std::string::npos) {
+                try {
+                    size_limit_ = std::stoull(rep_.lines[i].substr(sp + 1));
+                } catch (const std::exception&) {
+                    size_limit_ = 0;  // unparsable limit: let the server decide
+                }
+            }
+        }
+    }
+}
+
+asio::awaitable<void> Session::quit() {
+    if (!open_) co_return;
+    const auto t = std::min<std::chrono::steady_clock::duration>(cfg_.command_timeout, 5s);
+    bool ok = co_await sm::smtp::write_all(sock_, "QUIT\r\n", t);
+    if (ok) {
+        co_await sm::smtp::read_reply(reader_, t);
+    }
+    close();
+}
+
+asio::awaitable<Session::Outcome> Session::transaction(const sm::msg::Deliver& d,
+                                                       const MessageFile& f, Results& res) {
+    const bool reused = transactions_++ > 0;
+    replied_ = false;
+    bool ok = co_await exchange(d, f, res);
+    if (ok) co_return Outcome::done;
+    close();
+    if (reused && !replied_) co_return Outcome::retry;
+    for (auto& r : res)
+        if (r.code == 0) set_result(r, fail_);
+    co_return Outcome::done;
+}
+
+// The SMTP dialogue of one transaction. false: the connection broke (fail_
+// says why); recipients still at code 0 then get fail_.
+asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const MessageFile& f,
+                                        Results& res) {
+    const std::size_t n = d.rcpts.size();
+    if (!clean_address(d.sender)) {
+        for (auto& r : res) set_result(r, {501, "5.1.7", "bad sender address in queue file"});
+        co_return true;
+    }
+    std::size_t to_send = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (clean_address(d.rcpts[i].addr)) {
+            ++to_send;
+        } else {
+            set_result(res[i], {501, "5.1.3", "bad recipient address in queue file"});
+        }
+    }
+    if (to_send == 0) co_return true;
+    if (size_limit_ && f.size() > size_limit_) {
+        const Failure big{552, "5.3.4",
+                          "message size " + std::to_string(f.size()) + " exceeds size limit " +
+                              std::to_string(size_limit_) + " of server " + relay_};
+        for (auto& r : res)
+            if (r.code == 0) set_result(r, big);
+        co_return true;
+    }
+    if (needs_rset_) {
+        bool ok = co_await command("RSET\r\n", "sending RSET");
+        if (!ok) co_return false;
+        if (rep_.code != 250) {
+            fail_ = from_reply(rep_);
+            fail_.code = 451;  // a server that cannot reset is unusable, not a verdict
+            co_return false;
+        }
+        needs_rset_ = false;
+    }
+
+    cmd_.clear();
+    cmd_ += "MAIL FROM:<";
+    cmd_ += d.sender;
+    cmd_ += '>';
+    if (size_offered_) {
+        cmd_ += " SIZE=";
+        cmd_ += std::to_string(f.size());
+    }
+    cmd_ += "\r\n";
+    // From here on the server holds transaction state until end of data.
+    needs_rset_ = true;
+    if (pipelining_) {
+        // RFC 2920: MAIL, every RCPT and DATA in one write, replies in order.
+        for (std::size_t i = 0; i < n; ++i) {
+            if (res[i].code != 0) continue;
+            cmd_ += "RCPT TO:<";
+            cmd_ += d.rcpts[i].addr;
+            cmd_ += ">\r\n";
+        }
+        cmd_ += "DATA\r\n";
+    }
+    bool ok = co_await command(cmd_, "sending MAIL FROM");
+    if (!ok) co_return false;
+    std::optional<Failure> mail_err;
+    if (rep_.code / 100 != 2) mail_err = from_reply(rep_);
+
+    accepted_.assign(n, 0);
+    std::size_t accepted = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (res[i].code != 0) continue;
+        if (!pipelining_) {
+            if (mail_err) break;
+            cmd_ = "RCPT TO:<" + d.rcpts[i].addr + ">\r\n";
+            ok = co_await write(cmd_, "sending RCPT TO");
+            if (!ok) co_return false;
+        }
+        ok = co_await read("sending RCPT TO");
+        if (!ok) co_return false;
+        if (rep_.code / 100 == 2) {
+            accepted_[i] = 1;
+            ++accepted;
+        } else if (!mail_err) {
+            set_result(res[i], from_reply(rep_));
+        }
+    }
+    if (mail_err) {
+        for (std::size_t i = 0; i < n; ++i)
+            if (res[i].code == 0 || accepted_[i]) set_result(res[i], *mail_err);
+        accepted_.assign(n, 0);
+        accepted = 0;
+    }
+    if (!pipelining_) {
+        if (accepted == 0) co_return true;
+        ok = co_await write("DATA\r\n", "sending DATA");
+        if (!ok) co_return false;
+    }
+    ok = co_await read("sending DATA");
+    if (!ok) co_return false;
+    if (rep_.code != 354) {
+        for (std::size_t i = 0; i < n; ++i)
+            if (accepted_[i]) set_result(res[i], from_reply(rep_));
+        co_return true;
+    }
+    if (accepted == 0) {
+        // RFC 2920 3.1: DATA was accepted although no recipient was; end
+        // it with an empty message.
+        ok = co_await command(".\r\n", "sending end of data");
+        co_return ok;
+    }
+    ok = co_await send_body(f);
+    if (ok) {
+        ok = co_await read("sending end of data");
+    }
+    if (!ok) co_return false;
+    const Failure final_reply = from_reply(rep_);
+    for (std::size_t i = 0; i < n; ++i)
+        if (accepted_[i]) set_result(res[i], final_reply);
+    needs_rset_ = false;
+    co_return true;
+}
+
+// Streams the CDB file in large blocks, dot-stuffed, and ends with CRLF.CRLF
+// in the same write as the last block.
+asio::awaitable<bool> Session::send_body(const MessageFile& f) {
+    bool bol = true;
+    std::uint64_t off = 0;
+    for (;;) {
+        out_.clear();
+        bool last = off >= f.size();
+        if (!last) {
+            if (!f.read_at(off, static_cast<std::size_t>(std::min<std::uint64_t>(
+                                    body_block, f.size() - off)),
+                           in_)) {
+                // Never end the data now: the server must drop the partial
+                // message with the connection.
+                fail_ = {451, "4.3.0", "error reading queue file"};
+                co_return false;
+            }
+            off += in_.size();
+            last = in_.empty() || off >= f.size();
+            dot_stuff(in_, bol, out_);
+        }
+        if (last) out_ += bol ? ".\r\n" : "\r\n.\r\n";
+        bool ok = co_await write(out_, "sending message body");
+        if (!ok) co_return false;
+        if (last) co_return true;
+    }
+}
+
+} // namespace smtpc

@@ -1,0 +1,85 @@
+// One outbound SMTP connection: connect, greeting, EHLO, then any number of
+// mail transactions (with PIPELINING when offered), then QUIT. A session is
+// owned by one delivery at a time or sits idle in the connection cache, so
+// it has exactly one reader and one writer.
+#pragma once
+
+#include "body.hpp"
+#include "config.hpp"
+#include "messages.hpp"
+#include "nexthop.hpp"
+#include "smtp_io.hpp"
+
+#include <boost/asio.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace smtpc {
+
+using tcp = asio::ip::tcp;
+using Results = std::vector<sm::msg::RcptResult>;
+
+class Session {
+public:
+    Session(asio::any_io_executor ex, const sm::ClientConfig& cfg);
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    // Connects, reads the greeting and says EHLO (HELO when EHLO is
+    // refused). nullopt: ready for transactions; else why not.
+    asio::awaitable<std::optional<Failure>> open(const Target& t);
+
+    enum class Outcome { done, retry };
+    // One mail transaction for d. res has one entry per recipient of d with
+    // idx set and code 0; every code is filled in. retry: a reused connection
+    // broke before this transaction got any reply (the server had closed
+    // it); res is untouched and the caller tries another connection.
+    asio::awaitable<Outcome> transaction(const sm::msg::Deliver& d, const MessageFile& f,
+                                         Results& res);
+
+    // QUIT, wait briefly for the reply, close.
+    asio::awaitable<void> quit();
+    void close();
+
+    bool usable() const { return open_; }
+    unsigned transactions() const { return transactions_; }
+    const std::string& relay() const { return relay_; }
+    tcp::socket& socket() { return sock_; }
+    asio::steady_timer& idle_timer() { return idle_timer_; }
+    // Bumped each time the cache hands the session out, so that stale idle
+    // watchers know they lost it.
+    std::uint64_t idle_gen = 0;
+
+private:
+    asio::awaitable<bool> exchange(const sm::msg::Deliver& d, const MessageFile& f,
+                                   Results& res);
+    asio::awaitable<bool> send_body(const MessageFile& f);
+    asio::awaitable<bool> write(std::string_view data, const char* stage);
+    asio::awaitable<bool> read(const char* stage);
+    asio::awaitable<bool> command(std::string_view data, const char* stage);
+    void parse_ehlo();
+
+    const sm::ClientConfig& cfg_;
+    tcp::socket sock_;
+    sm::smtp::LineReader<tcp::socket> reader_;
+    asio::steady_timer idle_timer_;
+    std::string relay_;
+    bool open_ = false;
+    bool pipelining_ = false;
+    bool size_offered_ = false;
+    std::uint64_t size_limit_ = 0;  // 0: none announced
+    bool needs_rset_ = false;       // the last transaction stopped half-way
+    bool replied_ = false;          // this transaction got a reply
+    unsigned transactions_ = 0;
+    sm::smtp::Reply rep_;           // the last reply read
+    Failure fail_;                  // why the connection broke
+    // Reused between messages to avoid per-message allocations.
+    std::string cmd_, in_, out_;
+    std::vector<char> accepted_;
+};
+
+// The server's reply as a result: code, enhanced code and text of all lines.
+Failure from_reply(const sm::smtp::Reply& r);
+
+} // namespace smtpc

@@ -1,0 +1,421 @@
+// SMTPC unit tests: deliveries against a scripted SMTP sink on 127.0.0.1,
+// and the QMGR side against a fake QMGR on a Unix socket.
+#include "agent.hpp"
+#include "body.hpp"
+#include "connection_cache.hpp"
+#include "delivery.hpp"
+#include "nexthop.hpp"
+#include "test_sink.hpp"
+
+#include "channel.hpp"
+#include "ids.hpp"
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using test::Sink;
+namespace asio = boost::asio;
+
+namespace {
+
+struct TempDir {
+    TempDir() {
+        path = fs::temp_directory_path() / ("smtpc-test-" + sm::new_ta_id());
+        fs::create_directories(path);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+    fs::path path;
+};
+
+// One SMTPC "process" inside the test: resolver, cache, deliverer on io.
+sm::Config test_config(const fs::path& spool) {
+    sm::Config cfg;
+    cfg.queue.spool_dir = spool.string();
+    cfg.client.helo_name = "client.test";
+    cfg.client.command_timeout = 5s;
+    cfg.client.connect_timeout = 5s;
+    return cfg;
+}
+
+struct Harness {
+
+    // Writes a CDB file and returns a DELIVER for it.
+    sm::msg::Deliver message(const std::string& body, std::vector<std::string> rcpts,
+                             const std::string& nexthop) {
+        sm::msg::Deliver d;
+        d.da_id = ++da;
+        d.ta_id = d.cdb_id = sm::new_ta_id();
+        d.sender = "sender@example.org";
+        for (std::uint32_t i = 0; i < rcpts.size(); ++i) d.rcpts.push_back({i, rcpts[i]});
+        d.nexthops = {nexthop};
+        const fs::path p = sm::cdb_path(cfg.spool_dir_abs(), d.cdb_id, cfg.queue.cdb_hashed);
+        fs::create_directories(p.parent_path());
+        std::ofstream(p, std::ios::binary) << body;
+        d.size = body.size();
+        return d;
+    }
+
+    template <class T>
+    T run(asio::awaitable<T> a) {
+        std::optional<T> out;
+        asio::co_spawn(io, std::move(a), [&](std::exception_ptr e, T v) {
+            if (e) std::rethrow_exception(e);
+            out = std::move(v);
+        });
+        const auto limit = std::chrono::steady_clock::now() + 30s;
+        while (!out && std::chrono::steady_clock::now() < limit) io.run_one_for(100ms);
+        REQUIRE(out);
+        return std::move(*out);
+    }
+
+    sm::msg::Result deliver(const sm::msg::Deliver& d) { return run(del.deliver(d)); }
+
+    // Lets pending handlers (idle watchers, QUIT) run for a while.
+    void settle(std::chrono::milliseconds t = 50ms) {
+        const auto until = std::chrono::steady_clock::now() + t;
+        while (std::chrono::steady_clock::now() < until) io.run_one_for(10ms);
+    }
+
+    TempDir dir;
+    sm::Config cfg = test_config(dir.path);
+    asio::io_context io;
+    smtpc::Resolver dns{io.get_executor()};
+    smtpc::ConnectionCache cache{cfg.client};
+    smtpc::Deliverer del{cfg, dns, cache};
+    std::uint64_t da = 0;
+};
+
+const std::string simple = "Received: by test\r\nSubject: hi\r\n\r\nhello\r\n";
+
+} // namespace
+
+TEST_CASE("dot_stuff doubles leading dots across block boundaries") {
+    std::string out;
+    bool bol = true;
+    smtpc::dot_stuff(".a\r\n..b\r\nc.d\r\n.", bol, out);
+    CHECK(out == "..a\r\n...b\r\nc.d\r\n..");
+    CHECK_FALSE(bol);
+    out.clear();
+    bol = true;
+    smtpc::dot_stuff("x\r\n", bol, out);
+    CHECK(bol);
+    smtpc::dot_stuff(".y\r", bol, out);  // block starts a line
+    smtpc::dot_stuff("\n.z", bol, out);  // LF at the start of a block
+    CHECK(out == "x\r\n..y\r\n..z");
+}
+
+TEST_CASE("answer_ttl takes the smallest TTL of the answers") {
+    // Header (1 question, 2 answers), question "a." MX IN, two MX answers
+    // with compressed names and TTLs 300 and 120.
+    const unsigned char pkt[] = {
+        0, 1, 0x81, 0x80, 0, 1, 0, 2, 0, 0, 0, 0,
+        1, 'a', 0, 0, 15, 0, 1,
+        0xC0, 12, 0, 15, 0, 1, 0, 0, 1, 44, 0, 4, 0, 10, 0xC0, 12,
+        0xC0, 12, 0, 15, 0, 1, 0, 0, 0, 120, 0, 4, 0, 20, 0xC0, 12,
+    };
+    CHECK(smtpc::answer_ttl(pkt, sizeof pkt) == 120);
+    CHECK(smtpc::answer_ttl(pkt, 12) == 0);
+    CHECK(smtpc::answer_ttl(pkt, 30) == 0);  // truncated answer: ignored
+}
+
+TEST_CASE("several messages go over one reused connection") {
+    Harness h;
+    Sink sink(h.io);
+    for (int i = 0; i < 3; ++i) {
+        auto d = h.message(simple, {"a@example.net", "b@example.net"}, sink.nexthop());
+        auto r = h.deliver(d);
+        CHECK(r.da_id == d.da_id);
+        CHECK(r.relay == "127.0.0.1[127.0.0.1]:" + std::to_string(sink.port()));
+        REQUIRE(r.rcpts.size() == 2);
+        for (const auto& rc : r.rcpts) {
+            CHECK(rc.code == 250);
+            CHECK(rc.enhanced == "2.0.0");
+            CHECK(rc.text == "Ok: queued");
+        }
+        CHECK(r.rcpts[1].idx == 1);
+    }
+    CHECK(sink.connections == 1);
+    REQUIRE(sink.msgs.size() == 3);
+    CHECK(sink.msgs[0].sender == "sender@example.org");
+    CHECK(sink.msgs[0].rcpts == std::vector<std::string>{"a@example.net", "b@example.net"});
+    CHECK(sink.msgs[2].data == simple);
+    CHECK(sink.rsets == 0);
+    CHECK(h.cache.idle() == 1);
+}
+
+TEST_CASE("PIPELINING is used when offered, and only then") {
+    for (bool pipe : {true, false}) {
+        Harness h;
+        Sink sink(h.io);
+        sink.pipelining = pipe;
+        auto r = h.deliver(h.message(simple, {"a@x.test", "b@x.test", "c@x.test"}, sink.nexthop()));
+        for (const auto& rc : r.rcpts) CHECK(rc.code == 250);
+        CHECK(sink.saw_pipelined == pipe);
+        REQUIRE(sink.msgs.size() == 1);
+        CHECK(sink.msgs[0].rcpts.size() == 3);
+        CHECK(std::find(sink.commands.begin(), sink.commands.end(),
+                        "MAIL FROM:<sender@example.org> SIZE=" + std::to_string(simple.size())) !=
+              sink.commands.end());
+    }
+}
+
+TEST_CASE("dot-stuffing is exact, also at 64 KiB block boundaries") {
+    Harness h;
+    Sink sink(h.io);
+    std::string body = ".leading\r\n..two\r\n.\r\nmid.dle\r\n";
+    // Put a line start with '.' exactly at the 64 KiB block boundary, and
+    // a CRLF split across the second boundary.
+    body += std::string(65536 - body.size() - 2, 'x') + "\r\n";
+    REQUIRE(body.size() == 65536);
+    body += ".after boundary\r\n";
+    body += std::string(131072 - body.size() - 1, 'y') + "\r\n.\r\n..\r\nend\r\n";
+    for (const std::string& b : {body, std::string("no final newline\r\n.x"), std::string()}) {
+        auto r = h.deliver(h.message(b, {"a@x.test"}, sink.nexthop()));
+        CHECK(r.rcpts[0].code == 250);
+    }
+    REQUIRE(sink.msgs.size() == 3);
+    CHECK(sink.msgs[0].data == body);
+    CHECK(sink.msgs[0].wire.find("\r\n..after boundary\r\n") != std::string::npos);
+    CHECK(sink.msgs[0].wire.rfind("\r\n..\r\n...\r\nend\r\n") != std::string::npos);
+    CHECK(sink.msgs[1].data == "no final newline\r\n.x\r\n");
+    CHECK(sink.msgs[1].wire == "no final newline\r\n..x\r\n");
+    CHECK(sink.msgs[2].data.empty());
+}
+
+TEST_CASE("per-recipient 4xx and 5xx; RSET only after a half-finished transaction") {
+    Harness h;
+    Sink sink(h.io);
+    sink.rcpt_reply["bad@x.test"] = "550 5.1.1 <bad@x.test>: Recipient address rejected";
+    sink.rcpt_reply["later@x.test"] = "450 4.2.1 Mailbox busy";
+    auto r = h.deliver(h.message(simple, {"bad@x.test", "ok@x.test", "later@x.test"}, sink.nexthop()));
+    REQUIRE(r.rcpts.size() == 3);
+    CHECK(r.rcpts[0].code == 550);
+    CHECK(r.rcpts[0].enhanced == "5.1.1");
+    CHECK(r.rcpts[0].text == "<bad@x.test>: Recipient address rejected");
+    CHECK(r.rcpts[1].code == 250);
+    CHECK(r.rcpts[2].code == 450);
+    CHECK(r.rcpts[2].enhanced == "4.2.1");
+    CHECK(sink.msgs.size() == 1);
+
+    // All recipients refused: no message, the next transaction resets first.
+    r = h.deliver(h.message(simple, {"bad@x.test"}, sink.nexthop()));
+    CHECK(r.rcpts[0].code == 550);
+    CHECK(sink.rsets == 0);
+    r = h.deliver(h.message(simple, {"ok@x.test"}, sink.nexthop()));
+    CHECK(r.rcpts[0].code == 250);
+    CHECK(sink.rsets == 1);
+    CHECK(sink.connections == 1);
+    CHECK(sink.msgs.size() == 2);
+
+    // A rejected message (final reply 5xx) needs no RSET.
+    sink.final_reply = "554 5.7.1 Spam";
+    r = h.deliver(h.message(simple, {"ok@x.test"}, sink.nexthop()));
+    CHECK(r.rcpts[0].code == 554);
+    CHECK(r.rcpts[0].text == "Spam");
+    sink.final_reply = "250 2.0.0 Ok";
+    r = h.deliver(h.message(simple, {"ok@x.test"}, sink.nexthop()));
+    CHECK(r.rcpts[0].code == 250);
+    CHECK(sink.rsets == 1);
+}
+
+TEST_CASE("MAIL FROM rejected applies to every recipient") {
+    for (bool pipe : {true, false}) {
+        Harness h;
+        Sink sink(h.io);
+        sink.pipelining = pipe;
+        sink.mail_reply = "553 5.1.8 Sender domain does not exist";
+        auto r = h.deliver(h.message(simple, {"a@x.test", "b@x.test"}, sink.nexthop()));
+        for (const auto& rc : r.rcpts) {
+            CHECK(rc.code == 553);
+            CHECK(rc.enhanced == "5.1.8");
+        }
+        CHECK(sink.msgs.empty());
+    }
+}
+
+TEST_CASE("connection refused gives 4xx for every recipient") {
+    Harness h;
+    std::uint16_t port;
+    {
+        asio::ip::tcp::acceptor a(h.io, {asio::ip::make_address("127.0.0.1"), 0});
+        port = a.local_endpoint().port();
+    }
+    auto r = h.deliver(h.message(simple, {"a@x.test", "b@x.test"}, "[127.0.0.1]:" + std::to_string(port)));
+    REQUIRE(r.rcpts.size() == 2);
+    for (const auto& rc : r.rcpts) {
+        CHECK(rc.code == 451);
+        CHECK(rc.enhanced == "4.4.1");
+        CHECK(rc.text == "connect to [127.0.0.1]:" + std::to_string(port) + ": Connection refused");
+    }
+    CHECK(r.relay.empty());
+}
+
+TEST_CASE("a server that stops answering times out with 4xx") {
+    Harness h;
+    h.cfg.client.command_timeout = 1s;
+    Sink sink(h.io);
+    sink.fault_on = ".";
+    sink.fault_action = "hang";
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = h.deliver(h.message(simple, {"a@x.test"}, sink.nexthop()));
+    const auto took = std::chrono::steady_clock::now() - t0;
+    CHECK(took < 3s);
+    CHECK(r.rcpts[0].code == 451);
+    CHECK(r.rcpts[0].enhanced == "4.4.2");
+    CHECK(r.rcpts[0].text.find("timed out while sending end of data") != std::string::npos);
+    CHECK(h.cache.idle() == 0);
+}
+
+TEST_CASE("421 mid-session: unanswered recipients get 4xx, connection dropped") {
+    Harness h;
+    Sink sink(h.io);
+    sink.rcpt_reply["bad@x.test"] = "550 5.1.1 no such user";
+    sink.fault_on = "RCPT";
+    sink.fault_nth = 3;
+    sink.fault_action = "421 4.3.2 Shutting down";
+    auto r = h.deliver(h.message(simple, {"bad@x.test", "ok@x.test", "third@x.test"}, sink.nexthop()));
+    REQUIRE(r.rcpts.size() == 3);
+    CHECK(r.rcpts[0].code == 550);  // answered before the 421
+    CHECK(r.rcpts[1].code == 421);  // accepted, but the message never went out
+    CHECK(r.rcpts[2].code == 421);
+    CHECK(r.rcpts[2].enhanced == "4.3.2");
+    CHECK(r.rcpts[2].text.find("Shutting down") != std::string::npos);
+    CHECK(h.cache.idle() == 0);
+    sink.fault_on.clear();
+    r = h.deliver(h.message(simple, {"ok@x.test"}, sink.nexthop()));
+    CHECK(r.rcpts[0].code == 250);
+    CHECK(sink.connections == 2);
+}
+
+TEST_CASE("a cached connection the server closed is replaced transparently") {
+    Harness h;
+    Sink sink(h.io);
+    sink.close_after_message = true;
+    for (int i = 0; i < 3; ++i) {
+        auto r = h.deliver(h.message(simple, {"a@x.test"}, sink.nexthop()));
+        CHECK(r.rcpts[0].code == 250);
+    }
+    CHECK(sink.msgs.size() == 3);
+    CHECK(sink.connections == 3);
+}
+
+TEST_CASE("idle connections are closed with QUIT after idle_timeout") {
+    Harness h;
+    h.cfg.client.idle_timeout = 1s;
+    Sink sink(h.io);
+    h.deliver(h.message(simple, {"a@x.test"}, sink.nexthop()));
+    CHECK(h.cache.idle() == 1);
+    h.settle(1500ms);
+    CHECK(h.cache.idle() == 0);
+    CHECK(sink.quits == 1);
+}
+
+TEST_CASE("max_msgs_per_connection caps reuse") {
+    Harness h;
+    h.cfg.client.max_msgs_per_connection = 2;
+    Sink sink(h.io);
+    for (int i = 0; i < 5; ++i) h.deliver(h.message(simple, {"a@x.test"}, sink.nexthop()));
+    h.settle();
+    CHECK(sink.msgs.size() == 5);
+    CHECK(sink.connections == 3);
+    CHECK(sink.quits == 2);
+}
+
+TEST_CASE("missing queue file gives 4xx without connecting") {
+    Harness h;
+    Sink sink(h.io);
+    auto d = h.message(simple, {"a@x.test"}, sink.nexthop());
+    fs::remove(sm::cdb_path(h.cfg.spool_dir_abs(), d.cdb_id, true));
+    auto r = h.deliver(d);
+    CHECK(r.rcpts[0].code == 451);
+    CHECK(r.rcpts[0].enhanced == "4.3.0");
+    CHECK(r.rcpts[0].text == "queue file missing");
+    CHECK(sink.connections == 0);
+}
+
+TEST_CASE("a named literal next hop is looked up (hosts file) without MX") {
+    Harness h;
+    Sink sink(h.io);
+    auto r = h.deliver(h.message(simple, {"a@x.test"}, "[localhost]:" + std::to_string(sink.port())));
+    CHECK(r.rcpts[0].code == 250);
+    CHECK(r.relay == "localhost[127.0.0.1]:" + std::to_string(sink.port()));
+}
+
+TEST_CASE("concurrent deliveries share the destination's connections") {
+    Harness h;
+    Sink sink(h.io);
+    std::vector<sm::msg::Result> results;
+    std::vector<sm::msg::Deliver> ds;  // deliver() keeps a reference
+    for (int i = 0; i < 10; ++i) ds.push_back(h.message(simple, {"a@x.test"}, sink.nexthop()));
+    for (const auto& d : ds) {
+        asio::co_spawn(h.io, h.del.deliver(d), [&](std::exception_ptr, sm::msg::Result r) {
+            results.push_back(std::move(r));
+        });
+    }
+    while (results.size() < 10) h.io.run_one_for(100ms);
+    for (const auto& r : results) CHECK(r.rcpts[0].code == 250);
+    CHECK(sink.msgs.size() == 10);
+    CHECK(h.cache.idle() == static_cast<std::size_t>(sink.connections));
+    auto r = h.deliver(h.message(simple, {"a@x.test"}, sink.nexthop()));
+    CHECK(r.rcpts[0].code == 250);
+    CHECK(sink.connections <= 10);
+}
+
+TEST_CASE("fake QMGR: HELLO, DELIVERs in, RESULTs out") {
+    Harness h;
+    Sink sink(h.io);
+    const std::string path = (h.dir.path / "qmgr.sock").string();
+    asio::local::stream_protocol::acceptor acc(h.io, asio::local::stream_protocol::endpoint(path));
+    auto d1 = h.message(simple, {"a@x.test"}, sink.nexthop());
+    auto d2 = h.message(simple, {"b@x.test", "c@x.test"}, sink.nexthop());
+    std::map<std::uint64_t, sm::msg::Result> got;
+    std::string hello_role;
+
+    // The QMGR side: accept, HELLO_ACK, two DELIVERs, collect RESULTs.
+    asio::co_spawn(h.io, [&]() -> asio::awaitable<void> {
+        auto [ec, s] = co_await acc.async_accept(asio::as_tuple(asio::use_awaitable));
+        REQUIRE_FALSE(ec);
+        auto ch = std::make_shared<sm::Channel>(std::move(s), "smtpc");
+        ch->start();
+        auto f = co_await ch->read();
+        REQUIRE(f);
+        std::string err;
+        auto hello = sm::msg::decode<sm::msg::Hello>(*f, err);
+        REQUIRE(hello);
+        hello_role = hello->role;
+        ch->send(sm::msg::encode(sm::msg::HelloAck{0, "ok"}));
+        ch->send(sm::msg::encode(d1));
+        ch->send(sm::msg::encode(d2));
+        while (got.size() < 2) {
+            auto rf = co_await ch->read();
+            REQUIRE(rf);
+            REQUIRE(rf->hdr.type == sm::msg::RESULT);
+            auto r = sm::msg::decode<sm::msg::Result>(*rf, err);
+            REQUIRE(r);
+            got[r->da_id] = *r;
+        }
+        ch->close();  // QMGR goes away: serve_qmgr must return
+    }, asio::detached);
+
+    bool served = h.run([&]() -> asio::awaitable<bool> {
+        std::string err;
+        auto ch = co_await sm::connect_qmgr(path, "smtpc", err);
+        if (!ch) co_return false;
+        co_await smtpc::serve_qmgr(ch, h.del);
+        co_return true;
+    }());
+    CHECK(served);
+    CHECK(hello_role == "smtpc");
+    REQUIRE(got.size() == 2);
+    CHECK(got[d1.da_id].rcpts.size() == 1);
+    CHECK(got[d2.da_id].rcpts.size() == 2);
+    CHECK(got[d2.da_id].rcpts[1].idx == 1);
+    CHECK(got[d2.da_id].rcpts[1].code == 250);
+    CHECK(sink.msgs.size() == 2);
+}
