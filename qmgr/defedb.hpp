@@ -66,7 +66,8 @@ public:
     Defedb(const Defedb&) = delete;
     Defedb& operator=(const Defedb&) = delete;
 
-    // Opens (creating) the environment in dir and runs normal recovery.
+    // Opens (creating) the environment in dir and runs normal recovery;
+    // nothing else may be called before it has succeeded.
     // quarantine_dir (may be empty) receives records that fail to decode.
     // False with a message naming the directory when the environment or a
     // database is corrupt or unreadable.
