@@ -118,6 +118,10 @@ Resolver::~Resolver() {
     for (auto& [fd, w] : watches_) w->sd.release();
 }
 
+bool Resolver::set_servers(const std::string& csv) {
+    return chan_ && ares_set_servers_ports_csv(chan_, csv.c_str()) == ARES_SUCCESS;
+}
+
 void Resolver::on_sock_state(void* data, ares_socket_t fd, int readable, int writable) {
     auto* self = static_cast<Resolver*>(data);
     auto it = self->watches_.find(fd);

@@ -45,6 +45,9 @@ public:
     Resolver(const Resolver&) = delete;
     Resolver& operator=(const Resolver&) = delete;
 
+    // Overrides the name servers of /etc/resolv.conf ("127.0.0.1:5353,...").
+    bool set_servers(const std::string& csv);
+
     // The addresses to try for one nexthop of a DELIVER; rcpt_domain is the
     // recipients' domain, used by "mx".
     asio::awaitable<Targets> targets(const std::string& nexthop,

@@ -419,3 +419,136 @@ TEST_CASE("fake QMGR: HELLO, DELIVERs in, RESULTs out") {
     CHECK(got[d2.da_id].rcpts[1].code == 250);
     CHECK(sink.msgs.size() == 2);
 }
+
+namespace {
+
+// A tiny authoritative DNS server on UDP 127.0.0.1 for the MX tests:
+//   mx.test    MX 20 b.mx.test, MX 10 a.mx.test (a has no listener)
+//   a.mx.test  A 127.0.0.2      b.mx.test  A 127.0.0.1
+//   nomx.test  no MX; A 127.0.0.1
+//   null.test  MX 0 "."         anything else: NXDOMAIN
+class FakeDns {
+public:
+    explicit FakeDns(asio::io_context& io) : sock_(io, {asio::ip::make_address("127.0.0.1"), 0}) {
+        asio::co_spawn(io, serve(), asio::detached);
+    }
+    std::string server() const { return "127.0.0.1:" + std::to_string(sock_.local_endpoint().port()); }
+    int queries = 0;
+
+private:
+    static std::string encode_name(const std::string& n) {
+        std::string out;
+        std::size_t start = 0;
+        while (start < n.size()) {
+            auto dot = n.find('.', start);
+            if (dot == std::string::npos) dot = n.size();
+            out += static_cast<char>(dot - start);
+            out += n.substr(start, dot - start);
+            start = dot + 1;
+        }
+        return out + '\0';
+    }
+    static std::string u16(unsigned v) { return {static_cast<char>(v >> 8), static_cast<char>(v & 255)}; }
+    static std::string rr(unsigned type, const std::string& rdata) {
+        return "\xC0\x0C" + u16(type) + u16(1) + std::string("\0\0\x01\x2C", 4) + u16(rdata.size()) + rdata;
+    }
+
+    asio::awaitable<void> serve() {
+        char buf[512];
+        for (;;) {
+            asio::ip::udp::endpoint from;
+            auto [ec, n] = co_await sock_.async_receive_from(asio::buffer(buf), from,
+                                                             asio::as_tuple(asio::use_awaitable));
+            if (ec) co_return;
+            if (n < 17) continue;
+            ++queries;
+            std::string name;
+            std::size_t off = 12;
+            while (off < n && buf[off] != 0) {
+                const std::size_t len = static_cast<unsigned char>(buf[off]);
+                if (!name.empty()) name += '.';
+                name.append(buf + off + 1, len);
+                off += len + 1;
+            }
+            const unsigned type = (static_cast<unsigned char>(buf[off + 1]) << 8) |
+                                  static_cast<unsigned char>(buf[off + 2]);
+            const std::string question(buf + 12, off + 5 - 12);
+            std::vector<std::string> answers;
+            unsigned rcode = 0;
+            if (type == 15 && name == "mx.test") {
+                answers = {rr(15, u16(20) + encode_name("b.mx.test")),
+                           rr(15, u16(10) + encode_name("a.mx.test"))};
+            } else if (type == 15 && name == "null.test") {
+                answers = {rr(15, u16(0) + std::string(1, '\0'))};
+            } else if (type == 1 && name == "a.mx.test") {
+                answers = {rr(1, std::string("\x7F\0\0\x02", 4))};
+            } else if (type == 1 && (name == "b.mx.test" || name == "nomx.test")) {
+                answers = {rr(1, std::string("\x7F\0\0\x01", 4))};
+            } else if (name != "mx.test" && name != "nomx.test" && name != "null.test" &&
+                       name != "a.mx.test" && name != "b.mx.test") {
+                rcode = 3;
+            }
+            std::string resp(buf, 2);
+            resp += u16(0x8580 | rcode) + u16(1) + u16(answers.size()) + u16(0) + u16(0);
+            resp += question;
+            for (const auto& a : answers) resp += a;
+            co_await sock_.async_send_to(asio::buffer(resp), from, asio::as_tuple(asio::use_awaitable));
+        }
+    }
+
+    asio::ip::udp::socket sock_;
+};
+
+} // namespace
+
+TEST_CASE("MX lookup through c-ares: preference order, fallback, cache, NXDOMAIN, nullMX") {
+    Harness h;
+    FakeDns dns(h.io);
+    REQUIRE(h.dns.set_servers(dns.server()));
+    Sink sink(h.io);
+    const std::string port = std::to_string(sink.port());
+
+    // a.mx.test (preference 10) refuses; b.mx.test takes the message.
+    auto r = h.deliver(h.message(simple, {"u@mx.test"}, "mx.test:" + port));
+    REQUIRE(r.rcpts.size() == 1);
+    CHECK(r.rcpts[0].code == 250);
+    CHECK(r.relay == "b.mx.test[127.0.0.1]:" + port);
+    const int after_first = dns.queries;
+    CHECK(after_first >= 3);
+
+    // Cached answers: no new queries (the session is reused anyway, so ask
+    // the resolver directly).
+    auto t = h.run(h.dns.targets("mx.test:" + port, ""));
+    REQUIRE(t.list.size() == 2);
+    CHECK(t.list[0].host == "a.mx.test");
+    CHECK(t.list[1].host == "b.mx.test");
+    CHECK(dns.queries == after_first);
+
+    // No MX records: the host's own address.
+    t = h.run(h.dns.targets("mx", "nomx.test"));
+    REQUIRE(t.list.size() == 1);
+    CHECK(t.list[0].ep.address().to_string() == "127.0.0.1");
+    CHECK(t.list[0].ep.port() == 25);
+
+    t = h.run(h.dns.targets("mx", "nxdomain.test"));
+    CHECK(t.list.empty());
+    CHECK(t.err.code == 550);
+    CHECK(t.err.enhanced == "5.4.4");
+
+    t = h.run(h.dns.targets("mx", "null.test"));
+    CHECK(t.list.empty());
+    CHECK(t.err.code == 556);
+}
+
+TEST_CASE("an unreachable name server is a 4xx DNS failure") {
+    Harness h;
+    std::uint16_t port;
+    {
+        asio::ip::udp::socket s(h.io, {asio::ip::make_address("127.0.0.1"), 0});
+        port = s.local_endpoint().port();
+    }
+    REQUIRE(h.dns.set_servers("127.0.0.1:" + std::to_string(port)));
+    auto r = h.deliver(h.message(simple, {"u@example.test"}, "mx"));
+    CHECK(r.rcpts[0].code == 451);
+    CHECK(r.rcpts[0].enhanced == "4.4.3");
+}
