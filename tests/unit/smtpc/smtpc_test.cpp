@@ -552,3 +552,26 @@ TEST_CASE("an unreachable name server is a 4xx DNS failure") {
     CHECK(r.rcpts[0].code == 451);
     CHECK(r.rcpts[0].enhanced == "4.4.3");
 }
+
+// Hidden (run with "[.perf]"): client and sink share one thread, so this
+// is a lower bound for SMTPC's own throughput.
+TEST_CASE("throughput over cached connections", "[.perf]") {
+    Harness h;
+    Sink sink(h.io);
+    const std::string body = simple + std::string(2000, 'x') + "\r\n";
+    std::vector<sm::msg::Deliver> ds;
+    for (int i = 0; i < 5000; ++i) ds.push_back(h.message(body, {"a@x.test", "b@x.test"}, sink.nexthop()));
+    std::size_t done = 0, next = 0;
+    std::function<void()> spawn = [&] {
+        asio::co_spawn(h.io, h.del.deliver(ds[next++]), [&](std::exception_ptr, sm::msg::Result r) {
+            CHECK(r.rcpts[0].code == 250);
+            ++done;
+            if (next < ds.size()) spawn();
+        });
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20; ++i) spawn();
+    while (done < ds.size()) h.io.run_one();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    WARN(ds.size() / s << " msgs/s over " << sink.connections << " connections");
+}

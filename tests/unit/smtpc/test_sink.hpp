@@ -59,6 +59,7 @@ private:
             auto [ec, s] = co_await acc_.async_accept(asio::as_tuple(asio::use_awaitable));
             if (ec) co_return;
             ++connections;
+            s.set_option(tcp::no_delay(true));
             asio::co_spawn(acc_.get_executor(), session(std::make_shared<tcp::socket>(std::move(s))),
                            asio::detached);
         }
@@ -76,7 +77,8 @@ private:
             line += "\r\n";
             co_return co_await sm::smtp::write_all(*s, line, 5s);
         };
-        if (!co_await say("220 sink ESMTP")) co_return;
+        bool ok = co_await say("220 sink ESMTP");  // (GCC 12: no co_await in conditions)
+        if (!ok) co_return;
         Received cur;
         bool have_mail = false;
         std::map<std::string, int> seen;
@@ -94,7 +96,9 @@ private:
                     co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
                     co_return;
                 }
-                if (fault_action != "close") co_await say(fault_action);
+                if (fault_action != "close") {
+                    co_await say(fault_action);
+                }
                 s->close();
                 co_return;
             }
@@ -125,7 +129,8 @@ private:
                     continue;
                 }
                 co_await say("354 End data with <CR><LF>.<CR><LF>");
-                if (!co_await read_data(r, cur)) co_return;
+                ok = co_await read_data(r, cur);
+                if (!ok) co_return;
                 if (!fault_on.empty() && fault_on == "." && ++seen["."] == fault_nth) {
                     if (fault_action == "hang") {
                         asio::steady_timer t(acc_.get_executor(), 60s);
