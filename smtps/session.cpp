@@ -124,7 +124,14 @@ private:
 
 asio::awaitable<bool> Session::flush() {
     if (out_.empty()) co_return true;
-    const bool ok = co_await sm::smtp::write_all(sock_, out_, cfg_.command_timeout);
+    // Replies nearly always fit in the socket buffer: try a plain write
+    // first and only arm a deadline for what the client has not taken.
+    boost::system::error_code ec;
+    const std::size_t n = sock_.write_some(asio::buffer(out_), ec);
+    bool ok = !ec || ec == asio::error::would_block;
+    if (ok && n < out_.size())
+        ok = co_await sm::smtp::write_all(sock_, std::string_view(out_).substr(n),
+                                          cfg_.command_timeout);
     out_.clear();
     co_return ok;
 }
@@ -139,6 +146,8 @@ asio::awaitable<Line> Session::next_line(std::chrono::steady_clock::duration tim
 }
 
 asio::awaitable<void> Session::run() {
+    boost::system::error_code ec;
+    sock_.non_blocking(true, ec);  // for the speculative writes in flush()
     spdlog::info("connect from {}", client());
     reply("220 " + cfg_.hostname + " ESMTP smx");
     while (!closing_) {
@@ -189,7 +198,6 @@ asio::awaitable<void> Session::run() {
         }
     }
     co_await flush();
-    boost::system::error_code ec;
     sock_.shutdown(asio::ip::tcp::socket::shutdown_send, ec);
     spdlog::info("disconnect from {} commands={} errors={}", client(), commands_, errors_);
 }
