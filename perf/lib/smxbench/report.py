@@ -38,8 +38,15 @@ def summarize(results):
                 "pss": med([r["peak_pss_mb"] for r in runs]),
                 "errors": sum(sum(r["errors"].values()) for r in runs),
                 "msgs": runs[0]["config"]["msgs"],
+                "ibdb_commits_per_1000": med([_per_1000(r, "ibdb_commits") for r in runs]),
             }
     return summary
+
+
+def _per_1000(run, stat):
+    """A `smx stats` counter's delta over the run, per 1000 messages."""
+    d = run.get("smx_stats_delta", {})
+    return d[stat] / run["config"]["msgs"] * 1000 if stat in d else None
 
 
 def ratio(summary_tag, a, b):
@@ -49,12 +56,15 @@ def ratio(summary_tag, a, b):
     return "%.2f" % (x["delivered"] / y["delivered"])
 
 
-def markdown(title, summary, facts, versions, skipped, crosscheck=None):
+def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck=None):
+    """The results page; without facts only the title and the tables (for
+    embedding in another page)."""
     lines = ["# %s" % title, ""]
-    lines += ["Machine: %(cores)s cores (%(cpu_model)s), %(memory_mb)s MB, %(os)s, kernel %(kernel)s, "
-              "%(filesystem)s on %(device)s; load average at start %(loadavg_at_start)s." % facts, ""]
-    lines += ["Versions: " + "; ".join("%s: %s" % kv for kv in versions.items()), ""]
-    for name, why in skipped.items():
+    if facts:
+        lines += ["Machine: %(cores)s cores (%(cpu_model)s), %(memory_mb)s MB, %(os)s, kernel %(kernel)s, "
+                  "%(filesystem)s on %(device)s; load average at start %(loadavg_at_start)s." % facts, ""]
+        lines += ["Versions: " + "; ".join("%s: %s" % kv for kv in versions.items()), ""]
+    for name, why in (skipped or {}).items():
         lines += ["**%s skipped**: %s" % (name, why), ""]
     lines += ["Delivered msgs/s = N / (time from the first connect until the sink has all N): the median "
               "of the reps, [min–max] the spread. Latency = end-of-DATA → 250 at the source. fsyncs = "
@@ -72,11 +82,17 @@ def markdown(title, summary, facts, versions, skipped, crosscheck=None):
                 name, s["msgs"], s["complete"], s["runs"], fmt(s["delivered"]), fmt(s["min"]), fmt(s["max"]),
                 fmt(s["inject"]), fmt(s["p50"], 1), fmt(s["p99"], 1), fmt(s["fsyncs"], 2), fmt(s["flushes"], 2),
                 fmt(s["writes"], 2), fmt(s["kb"], 1), fmt(s["cpu"], 2), fmt(s["pss"]), s["errors"]))
-        lines += ["", "Ratios of delivered msgs/s: smx/postfix %s, smx/sendmail %s, smx/direct %s; "
-                  "postfix/sendmail %s, postfix/direct %s." % (
-                      ratio(per_sys, "smx", "postfix"), ratio(per_sys, "smx", "sendmail"),
-                      ratio(per_sys, "smx", "direct"), ratio(per_sys, "postfix", "sendmail"),
-                      ratio(per_sys, "postfix", "direct")), ""]
+        lines.append("")
+        pairs = [(a, b) for a, b in (("smx", "postfix"), ("smx", "sendmail"), ("smx", "direct"),
+                                     ("postfix", "sendmail"), ("postfix", "direct"))
+                 if ratio(per_sys, a, b) != "n/a"]
+        if pairs:
+            lines += ["Ratios of delivered msgs/s: " + ", ".join(
+                "%s/%s %s" % (a, b, ratio(per_sys, a, b)) for a, b in pairs) + ".", ""]
+        for name, s in per_sys.items():
+            if s["ibdb_commits_per_1000"] is not None:
+                lines += ["%s: %s IBDB commits per 1000 messages (`smx stats`)." % (
+                    name, fmt(s["ibdb_commits_per_1000"])), ""]
     if crosscheck:
         lines += ["## Cross-check with postfix's smtp-source", "",
                   "| path | tool | msgs | seconds | msgs/s |", "|---|---|---|---|---|"]
@@ -101,8 +117,9 @@ def plots(outdir, summary):
         systems += [s for s in per_sys if s not in systems]
     width = 0.8 / max(1, len(systems))
     made = []
+    # p99 first and wide, p50 in front of it: both stay visible.
     for fname, keys, ylabel in (("throughput.png", ("delivered",), "delivered msgs/s (median, min–max)"),
-                                ("latency.png", ("p50", "p99"), "ack latency ms (p50 solid, p99 hatched)")):
+                                ("latency.png", ("p99", "p50"), "ack latency ms (p50 solid, p99 hatched)")):
         fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(tags) * max(1, len(systems)) / 2), 4.5))
         for i, name in enumerate(systems):
             xs = [t + (i - (len(systems) - 1) / 2) * width for t in range(len(tags))]
@@ -114,9 +131,9 @@ def plots(outdir, summary):
                     hi = [(summary[t].get(name, {}).get("max") or 0) - v for t, v in zip(tags, vals)]
                     kw["yerr"] = [lo, hi]
                     kw["capsize"] = 3
-                if k == 1:
-                    kw.update(hatch="//", alpha=0.5, bottom=None)
-                ax.bar(xs, vals, width * (0.9 if k == 0 else 0.5), **kw)
+                if key == "p99":
+                    kw.update(hatch="//", alpha=0.45)
+                ax.bar(xs, vals, width * (0.5 if key == "p50" else 0.9), **kw)
         ax.set_xticks(range(len(tags)))
         ax.set_xticklabels(tags, rotation=20, ha="right", fontsize=8)
         ax.set_ylabel(ylabel)
