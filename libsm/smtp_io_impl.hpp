@@ -100,7 +100,9 @@ asio::awaitable<Reply> read_reply(LineReader<Stream>& r,
             co_return rep;
         }
         if (!l.complete) {  // absurdly long reply line: drop the rest
-            if (co_await r.skip_line(timeout) != ReadStatus::ok) {
+            // Awaited into a local: GCC 12 miscompiles co_await in conditions.
+            const ReadStatus skipped = co_await r.skip_line(timeout);
+            if (skipped != ReadStatus::ok) {
                 rep.status = ReadStatus::error;
                 rep.code = 0;
                 co_return rep;
