@@ -35,26 +35,26 @@ void Server::stop_accepting() {
 
 std::string Server::admit(const std::string& ip, bool trusted) {
     const auto& s = cfg_.server;
-    if (sessions_ >= s.max_connections)
+    if (counts_->sessions >= s.max_connections)
         return "421 4.7.0 " + s.hostname + " Error: too many connections\r\n";
     if (!trusted) {
-        unsigned& n = per_client_[ip];
+        unsigned& n = counts_->per_client[ip];
         if (n >= s.max_connections_per_client) {
-            if (n == 0) per_client_.erase(ip);
+            if (n == 0) counts_->per_client.erase(ip);
             return "421 4.7.0 " + s.hostname + " Error: too many connections from " + ip +
                    "\r\n";
         }
         ++n;
     }
-    ++sessions_;
+    ++counts_->sessions;
     return {};
 }
 
-void Server::release(const std::string& ip, bool counted_per_client) {
-    --sessions_;
+void Server::Counts::release(const std::string& ip, bool counted_per_client) {
+    --sessions;
     if (!counted_per_client) return;
-    auto it = per_client_.find(ip);
-    if (it != per_client_.end() && --it->second == 0) per_client_.erase(it);
+    auto it = per_client.find(ip);
+    if (it != per_client.end() && --it->second == 0) per_client.erase(it);
 }
 
 asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
@@ -89,11 +89,11 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
                              trusted]() mutable -> asio::awaitable<void> {
             // Releases the counts however the session ends.
             struct Slot {
-                Server& srv;
+                std::shared_ptr<Counts> counts;
                 const std::string& ip;
                 bool per_client;
-                ~Slot() { srv.release(ip, per_client); }
-            } slot{*this, ip, !trusted};
+                ~Slot() { counts->release(ip, per_client); }
+            } slot{counts_, ip, !trusted};
             co_await run_session(*this, std::move(s), ip, trusted);
         }, asio::detached);
     }

@@ -10,6 +10,7 @@
 
 #include <boost/asio.hpp>
 #include <list>
+#include <memory>
 #include <string>
 #include <unordered_map>
 
@@ -27,10 +28,10 @@ public:
     // Stops accepting; running sessions continue.
     void stop_accepting();
 
-    std::size_t sessions() const { return sessions_; }
+    std::size_t sessions() const { return counts_->sessions; }
     // Sessions between the end of DATA and their reply being written: a
     // shutdown waits for these so that no accepted message goes unanswered.
-    std::size_t committing() const { return committing_; }
+    std::size_t committing() const { return counts_->committing; }
 
     // Shared by all sessions.
     const sm::ServerConfig& cfg() const { return cfg_.server; }
@@ -39,22 +40,29 @@ public:
     CdbStore& cdb() { return cdb_; }
     const std::string& ehlo_reply() const { return ehlo_reply_; }
 
+    // Session counts live apart from the Server: a session coroutine that is
+    // destroyed with the io_context at exit may outlive the Server object.
+    struct Counts {
+        std::size_t sessions = 0;
+        std::size_t committing = 0;
+        std::unordered_map<std::string, unsigned> per_client;
+        void release(const std::string& ip, bool counted_per_client);
+    };
     class CommitGuard {
     public:
-        explicit CommitGuard(Server& s) : s_(s) { ++s_.committing_; }
-        ~CommitGuard() { --s_.committing_; }
+        explicit CommitGuard(Server& s) : c_(s.counts_) { ++c_->committing; }
+        ~CommitGuard() { --c_->committing; }
         CommitGuard(const CommitGuard&) = delete;
         CommitGuard& operator=(const CommitGuard&) = delete;
 
     private:
-        Server& s_;
+        std::shared_ptr<Counts> c_;
     };
 
 private:
     asio::awaitable<void> accept_loop(tcp::acceptor& acceptor);
     // Empty when the connection is within the limits, else the 421 reply.
     std::string admit(const std::string& ip, bool trusted);
-    void release(const std::string& ip, bool counted_per_client);
 
     asio::any_io_executor ex_;
     const sm::Config& cfg_;
@@ -63,9 +71,7 @@ private:
     RelayPolicy policy_;
     std::string ehlo_reply_;
     std::list<tcp::acceptor> acceptors_;
-    std::unordered_map<std::string, unsigned> per_client_;
-    std::size_t sessions_ = 0;
-    std::size_t committing_ = 0;
+    std::shared_ptr<Counts> counts_ = std::make_shared<Counts>();
 };
 
 // The printable client address: v4-mapped IPv6 is shown as IPv4.
