@@ -72,13 +72,12 @@ std::size_t Run::count_rcpts(const std::vector<sm::smtp::Reply>& replies) {
 }
 
 void Run::fail(const std::string& stage, int code) {
-    ++failed_;
     ++errors_[reply_class(stage, code)];
+    if (++failed_ + ok_ == opt.messages) all_done();
 }
 
 bool Run::broken(const sm::smtp::Reply& r) {
-    ++failed_;
-    ++errors_[r.status == sm::smtp::ReadStatus::timeout ? "timeout" : "io"];
+    fail(r.status == sm::smtp::ReadStatus::timeout ? "timeout" : "io", 0);
     return false;
 }
 
@@ -90,10 +89,19 @@ void Run::finished(int code, std::chrono::steady_clock::duration latency, std::s
     ++ok_;
     bytes_ += bytes;
     latency_ms_.push_back(std::chrono::duration<double, std::milli>(latency).count());
-    if (ok_ + failed_ == opt.messages) {
-        end_ = std::chrono::steady_clock::now();
-        end_epoch_ = epoch_seconds();
-    }
+    if (ok_ + failed_ == opt.messages) all_done();
+}
+
+void Run::all_done() {
+    end_ = std::chrono::steady_clock::now();
+    end_epoch_ = epoch_seconds();
+    // Sessions without a message left may still wait for a greeting from a
+    // relay whose process limit is reached (1000 sessions): give the others
+    // a moment to QUIT, then end the run instead of waiting for them.
+    deadline_.expires_after(std::chrono::seconds(2));
+    deadline_.async_wait([this](boost::system::error_code ec) {
+        if (!ec) stop();
+    });
 }
 
 void Run::session_done() {

@@ -60,6 +60,7 @@ public:
 
 private:
     void stop();
+    void all_done();  // every message has its outcome
 
     boost::asio::io_context& ctx_;
     boost::asio::steady_timer deadline_;

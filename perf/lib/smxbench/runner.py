@@ -95,6 +95,7 @@ def suite(bench, systems, configs, reps, msgs_for, warmup=200):
     for ci, base in enumerate(configs):
         tag = "%s-s%d-r%d" % (base["size"].replace(":", "_"), base["sessions"], base["rcpts"])
         for s in systems:
+            log("%s %s: warm-up run (untimed)" % (tag, s.name))
             bench.run(s, dict(base, msgs=max(warmup, base["sessions"])))
         for rep in range(reps):
             for s in systems:
@@ -109,6 +110,7 @@ def suite(bench, systems, configs, reps, msgs_for, warmup=200):
                     done, total, tag, s.name, rep + 1, res["delivered_msgs_per_s"],
                     res["latency_ms"].get("p99", 0), "" if res["complete"] else " INCOMPLETE", eta))
         for s in systems:
+            log("%s %s: strace pass (untimed)" % (tag, s.name))
             cfg = dict(base, msgs=min(msgs_for(s, base), 1000))
             calls = bench.strace_pass(s, cfg, "%s-%s" % (tag, s.name))
             save(bench.outdir, "%s-%s-strace" % (tag, s.name), calls)
