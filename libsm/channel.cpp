@@ -17,29 +17,41 @@ void Channel::start() {
 }
 
 asio::awaitable<std::optional<rec::Frame>> Channel::read() {
-    auto tok = asio::as_tuple(asio::use_awaitable);
-    char hdr[rec::header_size];
-    auto [ec, n] = co_await asio::async_read(sock_, asio::buffer(hdr), tok);
-    if (ec) {
-        if (ec != asio::error::eof && ec != asio::error::operation_aborted && open_)
-            spdlog::warn("{}: read: {}", peer_, ec.message());
-        close();
-        co_return std::nullopt;
+    // Frames are parsed out of a read buffer, so a burst of records costs one
+    // read(2) rather than two per record.
+    for (;;) {
+        const std::string_view avail(rbuf_.data() + rpos_, rbuf_.size() - rpos_);
+        if (avail.size() >= rec::header_size) {
+            auto h = rec::parse_header(avail);
+            if (!h) {
+                spdlog::error("{}: protocol error: oversized frame", peer_);
+                close();
+                co_return std::nullopt;
+            }
+            if (avail.size() >= rec::header_size + h->length) {
+                rec::Frame f{*h, std::string(avail.substr(rec::header_size, h->length))};
+                rpos_ += rec::header_size + h->length;
+                co_return f;
+            }
+        }
+        if (rpos_ > 0) {
+            rbuf_.erase(0, rpos_);
+            rpos_ = 0;
+        }
+        const std::size_t old = rbuf_.size();
+        rbuf_.resize(old + 65536);
+        auto [ec, n] = co_await sock_.async_read_some(asio::buffer(rbuf_.data() + old, 65536),
+                                                      asio::as_tuple(asio::use_awaitable));
+        rbuf_.resize(old + n);
+        if (ec) {
+            if (old > 0 && ec == asio::error::eof)
+                spdlog::error("{}: truncated frame at end of stream", peer_);
+            else if (ec != asio::error::eof && ec != asio::error::operation_aborted && open_)
+                spdlog::warn("{}: read: {}", peer_, ec.message());
+            close();
+            co_return std::nullopt;
+        }
     }
-    auto h = rec::parse_header({hdr, sizeof hdr});
-    if (!h) {
-        spdlog::error("{}: protocol error: oversized frame", peer_);
-        close();
-        co_return std::nullopt;
-    }
-    rec::Frame f{*h, std::string(h->length, '\0')};
-    auto [ec2, n2] = co_await asio::async_read(sock_, asio::buffer(f.body), tok);
-    if (ec2) {
-        spdlog::error("{}: truncated frame: {}", peer_, ec2.message());
-        close();
-        co_return std::nullopt;
-    }
-    co_return f;
 }
 
 void Channel::send(std::string frame) {

@@ -41,6 +41,8 @@ private:
     std::string peer_;
     asio::steady_timer wake_;
     std::deque<std::string> outq_;
+    std::string rbuf_;
+    std::size_t rpos_ = 0;
     std::size_t queued_bytes_ = 0;
     bool open_ = true;
 };
