@@ -145,17 +145,21 @@ class SyncCounter:
     def __init__(self, group, out_path):
         self.out = out_path
         args = ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", out_path]
-        for pid in group.pids():
+        pids = group.pids()
+        for pid in pids:
             args += ["-p", str(pid)]
-        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
-        # strace reports each attach on stderr; wait until it has them all.
-        wanted, seen, end = len(group.pids()), 0, time.time() + 10
-        while seen < wanted and time.time() < end:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            if "attached" in line:
-                seen += 1
+        # strace reports every attach (also of each forked child) on stderr:
+        # into a file, since a pipe nobody drains would fill up and stop
+        # strace and with it every traced process.
+        self.log = log_path = out_path + ".log"
+        with open(log_path, "w") as err:
+            self.proc = subprocess.Popen(args, stderr=err)
+        wanted, end = len(pids), time.time() + 10
+        while time.time() < end and self.proc.poll() is None:
+            with open(log_path) as f:
+                if f.read().count("attached") >= wanted:
+                    break
+            time.sleep(0.05)
         time.sleep(0.2)
 
     def stop(self):
@@ -165,6 +169,7 @@ class SyncCounter:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        os.remove(self.log)
         calls = {"fsync": 0, "fdatasync": 0}
         try:
             with open(self.out) as f:
