@@ -19,34 +19,33 @@ std::string Args::value() {
     return argv_[i_++];
 }
 
-long Args::number(long min, long max) {
-    const std::string v = value();
+namespace {
+// std::stol / std::stod with the whole string consumed and a range check;
+// the error names the option.
+template <class T, class Parse>
+T parse_number(const std::string& opt, const std::string& v, T min, T max, Parse parse) {
     std::size_t used = 0;
-    long n = 0;
+    T n{};
     try {
-        n = std::stol(v, &used);
+        n = parse(v, &used);
     } catch (const std::exception&) {
         used = 0;
     }
-    if (used != v.size() || v.empty() || n < min || n > max)
-        throw std::invalid_argument(cur_ + ": expected an integer in [" +
-                                    std::to_string(min) + ", " + std::to_string(max) + "]");
+    if (used != v.size() || v.empty() || !(n >= min && n <= max))
+        throw std::invalid_argument(opt + ": expected a number in [" + fixed(static_cast<double>(min), 0) +
+                                    ", " + fixed(static_cast<double>(max), 0) + "]");
     return n;
+}
+} // namespace
+
+long Args::number(long min, long max) {
+    return parse_number<long>(cur_, value(), min, max,
+                              [](const std::string& v, std::size_t* used) { return std::stol(v, used); });
 }
 
 double Args::real(double min, double max) {
-    const std::string v = value();
-    std::size_t used = 0;
-    double d = 0;
-    try {
-        d = std::stod(v, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used != v.size() || v.empty() || !(d >= min && d <= max))
-        throw std::invalid_argument(cur_ + ": expected a number in [" + fixed(min, 0) +
-                                    ", " + fixed(max, 0) + "]");
-    return d;
+    return parse_number<double>(cur_, value(), min, max,
+                                [](const std::string& v, std::size_t* used) { return std::stod(v, used); });
 }
 
 std::size_t parse_size(std::string_view s) {

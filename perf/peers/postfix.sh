@@ -10,7 +10,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 cmd=${1:?usage: postfix.sh setup|start|stop|pids|version ...}
 
-master_pid() { [ -f "$1/spool/pid/master.pid" ] && tr -d ' ' < "$1/spool/pid/master.pid" || true; }
+. "$here/pidfile.sh"
 
 case "$cmd" in
 setup)
@@ -28,22 +28,14 @@ setup)
     postfix -c "$dir/etc" check
     ;;
 start)
-    dir=$2
-    postfix -c "$dir/etc" start
-    # Ready when the master has written its PID and the port accepts.
-    i=0; while [ -z "$(master_pid "$dir")" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-    [ -n "$(master_pid "$dir")" ]
+    postfix -c "$2/etc" start
+    await_pid "$2/spool/pid/master.pid"
     ;;
 stop)
-    dir=$2 pid=$(master_pid "$2")
-    [ -n "$pid" ] || exit 0
-    kill -TERM "$pid" 2>/dev/null || exit 0
-    i=0; while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-    rm -f "$dir/spool/pid/master.pid"
+    stop_pid "$2/spool/pid/master.pid"
     ;;
 pids)
-    pid=$(master_pid "$2")
-    [ -n "$pid" ] && { echo "$pid"; ps -o pid= --ppid "$pid" || true; }
+    tree_pids "$2/spool/pid/master.pid"
     ;;
 version)
     postconf -d -h mail_version 2>/dev/null

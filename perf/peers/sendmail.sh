@@ -20,7 +20,7 @@ export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu:$root/lib/x86_64-linux-gn
 # The machine's own hostname is never changed.
 in_ns() { unshare --uts sh -c 'hostname relay-sendmail.perf.example && exec "$@"' sh "$bin" "$@"; }
 
-daemon_pid() { [ -f "$1/sendmail.pid" ] && head -1 "$1/sendmail.pid" || true; }
+. "$here/pidfile.sh"
 
 case "$cmd" in
 install)
@@ -51,21 +51,14 @@ setup)
     in_ns -C "$dir/sendmail.cf" -bi >/dev/null 2>&1 || true   # aliases.db from the empty list
     ;;
 start)
-    dir=$3
-    in_ns -C "$dir/sendmail.cf" -bd -q1m
-    i=0; while [ -z "$(daemon_pid "$dir")" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-    [ -n "$(daemon_pid "$dir")" ]
+    in_ns -C "$3/sendmail.cf" -bd -q1m
+    await_pid "$3/sendmail.pid"
     ;;
 stop)
-    dir=$3 pid=$(daemon_pid "$3")
-    [ -n "$pid" ] || exit 0
-    kill -TERM "$pid" 2>/dev/null || exit 0
-    i=0; while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-    rm -f "$dir/sendmail.pid"
+    stop_pid "$3/sendmail.pid"
     ;;
 pids)
-    pid=$(daemon_pid "$3")
-    [ -n "$pid" ] && { echo "$pid"; ps -o pid= --ppid "$pid" || true; }
+    tree_pids "$3/sendmail.pid"
     ;;
 version)
     in_ns -d0.1 -bt < /dev/null 2>/dev/null | sed -n 's/^Version \(.*\)/\1/p' | head -1
