@@ -1,5 +1,6 @@
 """commit-sweep: table and plot of the group-commit knobs' effect."""
 import os
+import statistics
 
 
 def point(res, interval, batch, sessions):
@@ -16,6 +17,18 @@ def point(res, interval, batch, sessions):
         "p50": res["latency_ms"].get("p50"), "p99": res["latency_ms"].get("p99"),
         "flushes_per_msg": res["flushes_per_msg"], "errors": sum(res["errors"].values()),
     }
+
+
+def median_point(points):
+    """One row from the runs of a point: the median of every figure."""
+    row = dict(points[0])
+    for key, value in row.items():
+        if isinstance(value, float) or value is None:
+            vals = [p[key] for p in points if p[key] is not None]
+            row[key] = statistics.median(vals) if vals else None
+    row["complete"] = all(p["complete"] for p in points)
+    row["errors"] = sum(p["errors"] for p in points)
+    return row
 
 
 def fmt(v, d=1):
