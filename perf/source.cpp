@@ -125,7 +125,8 @@ asio::awaitable<void> session(Run& run, tcp::endpoint ep) {
             run.connect_failed("connect");
             continue;
         }
-        s.set_option(tcp::no_delay(true));
+        boost::system::error_code ignored;
+        s.set_option(tcp::no_delay(true), ignored);  // a reset peer shows up at the first read
         Reader rd(s);
         const Reply greet = co_await sm::smtp::read_reply(rd, t);
         if (greet.code != 220) {
@@ -149,13 +150,13 @@ asio::awaitable<void> session(Run& run, tcp::endpoint ep) {
         const bool pipelining = run.opt.pipelining && offers(ehlo, "PIPELINING");
         bool alive = true;
         std::size_t idx = 0;
-        for (long sent = 0; alive && (run.opt.per_connection == 0 || sent < run.opt.per_connection) &&
-                            run.take(idx);
-             ++sent)
+        const long limit = run.opt.per_connection;  // 0: no limit
+        for (long sent = 0; alive && (limit == 0 || sent < limit) && run.take(idx); ++sent)
             alive = co_await transaction(run, s, rd, idx, pipelining);
+        // The 221 is not worth a long wait: the messages are done.
+        const std::chrono::steady_clock::duration quit_wait = std::min<std::chrono::steady_clock::duration>(t, std::chrono::seconds(5));
         if (alive && co_await sm::smtp::write_all(s, "QUIT\r\n", t))
-            co_await sm::smtp::read_reply(rd, std::min<std::chrono::steady_clock::duration>(t, std::chrono::seconds(5)));
-        boost::system::error_code ignored;
+            co_await sm::smtp::read_reply(rd, quit_wait);
         s.close(ignored);
     }
     run.session_done();
