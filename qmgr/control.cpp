@@ -1,8 +1,62 @@
-// Control requests from the `smx` CLI, and the counters behind `smx stats`
-// and the Prometheus endpoint.
+// Control requests from the `smx` CLI (stats, queue, flush, hold, release,
+// delete), and the counters behind `smx stats` and the Prometheus endpoint.
+// Requests are taken on the event loop; DEFEDB work runs on its strand and
+// the reply goes out when it is back.
 #include "qmgr.hpp"
 
+#include "ids.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <ctime>
+#include <map>
+#include <memory>
+
 namespace smx::qmgr {
+
+namespace {
+
+std::string fmt_time(std::uint64_t unix_us) {
+    const std::time_t t = static_cast<std::time_t>(unix_us / 1'000'000);
+    std::tm tm{};
+    ::gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%a %b %d %H:%M:%S", &tm);
+    return buf;
+}
+
+// One line per recipient of the listing.
+struct Line {
+    std::string addr, state, last_error;
+    std::uint32_t attempts = 0;
+    std::uint64_t next_try_us = 0;
+};
+struct Entry {
+    std::uint64_t size = 0, arrival_us = 0;
+    std::string sender;
+    std::map<std::uint32_t, Line> rcpts;
+};
+
+std::string render(const std::map<std::string, Entry>& all) {
+    std::string out = "-Queue ID-        --Size-- ----Arrival Time---- -Sender/Recipient-------\n";
+    std::uint64_t bytes = 0;
+    for (const auto& [id, e] : all) {
+        bytes += e.size;
+        out += fmt::format("{:<17} {:>8} {:<20} {}\n", id, e.size, fmt_time(e.arrival_us),
+                           e.sender.empty() ? "MAILER-DAEMON" : e.sender);
+        for (const auto& [idx, l] : e.rcpts) {
+            out += fmt::format("    {} ({}, attempts={}", l.addr, l.state, l.attempts);
+            if (l.next_try_us) out += ", next try " + fmt_time(l.next_try_us) + " UTC";
+            out += ")\n";
+            if (!l.last_error.empty()) out += "        (" + l.last_error + ")\n";
+        }
+        out += '\n';
+    }
+    out += fmt::format("-- {} Kbytes in {} requests.\n", (bytes + 1023) / 1024, all.size());
+    return out;
+}
+
+} // namespace
 
 std::vector<std::pair<const char*, std::uint64_t>> Qmgr::metrics() const {
     const IbdbStats& s = ibdb_.stats();
@@ -13,6 +67,8 @@ std::vector<std::pair<const char*, std::uint64_t>> Qmgr::metrics() const {
         {"delivered", counters_.delivered},
         {"deferred", counters_.deferred},
         {"bounced", counters_.bounced},
+        {"dsn_sent", counters_.dsn_sent},
+        {"quarantined", counters_.quarantined},
         {"ibdb_commits", s.commits},
         {"ibdb_transactions", s.transactions},
         {"ibdb_records", s.records},
@@ -23,7 +79,7 @@ std::vector<std::pair<const char*, std::uint64_t>> Qmgr::metrics() const {
         {"fsync_us_max", s.fsync_us_max},
         {"queue_size", queue_.rcpts()},
         {"queue_transactions", queue_.transactions()},
-        {"queue_deferred", queue_.deferred()},
+        {"queue_deferred", defedb_count_},
         {"active_deliveries", sched_.active_deliveries()},
         {"destinations", sched_.destinations()},
         {"smtpc_connections", sched_.links()},
@@ -31,18 +87,133 @@ std::vector<std::pair<const char*, std::uint64_t>> Qmgr::metrics() const {
     };
 }
 
-sm::msg::CtlReply Qmgr::control(const sm::msg::CtlRequest& req) const {
-    if (req.command == "stats") {
-        std::string text;
-        for (const auto& [name, value] : metrics()) {
-            text += name;
-            text += ' ';
-            text += std::to_string(value);
-            text += '\n';
-        }
-        return {0, std::move(text)};
+void Qmgr::control(const sm::msg::CtlRequest& req, CtlDone done) {
+    const auto& c = req.command;
+    const bool with_id = c == "hold" || c == "release" || c == "delete";
+    if (with_id && (req.args.size() != 1 || !sm::valid_ta_id(req.args[0]))) {
+        done({1, req.args.size() == 1 ? "no such queue id" : "usage: " + c + " QUEUE-ID"});
+        return;
     }
-    return {1, "unknown command \"" + req.command + "\" (this queue manager knows: stats)"};
+    if (c == "stats") {
+        std::string text;
+        for (const auto& [name, value] : metrics()) text += fmt::format("{} {}\n", name, value);
+        done({0, std::move(text)});
+    } else if (c == "queue") {
+        ctl_queue(std::move(done));
+    } else if (c == "flush") {
+        ctl_flush(std::move(done));
+    } else if (c == "hold" || c == "release") {
+        ctl_hold(req.args[0], c == "hold", std::move(done));
+    } else if (c == "delete") {
+        ctl_delete(req.args[0], std::move(done));
+    } else {
+        done({1, "unknown command \"" + c +
+                     "\" (this queue manager knows: stats, queue, flush, hold, release, delete)"});
+    }
+}
+
+// The active queue is copied here; DEFEDB is read (in chunks) on its strand
+// and merged in: a recipient memory is working on shows memory's state.
+void Qmgr::ctl_queue(CtlDone done) {
+    auto all = std::make_shared<std::map<std::string, Entry>>();
+    queue_.for_each([&](const Ta& ta) {
+        Entry& e = (*all)[ta.id];
+        e.size = ta.size();
+        e.arrival_us = ta.arrival_us();
+        e.sender = ta.sender();
+        for (std::uint32_t i = 0; i < ta.rcpts.size(); ++i) {
+            const Rcpt& r = ta.rcpts[i];
+            if (is_closed(r.state)) continue;
+            e.rcpts[i] = Line{r.addr, to_string(r.state), r.last_error, r.attempts, 0};
+        }
+    });
+    db<std::string>(
+        [all](Defedb& db) {
+            db.for_each([&](const DeferredTa& t) {
+                Entry& e = (*all)[t.envelope.ta_id];
+                e.size = t.envelope.size;
+                e.arrival_us = t.envelope.arrival_us;
+                e.sender = t.envelope.sender;
+                for (const auto& r : t.rcpts)
+                    e.rcpts.try_emplace(r.idx, Line{r.addr, r.held ? "held" : "deferred",
+                                                    r.last_error, r.attempts,
+                                                    r.held ? 0 : r.next_try_us});
+            });
+            std::erase_if(*all, [](const auto& kv) { return kv.second.rcpts.empty(); });
+            return render(*all);
+        },
+        [done = std::move(done)](std::optional<std::string> text) {
+            if (text) done({0, std::move(*text)});
+            else done({1, "deferred queue unreadable (see the log)"});
+        });
+}
+
+void Qmgr::ctl_flush(CtlDone done) {
+    db<std::size_t>([](Defedb& db) { return db.flush_all(sm::now_us()); },
+                    [this, done = std::move(done)](std::optional<std::size_t> n) {
+                        if (!n) return done({1, "flush failed (see the log)"});
+                        spdlog::info("flush: {} deferred recipients due now", *n);
+                        arm_due(sm::now_us());
+                        done({0, fmt::format("{} deferred recipients scheduled now\n", *n)});
+                    });
+}
+
+// Held recipients live in DEFEDB, unindexed, so nothing schedules them.
+// Those waiting in memory go there now; those in flight go there if their
+// attempt fails for now.
+void Qmgr::ctl_hold(const std::string& id, bool hold, CtlDone done) {
+    std::size_t here = 0;
+    if (Ta* ta = queue_.find(id); ta && !ta->deleted) {
+        for (std::uint32_t i = 0; i < ta->rcpts.size(); ++i) {
+            Rcpt& r = ta->rcpts[i];
+            if (is_closed(r.state) || r.state == RcptState::bouncing) continue;
+            r.hold = hold;
+            ++here;
+            if (hold && r.state == RcptState::active) {
+                r.last_error = r.last_error.empty() ? "held by operator" : r.last_error;
+                park(*ta, i, sm::now_us());
+            }
+        }
+    }
+    db<std::size_t>([id, hold](Defedb& db) { return db.set_held(id, hold); },
+                    [this, id, hold, here, done = std::move(done)](std::optional<std::size_t> n) {
+                        if (!n) return done({1, "defedb error (see the log)"});
+                        if (here + *n == 0) return done({1, "no such queue id"});
+                        spdlog::info("{}: {} by operator", id, hold ? "held" : "released");
+                        if (!hold) refresh_due();
+                        done({0, fmt::format("{}: {} recipients {}\n", id, here + *n,
+                                             hold ? "held" : "released")});
+                    });
+}
+
+// Gone everywhere, no DSN: memory (a recipient in flight has its result
+// dropped), DEFEDB, IBDB and the content file.
+void Qmgr::ctl_delete(const std::string& id, CtlDone done) {
+    std::size_t here = 0;
+    std::string cdb = id;
+    if (Ta* ta = queue_.find(id); ta && !ta->deleted) {
+        ta->deleted = true;
+        cdb = ta->cdb_id();
+        for (std::uint32_t i = 0; i < ta->rcpts.size(); ++i) {
+            const RcptState s = ta->rcpts[i].state;
+            if (is_closed(s)) continue;
+            ++here;
+            if (s == RcptState::active) queue_.close(*ta, i, RcptState::done);
+        }
+        check_ta(*ta);
+    }
+    deleting_.insert(id);
+    db<std::size_t>(
+        [id](Defedb& db) { return db.remove_ta(id); },
+        [this, id, cdb, here, done = std::move(done)](std::optional<std::size_t> n) {
+            deleting_.erase(id);
+            if (!n) return done({1, "defedb error (see the log)"});
+            if (here + *n == 0) return done({1, "no such queue id"});
+            ibdb_.ta_done(id);
+            unlink_later(cdb);
+            spdlog::info("{}: removed (deleted by operator, {} recipients)", id, here + *n);
+            done({0, fmt::format("{}: deleted ({} recipients)\n", id, here + *n)});
+        });
 }
 
 } // namespace smx::qmgr

@@ -368,6 +368,11 @@ std::size_t Defedb::remove_ta(const std::string& ta_id) {
     });
 }
 
+bool Defedb::has_ta(const std::string& ta_id) {
+    auto& m = *impl_;
+    return m.txn(DB_TXN_WRITE_NOSYNC, [&](DbTxn* t) { return m.exists(t, *m.envelopes, ta_id); });
+}
+
 std::vector<DeferredTa> Defedb::due(std::uint64_t now_us, std::size_t limit, std::uint64_t lease_until_us) {
     auto& m = *impl_;
     return m.txn(DB_TXN_WRITE_NOSYNC, [&](DbTxn* t) {

@@ -92,6 +92,8 @@ public:
     bool remove(const std::string& ta_id, std::uint32_t idx);
     // `smx delete`: every recipient and the envelope; returns recipients removed.
     std::size_t remove_ta(const std::string& ta_id);
+    // True while any recipient of ta_id is stored (its envelope is there).
+    bool has_ta(const std::string& ta_id);
 
     // At most `limit` recipients, not held, with next_try <= now_us, in due
     // order, grouped by transaction (in order of their first due recipient).

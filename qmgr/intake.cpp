@@ -10,7 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <optional>
 
 namespace smx::qmgr {
 
@@ -22,10 +22,8 @@ std::vector<std::uint32_t> all_rcpts(const Ta& ta) {
     return idx;
 }
 
-void log_queued(const Ta& ta, const char* how) {
-    spdlog::info("{}: from=<{}>, size={}, nrcpt={} ({})", ta.id, ta.sender, ta.size,
-                 ta.rcpts.size(), how);
-}
+// SMTPS answers a tempfail whose text starts with 4.3.1 with 452.
+constexpr const char* no_storage = "4.3.1 Insufficient system storage";
 
 } // namespace
 
@@ -65,10 +63,11 @@ void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply) {
     if (full || disk_low_ || !accepting_) {
         const char* what = !accepting_ ? "queue manager shutting down"
                            : full      ? "queue full"
-                                       : "insufficient disk space";
+                                       : "spool low on free space";
         spdlog::warn("{}: TA_COMMIT deferred: {}", env.ta_id, what);
         ++counters_.tempfailed;
-        answer(AckStatus::tempfail, std::string(what) + ", try again later");
+        answer(AckStatus::tempfail,
+               accepting_ ? no_storage : "4.3.2 queue manager shutting down, try again later");
         return;
     }
     queue_.add(env);
@@ -83,79 +82,46 @@ void Qmgr::committed(const std::string& id, std::uint64_t req_id, const Send& re
     using sm::msg::AckStatus;
     Ta* ta = queue_.find(id);
     if (!ok || !ta) {
+        // Nothing will ever name the content: it goes now (SMTPS removes
+        // it too on a tempfail; whoever comes second finds nothing).
         spdlog::error("{}: envelope log write failed: {}", id, error);
+        if (ta) unlink_later(ta->cdb_id());
         queue_.erase(id);
         ++counters_.tempfailed;
-        reply(sm::msg::encode(
-            sm::msg::TaAck{id, AckStatus::tempfail, "queue write error, try again later"}, req_id));
+        reply(sm::msg::encode(sm::msg::TaAck{id, AckStatus::tempfail, no_storage}, req_id));
         return;
     }
     reply(sm::msg::encode(sm::msg::TaAck{id, AckStatus::ok, {}}, req_id));
     ta->durable = true;
     ++counters_.received;
-    log_queued(*ta, "queue active");
+    spdlog::info("{}: from=<{}>, size={}, nrcpt={} (queue active)", id, ta->sender(), ta->size(),
+                 ta->rcpts.size());
     schedule(*ta, all_rcpts(*ta));
 }
 
-// Free space is sampled, not checked per message: statvfs costs more than
-// the rest of intake, and the high-water mark needs no precision.
+// Free space is sampled on the pool, not checked per message: statvfs costs
+// more than the rest of intake, and the high-water mark needs no precision.
 void Qmgr::check_disk() {
-    struct statvfs vfs;
-    if (::statvfs(spool_.c_str(), &vfs) == 0) {
-        const auto free = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-        const bool low = free < cfg_.queue.min_free_space;
-        if (low != disk_low_)
-            spdlog::warn("spool {}: {} bytes free, intake {}", spool_, free,
-                         low ? "paused" : "resumed");
-        disk_low_ = low;
-    }
-    disk_timer_.expires_after(std::chrono::seconds(1));
-    disk_timer_.async_wait([this](boost::system::error_code ec) {
-        if (!ec) check_disk();
+    asio::post(workers_, [this, spool = spool_, ex = ex_] {
+        struct statvfs vfs;
+        std::optional<std::uint64_t> free;
+        if (::statvfs(spool.c_str(), &vfs) == 0)
+            free = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+        asio::post(ex, [this, free] {
+            if (free) {
+                const bool low = *free < cfg_.queue.min_free_space;
+                if (low != disk_low_)
+                    spdlog::warn("spool {}: {} bytes free, intake {}", spool_, *free,
+                                 low ? "paused" : "resumed");
+                disk_low_ = low;
+            }
+            if (!accepting_) return;
+            disk_timer_.expires_after(std::chrono::seconds(1));
+            disk_timer_.async_wait([this](boost::system::error_code ec) {
+                if (!ec) check_disk();
+            });
+        });
     });
-}
-
-void Qmgr::restore(std::vector<RecoveredTa> tas) {
-    std::size_t restored = 0;
-    for (auto& rt : tas) {
-        const auto& env = rt.envelope;
-        const std::string cdb = sm::valid_ta_id(env.cdb_id)
-                                    ? sm::cdb_path(spool_, env.cdb_id, cfg_.queue.cdb_hashed)
-                                    : std::string();
-        struct stat st;
-        if (!sm::valid_ta_id(env.ta_id) || cdb.empty() || ::stat(cdb.c_str(), &st) != 0) {
-            // Nothing to deliver without content: keep the envelope for a
-            // human, and close the transaction so the log can be rotated.
-            const std::string note = spool_ + "/quarantine/" +
-                                     (sm::valid_ta_id(env.ta_id) ? env.ta_id : "invalid") +
-                                     ".envelope";
-            std::ofstream(note, std::ios::binary) << sm::msg::envelope_bytes(env);
-            spdlog::error("{}: content file {} missing at recovery; envelope saved as {}",
-                          env.ta_id, cdb.empty() ? "(invalid id)" : cdb, note);
-            ibdb_.ta_done(env.ta_id);
-            continue;
-        }
-        Ta* ta = queue_.add(env);
-        if (!ta) continue;  // the log held it twice; the first copy counts
-        ta->durable = true;
-        std::vector<std::uint32_t> todo;
-        bool finished = false;
-        for (std::uint32_t i = 0; i < ta->rcpts.size(); ++i) {
-            if (i < rt.rcpt_done.size() && rt.rcpt_done[i])
-                finished = queue_.finish(*ta, i, RcptState::done);
-            else
-                todo.push_back(i);
-        }
-        if (finished) {
-            finish_ta(*ta);
-            continue;
-        }
-        ++restored;
-        log_queued(*ta, "queue active, recovered");
-        schedule(*ta, todo);
-    }
-    if (!tas.empty())
-        spdlog::info("recovery: {} transactions back in the active queue", restored);
 }
 
 } // namespace smx::qmgr

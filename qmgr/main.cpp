@@ -1,5 +1,7 @@
-// smx-qmgr [-c FILE]: the queue manager. Recovers the queue from IBDB, then
-// serves SMTPS, SMTPC and the CLI on <run_dir>/qmgr.sock until SIGTERM.
+// smx-qmgr [-c FILE]: the queue manager. Opens DEFEDB, recovers the active
+// queue from IBDB, then serves SMTPS, SMTPC and the CLI on
+// <run_dir>/qmgr.sock until SIGTERM.
+#include "defedb.hpp"
 #include "ibdb.hpp"
 #include "metrics_http.hpp"
 #include "qmgr.hpp"
@@ -41,7 +43,7 @@ int main(int argc, char** argv) {
     sm::init_logging("qmgr", cfg.log);
 
     const std::string spool = cfg.spool_dir_abs();
-    for (const char* sub : {"/ibdb", "/quarantine", "/cdb"}) {
+    for (const char* sub : {"/ibdb", "/defedb", "/quarantine", "/cdb"}) {
         std::error_code ec;
         std::filesystem::create_directories(spool + sub, ec);
         if (ec) {
@@ -54,6 +56,15 @@ int main(int argc, char** argv) {
     // IBDB's fdatasync and the CDB unlinks; two threads keep one batch
     // syncing while the next is written. It outlives IBDB, whose destructor
     // may wait for a write out on it.
+    // DEFEDB outlives the pool: a DEFEDB job may still run until join().
+    Defedb defedb;
+    {
+        std::string err;
+        if (!defedb.open(spool + "/defedb", spool + "/quarantine", err)) {
+            spdlog::critical("defedb: {}", err);
+            return 1;
+        }
+    }
     asio::thread_pool workers(2);
     int status = 0;
     IbdbOptions opt;
@@ -64,7 +75,7 @@ int main(int argc, char** argv) {
     opt.file_size = cfg.queue.ibdb_file_size;
     try {
         Ibdb ibdb(io.get_executor(), workers, opt);
-        Qmgr q(cfg, io.get_executor(), workers, ibdb);
+        Qmgr q(cfg, io.get_executor(), workers, ibdb, defedb);
         q.restore(ibdb.recover());
         Server server(io, cfg, q);
         std::string err;
@@ -80,7 +91,7 @@ int main(int argc, char** argv) {
             spdlog::info("signal {}: shutting down", sig);
             server.stop();
             metrics.stop();
-            q.stop_intake();
+            q.stop();
             ibdb.flush_sync();
             // Let the acks of the last batch reach SMTPS before we go.
             grace.expires_after(std::chrono::milliseconds(200));

@@ -3,6 +3,10 @@
 #include "ids.hpp"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 namespace smx::qmgr {
 
@@ -18,15 +22,23 @@ SchedulerOptions scheduler_options(const sm::Config& cfg) {
 } // namespace
 
 Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
-           Ibdb& ibdb)
-    : cfg_(cfg), ex_(ex), workers_(workers), ibdb_(ibdb), spool_(cfg.spool_dir_abs()),
-      router_(cfg),
+           Ibdb& ibdb, Defedb& defedb)
+    : cfg_(cfg), ex_(ex), workers_(workers), dbq_(asio::make_strand(workers.get_executor())),
+      ibdb_(ibdb), defedb_(defedb), spool_(cfg.spool_dir_abs()), router_(cfg),
       sched_(ex, scheduler_options(cfg),
              [this](Ta& ta, std::uint32_t idx, const std::string& why, std::uint64_t until) {
                  defer(ta, idx, {}, why, until);
              }),
-      retry_timer_(ex), disk_timer_(ex) {
+      db_retry_(ex), due_timer_(ex), maint_timer_(ex), disk_timer_(ex) {
     check_disk();
+}
+
+void Qmgr::stop() {
+    accepting_ = false;
+    due_timer_.cancel();
+    maint_timer_.cancel();
+    disk_timer_.cancel();
+    db_retry_.cancel();
 }
 
 void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
@@ -49,7 +61,54 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
         }
     }
     for (auto& [dest, list] : groups) sched_.submit(ta, dest, std::move(list));
-    arm_retry();
+}
+
+// Called whenever a recipient closes. Once nothing is open in memory the
+// transaction leaves memory; its content goes when no envelope names it:
+// at once when DEFEDB never saw it, else after DEFEDB says it holds nothing
+// more of it (asked on the DEFEDB strand, after every removal made so far).
+void Qmgr::check_ta(Ta& ta) {
+    if (ta.open > 0) return;
+    const std::string id = ta.id, cdb = ta.cdb_id();
+    const bool parked = std::any_of(ta.rcpts.begin(), ta.rcpts.end(),
+                                    [](const Rcpt& r) { return r.state == RcptState::deferred; });
+    const bool deleted = ta.deleted, touched = ta.touched_defedb;
+    queue_.erase(id);
+    if (deleted || parked) return;
+    if (!touched) {
+        finish_ta(id, cdb);
+        return;
+    }
+    checks_.push_back(Check{id, cdb});
+    kick_db();
+}
+
+// Every recipient is final: the envelope is done and the content can go.
+void Qmgr::finish_ta(const std::string& id, const std::string& cdb_id) {
+    ibdb_.ta_done(id);
+    unlink_later(cdb_id);
+    spdlog::info("{}: removed", id);
+}
+
+// Unlinks run on the worker pool: removing the files cost as much as the
+// whole run in the sendmail X measurements.
+void Qmgr::unlink_later(const std::string& cdb_id) {
+    unlinks_.push_back(sm::cdb_path(spool_, cdb_id, cfg_.queue.cdb_hashed));
+    if (unlinks_.size() > 1) return;
+    asio::post(ex_, [this] {
+        asio::post(workers_, [paths = std::move(unlinks_)] {
+            for (const auto& p : paths)
+                if (::unlink(p.c_str()) != 0 && errno != ENOENT)
+                    spdlog::error("unlink {}: {}", p, std::strerror(errno));
+        });
+        unlinks_.clear();
+    });
+}
+
+void defedb_fatal(const std::string& what) {
+    spdlog::critical("defedb: {}; exiting for recovery", what);
+    spdlog::shutdown();
+    ::_exit(1);
 }
 
 } // namespace smx::qmgr

@@ -1,10 +1,13 @@
 // QMGR's state machine: intake of transactions from SMTPS, scheduling to
-// SMTPC, results, retries, control. Everything here runs on the io_context
-// thread; IBDB does its blocking work on the worker pool and calls back here.
-// Member functions live in files named by role: intake.cpp, results.cpp,
-// control.cpp, qmgr.cpp (routing glue and completion).
+// SMTPC, results, the deferred queue (DEFEDB), bounces, control. Everything
+// here runs on the io_context thread; IBDB and DEFEDB do their blocking work
+// on the worker pool and call back here. Member functions live in files named
+// by role: intake.cpp, results.cpp, deferred.cpp, bounce.cpp, control.cpp,
+// recovery.cpp, qmgr.cpp (routing glue and completion).
 #pragma once
 
+#include "defedb.hpp"
+#include "dsn.hpp"
 #include "ibdb.hpp"
 #include "queue.hpp"
 #include "routing.hpp"
@@ -14,8 +17,12 @@
 #include "messages.hpp"
 
 #include <boost/asio.hpp>
+#include <spdlog/spdlog.h>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +38,8 @@ struct Counters {
     std::uint64_t delivered = 0;  // recipients: status=sent
     std::uint64_t deferred = 0;   // recipient deferrals
     std::uint64_t bounced = 0;    // recipients: status=bounced
+    std::uint64_t dsn_sent = 0;   // DSNs queued
+    std::uint64_t quarantined = 0;  // orphan files and envelopes without content
     unsigned smtps_connections = 0;
 };
 
@@ -38,49 +47,100 @@ class Qmgr {
 public:
     // Sends one encoded frame to the peer that the callback belongs to.
     using Send = std::function<void(std::string frame)>;
+    using CtlDone = std::function<void(sm::msg::CtlReply)>;
 
-    Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers, Ibdb& ibdb);
+    Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers, Ibdb& ibdb,
+         Defedb& defedb);
 
-    // Start-up: puts the transactions IBDB recovered back in the queue.
+    // Start-up: puts the transactions IBDB recovered back in the queue,
+    // starts the DEFEDB timer and checkpoints, and sweeps orphan CDB files
+    // in the background.
     void restore(std::vector<RecoveredTa> tas);
 
     // SMTPS: one TA_COMMIT; the TA_ACK goes out through reply.
     void on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply);
-    // Shutdown: further TA_COMMITs get a tempfail.
-    void stop_intake() { accepting_ = false; }
+    // Shutdown: further TA_COMMITs get a tempfail, timers stop.
+    void stop();
 
     // SMTPC links and their RESULTs.
     std::uint64_t add_smtpc(Send send) { return sched_.add_link(std::move(send)); }
     void remove_smtpc(std::uint64_t link) { sched_.remove_link(link); }
     void on_result(std::uint64_t link, const sm::msg::Result& r);
 
-    // CLI requests; and the counters for `smx stats` and Prometheus.
-    sm::msg::CtlReply control(const sm::msg::CtlRequest& req) const;
+    // CLI requests (answered through done, possibly after DEFEDB work on
+    // the pool); and the counters for `smx stats` and Prometheus.
+    void control(const sm::msg::CtlRequest& req, CtlDone done);
     std::vector<std::pair<const char*, std::uint64_t>> metrics() const;
 
     Counters& counters() { return counters_; }
     const ActiveQueue& queue() const { return queue_; }
 
 private:
-    void committed(const std::string& id, std::uint64_t req_id, const Send& reply,
-                   bool ok, const std::string& error);
+    // A DEFEDB write waiting for the next batch (deferred.cpp).
+    struct Park {
+        std::shared_ptr<const sm::msg::TaCommit> env;
+        DeferredRcpt rec;
+        bool fresh = false;  // not in DEFEDB yet: put, then IBDB rcpt_deferred
+    };
+    struct Check {
+        std::string ta_id, cdb_id;
+    };
+    struct Bounce {
+        std::uint32_t idx = 0;
+        dsn::FailedRcpt why;
+    };
+
+    // intake.cpp
+    void committed(const std::string& id, std::uint64_t req_id, const Send& reply, bool ok,
+                   const std::string& error);
     void check_disk();
-    // Routes recipients of ta and hands them to the scheduler by destination.
+    // qmgr.cpp: routes recipients of ta and hands them to the scheduler.
     void schedule(Ta& ta, const std::vector<std::uint32_t>& idx);
-    void final(Ta& ta, std::uint32_t idx, RcptState state, const std::string& relay,
-               const std::string& status);
+    void check_ta(Ta& ta);
+    void finish_ta(const std::string& id, const std::string& cdb_id);
+    void unlink_later(const std::string& cdb_id);
+    // results.cpp
+    void sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status);
+    void retry_later(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& why);
     void defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& why,
                std::uint64_t until_us);
-    void retry_later(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& why);
-    void finish_ta(Ta& ta);
-    void unlink_later(const std::string& cdb_id);
-    void arm_retry();
-    void retry_due();
+    bool expired(const Ta& ta) const;
+    // deferred.cpp
+    void park(Ta& ta, std::uint32_t idx, std::uint64_t until_us);
+    void drop_from_defedb(const Ta& ta, std::uint32_t idx);
+    void kick_db();
+    void write_db();
+    void written(std::vector<Park> parks, std::vector<Check> gone);
+    void refresh_due();
+    void arm_due(std::uint64_t at_us);
+    void fetch_due();
+    void got_due(std::vector<DeferredTa> tas);
+    void maintain();
+    // Runs work(defedb) on the DEFEDB strand, then done(result) here;
+    // result is nullopt when DEFEDB threw (logged; a fatal error exits).
+    template <class T>
+    void db(std::function<T(Defedb&)> work, std::function<void(std::optional<T>)> done);
+    // bounce.cpp
+    void bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why);
+    void flush_bounces();
+    void make_dsn(Ta& ta, std::vector<Bounce> list);
+    void bounced(const std::string& ta_id, const std::vector<Bounce>& list);
+    // control.cpp
+    void ctl_queue(CtlDone done);
+    void ctl_flush(CtlDone done);
+    void ctl_hold(const std::string& id, bool hold, CtlDone done);
+    void ctl_delete(const std::string& id, CtlDone done);
+    // recovery.cpp
+    void sweep_orphans(std::set<std::string> known);
 
     const sm::Config& cfg_;
     asio::any_io_executor ex_;
     asio::thread_pool& workers_;
+    // All DEFEDB calls go through one strand, in the order they were made:
+    // a presence check then sees every removal made before it.
+    asio::strand<asio::thread_pool::executor_type> dbq_;
     Ibdb& ibdb_;
+    Defedb& defedb_;
     std::string spool_;
     // CDB files to remove, handed to the worker pool once per event-loop
     // turn rather than one task (and one thread wake-up) per message.
@@ -89,8 +149,22 @@ private:
     Router router_;
     Scheduler sched_;
     Counters counters_;
-    asio::system_timer retry_timer_;
-    std::uint64_t retry_armed_us_ = 0;  // 0: no wait pending
+    // DEFEDB writes gathered while the previous batch is out: one durable
+    // commit for many deferrals.
+    std::vector<Park> parks_;
+    std::vector<std::pair<std::string, std::uint32_t>> removes_;
+    std::vector<Check> checks_;
+    bool db_posted_ = false, db_busy_ = false;
+    asio::steady_timer db_retry_;
+    // Recipients failed for good, by transaction: one DSN each.
+    std::map<std::string, std::vector<Bounce>> bounces_;
+    // Ids being deleted: a due() answer that raced the delete skips them.
+    std::set<std::string> deleting_;
+    asio::system_timer due_timer_;
+    std::uint64_t due_at_ = 0;  // 0: no wait pending
+    bool due_busy_ = false, refresh_busy_ = false;
+    std::uint64_t defedb_count_ = 0;
+    asio::steady_timer maint_timer_;
     asio::steady_timer disk_timer_;
     bool disk_low_ = false;
     bool accepting_ = true;
@@ -102,5 +176,29 @@ std::string reply_text(const sm::msg::RcptResult& r);
 bool connection_failed(const sm::msg::Result& r);
 // Retry delay after the n-th failed attempt: retry_min doubling to retry_max.
 std::chrono::microseconds backoff(const sm::QueueConfig& q, std::uint32_t attempts);
+// A reply text "451 4.3.0 text" split for a DSN (code, status, text).
+dsn::FailedRcpt failed_rcpt(const std::string& addr, const std::string& reply);
+// The end of the queue lifetime after last_error (status 4.4.7).
+dsn::FailedRcpt expired_rcpt(const std::string& addr, const std::string& last_error,
+                             const std::string& relay, std::uint64_t last_attempt_us);
+
+// A panicked DEFEDB environment: exit, the MCP restarts QMGR and the open
+// runs recovery. Everything acked is durable by then.
+[[noreturn]] void defedb_fatal(const std::string& what);
+
+template <class T>
+void Qmgr::db(std::function<T(Defedb&)> work, std::function<void(std::optional<T>)> done) {
+    // The job captures no `this`: it may still run while QMGR shuts down.
+    asio::post(dbq_, [d = &defedb_, ex = ex_, work = std::move(work), done = std::move(done)]() mutable {
+        std::optional<T> r;
+        try {
+            r = work(*d);
+        } catch (const DefedbError& e) {
+            if (e.fatal()) defedb_fatal(e.what());
+            spdlog::error("defedb: {}", e.what());
+        }
+        asio::post(ex, [done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
+    });
+}
 
 } // namespace smx::qmgr

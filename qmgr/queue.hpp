@@ -1,81 +1,79 @@
-// The active queue (IQDB/AQ): every transaction QMGR holds in memory, with
-// per-recipient state, and the index of deferred recipients by next try.
+// The active queue (AQ): the transactions QMGR holds in memory, with
+// per-recipient state. A deferred recipient lives in DEFEDB, not here; a
+// transaction leaves memory once no recipient needs it here.
 // Single-threaded: only the io_context thread touches it.
 #pragma once
 
 #include "messages.hpp"
 
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 namespace smx::qmgr {
 
-// Recipient life cycle. done and bounced are final; deferred waits for
-// next_try (in memory now, in DEFEDB later); held waits for `smx release`.
-enum class RcptState : std::uint8_t { active, inflight, deferred, done, bounced, held };
+// Recipient life cycle in memory:
+//   active → inflight → done | bounced (via bouncing) | deferred (via moving)
+// moving: being written to DEFEDB; deferred: DEFEDB holds it (or it is not
+// ours to track); bouncing: waiting for its DSN to be durable.
+// done, bounced and deferred are closed for memory: nothing here waits on them.
+enum class RcptState : std::uint8_t { active, inflight, moving, deferred, bouncing, done, bounced };
 
 const char* to_string(RcptState s);
-inline bool is_final(RcptState s) { return s == RcptState::done || s == RcptState::bounced; }
+inline bool is_closed(RcptState s) {
+    return s == RcptState::done || s == RcptState::bounced || s == RcptState::deferred;
+}
 
 struct Rcpt {
     std::string addr;
     RcptState state = RcptState::active;
     std::uint32_t attempts = 0;
     std::string last_error;
-    std::uint64_t next_try_us = 0;  // unix µs, meaningful when deferred
+    bool from_defedb = false;  // its durable record is in DEFEDB, not IBDB
+    bool hold = false;         // `smx hold` while in flight: park it held
 };
 
 struct Ta {
     std::string id;
-    std::string sender;
-    std::string cdb_id;
-    std::uint64_t size = 0;
-    std::uint64_t arrival_us = 0;
+    std::shared_ptr<const sm::msg::TaCommit> env;  // for DEFEDB and DSNs
     std::vector<Rcpt> rcpts;
-    std::uint32_t open = 0;   // recipients not final
-    bool durable = false;     // its IBDB record is on disk
-};
+    std::uint32_t open = 0;        // recipients not closed
+    bool durable = false;          // its IBDB record is on disk
+    bool touched_defedb = false;   // DEFEDB may hold recipients we don't track
+    bool deleted = false;          // `smx delete`: results are dropped
 
-// One recipient of one transaction, as the deferred index names it.
-struct RcptRef {
-    std::string ta_id;
-    std::uint32_t idx = 0;
+    const std::string& sender() const { return env->sender; }
+    const std::string& cdb_id() const { return env->cdb_id; }
+    std::uint64_t size() const { return env->size; }
+    std::uint64_t arrival_us() const { return env->arrival_us; }
 };
 
 class ActiveQueue {
 public:
-    // Adds a transaction with every recipient active; nullptr when the id is
-    // already queued.
-    Ta* add(const sm::msg::TaCommit& env);
+    // Adds a transaction with every recipient in state `initial`; nullptr
+    // when the id is already queued.
+    Ta* add(const sm::msg::TaCommit& env, RcptState initial = RcptState::active);
     Ta* find(const std::string& id);
     void erase(const std::string& id);
 
-    // Marks a recipient final; returns true when it was the last open one.
-    bool finish(Ta& ta, std::uint32_t idx, RcptState final_state);
+    // Moves a recipient to a closed state; returns true when it was the last
+    // open one. Reopen brings a closed one back (from DEFEDB).
+    bool close(Ta& ta, std::uint32_t idx, RcptState closed_state);
+    void reopen(Ta& ta, std::uint32_t idx);
 
-    // Puts a recipient on the deferred index until next_try_us.
-    void defer(Ta& ta, std::uint32_t idx, std::uint64_t next_try_us);
-    // Removes the deferred recipients due at now_us and returns them, active
-    // again, in due order.
-    std::vector<std::pair<Ta*, std::uint32_t>> take_due(std::uint64_t now_us);
-    std::optional<std::uint64_t> next_due() const;
+    template <class F>
+    void for_each(F&& f) const {
+        for (const auto& [id, ta] : tas_) f(*ta);
+    }
 
     std::size_t transactions() const { return tas_.size(); }
-    std::size_t rcpts() const { return rcpts_; }  // recipients in memory
-    std::size_t deferred() const { return deferred_.size(); }
+    std::size_t rcpts() const { return rcpts_; }  // open recipients in memory
 
 private:
     std::unordered_map<std::string, std::unique_ptr<Ta>> tas_;
     std::size_t rcpts_ = 0;
-    // Entries go stale when a recipient leaves the deferred state another
-    // way (flush, delete); take_due() checks before returning one.
-    std::multimap<std::uint64_t, RcptRef> deferred_;
 };
 
 } // namespace smx::qmgr

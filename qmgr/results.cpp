@@ -1,15 +1,13 @@
-// RESULT handling and the in-memory retry of deferred recipients.
+// RESULT handling: each recipient is sent, bounced (5xx, or too old), or
+// deferred to DEFEDB (4xx, connection failure, no answer).
 #include "qmgr.hpp"
 
 #include "ids.hpp"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <unordered_map>
+#include <cctype>
 
 namespace smx::qmgr {
 
@@ -21,7 +19,7 @@ void log_rcpt(const Ta& ta, std::uint32_t idx, const std::string& relay, const c
         spdlog::info("{}: to=<{}>, status={} ({})", ta.id, ta.rcpts[idx].addr, status, text);
         return;
     }
-    const double delay = static_cast<double>(sm::now_us() - ta.arrival_us) / 1e6;
+    const double delay = static_cast<double>(sm::now_us() - ta.arrival_us()) / 1e6;
     spdlog::info("{}: to=<{}>, relay={}, delay={:.2f}, status={} ({})", ta.id,
                  ta.rcpts[idx].addr, relay, delay, status, text);
 }
@@ -49,6 +47,37 @@ std::chrono::microseconds backoff(const sm::QueueConfig& q, std::uint32_t attemp
     return std::min(d, max);
 }
 
+dsn::FailedRcpt failed_rcpt(const std::string& addr, const std::string& reply) {
+    dsn::FailedRcpt f;
+    f.addr = addr;
+    std::string_view rest = reply;
+    if (rest.size() >= 3 && std::all_of(rest.begin(), rest.begin() + 3,
+                                        [](unsigned char c) { return std::isdigit(c); })) {
+        f.code = static_cast<unsigned>(std::stoi(std::string(rest.substr(0, 3))));
+        rest.remove_prefix(std::min<std::size_t>(4, rest.size()));
+        // "4.3.0 text": an enhanced status is digit.digits.digits
+        const auto sp = rest.find(' ');
+        const auto st = rest.substr(0, sp);
+        if (st.size() >= 5 && std::isdigit(static_cast<unsigned char>(st[0])) && st[1] == '.' &&
+            std::count(st.begin(), st.end(), '.') == 2) {
+            f.status = std::string(st);
+            rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
+        }
+    }
+    f.text = std::string(rest);
+    return f;
+}
+
+dsn::FailedRcpt expired_rcpt(const std::string& addr, const std::string& last_error,
+                             const std::string& relay, std::uint64_t last_attempt_us) {
+    auto f = failed_rcpt(addr, last_error);
+    f.status = "4.4.7";
+    f.text = "message expired in queue: " + f.text;
+    f.remote_mta = relay;
+    f.last_attempt_us = last_attempt_us;
+    return f;
+}
+
 void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r) {
     std::string first_error;
     for (const auto& x : r.rcpts)
@@ -63,33 +92,46 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r) {
         return;
     }
     Ta& ta = *job->ta;
+    const std::string id = ta.id;
     // Recipients are few per delivery; a missing answer is a temporary error.
     for (auto idx : job->idx) {
+        Rcpt& rc = ta.rcpts[idx];
+        if (rc.state != RcptState::inflight) continue;
         auto it = std::find_if(r.rcpts.begin(), r.rcpts.end(),
                                [&](const auto& x) { return x.idx == idx; });
-        if (it == r.rcpts.end()) {
+        if (ta.deleted) {
+            // `smx delete` while it was out: whatever happened, drop it.
+            queue_.close(ta, idx, RcptState::done);
+        } else if (it == r.rcpts.end()) {
             retry_later(ta, idx, r.relay, "4.4.0 smtpc returned no result for this recipient");
         } else if (it->code >= 200 && it->code < 300) {
-            final(ta, idx, RcptState::done, r.relay, reply_text(*it));
+            sent(ta, idx, r.relay, reply_text(*it));
         } else if (it->code >= 500 && it->code < 600) {
-            final(ta, idx, RcptState::bounced, r.relay, reply_text(*it));
+            auto why = failed_rcpt(rc.addr, reply_text(*it));
+            why.remote_mta = r.relay;
+            why.last_attempt_us = sm::now_us();
+            bounce(ta, idx, r.relay, std::move(why));
         } else {
             retry_later(ta, idx, r.relay, reply_text(*it));
         }
-        // ta may be gone now, but only after its last open recipient, which
-        // is then the last of this job: the others are still in flight.
     }
+    // Closing the last recipient takes ta out of memory, so check once at
+    // the end (bouncing recipients keep it open until their DSN is safe).
+    if (Ta* t = queue_.find(id)) check_ta(*t);
 }
 
-// A recipient reached done or bounced. The bounce message itself (RFC 3464
-// DSN to the sender) comes with the deferred queue; for now it is logged.
-void Qmgr::final(Ta& ta, std::uint32_t idx, RcptState state, const std::string& relay,
-                 const std::string& status) {
-    const bool sent = state == RcptState::done;
-    log_rcpt(ta, idx, relay, sent ? "sent" : "bounced", status);
-    ++(sent ? counters_.delivered : counters_.bounced);
-    ibdb_.rcpt_done(ta.id, idx);
-    if (queue_.finish(ta, idx, state)) finish_ta(ta);
+void Qmgr::sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status) {
+    log_rcpt(ta, idx, relay, "sent", status);
+    ++counters_.delivered;
+    if (ta.rcpts[idx].from_defedb) drop_from_defedb(ta, idx);
+    else ibdb_.rcpt_done(ta.id, idx);
+    queue_.close(ta, idx, RcptState::done);
+}
+
+bool Qmgr::expired(const Ta& ta) const {
+    const auto lifetime =
+        std::chrono::duration_cast<std::chrono::microseconds>(cfg_.queue.max_queue_lifetime);
+    return sm::now_us() - ta.arrival_us() >= static_cast<std::uint64_t>(lifetime.count());
 }
 
 void Qmgr::retry_later(Ta& ta, std::uint32_t idx, const std::string& relay,
@@ -100,63 +142,20 @@ void Qmgr::retry_later(Ta& ta, std::uint32_t idx, const std::string& relay,
     defer(ta, idx, relay, why, sm::now_us() + static_cast<std::uint64_t>(delay.count()));
 }
 
+// A temporary failure: past the queue lifetime it bounces, else the
+// recipient goes to DEFEDB until until_us.
 void Qmgr::defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& why,
                  std::uint64_t until_us) {
-    const auto lifetime = std::chrono::duration_cast<std::chrono::microseconds>(
-        cfg_.queue.max_queue_lifetime);
-    if (sm::now_us() - ta.arrival_us >= static_cast<std::uint64_t>(lifetime.count())) {
-        final(ta, idx, RcptState::bounced, relay, "message expired in queue: " + why);
+    Rcpt& r = ta.rcpts[idx];
+    if (r.state != RcptState::active && r.state != RcptState::inflight) return;
+    if (expired(ta)) {
+        bounce(ta, idx, relay, expired_rcpt(r.addr, why, relay, sm::now_us()));
         return;
     }
-    ta.rcpts[idx].last_error = why;
-    queue_.defer(ta, idx, until_us);
+    r.last_error = why;
     ++counters_.deferred;
     log_rcpt(ta, idx, relay, "deferred", why);
-    arm_retry();
-}
-
-// Every recipient is final: the envelope is done and the content can go.
-void Qmgr::finish_ta(Ta& ta) {
-    ibdb_.ta_done(ta.id);
-    unlink_later(ta.cdb_id);
-    spdlog::info("{}: removed", ta.id);
-    queue_.erase(ta.id);
-}
-
-// Unlinks run on the worker pool: removing the files cost as much as the
-// whole run in the sendmail X measurements.
-void Qmgr::unlink_later(const std::string& cdb_id) {
-    unlinks_.push_back(sm::cdb_path(spool_, cdb_id, cfg_.queue.cdb_hashed));
-    if (unlinks_.size() > 1) return;
-    asio::post(ex_, [this] {
-        asio::post(workers_, [paths = std::move(unlinks_)] {
-            for (const auto& p : paths)
-                if (::unlink(p.c_str()) != 0 && errno != ENOENT)
-                    spdlog::error("unlink {}: {}", p, std::strerror(errno));
-        });
-        unlinks_.clear();
-    });
-}
-
-void Qmgr::arm_retry() {
-    auto next = queue_.next_due();
-    if (!next || (retry_armed_us_ && retry_armed_us_ <= *next)) return;
-    retry_armed_us_ = *next;
-    // Re-arming cancels the later wait; its handler sees operation_aborted.
-    retry_timer_.expires_at(asio::system_timer::time_point(std::chrono::microseconds(*next)));
-    retry_timer_.async_wait([this](boost::system::error_code ec) {
-        if (ec) return;
-        retry_armed_us_ = 0;
-        retry_due();
-    });
-}
-
-void Qmgr::retry_due() {
-    // Group by transaction so recipients due together travel together.
-    std::unordered_map<Ta*, std::vector<std::uint32_t>> by_ta;
-    for (auto [ta, idx] : queue_.take_due(sm::now_us())) by_ta[ta].push_back(idx);
-    for (auto& [ta, idx] : by_ta) schedule(*ta, idx);
-    arm_retry();
+    park(ta, idx, until_us);
 }
 
 } // namespace smx::qmgr

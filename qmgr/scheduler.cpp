@@ -140,13 +140,16 @@ void Scheduler::pump() {
 void Scheduler::dispatch(Dest& d, Link& l) {
     Job job = std::move(d.jobs.front());
     d.jobs.pop_front();
+    // Recipients held, deleted or suspended while the job waited are gone.
+    std::erase_if(job.idx, [&](std::uint32_t i) { return job.ta->rcpts[i].state != RcptState::active; });
+    if (job.idx.empty()) return;
     const Ta& ta = *job.ta;
     sm::msg::Deliver m;
     m.da_id = next_da_++;
     m.ta_id = ta.id;
-    m.cdb_id = ta.cdb_id;
-    m.sender = ta.sender;
-    m.size = ta.size;
+    m.cdb_id = ta.cdb_id();
+    m.sender = ta.sender();
+    m.size = ta.size();
     m.rcpts.reserve(job.idx.size());
     for (auto i : job.idx) {
         job.ta->rcpts[i].state = RcptState::inflight;

@@ -172,7 +172,10 @@ asio::awaitable<void> Server::cli(std::shared_ptr<sm::Channel> ch) {
                                      f->hdr.req_id));
             break;
         }
-        ch->send(sm::msg::encode(q_.control(*req), f->hdr.req_id));
+        // Answered when ready (DEFEDB work runs on the pool); the CLI waits.
+        q_.control(*req, [ch, req_id = f->hdr.req_id](sm::msg::CtlReply r) {
+            ch->send(sm::msg::encode(r, req_id));
+        });
     }
 }
 

@@ -412,7 +412,8 @@ asio::awaitable<std::string> Session::commit(CdbWriter& w) {
     // Refused: QMGR will never look at the file.
     w.remove_committed();
     const bool temp = ack->status == AckStatus::tempfail;
-    std::string r = temp ? "451 " : "554 ";
+    // QMGR says 4.3.1 when its queue or disk is full: 452, as for ENOSPC here.
+    std::string r = !temp ? "554 " : ack->text.starts_with("4.3.1") ? "452 " : "451 ";
     if (sm::smtp::split_enhanced(ack->text).first.empty()) r += temp ? "4.3.0 " : "5.3.0 ";
     r += ack->text.empty() ? "Error: queue manager refused the message" : ack->text;
     spdlog::info("{}: {}: DATA from {}: {}", ta_id_, temp ? "deferred" : "reject", client(), r);

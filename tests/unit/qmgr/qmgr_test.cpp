@@ -1,6 +1,6 @@
 // Qmgr end to end without sockets: TA_COMMIT → IBDB (real files, no fsync)
-// → TA_ACK → DELIVER → RESULT → CDB file removed; deferrals, bounces,
-// boundary checks, recovery and control.
+// → TA_ACK → DELIVER → RESULT → CDB file removed; deferrals through a real
+// DEFEDB, bounces with DSNs, boundary checks, recovery and control.
 #include "qmgr.hpp"
 
 #include "ids.hpp"
@@ -30,8 +30,11 @@ T decode_frame(const std::string& frame) {
 struct Harness {
     fs::path dir;
     sm::Config cfg;
-    asio::io_context io;
-    asio::thread_pool pool{1};
+    // DEFEDB outlives the pool (a job may run until join), the pool
+    // outlives Qmgr and IBDB; a restart makes all of them anew.
+    std::unique_ptr<Defedb> defedb;
+    std::unique_ptr<asio::io_context> io_;
+    std::unique_ptr<asio::thread_pool> pool_;
     std::unique_ptr<Ibdb> ibdb;
     std::unique_ptr<Qmgr> q;
     std::vector<sm::msg::TaAck> acks;
@@ -49,24 +52,42 @@ struct Harness {
         r.hosts.push_back(sm::HostPort{"127.0.0.1", 2600, true});
         cfg.routes["example.net"] = r;
         fs::create_directories(dir / "ibdb");
+        fs::create_directories(dir / "defedb");
         fs::create_directories(dir / "quarantine");
         start();
     }
     ~Harness() {
-        q.reset();
-        ibdb.reset();
-        pool.join();
+        stop();
         std::error_code ec;
         fs::remove_all(dir, ec);
     }
+    asio::io_context& io() { return *io_; }
+    // Like a QMGR exit: pending IBDB records are written, pool jobs finish,
+    // and callbacks still queued for the event loop are dropped.
+    void stop() {
+        if (!q) return;
+        q->stop();
+        ibdb->flush_sync();
+        pool_->join();
+        q.reset();
+        ibdb.reset();
+        pool_.reset();
+        io_.reset();
+        defedb.reset();
+    }
     void start() {
+        defedb = std::make_unique<Defedb>();
+        std::string err;
+        REQUIRE(defedb->open((dir / "defedb").string(), (dir / "quarantine").string(), err));
+        io_ = std::make_unique<asio::io_context>();
+        pool_ = std::make_unique<asio::thread_pool>(2);
         IbdbOptions o;
         o.dir = (dir / "ibdb").string();
         o.quarantine_dir = (dir / "quarantine").string();
         o.commit_interval = 200us;
         o.fsync = false;
-        ibdb = std::make_unique<Ibdb>(io.get_executor(), pool, o);
-        q = std::make_unique<Qmgr>(cfg, io.get_executor(), pool, *ibdb);
+        ibdb = std::make_unique<Ibdb>(io().get_executor(), *pool_, o);
+        q = std::make_unique<Qmgr>(cfg, io().get_executor(), *pool_, *ibdb, *defedb);
         q->restore(ibdb->recover());
     }
     void connect_smtpc() {
@@ -78,8 +99,8 @@ struct Harness {
     bool run_until(Pred p, std::chrono::milliseconds limit = 3000ms) {
         const auto end = std::chrono::steady_clock::now() + limit;
         while (!p() && std::chrono::steady_clock::now() < end) {
-            io.run_for(2ms);
-            io.restart();
+            io().run_for(2ms);
+            io().restart();
         }
         return p();
     }
@@ -112,6 +133,12 @@ struct Harness {
         for (std::size_t i = 0; i < d.rcpts.size() && i < codes.size(); ++i)
             r.rcpts.push_back({d.rcpts[i].idx, codes[i], "", "reply"});
         q->on_result(link, r);
+    }
+    sm::msg::CtlReply ctl(std::string cmd, std::vector<std::string> args = {}) {
+        std::optional<sm::msg::CtlReply> r;
+        q->control({std::move(cmd), std::move(args)}, [&](sm::msg::CtlReply x) { r = std::move(x); });
+        REQUIRE(run_until([&] { return r.has_value(); }));
+        return *r;
     }
     std::uint64_t stat(const std::string& name) {
         for (const auto& [n, v] : q->metrics())
@@ -146,24 +173,154 @@ TEST_CASE("a committed transaction is acked, delivered and removed") {
     CHECK(h.stat("ibdb_transactions") == 1);
 }
 
-TEST_CASE("4xx defers and retries after retry_min; 5xx bounces") {
+TEST_CASE("4xx moves to DEFEDB and comes back after retry_min; 5xx bounces with one DSN") {
+    Harness h;
+    h.cfg.queue.retry_min = 1s;
+    h.cfg.routes["example.org"] = h.cfg.routes["example.net"];
+    h.connect_smtpc();
+    auto e = h.commit({"a@example.net", "b@example.net", "c@example.net"});
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
+    h.result(h.delivers[0], {451, 550, 550});
+    CHECK(h.stat("deferred") == 1);
+    CHECK(h.stat("bounced") == 2);
+    // The DSN for b and c (one for both) goes to the sender from <>.
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 2 && h.stat("queue_deferred") == 1; }));
+    const auto& dsn = h.delivers[1];
+    CHECK(dsn.sender.empty());
+    REQUIRE(dsn.rcpts.size() == 1);
+    CHECK(dsn.rcpts[0].addr == "s@example.org");
+    CHECK(h.stat("dsn_sent") == 1);
+    std::ifstream in(h.cdb(dsn.cdb_id), std::ios::binary);
+    const std::string body((std::istreambuf_iterator<char>(in)), {});
+    CHECK(body.find("Final-Recipient: rfc822; b@example.net") != std::string::npos);
+    CHECK(body.find("Final-Recipient: rfc822; c@example.net") != std::string::npos);
+    CHECK(body.find("a@example.net") == std::string::npos);
+    // a left memory for DEFEDB; the content stays for it.
+    CHECK(h.stat("queue_size") == 1);  // the DSN's recipient
+    CHECK(fs::exists(h.cdb(e.ta_id)));
+    auto listing = h.ctl("queue");
+    CHECK(listing.text.find("a@example.net (deferred, attempts=1") != std::string::npos);
+    CHECK(listing.text.find("(451 reply)") != std::string::npos);
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 3; }, 4000ms));
+    REQUIRE(h.delivers[2].rcpts.size() == 1);
+    CHECK(h.delivers[2].rcpts[0].idx == 0);
+    h.result(h.delivers[2], {451});  // again: attempts 2, next try after 2 s
+    h.run_until([&] { return false; }, 100ms);
+    CHECK(h.ctl("queue").text.find("attempts=2") != std::string::npos);
+    CHECK(h.ctl("flush").text.find("1 deferred") != std::string::npos);
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 4; }, 1000ms));
+    h.result(h.delivers[3], {250});
+    h.result(h.delivers[1], {250});
+    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)) && !fs::exists(h.cdb(dsn.cdb_id)); }));
+    CHECK(h.stat("queue_deferred") == 0);
+    CHECK(h.ctl("queue").text.find("-- 0 Kbytes in 0 requests.") != std::string::npos);
+}
+
+TEST_CASE("a null-sender message is never bounced") {
+    Harness h;
+    h.connect_smtpc();
+    sm::msg::TaCommit e;
+    e.ta_id = e.cdb_id = sm::new_ta_id();
+    e.arrival_us = sm::now_us();
+    e.rcpts.push_back({"a@example.net", ""});
+    fs::create_directories(fs::path(h.cdb(e.ta_id)).parent_path());
+    std::ofstream(h.cdb(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
+    h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
+    h.result(h.delivers[0], {550});
+    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)); }));
+    CHECK(h.stat("bounced") == 1);
+    CHECK(h.stat("dsn_sent") == 0);
+    CHECK(h.delivers.size() == 1);
+}
+
+TEST_CASE("past max_queue_lifetime a temporary failure bounces") {
+    Harness h;
+    h.cfg.queue.max_queue_lifetime = 0s;
+    h.cfg.routes["example.org"] = h.cfg.routes["example.net"];
+    h.connect_smtpc();
+    h.commit({"a@example.net"});
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
+    h.result(h.delivers[0], {451});
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }));
+    CHECK(h.delivers[1].sender.empty());
+    CHECK(h.stat("deferred") == 0);
+    std::ifstream in(h.cdb(h.delivers[1].cdb_id), std::ios::binary);
+    const std::string body((std::istreambuf_iterator<char>(in)), {});
+    CHECK(body.find("Status: 4.4.7") != std::string::npos);
+}
+
+TEST_CASE("deferred recipients survive a restart and come back when due") {
     Harness h;
     h.cfg.queue.retry_min = 1s;
     h.connect_smtpc();
     auto e = h.commit({"a@example.net", "b@example.net"});
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
-    h.result(h.delivers[0], {451, 550});
-    CHECK(h.stat("deferred") == 1);
-    CHECK(h.stat("bounced") == 1);
-    CHECK(h.stat("queue_size") == 2);  // still in memory
-    CHECK(h.stat("queue_deferred") == 1);
-    CHECK(fs::exists(h.cdb(e.ta_id)));
-    REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }, 3000ms));
-    REQUIRE(h.delivers[1].rcpts.size() == 1);
-    CHECK(h.delivers[1].rcpts[0].idx == 0);
-    h.result(h.delivers[1], {250});
-    CHECK(h.stat("queue_transactions") == 0);
+    h.result(h.delivers[0], {451, 250});
+    REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1 && h.stat("queue_size") == 0; }));
+    h.stop();
+    h.delivers.clear();
+    h.start();
+    CHECK(h.stat("queue_transactions") == 0);  // nothing loaded at start
+    h.connect_smtpc();
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }, 4000ms));
+    REQUIRE(h.delivers[0].rcpts.size() == 1);
+    CHECK(h.delivers[0].rcpts[0].addr == "a@example.net");
+    h.result(h.delivers[0], {250});
     REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)); }));
+}
+
+TEST_CASE("control: hold, release and delete work on the active queue and DEFEDB") {
+    Harness h;
+    h.cfg.queue.retry_min = 3600s;
+    auto held = h.commit({"a@example.net"});  // no SMTPC yet: waits in memory
+    CHECK(h.ctl("hold", {held.ta_id}).status == 0);
+    REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1; }));
+    CHECK(h.ctl("queue").text.find("a@example.net (held") != std::string::npos);
+    h.connect_smtpc();
+    CHECK(h.ctl("flush").status == 0);
+    h.run_until([&] { return false; }, 100ms);
+    CHECK(h.delivers.empty());  // held: never scheduled
+    CHECK(h.ctl("release", {held.ta_id}).status == 0);
+    CHECK(h.ctl("flush").status == 0);
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
+    // delete while in flight: the result is dropped, the content goes.
+    auto r = h.ctl("delete", {held.ta_id});
+    CHECK(r.status == 0);
+    h.result(h.delivers[0], {250});
+    CHECK(h.stat("delivered") == 0);
+    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(held.ta_id)); }));
+    // delete of a deferred one
+    auto d = h.commit({"b@example.net"});
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }));
+    h.result(h.delivers[1], {451});
+    REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1; }));
+    CHECK(h.ctl("delete", {d.ta_id}).status == 0);
+    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(d.ta_id)); }));
+    CHECK(h.ctl("queue").text.find(d.ta_id) == std::string::npos);
+    auto none = h.ctl("delete", {d.ta_id});
+    CHECK(none.status == 1);
+    CHECK(none.text == "no such queue id");
+    CHECK(h.ctl("hold", {sm::new_ta_id()}).text == "no such queue id");
+}
+
+TEST_CASE("orphan content files older than a minute go to quarantine") {
+    Harness h;
+    h.stop();
+    const std::string old_id = sm::new_ta_id(), new_id = sm::new_ta_id();
+    for (const auto& id : {old_id, new_id}) {
+        fs::create_directories(fs::path(h.cdb(id)).parent_path());
+        std::ofstream(h.cdb(id)) << "x";
+    }
+    std::ofstream(h.cdb(old_id) + ".tmp") << "x";
+    const auto past = fs::file_time_type::clock::now() - 120s;
+    fs::last_write_time(h.cdb(old_id), past);
+    fs::last_write_time(h.cdb(old_id) + ".tmp", past);
+    h.start();
+    REQUIRE(h.run_until([&] { return h.stat("quarantined") == 1; }));
+    CHECK(fs::exists(h.dir / "quarantine" / ("cdb-" + old_id)));
+    CHECK(fs::exists(h.cdb(new_id)));
+    CHECK(fs::exists(h.cdb(old_id) + ".tmp"));  // SMTPS's own leftovers
 }
 
 TEST_CASE("a missing recipient result and a lost SMTPC are not lost mail") {
@@ -186,7 +343,7 @@ TEST_CASE("no route defers with a clear reason") {
     h.run_until([&] { return false; }, 20ms);
     CHECK(h.delivers.empty());
     CHECK(h.stat("deferred") == 1);
-    CHECK(h.stat("queue_deferred") == 1);
+    REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1; }));
 }
 
 TEST_CASE("TA_COMMIT is checked at the boundary") {
@@ -217,45 +374,45 @@ TEST_CASE("a full active queue tempfails intake") {
     CHECK(h.acks.back().status == sm::msg::AckStatus::ok);
     h.commit({"a@example.net", "b@example.net"});
     CHECK(h.acks.back().status == sm::msg::AckStatus::tempfail);
-    CHECK(h.acks.back().text.find("queue full") != std::string::npos);
+    CHECK(h.acks.back().text == "4.3.1 Insufficient system storage");
     h.commit({"c@example.net"});
     CHECK(h.acks.back().status == sm::msg::AckStatus::ok);
 }
 
 TEST_CASE("recovery puts open recipients back and drops a transaction without content") {
     Harness h;
-    auto keep = h.commit({"a@example.net", "b@example.net"});
+    auto keep = h.commit({"a@example.net", "b@example.net", "c@example.net"});
     auto lost = h.commit({"c@example.net"});
     fs::remove(h.cdb(lost.ta_id));
     h.connect_smtpc();
     REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }));
     for (const auto& d : h.delivers)
-        if (d.ta_id == keep.ta_id) h.result(d, {250, 451});
-    h.ibdb->flush_sync();
-    // Restart: a new Qmgr and Ibdb over the same spool.
-    h.q.reset();
-    h.ibdb.reset();
+        if (d.ta_id == keep.ta_id) h.result(d, {250, 451, 0});  // c: no answer yet... then crash
+    REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 2; }));
+    // Restart: a new Qmgr, IBDB and DEFEDB over the same spool.
+    h.stop();
     h.delivers.clear();
     h.start();
-    CHECK(h.stat("queue_transactions") == 1);
-    CHECK(h.stat("queue_size") == 2);
+    CHECK(h.stat("queue_transactions") == 0);  // a done; b and c in DEFEDB
     CHECK(fs::exists(h.dir / "quarantine" / (lost.ta_id + ".envelope")));
+    CHECK(h.ctl("queue").text.find("b@example.net (deferred") != std::string::npos);
     h.connect_smtpc();
+    CHECK(h.ctl("flush").text.find("2 deferred") != std::string::npos);
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
-    REQUIRE(h.delivers[0].rcpts.size() == 1);
+    REQUIRE(h.delivers[0].rcpts.size() == 2);
     CHECK(h.delivers[0].rcpts[0].addr == "b@example.net");
 }
 
 TEST_CASE("control: stats and unknown commands") {
     Harness h;
-    auto r = h.q->control({"stats", {}});
+    auto r = h.ctl("stats");
     CHECK(r.status == 0);
-    for (const char* name : {"received ", "delivered ", "deferred ", "bounced ", "ibdb_commits ",
+    for (const char* name : {"received ", "delivered ", "deferred ", "bounced ", "dsn_sent ", "ibdb_commits ",
                              "ibdb_transactions ", "ibdb_records ", "fsync_us_total ",
                              "queue_size ", "queue_transactions ", "active_deliveries ",
                              "smtpc_connections ", "smtps_connections "})
         CHECK(("\n" + r.text).find(std::string("\n") + name) != std::string::npos);
-    auto bad = h.q->control({"frobnicate", {}});
+    auto bad = h.ctl("frobnicate");
     CHECK(bad.status == 1);
     CHECK(bad.text.find("frobnicate") != std::string::npos);
 }

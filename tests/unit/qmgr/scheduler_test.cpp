@@ -277,7 +277,7 @@ TEST_CASE("destinations are served round robin") {
     CHECK(f.sent[0][0].nexthops != f.sent[0][1].nexthops);
 }
 
-TEST_CASE("active queue: deferred index returns due recipients once") {
+TEST_CASE("active queue: ids are unique; closing and reopening keeps the counts") {
     ActiveQueue q;
     Ta* ta = q.add(envelope({"a@x", "b@x"}));
     REQUIRE(ta);
@@ -286,17 +286,20 @@ TEST_CASE("active queue: deferred index returns due recipients once") {
     CHECK(q.add(same) == nullptr);
     CHECK_FALSE(q.add(envelope({"a@x"})) == nullptr);
     CHECK(q.rcpts() == 3);
-    q.defer(*ta, 0, 100);
-    q.defer(*ta, 1, 200);
-    CHECK(q.next_due() == 100u);
-    auto due = q.take_due(150);
-    REQUIRE(due.size() == 1);
-    CHECK(due[0].second == 0);
+    CHECK_FALSE(q.close(*ta, 0, RcptState::deferred));
+    CHECK_FALSE(q.close(*ta, 0, RcptState::done));  // already closed
+    CHECK(q.rcpts() == 2);
+    q.reopen(*ta, 0);
     CHECK(ta->rcpts[0].state == RcptState::active);
-    CHECK(q.take_due(150).empty());
-    CHECK_FALSE(q.finish(*ta, 0, RcptState::done));
-    CHECK(q.finish(*ta, 1, RcptState::bounced));
-    CHECK(q.take_due(1000).empty());  // stale: b is final
+    CHECK(q.close(*ta, 0, RcptState::done) == false);
+    CHECK(q.close(*ta, 1, RcptState::bounced));
+    CHECK(q.rcpts() == 1);
     q.erase(ta->id);
     CHECK(q.transactions() == 1);
+    // A transaction back from DEFEDB starts closed; only its due ones reopen.
+    Ta* back = q.add(envelope({"c@x", "d@x"}), RcptState::done);
+    REQUIRE(back);
+    CHECK(back->open == 0);
+    q.reopen(*back, 1);
+    CHECK(q.rcpts() == 2);
 }
