@@ -37,11 +37,19 @@ struct Entry {
     std::map<std::uint32_t, Line> rcpts;
 };
 
+// A CTL reply is one record (at most sm::rec::max_body): a huge queue is
+// listed up to this size, and the summary line still counts everything.
+constexpr std::size_t max_listing = 3u << 20;
+
 std::string render(const std::map<std::string, Entry>& all) {
     std::string out = "-Queue ID-        --Size-- ----Arrival Time---- -Sender/Recipient-------\n";
-    std::uint64_t bytes = 0;
+    std::uint64_t bytes = 0, left_out = 0;
     for (const auto& [id, e] : all) {
         bytes += e.size;
+        if (out.size() > max_listing) {
+            ++left_out;
+            continue;
+        }
         out += fmt::format("{:<17} {:>8} {:<20} {}\n", id, e.size, fmt_time(e.arrival_us),
                            e.sender.empty() ? "MAILER-DAEMON" : e.sender);
         for (const auto& [idx, l] : e.rcpts) {
@@ -52,6 +60,7 @@ std::string render(const std::map<std::string, Entry>& all) {
         }
         out += '\n';
     }
+    if (left_out) out += fmt::format("... {} more requests not listed\n", left_out);
     out += fmt::format("-- {} Kbytes in {} requests.\n", (bytes + 1023) / 1024, all.size());
     return out;
 }
