@@ -203,20 +203,28 @@ void Qmgr::ctl_delete(const std::string& id, CtlDone done) {
     if (Ta* ta = queue_.find(id); ta && !ta->deleted) {
         ta->deleted = true;
         cdb = ta->cdb_id();
+        // Deferrals not yet handed to DEFEDB are simply not written.
+        std::erase_if(parks_, [&](const Park& p) {
+            if (p.rec.ta_id != id) return false;
+            ta->rcpts[p.rec.idx].state = RcptState::active;
+            return true;
+        });
         for (std::uint32_t i = 0; i < ta->rcpts.size(); ++i) {
-            const RcptState s = ta->rcpts[i].state;
-            if (is_closed(s)) continue;
-            ++here;
-            if (s == RcptState::active) queue_.close(*ta, i, RcptState::done);
+            const Rcpt& r = ta->rcpts[i];
+            if (is_closed(r.state)) continue;
+            here += !r.from_defedb;  // the others are counted by DEFEDB
+            if (r.state == RcptState::active) queue_.close(*ta, i, RcptState::done);
         }
         check_ta(*ta);
     }
     deleting_.insert(id);
-    db<std::size_t>(
-        [id](Defedb& db) { return db.remove_ta(id); },
-        [this, id, cdb, here, done = std::move(done)](std::optional<std::size_t> n) {
+    db<std::pair<std::size_t, std::uint64_t>>(
+        [id](Defedb& db) { return std::make_pair(db.remove_ta(id), db.count()); },
+        [this, id, cdb, here, done = std::move(done)](auto r) {
             deleting_.erase(id);
-            if (!n) return done({1, "defedb error (see the log)"});
+            if (!r) return done({1, "defedb error (see the log)"});
+            defedb_count_ = r->second;
+            const std::size_t* n = &r->first;
             if (here + *n == 0) return done({1, "no such queue id"});
             ibdb_.ta_done(id);
             unlink_later(cdb);

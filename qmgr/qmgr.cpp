@@ -73,6 +73,7 @@ void Qmgr::check_ta(Ta& ta) {
     const bool parked = std::any_of(ta.rcpts.begin(), ta.rcpts.end(),
                                     [](const Rcpt& r) { return r.state == RcptState::deferred; });
     const bool deleted = ta.deleted, touched = ta.touched_defedb;
+    sched_.forget(ta);
     queue_.erase(id);
     if (deleted || parked) return;
     if (!touched) {

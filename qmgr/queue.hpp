@@ -43,6 +43,7 @@ struct Ta {
     bool durable = false;          // its IBDB record is on disk
     bool touched_defedb = false;   // DEFEDB may hold recipients we don't track
     bool deleted = false;          // `smx delete`: results are dropped
+    std::uint32_t sched_jobs = 0;  // scheduler jobs waiting that point here
 
     const std::string& sender() const { return env->sender; }
     const std::string& cdb_id() const { return env->cdb_id; }

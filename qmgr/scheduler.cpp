@@ -36,10 +36,12 @@ void Scheduler::submit(Ta& ta, const Destination& dest, std::vector<std::uint32_
     const std::size_t per = opt_.max_rcpts_per_delivery;
     if (idx.size() <= per) {
         d.jobs.push_back(Job{&ta, std::move(idx)});
+        ++ta.sched_jobs;
     } else {
         for (std::size_t i = 0; i < idx.size(); i += per) {
             auto end = idx.begin() + static_cast<std::ptrdiff_t>(std::min(idx.size(), i + per));
             d.jobs.push_back(Job{&ta, {idx.begin() + static_cast<std::ptrdiff_t>(i), end}});
+            ++ta.sched_jobs;
         }
     }
     make_ready(d);
@@ -61,11 +63,18 @@ void Scheduler::remove_link(std::uint64_t link) {
         }
         Dest& d = *it->second.dest;
         for (auto i : it->second.job.idx) it->second.job.ta->rcpts[i].state = RcptState::active;
+        ++it->second.job.ta->sched_jobs;
         d.jobs.push_front(std::move(it->second.job));
         --d.active;
         make_ready(d);
         it = inflight_.erase(it);
     }
+}
+
+void Scheduler::forget(const Ta& ta) {
+    if (!ta.sched_jobs) return;
+    for (auto& [key, d] : dests_)
+        std::erase_if(d->jobs, [&](const Job& j) { return j.ta == &ta; });
 }
 
 std::optional<Job> Scheduler::complete(std::uint64_t link, std::uint64_t da_id,
@@ -140,6 +149,7 @@ void Scheduler::pump() {
 void Scheduler::dispatch(Dest& d, Link& l) {
     Job job = std::move(d.jobs.front());
     d.jobs.pop_front();
+    --job.ta->sched_jobs;
     // Recipients held, deleted or suspended while the job waited are gone.
     std::erase_if(job.idx, [&](std::uint32_t i) { return job.ta->rcpts[i].state != RcptState::active; });
     if (job.idx.empty()) return;
@@ -175,9 +185,11 @@ void Scheduler::on_failure(Dest& d, const std::string& error) {
                  std::chrono::duration_cast<std::chrono::seconds>(opt_.dead_time).count(), error);
     std::deque<Job> jobs = std::move(d.jobs);
     d.jobs.clear();
-    for (auto& j : jobs)
+    for (auto& j : jobs) {
+        --j.ta->sched_jobs;
         for (auto i : j.idx)
             suspend_(*j.ta, i, "delivery temporarily suspended: " + error, d.dead_until_us);
+    }
 }
 
 void Scheduler::revive_if_due(Dest& d, std::uint64_t now) {

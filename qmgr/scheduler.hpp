@@ -53,6 +53,10 @@ public:
     // Queues recipients of ta (all active) for one destination.
     void submit(Ta& ta, const Destination& dest, std::vector<std::uint32_t> idx);
 
+    // Drops the waiting jobs of ta (its recipients left for DEFEDB or were
+    // deleted) before its owner frees it. Walks every queue: rare.
+    void forget(const Ta& ta);
+
     // SMTPC links. Removing one puts its in-flight deliveries back at the
     // front of their queues; they wait there while no link is connected.
     std::uint64_t add_link(Send send);
