@@ -60,6 +60,12 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
                 todo.push_back(i);
             }
         }
+        // A crash between the DEFEDB write and IBDB's (unsynced) "deferred"
+        // record leaves a recipient in both: memory delivers it now, so its
+        // DEFEDB copy goes (queued before the first due() on the strand), and
+        // the content waits for DEFEDB's word on the rest.
+        ta->touched_defedb = true;
+        for (auto i : todo) removes_.emplace_back(ta->id, i);
         if (todo.empty()) {
             check_ta(*ta);
             continue;
@@ -71,6 +77,7 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
     }
     if (!tas.empty())
         spdlog::info("recovery: {} transactions back in the active queue", restored);
+    kick_db();
     maintain();
     sweep_orphans(std::move(known));
 }

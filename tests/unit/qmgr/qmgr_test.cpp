@@ -403,6 +403,28 @@ TEST_CASE("recovery puts open recipients back and drops a transaction without co
     CHECK(h.delivers[0].rcpts[0].addr == "b@example.net");
 }
 
+TEST_CASE("a recipient in DEFEDB that IBDB still has open is delivered once, and nothing is left") {
+    Harness h;
+    auto e = h.commit({"a@example.net"});
+    // As if QMGR died after the DEFEDB commit, before IBDB's deferred record.
+    DeferredRcpt r;
+    r.ta_id = e.ta_id;
+    r.addr = "a@example.net";
+    r.attempts = 1;
+    r.first_arrival_us = e.arrival_us;
+    r.next_try_us = sm::now_us();
+    h.defedb->put_deferred(e, r);
+    h.stop();
+    h.start();
+    h.connect_smtpc();
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
+    h.result(h.delivers[0], {250});
+    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)); }));
+    h.run_until([&] { return false; }, 200ms);
+    CHECK(h.delivers.size() == 1);
+    CHECK(h.defedb->count() == 0);
+}
+
 TEST_CASE("control: stats and unknown commands") {
     Harness h;
     auto r = h.ctl("stats");
