@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -32,12 +33,14 @@ struct Line {
 template <class Stream>
 class LineReader {
 public:
-    explicit LineReader(Stream& s, std::size_t max_line = 4096)
-        : stream_(s), max_line_(max_line) {}
+    explicit LineReader(Stream& s, std::size_t max_line = 4096);
+    ~LineReader();
+    LineReader(const LineReader&) = delete;
+    LineReader& operator=(const LineReader&) = delete;
 
     void set_max_line(std::size_t n) { max_line_ = n; }
     // Bytes already buffered beyond what was consumed (pipelined input).
-    std::size_t buffered() const { return buf_.size() - pos_; }
+    std::size_t buffered() const { return end_ - pos_; }
 
     // Reads up to the next LF, or a chunk of max_line bytes of a longer line
     // (max_line counts the text without its CRLF).
@@ -47,13 +50,26 @@ public:
     asio::awaitable<ReadStatus> skip_line(std::chrono::steady_clock::duration timeout);
 
 private:
+    // The read deadline: shared with the timer's handler, which may run
+    // after the reader is gone.
+    struct Watch {
+        Watch(asio::any_io_executor ex, Stream* s) : timer(ex), stream(s) {}
+        asio::steady_timer timer;
+        Stream* stream;
+        std::chrono::steady_clock::time_point deadline{};
+        unsigned gen = 0;
+        bool waiting = false, reading = false, fired = false, stopped = false;
+        static void arm(const std::shared_ptr<Watch>& w);
+    };
+
     asio::awaitable<ReadStatus> fill(std::chrono::steady_clock::duration timeout);
-    void compact();
 
     Stream& stream_;
     std::size_t max_line_;
-    std::string buf_;
+    std::string buf_;      // data is [pos_, end_)
     std::size_t pos_ = 0;
+    std::size_t end_ = 0;
+    std::shared_ptr<Watch> watch_;
 };
 
 // One parsed SMTP reply (possibly multi-line).

@@ -2,35 +2,68 @@
 #pragma once
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <cstring>
 
 namespace sm::smtp {
 
 template <class Stream>
-void LineReader<Stream>::compact() {
-    if (pos_ > 0 && (pos_ >= 65536 || pos_ * 2 >= buf_.size())) {
-        buf_.erase(0, pos_);
-        pos_ = 0;
-    }
+void LineReader<Stream>::Watch::arm(const std::shared_ptr<Watch>& w) {
+    w->waiting = true;
+    const auto gen = ++w->gen;
+    w->timer.expires_at(w->deadline);
+    w->timer.async_wait([w, gen](const boost::system::error_code&) {
+        if (gen != w->gen || w->stopped) return;  // re-armed or reader gone
+        w->waiting = false;
+        if (!w->reading) return;  // idle: the next read arms it again
+        if (std::chrono::steady_clock::now() >= w->deadline) {
+            w->fired = true;
+            boost::system::error_code ec;
+            w->stream->lowest_layer().cancel(ec);
+            return;
+        }
+        arm(w);  // the deadline moved on since this wait began
+    });
+}
+
+template <class Stream>
+LineReader<Stream>::LineReader(Stream& s, std::size_t max_line)
+    : stream_(s), max_line_(max_line),
+      watch_(std::make_shared<Watch>(s.get_executor(), &s)) {}
+
+template <class Stream>
+LineReader<Stream>::~LineReader() {
+    watch_->stopped = true;
+    watch_->timer.cancel();
 }
 
 template <class Stream>
 asio::awaitable<ReadStatus> LineReader<Stream>::fill(
     std::chrono::steady_clock::duration timeout) {
-    using namespace asio::experimental::awaitable_operators;
-    compact();
-    const std::size_t old = buf_.size();
-    buf_.resize(old + 16384);
-    asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
-    auto res = co_await (
-        stream_.async_read_some(asio::buffer(buf_.data() + old, 16384),
-                                asio::as_tuple(asio::use_awaitable)) ||
-        timer.async_wait(asio::as_tuple(asio::use_awaitable)));
-    if (res.index() == 1) {
-        buf_.resize(old);
-        co_return ReadStatus::timeout;
+    // Make room for at least 16 KiB after the data, moving the unread part
+    // to the front when that is cheaper than growing.
+    constexpr std::size_t room = 16384;
+    if (pos_ > 0 && (pos_ == end_ || buf_.size() - end_ < room)) {
+        std::memmove(buf_.data(), buf_.data() + pos_, end_ - pos_);
+        end_ -= pos_;
+        pos_ = 0;
     }
-    auto [ec, n] = std::get<0>(res);
-    buf_.resize(old + n);
+    if (buf_.size() - end_ < room) buf_.resize(end_ + room);
+
+    // The deadline is a time stamp that one long-lived timer checks, so a
+    // read costs no timer operation unless it must time out sooner than the
+    // timer is already set to (asio's "deadline" example, without a second
+    // coroutine per read).
+    Watch& w = *watch_;
+    w.deadline = std::chrono::steady_clock::now() + timeout;
+    w.fired = false;
+    w.reading = true;
+    if (!w.waiting || w.deadline < w.timer.expiry()) Watch::arm(watch_);
+    auto [ec, n] = co_await stream_.async_read_some(
+        asio::buffer(buf_.data() + end_, buf_.size() - end_), asio::as_tuple(asio::use_awaitable));
+    w.reading = false;
+    end_ += n;
+    if (n > 0) co_return ReadStatus::ok;
+    if (w.fired) co_return ReadStatus::timeout;
     if (ec) co_return ec == asio::error::eof ? ReadStatus::eof : ReadStatus::error;
     co_return ReadStatus::ok;
 }
@@ -40,7 +73,7 @@ asio::awaitable<Line> LineReader<Stream>::read_line(
     std::chrono::steady_clock::duration timeout) {
     std::size_t scanned = 0;
     for (;;) {
-        std::string_view avail(buf_.data() + pos_, buf_.size() - pos_);
+        std::string_view avail(buf_.data() + pos_, end_ - pos_);
         // Room for max_line_ bytes of text plus CRLF.
         const std::size_t limit = std::min(avail.size(), max_line_ + 2);
         const auto lf = avail.substr(0, limit).find('\n', scanned);
@@ -76,13 +109,13 @@ template <class Stream>
 asio::awaitable<ReadStatus> LineReader<Stream>::skip_line(
     std::chrono::steady_clock::duration timeout) {
     for (;;) {
-        std::string_view avail(buf_.data() + pos_, buf_.size() - pos_);
+        std::string_view avail(buf_.data() + pos_, end_ - pos_);
         const auto lf = avail.find('\n');
         if (lf != std::string_view::npos) {
             pos_ += lf + 1;
             co_return ReadStatus::ok;
         }
-        pos_ = buf_.size();
+        pos_ = end_;
         const auto st = co_await fill(timeout);
         if (st != ReadStatus::ok) co_return st;
     }
@@ -140,6 +173,16 @@ template <class Stream>
 asio::awaitable<bool> write_all(Stream& s, std::string_view data,
                                 std::chrono::steady_clock::duration timeout) {
     using namespace asio::experimental::awaitable_operators;
+    if constexpr (requires { s.non_blocking(true); }) {
+        // Replies and commands are small and the socket buffer is rarely
+        // full: one plain write usually does it, with no timer at all.
+        boost::system::error_code ec;
+        s.non_blocking(true, ec);
+        const std::size_t n = ec ? 0 : s.write_some(asio::buffer(data), ec);
+        if (!ec && n == data.size()) co_return true;
+        if (ec && ec != asio::error::would_block && ec != asio::error::try_again) co_return false;
+        data.remove_prefix(n);
+    }
     asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
     auto res = co_await (
         asio::async_write(s, asio::buffer(data), asio::as_tuple(asio::use_awaitable)) ||

@@ -80,6 +80,45 @@ TEST_CASE("a silent peer times out") {
     });
 }
 
+TEST_CASE("a shorter deadline after a longer one still fires on time") {
+    with_input("first\r\n", [](tcp::socket& s) -> asio::awaitable<void> {
+        smtp::LineReader r(s);
+        auto a = co_await r.read_line(std::chrono::seconds(300));
+        CHECK(a.text == "first");
+        const auto t0 = std::chrono::steady_clock::now();
+        auto b = co_await r.read_line(std::chrono::milliseconds(100));
+        CHECK(b.status == smtp::ReadStatus::timeout);
+        CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+    });
+}
+
+TEST_CASE("write_all delivers large buffers completely") {
+    asio::io_context io;
+    tcp::acceptor acc(io, {asio::ip::make_address("127.0.0.1"), 0});
+    tcp::socket client(io);
+    client.connect(acc.local_endpoint());
+    tcp::socket server = acc.accept();
+    const std::string big(8 << 20, 'x');  // more than the socket buffers hold
+    bool ok = false;
+    std::size_t got = 0;
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+        ok = co_await smtp::write_all(client, big, std::chrono::seconds(10));
+        client.shutdown(tcp::socket::shutdown_send);
+    }, asio::detached);
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+        std::string buf(65536, '\0');
+        for (;;) {
+            auto [ec, n] = co_await server.async_read_some(asio::buffer(buf),
+                                                           asio::as_tuple(asio::use_awaitable));
+            got += n;
+            if (ec) break;
+        }
+    }, asio::detached);
+    io.run_for(std::chrono::seconds(20));
+    CHECK(ok);
+    CHECK(got == big.size());
+}
+
 TEST_CASE("multi-line replies and enhanced codes") {
     with_input("250-relay.example\r\n250-PIPELINING\r\n250 8BITMIME\r\n451 4.3.0 try later\r\n"
                "25x bad\r\n",
