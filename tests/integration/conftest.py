@@ -173,7 +173,7 @@ class Relay:
     def log_text(self):
         try:
             with open(self.log_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")[-20000:]
+                return f.read().decode("utf-8", "replace")
         except OSError:
             return ""
 

@@ -52,7 +52,7 @@ def kill_during_load(relay, sink, child, tag):
     froms = [m["from"] for m in sink.messages()]
     dupes = len(froms) - len(set(froms))
     print("%s: killed %s, accepted %d, duplicates %d" % (tag, child, len(accepted), dupes))
-    assert "smx-" in relay.log_text()
+    assert "%s killed by signal 9" % child in relay.log_text(), "MCP did not log the crash"
 
 
 def test_kill9_smtpc_is_restarted_and_nothing_is_lost(sink, make_relay):
