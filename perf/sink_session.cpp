@@ -112,7 +112,8 @@ asio::awaitable<void> serve(Sink& sink, tcp::socket s) {
     while (!quit) {
         // PIPELINING: answer a whole batch of commands in one write.
         if (!out.empty() && rd.buffered() == 0) {
-            if (!co_await sm::smtp::write_all(s, out, t)) break;
+            const auto flushed = co_await sm::smtp::write_all(s, out, t);
+            if (!flushed) break;
             out.clear();
         }
         const sm::smtp::Line l = co_await rd.read_line(t);
@@ -121,7 +122,8 @@ asio::awaitable<void> serve(Sink& sink, tcp::socket s) {
             break;
         }
         if (!l.complete) {
-            if (co_await rd.skip_line(t) != sm::smtp::ReadStatus::ok) break;
+            const auto skipped = co_await rd.skip_line(t);
+            if (skipped != sm::smtp::ReadStatus::ok) break;
             out += "500 5.5.2 Line too long\r\n";
             ++errors;
             continue;
@@ -165,7 +167,8 @@ asio::awaitable<void> serve(Sink& sink, tcp::socket s) {
                 continue;
             }
             out += "354 End data with <CR><LF>.<CR><LF>\r\n";
-            if (!co_await sm::smtp::write_all(s, out, t)) break;
+            const auto wrote = co_await sm::smtp::write_all(s, out, t);
+            if (!wrote) break;
             out.clear();
             std::string content;
             if (!sink.opt.capture_dir.empty()) {
@@ -173,7 +176,8 @@ asio::awaitable<void> serve(Sink& sink, tcp::socket s) {
                 for (const auto& r : ta.rcpts) content += "RCPT TO:" + r + "\n";
                 content += "\n";
             }
-            if (!co_await read_data(rd, t, sink.opt.capture_dir.empty() ? nullptr : &content, st.bytes)) {
+            const auto got_data = co_await read_data(rd, t, sink.opt.capture_dir.empty() ? nullptr : &content, st.bytes);
+            if (!got_data) {
                 ++st.errors["data_io"];
                 break;
             }

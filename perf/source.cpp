@@ -69,23 +69,27 @@ asio::awaitable<bool> transaction(Run& run, tcp::socket& s, Reader& rd, std::siz
         std::string batch = mail;
         for (const auto& r : rcpts) batch += r;
         batch += "DATA\r\n";
-        if (!co_await sm::smtp::write_all(s, batch, t)) co_return run.broken(Reply{});
+        const auto wrote = co_await sm::smtp::write_all(s, batch, t);
+        if (!wrote) co_return run.broken(Reply{});
         mail_r = co_await sm::smtp::read_reply(rd, t);
         for (std::size_t i = 0; i < rcpts.size() && mail_r.code; ++i)
             rcpt_r.push_back(co_await sm::smtp::read_reply(rd, t));
         if (mail_r.code) data_r = co_await sm::smtp::read_reply(rd, t);
     } else {
-        if (!co_await sm::smtp::write_all(s, mail, t)) co_return run.broken(Reply{});
+        const auto wrote = co_await sm::smtp::write_all(s, mail, t);
+        if (!wrote) co_return run.broken(Reply{});
         mail_r = co_await sm::smtp::read_reply(rd, t);
         for (std::size_t i = 0; i < rcpts.size() && mail_r.code / 100 == 2; ++i) {
-            if (!co_await sm::smtp::write_all(s, rcpts[i], t)) co_return run.broken(Reply{});
+            const auto wrote = co_await sm::smtp::write_all(s, rcpts[i], t);
+            if (!wrote) co_return run.broken(Reply{});
             rcpt_r.push_back(co_await sm::smtp::read_reply(rd, t));
             if (!rcpt_r.back().code) break;
         }
         const bool any = std::any_of(rcpt_r.begin(), rcpt_r.end(),
                                      [](const Reply& r) { return r.code / 100 == 2; });
         if (any) {
-            if (!co_await sm::smtp::write_all(s, "DATA\r\n", t)) co_return run.broken(Reply{});
+            const auto wrote = co_await sm::smtp::write_all(s, "DATA\r\n", t);
+            if (!wrote) co_return run.broken(Reply{});
             data_r = co_await sm::smtp::read_reply(rd, t);
         }
     }
@@ -100,12 +104,14 @@ asio::awaitable<bool> transaction(Run& run, tcp::socket& s, Reader& rd, std::siz
         if (mail_r.code / 100 != 2) run.fail("mail", mail_r.code);
         else if (accepted == 0) run.fail("no_valid_rcpt", 0);
         else run.fail("data", data_r.code);
-        if (!co_await sm::smtp::write_all(s, "RSET\r\n", t)) co_return run.broken(Reply{});
+        const auto wrote = co_await sm::smtp::write_all(s, "RSET\r\n", t);
+        if (!wrote) co_return run.broken(Reply{});
         const Reply rset = co_await sm::smtp::read_reply(rd, t);
         co_return rset.code / 100 == 2;
     }
     const std::string msg = wire_message(idx, run.sizes.size_for(idx), env);
-    if (!co_await sm::smtp::write_all(s, msg, t)) co_return run.broken(Reply{});
+    const auto wrote_msg = co_await sm::smtp::write_all(s, msg, t);
+    if (!wrote_msg) co_return run.broken(Reply{});
     const auto sent = std::chrono::steady_clock::now();
     const Reply dot = co_await sm::smtp::read_reply(rd, t);
     if (!dot.code) co_return run.broken(dot);
@@ -120,7 +126,8 @@ asio::awaitable<void> session(Run& run, tcp::endpoint ep) {
     while (run.more()) {
         if (backoff) co_await pause(std::min(50 * backoff, 1000) * std::chrono::milliseconds(1));
         tcp::socket s(ex);
-        if (!co_await connect(s, ep, t)) {
+        const auto connected = co_await connect(s, ep, t);
+        if (!connected) {
             ++backoff;
             run.connect_failed("connect");
             continue;
@@ -138,7 +145,8 @@ asio::awaitable<void> session(Run& run, tcp::endpoint ep) {
         // Not "asked ? co_await … : Reply{}": GCC 12 miscompiles co_await
         // inside a conditional expression.
         Reply ehlo;
-        if (co_await sm::smtp::write_all(s, "EHLO " + run.opt.helo + "\r\n", t))
+        const auto ehlo_sent = co_await sm::smtp::write_all(s, "EHLO " + run.opt.helo + "\r\n", t);
+        if (ehlo_sent)
             ehlo = co_await sm::smtp::read_reply(rd, t);
         if (ehlo.code != 250) {
             ++backoff;
@@ -155,8 +163,10 @@ asio::awaitable<void> session(Run& run, tcp::endpoint ep) {
             alive = co_await transaction(run, s, rd, idx, pipelining);
         // The 221 is not worth a long wait: the messages are done.
         const std::chrono::steady_clock::duration quit_wait = std::min<std::chrono::steady_clock::duration>(t, std::chrono::seconds(5));
-        if (alive && co_await sm::smtp::write_all(s, "QUIT\r\n", t))
-            co_await sm::smtp::read_reply(rd, quit_wait);
+        if (alive) {
+            const bool quit_sent = co_await sm::smtp::write_all(s, "QUIT\r\n", t);
+            if (quit_sent) co_await sm::smtp::read_reply(rd, quit_wait);
+        }
         s.close(ignored);
     }
     run.session_done();

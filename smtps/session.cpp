@@ -137,10 +137,14 @@ asio::awaitable<bool> Session::flush() {
 }
 
 asio::awaitable<Line> Session::next_line(std::chrono::steady_clock::duration timeout) {
-    if (!out_.empty() && reader_.buffered() == 0 && !co_await flush()) {
-        Line l;
-        l.status = ReadStatus::error;
-        co_return l;
+    // Awaited into locals: GCC 12 miscompiles co_await inside conditions.
+    if (!out_.empty() && reader_.buffered() == 0) {
+        const bool flushed = co_await flush();
+        if (!flushed) {
+            Line l;
+            l.status = ReadStatus::error;
+            co_return l;
+        }
     }
     co_return co_await reader_.read_line(timeout);
 }
@@ -178,9 +182,11 @@ asio::awaitable<void> Session::run() {
         case Verb::helo: helo(arg, false); break;
         case Verb::mail: mail(arg); break;
         case Verb::rcpt: rcpt(arg); break;
-        case Verb::data:
-            if (!co_await data(arg)) closing_ = true;
+        case Verb::data: {
+            const bool go_on = co_await data(arg);
+            if (!go_on) closing_ = true;
             break;
+        }
         case Verb::rset:
             reset();
             reply("250 2.0.0 Ok");
