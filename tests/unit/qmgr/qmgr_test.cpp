@@ -185,7 +185,7 @@ TEST_CASE("4xx moves to DEFEDB and comes back after retry_min; 5xx bounces with 
     CHECK(h.stat("bounced") == 2);
     // The DSN for b and c (one for both) goes to the sender from <>.
     REQUIRE(h.run_until([&] { return h.delivers.size() == 2 && h.stat("queue_deferred") == 1; }));
-    const auto& dsn = h.delivers[1];
+    const auto dsn = h.delivers[1];  // a copy: delivers grows below
     CHECK(dsn.sender.empty());
     REQUIRE(dsn.rcpts.size() == 1);
     CHECK(dsn.rcpts[0].addr == "s@example.org");
