@@ -14,6 +14,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUILD = os.environ.get("SMX_BUILD", os.path.join(REPO, "build"))
 SMX = os.path.join(BUILD, "mcp", "smx")
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Fewer messages in the slower sanitizer build (scripts/test sets it).
+SCALE = float(os.environ.get("SMX_TEST_SCALE", "1"))
 
 
 def free_port():

@@ -1,12 +1,9 @@
 """End to end: smtplib clients → smx run → recording sink."""
 import concurrent.futures
-import os
 import random
 import smtplib
 
-from conftest import send, strip_received, wait_until
-
-SCALE = float(os.environ.get("SMX_TEST_SCALE", "1"))
+from conftest import SCALE, send, strip_received, wait_until
 
 
 def make_body(rng, size, n):
