@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-build, outdir = sys.argv[1], sys.argv[2]
+build, outdir = sys.argv[1], os.path.abspath(sys.argv[2])
 os.makedirs(outdir, exist_ok=True)
 tests = json.loads(subprocess.check_output(["meson", "introspect", "--tests", build]))
 for t in tests:
