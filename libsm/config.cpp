@@ -285,6 +285,11 @@ Config load_config(const std::string& path) {
         throw ConfigError("queue.retry_max", "must be >= retry_min");
     c.queue.max_queue_lifetime = q.seconds("max_queue_lifetime", c.queue.max_queue_lifetime);
     c.queue.min_free_space = q.positive("min_free_space", c.queue.min_free_space, true);
+    c.queue.orphan_age = q.seconds("orphan_age", c.queue.orphan_age);
+    // SMTPS fdatasyncs a file, renames it and commits it: far less than
+    // this unless the disk hangs.
+    if (c.queue.orphan_age < std::chrono::seconds(10))
+        throw ConfigError("queue.orphan_age", "must be >= 10");
     q.check_unknown();
 
     TableReader cl(root["client"].as_table(), "client");

@@ -81,6 +81,9 @@ struct QueueConfig {
     std::chrono::seconds retry_max{3600};
     std::chrono::seconds max_queue_lifetime{5 * 24 * 3600};
     std::uint64_t min_free_space = 100u << 20;  // bytes; below it intake pauses
+    // A content file no transaction names, older than this, is an orphan
+    // (its sender never got a 250) and is moved to quarantine/.
+    std::chrono::seconds orphan_age{600};
 };
 
 struct ClientConfig {

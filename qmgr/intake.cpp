@@ -43,10 +43,18 @@ void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply) {
     } else if (std::any_of(env.rcpts.begin(), env.rcpts.end(),
                            [](const auto& r) { return r.addr.empty(); })) {
         why = "empty recipient address";
-    } else if (::stat(sm::cdb_path(spool_, env.cdb_id, cfg_.queue.cdb_hashed).c_str(), &st) != 0) {
-        why = std::string("content file: ") + std::strerror(errno);
     } else if (queue_.find(env.ta_id)) {
         why = "duplicate transaction id";
+    }
+    if (why.empty() &&
+        ::stat(sm::cdb_path(spool_, env.cdb_id, cfg_.queue.cdb_hashed).c_str(), &st) != 0) {
+        // Gone (the orphan sweep took a file whose commit came very late, or
+        // an operator): the message is fine, the client may send it again.
+        const std::string err = std::strerror(errno);
+        spdlog::warn("{}: TA_COMMIT deferred: content file: {}", env.ta_id, err);
+        ++counters_.tempfailed;
+        answer(AckStatus::tempfail, "4.3.0 Content file missing: " + err);
+        return;
     }
     if (!why.empty()) {
         // An invalid id is not echoed: it could carry anything into the log.

@@ -29,7 +29,8 @@ Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& w
              [this](Ta& ta, std::uint32_t idx, const std::string& why, std::uint64_t until) {
                  defer(ta, idx, {}, why, until);
              }),
-      db_retry_(ex), due_timer_(ex), maint_timer_(ex), disk_timer_(ex) {
+      db_retry_(ex), due_timer_(ex), maint_timer_(ex), disk_timer_(ex),
+      sweep_timer_(ex) {
     check_disk();
 }
 
@@ -38,6 +39,7 @@ void Qmgr::stop() {
     due_timer_.cancel();
     maint_timer_.cancel();
     disk_timer_.cancel();
+    sweep_timer_.cancel();
     db_retry_.cancel();
 }
 
@@ -94,6 +96,7 @@ void Qmgr::finish_ta(const std::string& id, const std::string& cdb_id) {
 // Unlinks run on the worker pool: removing the files cost as much as the
 // whole run in the sendmail X measurements.
 void Qmgr::unlink_later(const std::string& cdb_id) {
+    if (sweeping_) unlinked_in_sweep_.insert(cdb_id);
     unlinks_.push_back(sm::cdb_path(spool_, cdb_id, cfg_.queue.cdb_hashed));
     if (unlinks_.size() > 1) return;
     asio::post(ex_, [this] {

@@ -24,6 +24,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -53,8 +54,8 @@ public:
          Defedb& defedb);
 
     // Start-up: puts the transactions IBDB recovered back in the queue,
-    // starts the DEFEDB timer and checkpoints, and sweeps orphan CDB files
-    // in the background.
+    // starts the DEFEDB timer and checkpoints, and the orphan CDB sweep
+    // (every orphan_age / 2, in the background).
     void restore(std::vector<RecoveredTa> tas);
 
     // SMTPS: one TA_COMMIT; the TA_ACK goes out through reply.
@@ -131,7 +132,9 @@ private:
     void ctl_hold(const std::string& id, bool hold, CtlDone done);
     void ctl_delete(const std::string& id, CtlDone done);
     // recovery.cpp
-    void sweep_orphans(std::set<std::string> known);
+    void sweep_orphans();
+    std::unordered_set<std::string> queued_cdb_ids() const;
+    void quarantine_orphans(const std::vector<std::string>& ids);
 
     const sm::Config& cfg_;
     asio::any_io_executor ex_;
@@ -167,6 +170,11 @@ private:
     asio::steady_timer maint_timer_;
     asio::steady_timer disk_timer_;
     bool disk_low_ = false;
+    asio::steady_timer sweep_timer_;
+    bool sweeping_ = false;
+    // Content files unlinked while a sweep runs: not orphans, whatever the
+    // sweep saw when it started.
+    std::unordered_set<std::string> unlinked_in_sweep_;
     bool accepting_ = true;
 };
 

@@ -304,7 +304,7 @@ TEST_CASE("control: hold, release and delete work on the active queue and DEFEDB
     CHECK(h.ctl("hold", {sm::new_ta_id()}).text == "no such queue id");
 }
 
-TEST_CASE("orphan content files older than a minute go to quarantine") {
+TEST_CASE("orphan content files older than orphan_age go to quarantine at start-up") {
     Harness h;
     h.stop();
     const std::string old_id = sm::new_ta_id(), new_id = sm::new_ta_id();
@@ -313,7 +313,7 @@ TEST_CASE("orphan content files older than a minute go to quarantine") {
         std::ofstream(h.cdb(id)) << "x";
     }
     std::ofstream(h.cdb(old_id) + ".tmp") << "x";
-    const auto past = fs::file_time_type::clock::now() - 120s;
+    const auto past = fs::file_time_type::clock::now() - h.cfg.queue.orphan_age - 1s;
     fs::last_write_time(h.cdb(old_id), past);
     fs::last_write_time(h.cdb(old_id) + ".tmp", past);
     h.start();
@@ -321,6 +321,30 @@ TEST_CASE("orphan content files older than a minute go to quarantine") {
     CHECK(fs::exists(h.dir / "quarantine" / ("cdb-" + old_id)));
     CHECK(fs::exists(h.cdb(new_id)));
     CHECK(fs::exists(h.cdb(old_id) + ".tmp"));  // SMTPS's own leftovers
+}
+
+TEST_CASE("the periodic sweep takes orphans, never the content of queued or deferred mail") {
+    Harness h;
+    h.stop();
+    h.cfg.queue.orphan_age = 2s;  // a sweep every second
+    h.start();
+    h.connect_smtpc();
+    const auto active = h.commit({"a@example.net"});    // in flight, never answered
+    const auto deferred = h.commit({"b@example.net"});  // in DEFEDB only
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }));
+    const auto& d = h.delivers[0].ta_id == deferred.ta_id ? h.delivers[0] : h.delivers[1];
+    h.result(d, {451});
+    REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1; }));
+    const std::string orphan = sm::new_ta_id();
+    fs::create_directories(fs::path(h.cdb(orphan)).parent_path());
+    std::ofstream(h.cdb(orphan)) << "x";
+    const auto past = fs::file_time_type::clock::now() - 60s;
+    for (const auto& id : {active.ta_id, deferred.ta_id, orphan})
+        fs::last_write_time(h.cdb(id), past);
+    REQUIRE(h.run_until([&] { return h.stat("quarantined") == 1; }, 5000ms));
+    CHECK(fs::exists(h.dir / "quarantine" / ("cdb-" + orphan)));
+    CHECK(fs::exists(h.cdb(active.ta_id)));
+    CHECK(fs::exists(h.cdb(deferred.ta_id)));
 }
 
 TEST_CASE("a missing recipient result and a lost SMTPC are not lost mail") {
@@ -360,10 +384,12 @@ TEST_CASE("TA_COMMIT is checked at the boundary") {
     e.rcpts = {{"a@example.net", ""}};
     CHECK(reject(e).status == sm::msg::AckStatus::reject);
     e.ta_id = e.cdb_id = sm::new_ta_id();
-    CHECK(reject(e).text.find("content file") != std::string::npos);  // no CDB file
+    const auto missing = reject(e);  // no CDB file: the client may try again
+    CHECK(missing.status == sm::msg::AckStatus::tempfail);
+    CHECK(missing.text.find("Content file missing") != std::string::npos);
     e.rcpts.clear();
     CHECK(reject(e).text.find("no recipients") != std::string::npos);
-    CHECK(h.stat("rejected") == 3);
+    CHECK(h.stat("rejected") == 2);
     CHECK(h.stat("ibdb_records") == 0);
 }
 
