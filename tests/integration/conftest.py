@@ -44,14 +44,19 @@ class Sink:
                                      stdout=subprocess.PIPE, text=True)
         self.port = int(self.proc.stdout.readline())
 
-    def messages(self):
+    def messages(self, head=-1):
+        """Envelope dicts with the data (only its first `head` bytes if given: a
+        long run re-reads thousands of files), the file name (n.msg, n counts
+        up) and the file's mtime (when the sink took the message)."""
         out = []
         for name in os.listdir(self.dir):
             if not name.endswith(".msg"):
                 continue
             with open(os.path.join(self.dir, name), "rb") as f:
                 env = json.loads(f.readline())
-                env["data"] = f.read()
+                env["data"] = f.read(head)
+                env["name"] = name
+                env["mtime"] = os.fstat(f.fileno()).st_mtime
                 out.append(env)
         return out
 
