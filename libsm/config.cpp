@@ -286,6 +286,8 @@ Config load_config(const std::string& path) {
     c.queue.max_queue_lifetime = q.seconds("max_queue_lifetime", c.queue.max_queue_lifetime);
     c.queue.min_free_space = q.positive("min_free_space", c.queue.min_free_space, true);
     c.queue.orphan_age = q.seconds("orphan_age", c.queue.orphan_age);
+    c.queue.delay_warning_time = std::chrono::seconds(q.positive(
+        "delay_warning_time", static_cast<std::uint64_t>(c.queue.delay_warning_time.count()), true));
     // SMTPS fdatasyncs a file, renames it and commits it: far less than
     // this unless the disk hangs.
     if (c.queue.orphan_age < std::chrono::seconds(10))

@@ -84,6 +84,9 @@ struct QueueConfig {
     // A content file no transaction names, older than this, is an orphan
     // (its sender never got a 250) and is moved to quarantine/.
     std::chrono::seconds orphan_age{600};
+    // A message still deferred this long after arrival gets one delay
+    // warning DSN to its sender; 0 = never (postfix's delay_warning_time).
+    std::chrono::seconds delay_warning_time{0};
 };
 
 struct ClientConfig {

@@ -2,7 +2,8 @@
 // lifetime) are collected per transaction and reported to the sender in one
 // RFC 3464 DSN, a new transaction from <> queued like any other mail. The
 // failed recipients stay open until the DSN is durable, so a crash before
-// that repeats the attempt instead of losing the report.
+// that repeats the attempt instead of losing the report. Delay warnings
+// (delay_warning_time) are DSNs too, sent once per recipient.
 #include "qmgr.hpp"
 
 #include "ids.hpp"
@@ -53,18 +54,42 @@ void Qmgr::bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::Fail
     ++counters_.bounced;
     r.state = RcptState::bouncing;
     r.last_error = text;
-    if (idx < ta.env->rcpts.size()) why.params = ta.env->rcpts[idx].params;
-    auto& list = bounces_[ta.id];
-    list.push_back(Bounce{idx, std::move(why)});
-    // Everything that fails in this event-loop turn (one RESULT, one due
-    // batch) goes into one DSN per transaction.
-    if (bounces_.size() == 1 && list.size() == 1)
-        asio::post(ex_, [this] { flush_bounces(); });
+    report(bounces_, ta, idx, std::move(why));
 }
 
-void Qmgr::flush_bounces() {
-    auto all = std::exchange(bounces_, {});
-    for (auto& [id, list] : all) {
+// A recipient deferred again after delay_warning_time: its sender hears
+// once (the flag travels with the recipient into DEFEDB), unless the
+// sender is null. The warning is not waited for: lost in a crash, it is
+// not sent again.
+void Qmgr::warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay) {
+    const auto after = std::chrono::duration_cast<std::chrono::microseconds>(
+        cfg_.queue.delay_warning_time);
+    Rcpt& r = ta.rcpts[idx];
+    if (after.count() == 0 || r.warned || !dsn::should_bounce(*ta.env) ||
+        sm::now_us() - ta.arrival_us() < static_cast<std::uint64_t>(after.count()))
+        return;
+    r.warned = true;
+    auto why = failed_rcpt(r.addr, r.last_error);
+    why.action = dsn::Action::delayed;
+    why.remote_mta = relay;
+    why.last_attempt_us = sm::now_us();
+    report(delays_, ta, idx, std::move(why));
+}
+
+void Qmgr::report(std::map<std::string, std::vector<Bounce>>& to, Ta& ta, std::uint32_t idx,
+                  dsn::FailedRcpt why) {
+    if (idx < ta.env->rcpts.size()) why.params = ta.env->rcpts[idx].params;
+    // Everything that fails in this event-loop turn (one RESULT, one due
+    // batch) goes into one DSN per transaction.
+    if (bounces_.empty() && delays_.empty()) asio::post(ex_, [this] { flush_reports(); });
+    to[ta.id].push_back(Bounce{idx, std::move(why)});
+}
+
+void Qmgr::flush_reports() {
+    for (auto& [id, list] : std::exchange(delays_, {}))
+        if (Ta* ta = queue_.find(id); ta && !ta->deleted)
+            queue_dsn(*ta, list, "delay", [](const std::string&) {});
+    for (auto& [id, list] : std::exchange(bounces_, {})) {
         Ta* ta = queue_.find(id);
         if (!ta) continue;
         if (ta->deleted) {
@@ -73,14 +98,28 @@ void Qmgr::flush_bounces() {
             spdlog::info("{}: sender is null, no bounce", id);
             bounced(id, list);
         } else {
-            make_dsn(*ta, std::move(list));
+            // Only when the DSN is durable are the failed recipients closed;
+            // else they wait in DEFEDB and fail (and bounce) again later.
+            queue_dsn(*ta, list, "non-delivery", [this, id, list](const std::string& error) {
+                if (error.empty()) return bounced(id, list);
+                Ta* t = queue_.find(id);
+                if (!t) return;
+                for (const auto& b : list) {
+                    Rcpt& r = t->rcpts[b.idx];
+                    r.state = RcptState::active;
+                    r.last_error = "4.3.0 " + error;
+                    park(*t, b.idx,
+                         sm::now_us() + static_cast<std::uint64_t>(backoff(cfg_.queue, 1).count()));
+                }
+            });
         }
     }
 }
 
-// Builds and writes the DSN on the pool, then logs it in IBDB; only when
-// that is durable are the failed recipients closed.
-void Qmgr::make_dsn(Ta& ta, std::vector<Bounce> list) {
+// Builds and writes the DSN on the pool, then logs it in IBDB and schedules
+// it; done("") once that is durable, done(what failed) otherwise.
+void Qmgr::queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kind,
+                     std::function<void(const std::string&)> done) {
     const std::string dsn_id = sm::new_ta_id();
     const std::string orig_path = sm::cdb_path(spool_, ta.cdb_id(), cfg_.queue.cdb_hashed);
     const std::string path = sm::cdb_path(spool_, dsn_id, cfg_.queue.cdb_hashed);
@@ -102,25 +141,10 @@ void Qmgr::make_dsn(Ta& ta, std::vector<Bounce> list) {
         const std::string msg = dsn::build(*env, rcpts, rep);
         return Written{write_cdb(path, msg), msg.size()};
     };
-    auto done = [this, id = ta.id, dsn_id, env, list = std::move(list)](Written w) mutable {
-        auto retry = [this, id](const std::vector<Bounce>& list, const std::string& why) {
-            // The recipients wait in DEFEDB and fail (and bounce) again later.
-            Ta* t = queue_.find(id);
-            if (!t) return;
-            for (const auto& b : list) {
-                Rcpt& r = t->rcpts[b.idx];
-                r.state = RcptState::active;
-                r.last_error = why;
-                park(*t, b.idx,
-                     sm::now_us() + static_cast<std::uint64_t>(backoff(cfg_.queue, 1).count()));
-            }
-        };
+    auto written = [this, id = ta.id, dsn_id, env, kind, done = std::move(done)](Written w) mutable {
         if (w.err) {
-            spdlog::error("{}: cannot write non-delivery notification: {}", id,
-                          std::strerror(w.err));
-            retry(list, std::string("4.3.0 non-delivery notification not written: ") +
-                            std::strerror(w.err));
-            return;
+            spdlog::error("{}: cannot write {} notification: {}", id, kind, std::strerror(w.err));
+            return done(std::string(kind) + " notification not written: " + std::strerror(w.err));
         }
         sm::msg::TaCommit d;
         d.ta_id = d.cdb_id = dsn_id;
@@ -131,27 +155,26 @@ void Qmgr::make_dsn(Ta& ta, std::vector<Bounce> list) {
         d.size = w.size;
         d.arrival_us = sm::now_us();
         queue_.add(d);
-        ibdb_.append_transaction(d, [this, id, dsn_id, list = std::move(list),
-                                     retry](bool ok, const std::string& error) mutable {
+        ibdb_.append_transaction(d, [this, id, dsn_id, kind, done = std::move(done)](
+                                        bool ok, const std::string& error) {
             Ta* dsn = queue_.find(dsn_id);
             if (!ok || !dsn) {
-                spdlog::error("{}: non-delivery notification {} not logged: {}", id, dsn_id, error);
+                spdlog::error("{}: {} notification {} not logged: {}", id, kind, dsn_id, error);
                 queue_.erase(dsn_id);
                 unlink_later(dsn_id);
-                retry(list, "4.3.0 non-delivery notification not queued: " + error);
-                return;
+                return done(std::string(kind) + " notification not queued: " + error);
             }
             dsn->durable = true;
             ++counters_.dsn_sent;
-            spdlog::info("{}: sender non-delivery notification: {}", id, dsn_id);
+            spdlog::info("{}: sender {} notification: {}", id, kind, dsn_id);
             spdlog::info("{}: from=<>, size={}, nrcpt=1 (queue active)", dsn_id, dsn->size());
             std::vector<std::uint32_t> all{0};
             schedule(*dsn, all);
-            bounced(id, list);
+            done({});
         });
     };
-    asio::post(workers_, [ex = ex_, job = std::move(job), done = std::move(done)]() mutable {
-        asio::post(ex, [done = std::move(done), w = job()]() mutable { done(w); });
+    asio::post(workers_, [ex = ex_, job = std::move(job), written = std::move(written)]() mutable {
+        asio::post(ex, [written = std::move(written), w = job()]() mutable { written(w); });
     });
 }
 

@@ -331,6 +331,7 @@ bool Defedb::update(const DeferredRcpt& r) {
         stored->last_attempt_us = r.last_attempt_us;
         stored->next_try_us = r.next_try_us;
         stored->last_error = r.last_error;
+        stored->warned = stored->warned || r.warned;
         m.put(t, *stored);
         return true;
     });

@@ -51,6 +51,7 @@ struct DeferredRcpt {
     std::uint64_t next_try_us = 0;
     std::string last_error;  // e.g. "451 4.3.0 try later" or a connect failure
     bool held = false;
+    bool warned = false;  // its sender got the delay warning
 };
 
 // Recipients of one transaction with its envelope.
@@ -82,9 +83,9 @@ public:
     void put_deferred(const sm::msg::TaCommit& envelope, const DeferredRcpt& rcpt);
 
     // After another failed attempt: stores attempts, last_attempt_us,
-    // next_try_us and last_error of r; address, first arrival and the held
-    // flag stay as stored (an operator may have held it meanwhile). False
-    // when the recipient is not in DEFEDB.
+    // next_try_us and last_error of r, and sets warned if r has it; address,
+    // first arrival and the held flag stay as stored (an operator may have
+    // held it meanwhile). False when the recipient is not in DEFEDB.
     bool update(const DeferredRcpt& r);
 
     // Final result (delivered or bounced): deletes the recipient, and the

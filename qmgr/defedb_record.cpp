@@ -10,11 +10,12 @@
 namespace smx::qmgr::defedb {
 namespace {
 
-// Recipient record: version u8 | held u8 | next_try u64 BE | attempts u32 BE
+// Recipient record: version u8 | flags u8 | next_try u64 BE | attempts u32 BE
 // | first_arrival u64 BE | last_attempt u64 BE | addr (u32 BE length, bytes)
-// | last_error (u32 BE length, bytes). held and next_try sit at fixed offsets
-// so the index callback reads them without decoding the rest.
-constexpr std::size_t off_held = 1, off_next = 2, fixed_size = 30;
+// | last_error (u32 BE length, bytes). flags and next_try sit at fixed
+// offsets so the index callback reads them without decoding the rest.
+constexpr std::size_t off_flags = 1, off_next = 2, fixed_size = 30;
+constexpr unsigned char flag_held = 1, flag_warned = 2;
 
 void put_be(std::string& s, std::uint64_t v, int bytes) {
     for (int i = bytes - 1; i >= 0; --i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -37,7 +38,7 @@ std::string rcpt_key(const std::string& ta_id, std::uint32_t idx) {
 std::string encode_rcpt(const DeferredRcpt& r) {
     std::string s;
     s.push_back(static_cast<char>(format_version));
-    s.push_back(r.held ? 1 : 0);
+    s.push_back(static_cast<char>((r.held ? flag_held : 0) | (r.warned ? flag_warned : 0)));
     put_be(s, r.next_try_us, 8);
     put_be(s, r.attempts, 4);
     put_be(s, r.first_arrival_us, 8);
@@ -50,12 +51,14 @@ std::string encode_rcpt(const DeferredRcpt& r) {
 }
 
 std::optional<DeferredRcpt> decode_rcpt(std::string_view key, std::string_view d) {
-    if (key.size() < 5 || d.size() < fixed_size || uc(d)[0] != format_version || uc(d)[off_held] > 1)
+    if (key.size() < 5 || d.size() < fixed_size || uc(d)[0] != format_version ||
+        (uc(d)[off_flags] & ~(flag_held | flag_warned)) != 0)
         return std::nullopt;
     DeferredRcpt r;
     r.ta_id.assign(key.substr(0, key.size() - 4));
     r.idx = static_cast<std::uint32_t>(get_be(uc(key) + key.size() - 4, 4));
-    r.held = uc(d)[off_held] == 1;
+    r.held = (uc(d)[off_flags] & flag_held) != 0;
+    r.warned = (uc(d)[off_flags] & flag_warned) != 0;
     r.next_try_us = get_be(uc(d) + off_next, 8);
     r.attempts = static_cast<std::uint32_t>(get_be(uc(d) + 10, 4));
     r.first_arrival_us = get_be(uc(d) + 14, 8);
@@ -93,7 +96,8 @@ std::optional<std::uint64_t> index_time(std::string_view skey) {
 // too short to be ours) are left out of the index.
 int index_key(Db*, const Dbt* pkey, const Dbt* pdata, Dbt* skey) {
     const auto* d = static_cast<const unsigned char*>(pdata->get_data());
-    if (pdata->get_size() < fixed_size || d[0] != format_version || d[off_held] != 0)
+    if (pdata->get_size() < fixed_size || d[0] != format_version ||
+        (d[off_flags] & flag_held) != 0)
         return DB_DONOTINDEX;
     std::size_t n = 8 + pkey->get_size();
     auto* m = static_cast<unsigned char*>(std::malloc(n));

@@ -35,6 +35,7 @@ void Qmgr::park(Ta& ta, std::uint32_t idx, std::uint64_t until_us) {
     d.next_try_us = until_us;
     d.last_error = r.last_error;
     d.held = r.hold;
+    d.warned = r.warned;
     r.state = RcptState::moving;
     parks_.push_back(Park{ta.env, std::move(d), !r.from_defedb});
     kick_db();
@@ -236,6 +237,7 @@ void Qmgr::got_due(std::vector<DeferredTa> tas) {
             r.from_defedb = true;
             r.attempts = d.attempts;
             r.last_error = d.last_error;
+            r.warned = d.warned;
             if (expired(*ta)) {
                 bounce(*ta, d.idx, {}, expired_rcpt(r.addr, d.last_error, {}, d.last_attempt_us));
                 continue;

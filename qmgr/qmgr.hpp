@@ -123,8 +123,12 @@ private:
     void db(std::function<T(Defedb&)> work, std::function<void(std::optional<T>)> done);
     // bounce.cpp
     void bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why);
-    void flush_bounces();
-    void make_dsn(Ta& ta, std::vector<Bounce> list);
+    void warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay);
+    void report(std::map<std::string, std::vector<Bounce>>& to, Ta& ta, std::uint32_t idx,
+                dsn::FailedRcpt why);
+    void flush_reports();
+    void queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kind,
+                   std::function<void(const std::string&)> done);
     void bounced(const std::string& ta_id, const std::vector<Bounce>& list);
     // control.cpp
     void ctl_queue(CtlDone done);
@@ -159,8 +163,8 @@ private:
     std::vector<Check> checks_;
     bool db_posted_ = false, db_busy_ = false;
     asio::steady_timer db_retry_;
-    // Recipients failed for good, by transaction: one DSN each.
-    std::map<std::string, std::vector<Bounce>> bounces_;
+    // Recipients failed for good (or late), by transaction: one DSN each.
+    std::map<std::string, std::vector<Bounce>> bounces_, delays_;
     // Ids being deleted: a due() answer that raced the delete skips them.
     std::set<std::string> deleting_;
     asio::system_timer due_timer_;

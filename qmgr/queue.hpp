@@ -33,6 +33,7 @@ struct Rcpt {
     std::string last_error;
     bool from_defedb = false;  // its durable record is in DEFEDB, not IBDB
     bool hold = false;         // `smx hold` while in flight: park it held
+    bool warned = false;       // its sender got the delay warning
 };
 
 struct Ta {

@@ -155,6 +155,7 @@ void Qmgr::defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std:
     r.last_error = why;
     ++counters_.deferred;
     log_rcpt(ta, idx, relay, "deferred", why);
+    warn_if_late(ta, idx, relay);
     park(ta, idx, until_us);
 }
 

@@ -191,6 +191,24 @@ TEST_CASE("defedb: held, flush_all, lease") {
     CHECK(flat(db.due(T + 60'000'000, 10)).size() == 3);
 }
 
+TEST_CASE("defedb: the warned flag is kept apart from held") {
+    TempDir d;
+    Defedb db;
+    REQUIRE(open_ok(db, d));
+    auto a = envelope(ta_id(1), 1);
+    auto r = rcpt(a.ta_id, 0, T + 500);
+    r.warned = true;
+    db.put_many({DeferredTa{a, {r}}});
+    CHECK(db.next_due_time() == T + 500);  // warned, not held: still indexed
+    CHECK(db.set_held(a.ta_id, true) == 1);
+    CHECK_FALSE(db.next_due_time());
+    CHECK(db.set_held(a.ta_id, false) == 1);
+    auto due = db.due(T + 500, 10);
+    REQUIRE(due.size() == 1);
+    CHECK(due[0].rcpts[0].warned);
+    CHECK_FALSE(due[0].rcpts[0].held);
+}
+
 TEST_CASE("defedb: reopen keeps everything") {
     TempDir d;
     {

@@ -60,6 +60,7 @@ spool_dir = "/tmp/x/spool"
 commit_interval_us = 0
 commit_max_batch = 10
 orphan_age = 30
+delay_warning_time = 14400
 [routes]
 default = "[127.0.0.1]:2700"
 "example.net" = ["[10.0.0.1]:25", "backup.example.net"]
@@ -78,6 +79,7 @@ default = "[127.0.0.1]:2700"
     CHECK(c.queue.commit_interval.count() == 0);
     CHECK(c.queue.commit_max_batch == 10);
     CHECK(c.queue.orphan_age == std::chrono::seconds(30));
+    CHECK(c.queue.delay_warning_time == std::chrono::hours(4));
     REQUIRE(c.route_for("EXAMPLE.net"));
     CHECK(c.route_for("example.net")->nexthops() ==
           std::vector<std::string>{"[10.0.0.1]:25", "backup.example.net:25"});
@@ -99,6 +101,7 @@ TEST_CASE("bad configs name the offending key") {
     CHECK(error_key("[queue]\ncommit_max_batch = 0\n") == "queue.commit_max_batch");
     CHECK(error_key("[queue]\nretry_min = 100\nretry_max = 10\n") == "queue.retry_max");
     CHECK(error_key("[queue]\norphan_age = 5\n") == "queue.orphan_age");
+    CHECK(error_key("[queue]\ndelay_warning_time = -1\n") == "queue.delay_warning_time");
     CHECK(error_key("[routes]\n\"example.net\" = \"[127.0.0.1\"\n") == "routes.example.net");
     CHECK(error_key("[routes]\ndefault = []\n") == "routes.default");
     CHECK(error_key("[bogus]\nx = 1\n") == "bogus");

@@ -347,6 +347,38 @@ TEST_CASE("the periodic sweep takes orphans, never the content of queued or defe
     CHECK(fs::exists(h.cdb(deferred.ta_id)));
 }
 
+TEST_CASE("one delay warning after delay_warning_time; the message is still delivered") {
+    Harness h;
+    h.stop();
+    h.cfg.queue.delay_warning_time = 1s;
+    h.cfg.queue.retry_min = h.cfg.queue.retry_max = 1s;
+    h.start();
+    h.connect_smtpc();
+    const auto e = h.commit({"a@example.net"});
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
+    h.result(h.delivers[0], {451});  // too early for a warning
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }, 5000ms));
+    CHECK(h.stat("dsn_sent") == 0);
+    h.result(h.delivers[1], {451});
+    REQUIRE(h.run_until([&] { return h.stat("dsn_sent") == 1; }));
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 3; }, 5000ms));
+    h.result(h.delivers[2], {451});  // warned once is enough
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 4; }, 5000ms));
+    h.result(h.delivers[3], {250});
+    CHECK(h.stat("dsn_sent") == 1);
+    CHECK(h.stat("delivered") == 1);
+    // The warning (to s@example.org: no route here, so it waits) says delayed.
+    std::string warning;
+    for (const auto& f : fs::recursive_directory_iterator(h.dir / "cdb"))
+        if (f.is_regular_file() && f.path().filename() != e.ta_id) {
+            std::ifstream in(f.path());
+            warning.assign(std::istreambuf_iterator<char>(in), {});
+        }
+    CHECK(warning.find("Action: delayed") != std::string::npos);
+    CHECK(warning.find("Final-Recipient: rfc822; a@example.net") != std::string::npos);
+    CHECK(warning.find("Delayed Mail") != std::string::npos);
+}
+
 TEST_CASE("a missing recipient result and a lost SMTPC are not lost mail") {
     Harness h;
     h.connect_smtpc();
