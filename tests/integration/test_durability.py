@@ -25,6 +25,22 @@ def test_tempfail_three_times_then_delivered(make_sink, make_relay):
     wait_until(lambda: not relay.spool_files("cdb"), 20, "an empty spool")
 
 
+def test_delay_warning_once_then_delivered(make_sink, make_relay):
+    sink = make_sink("--tempfail-first", "4")
+    relay = make_relay(sink.port, "[queue]\ndelay_warning_time = 1")
+    send(relay.port, "late@client.test", ["slow@example.net"], b"Subject: slow\r\n\r\nlate\r\n")
+    wait_until(lambda: sink.count() >= 2, 60, "the message and its delay warning")
+    time.sleep(2)  # more retries happened meanwhile: still one warning
+    msgs = sink.messages()
+    orig = [m for m in msgs if m["from"] == "late@client.test"]
+    warnings = [m for m in msgs if m["from"] == ""]
+    assert len(orig) == 1 and len(warnings) == 1, msgs
+    data = warnings[0]["data"].decode("utf-8", "replace")
+    assert warnings[0]["rcpts"] == ["late@client.test"]
+    assert "Action: delayed" in data and "Final-Recipient: rfc822; slow@example.net" in data
+    assert "Subject: Delayed Mail" in data and "451" in data
+
+
 def test_permanent_failure_bounces_exactly_those_recipients(make_sink, make_relay):
     sink = make_sink("--permfail", "^bad")
     relay = make_relay(sink.port)
