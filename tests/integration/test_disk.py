@@ -1,0 +1,296 @@
+"""Issue 4 item 4: disk full and intake limits, for real.
+
+The spool lives on a small tmpfs that the test mounts (root only; skipped
+otherwise). A next hop that holds mail is a sink stopped with SIGSTOP: the
+kernel still accepts SMTPC's connections, the greeting just never comes
+(client.command_timeout is far longer than a test), and SIGCONT lets it
+take everything.
+"""
+import errno
+import os
+import signal
+import smtplib
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import SCALE, free_port, wait_until
+
+FS_SIZE = 16 << 20
+CHILDREN = ("smx-qmgr", "smx-smtps", "smx-smtpc")
+
+
+@pytest.fixture
+def mount_tmpfs():
+    """mount(path, size): a tmpfs there; all are unmounted afterwards, last first."""
+    mounted = []
+
+    def mount(path, size):
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs for the spool needs root")
+        os.makedirs(path, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % size, "tmpfs", path],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip("cannot mount a tmpfs for the spool: %s" % (r.stderr.strip() or r.returncode))
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        if subprocess.run(["umount", path], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", path], capture_output=True)
+
+
+@pytest.fixture
+def tmpfs(tmp_path, mount_tmpfs):
+    """A FS_SIZE tmpfs at tmp_path/fs."""
+    return mount_tmpfs(str(tmp_path / "fs"), FS_SIZE)
+
+
+@pytest.fixture
+def make_disk_relay(tmpfs, make_relay):
+    """make_relay with the spool on the tmpfs (torn down before the unmount)."""
+    def make(sink_port, extra=""):
+        spool = os.path.join(tmpfs, "spool")
+        r = make_relay(sink_port, "[queue]\nspool_dir = \"%s\"\n%s" % (spool, extra), start=False)
+        r.spool = spool
+        return r.start()
+    return make
+
+
+@pytest.fixture
+def held_sinks():
+    """Sinks stopped with SIGSTOP; every one is continued at teardown so it can stop."""
+    held = []
+
+    def hold(sink):
+        os.kill(sink.proc.pid, signal.SIGSTOP)
+        held.append(sink)
+
+    yield hold
+    for s in held:
+        if s.proc.poll() is None:
+            os.kill(s.proc.pid, signal.SIGCONT)
+
+
+def release(sink):
+    os.kill(sink.proc.pid, signal.SIGCONT)
+
+
+def free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def message(tag, size):
+    line = b"x" * 76 + b"\r\n"
+    return (b"Subject: disk " + tag.encode() + b"\r\n\r\n" + line * (size // len(line)))
+
+
+def try_send(c, sender, rcpts, body):
+    """(code, text) of the final reply for one message on connection c."""
+    try:
+        refused = c.sendmail(sender, rcpts, body)
+        assert not refused, refused
+        return 250, ""
+    except smtplib.SMTPDataError as e:
+        return e.smtp_code, e.smtp_error.decode(errors="replace")
+    except smtplib.SMTPRecipientsRefused as e:
+        code, text = next(iter(e.recipients.values()))
+        return code, text.decode(errors="replace")
+    except smtplib.SMTPResponseException as e:
+        return e.smtp_code, e.smtp_error.decode(errors="replace")
+
+
+def send_one(relay, sender, rcpts, body):
+    with smtplib.SMTP("127.0.0.1", relay.port, timeout=30) as c:
+        c.ehlo("client.test")
+        return try_send(c, sender, rcpts, body)
+
+
+def pids(relay):
+    return {name: sorted(relay.child_pids(name)) for name in CHILDREN}
+
+
+def cdb_state(relay):
+    files = relay.spool_files("cdb")
+    return [f for f in files if not f.endswith(".tmp")], [f for f in files if f.endswith(".tmp")]
+
+
+def assert_delivered_once(sink, accepted, refused):
+    froms = [m["from"] for m in sink.messages()]
+    assert sorted(froms) == sorted(accepted), "lost: %s, extra: %s" % (
+        set(accepted) - set(froms), [f for f in froms if froms.count(f) > 1 or f not in accepted])
+    assert not set(froms) & set(refused), "a message answered 452 was delivered"
+
+
+def test_disk_full_answers_452_and_stores_nothing_half(make_sink, held_sinks, make_disk_relay):
+    sink = make_sink()
+    held_sinks(sink)
+    relay = make_disk_relay(sink.port, "min_free_space = 0")
+    before = pids(relay)
+    replies, lock = [], threading.Lock()
+    n_clients = 4
+    # Enough to fill FS_SIZE several times over; each client stops after a few 452s.
+    per_client = int(3 * FS_SIZE / (300 << 10) / n_clients) + 1
+
+    def client(k):
+        full = 0
+        with smtplib.SMTP("127.0.0.1", relay.port, timeout=30) as c:
+            c.ehlo("client.test")
+            for i in range(per_client):
+                sender = "full-%d-%d@client.test" % (k, i)
+                size = (200 << 10) + ((k * 7919 + i * 104729) % (200 << 10))
+                code, text = try_send(c, sender, ["x@example.net"], message(sender, size))
+                with lock:
+                    replies.append((sender, code, text))
+                if code != 250:
+                    full += 1
+                    if full == 3:
+                        return
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a client hung"
+    accepted = [s for s, code, _ in replies if code == 250]
+    refused = [s for s, code, _ in replies if code != 250]
+    bad = [(s, code, text) for s, code, text in replies
+           if code != 250 and not (code == 452 and text.startswith("4.3.1"))]
+    assert not bad, bad
+    assert len(refused) == 3 * n_clients, "the disk never filled: %d accepted" % len(accepted)
+    assert accepted, "nothing was accepted"
+    assert "No space left on device" in relay.log_text()
+    # Nothing half-stored: one complete content file per 250, no temporary file.
+    files, tmps = cdb_state(relay)
+    assert not tmps, tmps
+    assert len(files) == len(accepted), (len(files), len(accepted))
+    assert not relay.spool_files("quarantine")
+    assert pids(relay) == before, "a process died while the disk was full"
+    assert relay.stats()["received"] == len(accepted)
+
+    release(sink)
+    wait_until(lambda: sink.count() >= len(accepted), 60, "every accepted message at the sink")
+    wait_until(lambda: not relay.spool_files("cdb"), 30, "an empty spool")
+    time.sleep(1)  # a duplicate would show up now
+    assert_delivered_once(sink, accepted, refused)
+    assert send_one(relay, "after@client.test", ["x@example.net"], message("after", 300 << 10))[0] == 250
+    wait_until(lambda: sink.count() > len(accepted), 30, "the message sent after the drain")
+    assert pids(relay) == before
+
+
+def test_free_space_threshold_pauses_and_resumes_intake(tmpfs, make_sink, held_sinks,
+                                                        make_disk_relay):
+    threshold = FS_SIZE // 2
+    size = 300 << 10
+    sink = make_sink()
+    held_sinks(sink)
+    relay = make_disk_relay(sink.port, "min_free_space = %d" % threshold)
+    accepted, refused = [], []
+
+    def send(tag):
+        code, text = send_one(relay, tag, ["x@example.net"], message(tag, size))
+        (accepted if code == 250 else refused).append(tag)
+        return code, text
+
+    # Free space only shrinks while the next hop holds the mail, so QMGR's
+    # last sample is at least what we see: above the threshold even after
+    # this message is written, the answer must be 250.
+    while free_bytes(tmpfs) - size >= threshold:
+        assert send("above-%d@client.test" % len(accepted)) == (250, "")
+        assert len(accepted) < FS_SIZE // size, "free space does not shrink"
+    # Near the threshold either answer is right, depending on the sample.
+    while free_bytes(tmpfs) >= threshold:
+        code, text = send("near-%d@client.test" % len(accepted + refused))
+        assert code == 250 or (code == 452 and text.startswith("4.3.1")), (code, text)
+        assert len(refused) < 20, "no more space is used, yet free space stays above the threshold"
+    time.sleep(1.5)  # QMGR samples once a second
+    stored = len(relay.spool_files("cdb"))
+    code, text = send("below@client.test")
+    assert (code, text.split(" ")[0]) == (452, "4.3.1"), (code, text)
+    assert "Insufficient system storage" in text
+    assert "TA_COMMIT deferred: spool low on free space" in relay.log_text()
+    assert "intake paused" in relay.log_text()
+    # Refused at the threshold, not by a full disk: SMTPS removed the content again.
+    assert free_bytes(tmpfs) > threshold // 2
+    assert len(relay.spool_files("cdb")) == stored
+    assert "No space left on device" not in relay.log_text()
+
+    release(sink)
+    wait_until(lambda: "intake resumed" in relay.log_text(), 30, "QMGR to see the space again")
+    assert send("resumed@client.test") == (250, "")
+    wait_until(lambda: sink.count() >= len(accepted), 30, "every accepted message at the sink")
+    wait_until(lambda: not relay.spool_files("cdb"), 30, "an empty spool")
+    assert_delivered_once(sink, accepted, refused)
+
+
+def test_active_queue_limit(make_sink, held_sinks, make_relay):
+    sink = make_sink()
+    held_sinks(sink)
+    relay = make_relay(sink.port, "[queue]\naq_max_entries = 5\nmin_free_space = 0")
+    body = b"Subject: aq\r\n\r\nqueued\r\n"
+    accepted, refused = [], []
+    for i in range(5):
+        assert send_one(relay, "aq-%d@client.test" % i, ["x@example.net"], body) == (250, "")
+        accepted.append("aq-%d@client.test" % i)
+    for sender, rcpts in (("over-1@client.test", ["x@example.net"]),
+                          ("over-2@client.test", ["x@example.net", "y@example.net"])):
+        code, text = send_one(relay, sender, rcpts, body)
+        assert (code, text.split(" ")[0]) == (452, "4.3.1"), (code, text)
+        refused.append(sender)
+    assert relay.log_text().count("TA_COMMIT deferred: queue full") == 2
+    assert len(relay.spool_files("cdb")) == 5  # the refused content is gone again
+    assert relay.stats()["queue_size"] == 5
+
+    release(sink)
+    wait_until(lambda: relay.stats()["queue_size"] == 0, 30, "the active queue to drain")
+    # Room again; and an empty queue takes one transaction even beyond the limit.
+    many = ["r%d@example.net" % i for i in range(7)]
+    assert send_one(relay, "big@client.test", many, body) == (250, "")
+    accepted.append("big@client.test")
+    wait_until(lambda: sink.count() >= len(accepted), 30, "every accepted message at the sink")
+    wait_until(lambda: not relay.spool_files("cdb"), 30, "an empty spool")
+    assert_delivered_once(sink, accepted, refused)
+    big = [m for m in sink.messages() if m["from"] == "big@client.test"]
+    assert sorted(r for m in big for r in m["rcpts"]) == sorted(many)
+
+
+def fill(path):
+    """Writes path/filler until the file system is full."""
+    with open(os.path.join(path, "filler"), "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+
+
+def test_envelope_log_full_answers_452(tmpfs, mount_tmpfs, make_sink, make_disk_relay):
+    """ENOSPC in the IBDB (its own small file system here, so that the content still fits)."""
+    ibdb = mount_tmpfs(os.path.join(tmpfs, "spool", "ibdb"), 64 << 10)
+    fill(ibdb)
+    sink = make_sink()
+    relay = make_disk_relay(sink.port, "min_free_space = 0")
+    before = pids(relay)
+    body = b"Subject: ibdb\r\n\r\nenvelope log full\r\n"
+    code, text = send_one(relay, "lost@client.test", ["x@example.net"], body)
+    assert (code, text.split(" ")[0]) == (452, "4.3.1"), (code, text)
+    log = relay.log_text()
+    assert "No space left on device" in log and "envelope log write failed" in log, log
+    # Nothing stays behind that could be delivered or swept up later.
+    assert cdb_state(relay) == ([], [])
+    assert relay.stats()["queue_size"] == 0
+
+    os.unlink(os.path.join(ibdb, "filler"))
+    assert send_one(relay, "ok@client.test", ["x@example.net"], body) == (250, "")
+    wait_until(lambda: sink.count() >= 1, 30, "the message sent after the space came back")
+    wait_until(lambda: not relay.spool_files("cdb"), 30, "an empty spool")
+    time.sleep(1)
+    assert_delivered_once(sink, ["ok@client.test"], ["lost@client.test"])
+    assert pids(relay) == before
+
