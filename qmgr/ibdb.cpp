@@ -29,6 +29,7 @@ struct Job {
     std::size_t done_from = 0;  // where the completion records start
     std::size_t records = 0, done_records = 0;
     std::vector<Ibdb::Durable> acks;
+    std::vector<std::function<void()>> written;  // run once the completion records are written
     std::vector<std::string> ta_ids;
     std::string dir;
     int fd = -1;
@@ -127,6 +128,7 @@ struct Ibdb::Impl {
         std::string tx, done;  // transaction and completion records
         std::size_t tx_records = 0, done_records = 0;
         std::vector<Durable> acks;
+        std::vector<std::function<void()>> written;
         std::vector<std::string> ta_ids;
         Clock::time_point oldest{}, first_done{};
     };
@@ -211,10 +213,14 @@ struct Ibdb::Impl {
         schedule();
     }
 
-    void done(const std::string& ta_id) {
+    void done(const std::string& ta_id, std::function<void()> written) {
         auto it = tas.find(ta_id);
-        if (it == tas.end()) return;
+        if (it == tas.end()) {
+            if (written) written();
+            return;
+        }
         queue_done(ibdb::ta_done, ibdb::ref_payload(ta_id, std::nullopt));
+        if (written) queue.front().written.push_back(std::move(written));
         leave(it);
         schedule();
     }
@@ -306,6 +312,7 @@ struct Ibdb::Impl {
         j->records = b.tx_records + b.done_records;
         j->done_records = b.done_records;
         j->acks = std::move(b.acks);
+        j->written = std::move(b.written);
         j->ta_ids = std::move(b.ta_ids);
         j->sync = opt.fsync && !j->acks.empty();
         job = j;
@@ -376,9 +383,13 @@ struct Ibdb::Impl {
                 if (b.done.empty()) b.first_done = Clock::now();
                 b.done.insert(0, j->buf, j->done_from);
                 b.done_records += j->done_records;
+                b.written.insert(b.written.end(), std::make_move_iterator(j->written.begin()),
+                                 std::make_move_iterator(j->written.end()));
+                j->written.clear();
             }
         }
         for (auto& cb : j->acks) cb(j->err == 0, error);
+        for (auto& cb : j->written) cb();
         schedule();
     }
 
@@ -464,7 +475,9 @@ void Ibdb::rcpt_deferred(const std::string& ta_id, std::uint32_t idx) {
     impl_->mark(ta_id, idx, ibdb::rcpt_deferred);
 }
 
-void Ibdb::ta_done(const std::string& ta_id) { impl_->done(ta_id); }
+void Ibdb::ta_done(const std::string& ta_id, std::function<void()> written) {
+    impl_->done(ta_id, std::move(written));
+}
 
 void Ibdb::flush_sync() { impl_->flush_sync(); }
 

@@ -83,7 +83,10 @@ public:
     void append_transaction(const sm::msg::TaCommit& ta, Durable on_durable);
     void rcpt_done(const std::string& ta_id, std::uint32_t idx);
     void rcpt_deferred(const std::string& ta_id, std::uint32_t idx);
-    void ta_done(const std::string& ta_id);
+    // written runs (on the owner's executor) once the ta_done record is
+    // written, not synced: a crash of QMGR after that cannot bring the
+    // transaction back. At once when the log no longer holds it.
+    void ta_done(const std::string& ta_id, std::function<void()> written = {});
 
     // Writes whatever is queued now (used at shutdown); returns when durable.
     // Blocks the calling thread; needs the worker pool still running if a

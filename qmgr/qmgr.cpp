@@ -87,9 +87,11 @@ void Qmgr::check_ta(Ta& ta) {
 }
 
 // Every recipient is final: the envelope is done and the content can go.
+// The content goes once the ta_done record is written: a QMGR killed
+// before that must not find the envelope without its content.
 void Qmgr::finish_ta(const std::string& id, const std::string& cdb_id) {
-    ibdb_.ta_done(id);
-    unlink_later(cdb_id);
+    if (sweeping_) unlinked_in_sweep_.insert(cdb_id);
+    ibdb_.ta_done(id, [this, cdb_id] { unlink_later(cdb_id); });
     spdlog::info("{}: removed", id);
 }
 

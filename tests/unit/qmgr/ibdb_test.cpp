@@ -268,6 +268,34 @@ TEST_CASE("completion records alone are written lazily without fsync", "[ibdb]")
     CHECK(db.stats().commits == 1);
 }
 
+TEST_CASE("ta_done's callback runs once its record is in the file", "[ibdb]") {
+    Env env;
+    auto opt = env.opts();
+    opt.completion_delay = 300ms;
+    std::vector<sm::msg::TaCommit> tas{make_ta(1), make_ta(1)};
+    bool written = false, unknown = false;
+    {
+        Ibdb db(env.ctx.get_executor(), env.pool, opt);
+        db.recover();
+        for (auto& ta : tas) REQUIRE(env.commit(db, ta));
+        const auto size = env.file_size("00000001.log");
+        db.ta_done(tas[0].ta_id, [&] {
+            written = true;
+            CHECK(env.file_size("00000001.log") > size);  // the record is in the file
+        });
+        db.ta_done("6B0000000000000FF", [&] { unknown = true; });  // not in the log: at once
+        CHECK(unknown);
+        env.run_for(30ms);
+        CHECK_FALSE(written);  // still waiting for completion_delay
+        REQUIRE(env.run_until([&] { return written; }));
+    }
+    // What a QMGR killed right after the callback would find: only tas[1].
+    Ibdb db(env.ctx.get_executor(), env.pool, opt);
+    auto got = db.recover();
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].envelope.ta_id == tas[1].ta_id);
+}
+
 TEST_CASE("a torn last record is skipped and cut off", "[ibdb]") {
     Env env;
     auto tas = env.commit_all({make_ta(1), make_ta(2), make_ta(3)});
