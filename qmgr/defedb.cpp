@@ -42,11 +42,17 @@ constexpr std::size_t scan_chunk = 1000;  // records per short read transaction
 // thread; Impl::txn() adds it to the count once the transaction commits.
 thread_local std::int64_t txn_count_delta = 0;
 
+// Close may run after spdlog's shutdown (QMGR's Defedb outlives it), and a
+// checkpoint that fails there (disk full) must not log into a dropped logger.
+void log_error(const std::string& what) {
+    if (auto* log = spdlog::default_logger_raw()) log->error("{}", what);
+}
+
 // Berkeley DB's own diagnostics; the last one also goes into open()'s error.
 thread_local std::string last_db_message;
 void db_errcall(const DbEnv*, const char*, const char* msg) {
     last_db_message = msg;
-    spdlog::error("defedb: {}", msg);
+    log_error(std::string("defedb: ") + msg);
 }
 
 // A Dbt Berkeley DB reads from (our memory).
@@ -215,7 +221,7 @@ struct Defedb::Impl {
             try {
                 (*db)->close(0);
             } catch (const DbException& e) {
-                spdlog::error("defedb: close: {}", e.what());
+                log_error(std::string("defedb: close: ") + e.what());
             }
             db->reset();
         }
@@ -223,7 +229,7 @@ struct Defedb::Impl {
             try {
                 env->close(0);
             } catch (const DbException& e) {
-                spdlog::error("defedb: close: {}", e.what());
+                log_error(std::string("defedb: close: ") + e.what());
             }
             env.reset();
         }
@@ -288,7 +294,7 @@ void Defedb::close() {
     try {
         checkpoint();
     } catch (const DefedbError& e) {
-        spdlog::error("{}", e.what());
+        log_error(e.what());
     }
     impl_->close_all();
 }

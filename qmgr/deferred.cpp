@@ -203,13 +203,17 @@ void Qmgr::fetch_due() {
         },
         [this, limit](std::optional<Due> due) {
             due_busy_ = false;
-            std::size_t n = 0;
-            if (due) {
-                counters_.quarantined += due->quarantined;
-                n = due->quarantined;
-                for (const auto& t : due->tas) n += t.rcpts.size();
-                got_due(std::move(due->tas));
+            if (!due) {
+                // The leases were not written (e.g. ENOSPC): the index still
+                // says "due", so asking again now would spin. Try later.
+                arm_due(sm::now_us() + static_cast<std::uint64_t>(
+                                           std::chrono::microseconds(db_retry_after).count()));
+                return;
             }
+            counters_.quarantined += due->quarantined;
+            std::size_t n = due->quarantined;
+            for (const auto& t : due->tas) n += t.rcpts.size();
+            got_due(std::move(due->tas));
             if (n >= limit) fetch_due();
             else refresh_due();
         });

@@ -294,3 +294,43 @@ def test_envelope_log_full_answers_452(tmpfs, mount_tmpfs, make_sink, make_disk_
     assert_delivered_once(sink, ["ok@client.test"], ["lost@client.test"])
     assert pids(relay) == before
 
+
+
+def test_next_hop_down_while_the_disk_fills(tmpfs, make_sink, make_disk_relay):
+    """Deferred recipients go to DEFEDB, whose log writes hit ENOSPC too. With
+    min_free_space = 0 the disk fills completely; DEFEDB then cannot even
+    lease due recipients for delivery, so nothing moves until an operator
+    frees space (the ballast here). Then everything goes, exactly once."""
+    ballast = os.path.join(tmpfs, "ballast")
+    with open(ballast, "wb") as f:
+        f.write(b"\0" * (2 << 20))
+    port = free_port()  # the next hop is down
+    relay = make_disk_relay(port, "min_free_space = 0")
+    before = pids(relay)
+    accepted, refused = [], []
+    with smtplib.SMTP("127.0.0.1", relay.port, timeout=30) as c:
+        c.ehlo("client.test")
+        while len(refused) < 3:
+            sender = "down-%d@client.test" % len(accepted + refused)
+            code, text = try_send(c, sender, ["x@example.net"], message(sender, 300 << 10))
+            assert code == 250 or (code == 452 and text.startswith("4.3.1")), (code, text)
+            (accepted if code == 250 else refused).append(sender)
+            assert len(accepted) < FS_SIZE // (200 << 10), "the disk never filled"
+    wait_until(lambda: "DbTxn::commit: No space left on device" in relay.log_text(), 30,
+               "DEFEDB to hit the full disk")
+    back = make_sink("--port", str(port), sub="back")  # the next hop is back
+    time.sleep(6)  # DEFEDB retries every 5 s
+    # Failed DEFEDB writes are retried later, not in a loop.
+    assert relay.log_text().count("defedb: ") < 500
+    assert pids(relay) == before, "a process died on the full disk"
+
+    os.unlink(ballast)
+    wait_until(lambda: back.count() >= len(accepted), 60, "every accepted message")
+    wait_until(lambda: not relay.spool_files("cdb"), 30, "an empty spool")
+    wait_until(lambda: "in 0 requests" in relay.smx("queue").stdout, 30, "an empty DEFEDB")
+    time.sleep(1)
+    assert_delivered_once(back, accepted, refused)
+    assert not relay.spool_files("quarantine")
+    assert send_one(relay, "after@client.test", ["x@example.net"], message("after", 1000)) == (250, "")
+    wait_until(lambda: back.count() > len(accepted), 30, "the message sent after the drain")
+    assert pids(relay) == before
