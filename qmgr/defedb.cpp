@@ -37,6 +37,8 @@ using namespace defedb;
 
 constexpr int max_deadlock_retries = 100;
 constexpr std::size_t scan_chunk = 1000;  // records per short read transaction
+// Less free space than this when open() fails: blame the disk, not the DEFEDB.
+constexpr std::uintmax_t disk_full_below = 1 << 20;
 
 // Recipients added (+) or removed (-) by the transaction running on this
 // thread; Impl::txn() adds it to the count once the transaction commits.
@@ -280,7 +282,14 @@ bool Defedb::open(const std::string& dir, const std::string& quarantine_dir, std
     } catch (const DbException& e) {
         err = "DEFEDB " + dir + ": cannot open: " + e.what();
         if (!last_db_message.empty() && last_db_message != e.what()) err += " (" + last_db_message + ")";
-        if (e.get_errno() == DB_RUNRECOVERY || e.get_errno() == DB_VERIFY_BAD || e.get_errno() == EINVAL)
+        // Recovery writes pages: on a full disk it panics, and the DEFEDB
+        // is fine. Moving it aside then would lose the deferred mail.
+        std::error_code space_ec;
+        const auto space = std::filesystem::space(dir, space_ec);
+        if (!space_ec && space.available < disk_full_below)
+            err += "; its file system is full (" + std::to_string(space.available) +
+                   " bytes free): free space and start again, nothing is lost";
+        else if (e.get_errno() == DB_RUNRECOVERY || e.get_errno() == DB_VERIFY_BAD || e.get_errno() == EINVAL)
             err += "; the DEFEDB looks damaged: salvage records with db_dump -r, or move " + dir +
                    " aside to start with an empty one";
         m.close_all();
