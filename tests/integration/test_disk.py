@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import SCALE, free_port, wait_until
+from conftest import free_port, wait_until
 
 FS_SIZE = 16 << 20
 CHILDREN = ("smx-qmgr", "smx-smtps", "smx-smtpc")
@@ -103,6 +103,8 @@ def try_send(c, sender, rcpts, body):
         return code, text.decode(errors="replace")
     except smtplib.SMTPResponseException as e:
         return e.smtp_code, e.smtp_error.decode(errors="replace")
+    except (smtplib.SMTPServerDisconnected, OSError) as e:
+        return 0, "connection lost: %s" % e
 
 
 def send_one(relay, sender, rcpts, body):
