@@ -352,3 +352,30 @@ def test_next_hop_down_while_the_disk_fills(tmpfs, make_sink, make_disk_relay):
     assert send_one(relay, "after@client.test", ["x@example.net"], message("after", 1000)) == (250, "")
     wait_until(lambda: back.count() > len(accepted), 30, "the message sent after the drain")
     assert pids(relay) == before
+
+
+def test_free_space_reserve_keeps_delivery_going(tmpfs, make_sink, make_disk_relay):
+    """The point of min_free_space: intake stops before the disk is full, so
+    DEFEDB can still write and the spool drains once the next hop is back,
+    with no operator."""
+    port = free_port()  # the next hop is down
+    relay = make_disk_relay(port, "min_free_space = %d" % (6 << 20))
+    accepted, refused = [], []
+    with smtplib.SMTP("127.0.0.1", relay.port, timeout=30) as c:
+        c.ehlo("client.test")
+        while len(refused) < 3:
+            sender = "reserve-%d@client.test" % len(accepted + refused)
+            code, text = try_send(c, sender, ["x@example.net"], message(sender, 300 << 10))
+            assert code == 250 or (code == 452 and text.startswith("4.3.1")), (code, text)
+            (accepted if code == 250 else refused).append(sender)
+            assert len(accepted) < FS_SIZE // (200 << 10), "intake never paused"
+            time.sleep(0.1)  # well under the reserve per free-space sample
+    assert "intake paused" in relay.log_text()
+    back = make_sink("--port", str(port), sub="back")
+    wait_until(lambda: back.count() >= len(accepted), 60, "every accepted message")
+    wait_until(lambda: not relay.spool_files("cdb"), 30, "an empty spool")
+    assert "No space left on device" not in relay.log_text()
+    time.sleep(1)
+    assert_delivered_once(back, accepted, refused)
+    wait_until(lambda: "intake resumed" in relay.log_text(), 10, "intake to resume")
+    assert send_one(relay, "after@client.test", ["x@example.net"], message("after", 1000)) == (250, "")
