@@ -298,6 +298,22 @@ def test_envelope_log_full_answers_452(tmpfs, mount_tmpfs, make_sink, make_disk_
 
 
 
+def send_until_452(relay, tag, pause=0.0):
+    """300 KiB messages on one connection until three get 452 4.3.1; any
+    other answer fails. Returns the senders accepted and refused."""
+    accepted, refused = [], []
+    with smtplib.SMTP("127.0.0.1", relay.port, timeout=30) as c:
+        c.ehlo("client.test")
+        while len(refused) < 3:
+            sender = "%s-%d@client.test" % (tag, len(accepted + refused))
+            code, text = try_send(c, sender, ["x@example.net"], message(sender, 300 << 10))
+            assert code == 250 or (code == 452 and text.startswith("4.3.1")), (code, text)
+            (accepted if code == 250 else refused).append(sender)
+            assert len(accepted) < FS_SIZE // (200 << 10), "intake never stopped"
+            time.sleep(pause)
+    return accepted, refused
+
+
 def test_next_hop_down_while_the_disk_fills(tmpfs, make_sink, make_disk_relay):
     """Deferred recipients go to DEFEDB, whose log writes hit ENOSPC too. With
     min_free_space = 0 the disk fills completely; DEFEDB then cannot even
@@ -312,15 +328,7 @@ def test_next_hop_down_while_the_disk_fills(tmpfs, make_sink, make_disk_relay):
     port = free_port()  # the next hop is down
     relay = make_disk_relay(port, "min_free_space = 0")
     before = pids(relay)
-    accepted, refused = [], []
-    with smtplib.SMTP("127.0.0.1", relay.port, timeout=30) as c:
-        c.ehlo("client.test")
-        while len(refused) < 3:
-            sender = "down-%d@client.test" % len(accepted + refused)
-            code, text = try_send(c, sender, ["x@example.net"], message(sender, 300 << 10))
-            assert code == 250 or (code == 452 and text.startswith("4.3.1")), (code, text)
-            (accepted if code == 250 else refused).append(sender)
-            assert len(accepted) < FS_SIZE // (200 << 10), "the disk never filled"
+    accepted, refused = send_until_452(relay, "down")
     wait_until(lambda: "DbTxn::commit: No space left on device" in relay.log_text(), 30,
                "DEFEDB to hit the full disk")
     back = make_sink("--port", str(port), sub="back")  # the next hop is back
@@ -360,16 +368,8 @@ def test_free_space_reserve_keeps_delivery_going(tmpfs, make_sink, make_disk_rel
     with no operator."""
     port = free_port()  # the next hop is down
     relay = make_disk_relay(port, "min_free_space = %d" % (6 << 20))
-    accepted, refused = [], []
-    with smtplib.SMTP("127.0.0.1", relay.port, timeout=30) as c:
-        c.ehlo("client.test")
-        while len(refused) < 3:
-            sender = "reserve-%d@client.test" % len(accepted + refused)
-            code, text = try_send(c, sender, ["x@example.net"], message(sender, 300 << 10))
-            assert code == 250 or (code == 452 and text.startswith("4.3.1")), (code, text)
-            (accepted if code == 250 else refused).append(sender)
-            assert len(accepted) < FS_SIZE // (200 << 10), "intake never paused"
-            time.sleep(0.1)  # well under the reserve per free-space sample
+    # Paced well under the reserve per free-space sample.
+    accepted, refused = send_until_452(relay, "reserve", pause=0.1)
     assert "intake paused" in relay.log_text()
     back = make_sink("--port", str(port), sub="back")
     wait_until(lambda: back.count() >= len(accepted), 60, "every accepted message")
