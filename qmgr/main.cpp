@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
         status = 1;
     }
     workers.join();
+    defedb.close();  // its checkpoint may fail (disk full) and log that
     spdlog::shutdown();
     return status;
 }

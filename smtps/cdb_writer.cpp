@@ -3,8 +3,10 @@
 #include "ids.hpp"
 
 #include <cerrno>
+#include <cstdint>
 #include <fcntl.h>
 #include <filesystem>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 namespace smtps {
@@ -43,6 +45,20 @@ int write_all(int fd, std::string_view data) {
 
 std::string CdbStore::path_for(std::string_view ta_id) const {
     return sm::cdb_path(spool_, ta_id, hashed_);
+}
+
+bool CdbStore::has_room(std::uint64_t size) {
+    if (reserve_ == 0) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - sampled_ >= std::chrono::seconds(1)) {
+        struct statvfs vfs;
+        free_ = ::statvfs(spool_.c_str(), &vfs) == 0
+                    ? static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize
+                    : UINT64_MAX;
+        sampled_ = now;
+    }
+    // size is at most max_message_size here: no overflow.
+    return free_ >= reserve_ + size + size / 2;
 }
 
 std::size_t CdbStore::remove_stale_tmp() const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <boost/asio.hpp>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -14,22 +15,32 @@ namespace smtps {
 
 namespace asio = boost::asio;
 
-// Where CDB files go and the pool that syncs them.
+// Where CDB files go, the pool that syncs them, and the free-space reserve.
 class CdbStore {
 public:
-    CdbStore(std::string spool_abs, bool hashed, asio::thread_pool& pool)
-        : spool_(std::move(spool_abs)), hashed_(hashed), pool_(pool) {}
+    CdbStore(std::string spool_abs, bool hashed, asio::thread_pool& pool,
+             std::uint64_t reserve = 0)
+        : spool_(std::move(spool_abs)), hashed_(hashed), pool_(pool), reserve_(reserve) {}
     std::string path_for(std::string_view ta_id) const;
     // Removes temporary files a crashed SMTPS left behind; call at start-up
     // before any session runs (there is one SMTPS per spool). Returns how
     // many it removed.
     std::size_t remove_stale_tmp() const;
     asio::thread_pool& pool() const { return pool_; }
+    // False when a message of `size` bytes would leave less than the reserve
+    // (queue.min_free_space) free on the spool, with postfix's margin of 1.5
+    // times the declared SIZE; so that a client hears 452 at MAIL rather
+    // than after sending all its data. Free space is sampled at most once a
+    // second; reserve 0 or a failing statvfs never refuse (QMGR checks too).
+    bool has_room(std::uint64_t size);
 
 private:
     std::string spool_;
     bool hashed_;
     asio::thread_pool& pool_;
+    std::uint64_t reserve_;
+    std::uint64_t free_ = 0;
+    std::chrono::steady_clock::time_point sampled_{};
 };
 
 class CdbWriter {

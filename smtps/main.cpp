@@ -147,7 +147,8 @@ int main(int argc, char** argv) {
     // threads mostly sleep in the kernel, and concurrent syncs share journal
     // commits, so throughput grows with the number in flight.
     asio::thread_pool sync_pool(32);
-    smtps::CdbStore cdb(cfg.spool_dir_abs(), cfg.queue.cdb_hashed, sync_pool);
+    smtps::CdbStore cdb(cfg.spool_dir_abs(), cfg.queue.cdb_hashed, sync_pool,
+                        cfg.queue.min_free_space);
     if (const auto n = cdb.remove_stale_tmp())
         spdlog::info("removed {} unfinished CDB files of an earlier run", n);
     Process p{io, cfg, cdb, {}, nullptr, nullptr};

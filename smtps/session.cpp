@@ -232,6 +232,7 @@ void Session::mail(std::string_view arg) {
     if (!p) return error("501 5.5.4 Syntax: MAIL FROM:<address>");
     if (!valid_address(p->addr, true)) return error("501 5.1.7 Bad sender address syntax");
     std::string_view params = p->params;
+    std::uint64_t size = 0;
     while (!params.empty()) {
         const auto sp = params.find(' ');
         const std::string_view kv = params.substr(0, sp);
@@ -239,7 +240,7 @@ void Session::mail(std::string_view arg) {
         if (kv.empty()) continue;
         if (istarts_with(kv, "SIZE=")) {
             const std::string_view n = kv.substr(5);
-            std::uint64_t size = 0;
+            size = 0;
             bool ok = !n.empty() && n.size() <= 19;
             for (char c : n) ok = ok && c >= '0' && c <= '9', size = size * 10 + (c - '0');
             if (!ok) return error("501 5.5.4 Bad SIZE parameter syntax");
@@ -249,6 +250,11 @@ void Session::mail(std::string_view arg) {
         } else {
             return error("555 5.5.4 Unsupported option: " + std::string(kv));
         }
+    }
+    if (!srv_.cdb().has_room(size)) {
+        spdlog::warn("NOQUEUE: reject: MAIL from {}: 452 4.3.1 Insufficient system storage; "
+                     "spool below min_free_space", client());
+        return reply("452 4.3.1 Insufficient system storage");
     }
     in_mail_ = true;
     ta_id_ = sm::new_ta_id();

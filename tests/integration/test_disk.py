@@ -200,10 +200,18 @@ def test_free_space_threshold_pauses_and_resumes_intake(tmpfs, make_sink, held_s
         (accepted if code == 250 else refused).append(tag)
         return code, text
 
-    # Free space only shrinks while the next hop holds the mail, so QMGR's
-    # last sample is at least what we see: above the threshold even after
-    # this message is written, the answer must be 250.
-    while free_bytes(tmpfs) - size >= threshold:
+    # A declared SIZE that would take the spool below the threshold (with
+    # postfix's margin of 1.5) is refused at MAIL, before any data is sent.
+    with smtplib.SMTP("127.0.0.1", relay.port, timeout=30) as c:
+        c.ehlo("client.test")
+        code, text = c.mail("big@client.test", ["SIZE=%d" % (free_bytes(tmpfs) - threshold)])
+        assert (code, text) == (452, b"4.3.1 Insufficient system storage")
+        assert c.mail("small@client.test", ["SIZE=%d" % size])[0] == 250
+    # Free space only shrinks while the next hop holds the mail, so the last
+    # samples of SMTPS and QMGR are at least what we see: above the threshold
+    # even after this message (and SMTPS's margin) is written, the answer
+    # must be 250. smtplib declares SIZE.
+    while free_bytes(tmpfs) - size * 3 // 2 >= threshold:
         assert send("above-%d@client.test" % len(accepted)) == (250, "")
         assert len(accepted) < FS_SIZE // size, "free space does not shrink"
     # Near the threshold either answer is right, depending on the sample.
@@ -216,7 +224,8 @@ def test_free_space_threshold_pauses_and_resumes_intake(tmpfs, make_sink, held_s
     code, text = send("below@client.test")
     assert (code, text.split(" ")[0]) == (452, "4.3.1"), (code, text)
     assert "Insufficient system storage" in text
-    assert "TA_COMMIT deferred: spool low on free space" in relay.log_text()
+    # SMTPS refuses it at MAIL (its sample is fresh too); QMGR has paused.
+    assert "reject: MAIL from" in relay.log_text()
     assert "intake paused" in relay.log_text()
     # Refused at the threshold, not by a full disk: SMTPS removed the content again.
     assert free_bytes(tmpfs) > threshold // 2

@@ -3,6 +3,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/statvfs.h>
+
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -37,6 +40,27 @@ TEST_CASE("stale temporary CDB files are removed at start-up") {
     smtps::CdbStore store(h.cfg().spool_dir_abs(), true, pool);
     CHECK(store.remove_stale_tmp() == 1);
     CHECK(h.cdb_files() == std::vector<std::string>{h.cdb_path(id)});
+}
+
+TEST_CASE("the free-space reserve: a declared SIZE gets 1.5 times its size as margin") {
+    Harness h;
+    asio::thread_pool pool(1);
+    std::filesystem::create_directories(h.cfg().spool_dir_abs());
+    struct statvfs vfs;
+    REQUIRE(::statvfs(h.cfg().spool_dir_abs().c_str(), &vfs) == 0);
+    const std::uint64_t free = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    REQUIRE(free > (64u << 20));
+    smtps::CdbStore none(h.cfg().spool_dir_abs(), true, pool, 0);
+    CHECK(none.has_room(UINT64_MAX / 2));  // 0: no check
+    // Half the free space as reserve leaves room for a quarter of it, plus
+    // its margin, but not for half of it (slack for other writers).
+    smtps::CdbStore half(h.cfg().spool_dir_abs(), true, pool, free / 2);
+    CHECK(half.has_room(0));
+    CHECK(half.has_room(free / 4));
+    smtps::CdbStore fresh(h.cfg().spool_dir_abs(), true, pool, free / 2);
+    CHECK_FALSE(fresh.has_room(free / 2));
+    smtps::CdbStore all(h.cfg().spool_dir_abs(), true, pool, free * 2);
+    CHECK_FALSE(all.has_room(0));
 }
 
 TEST_CASE("greeting and EHLO keywords") {
