@@ -3,8 +3,22 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 
 namespace sm {
+
+std::string rfc5322_date(std::uint64_t unix_us) {
+    static constexpr const char* days[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static constexpr const char* months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                             "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    std::time_t t = static_cast<std::time_t>(unix_us / 1000000);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s, %02d %s %04d %02d:%02d:%02d +0000", days[tm.tm_wday],
+                  tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    return buf;
+}
 
 std::uint64_t now_us() {
     using namespace std::chrono;

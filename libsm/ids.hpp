@@ -1,4 +1,4 @@
-// Transaction ids and the CDB file layout.
+// Transaction ids, the CDB file layout, and the clock.
 #pragma once
 
 #include <cstdint>
@@ -19,5 +19,8 @@ bool valid_ta_id(std::string_view id);
 std::string cdb_path(const std::string& spool_dir, std::string_view id, bool hashed);
 
 std::uint64_t now_us();
+
+// RFC 5322 date-time in UTC, in any locale: "Sun, 22 Nov 2026 19:00:22 +0000".
+std::string rfc5322_date(std::uint64_t unix_us);
 
 } // namespace sm

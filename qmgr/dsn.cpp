@@ -1,11 +1,11 @@
 #include "dsn.hpp"
 
+#include "ids.hpp"
+
 #include <cctype>
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 
 namespace smx::qmgr::dsn {
@@ -164,7 +164,7 @@ void status_part(std::string& out, const sm::msg::TaCommit& ta, const Report& re
     field(out, "Reporting-MTA", "dns; " + rep.reporting_mta);
     field(out, "X-Smx-Queue-ID", ta.ta_id);
     if (auto envid = esmtp_param(ta.params, "ENVID")) field(out, "Original-Envelope-Id", *envid);
-    if (ta.arrival_us) field(out, "Arrival-Date", rfc5322_date(ta.arrival_us));
+    if (ta.arrival_us) field(out, "Arrival-Date", sm::rfc5322_date(ta.arrival_us));
     for (const auto& r : rcpts) {
         out += "\r\n";
         field(out, "Final-Recipient", "rfc822; " + r.addr);
@@ -174,7 +174,7 @@ void status_part(std::string& out, const sm::msg::TaCommit& ta, const Report& re
         if (!r.remote_mta.empty()) field(out, "Remote-MTA", "dns; " + remote_host(r.remote_mta));
         if (r.code) field(out, "Diagnostic-Code", "smtp; " + reply_of(r));
         else field(out, "Diagnostic-Code", "X-smx; " + r.text);
-        if (r.last_attempt_us) field(out, "Last-Attempt-Date", rfc5322_date(r.last_attempt_us));
+        if (r.last_attempt_us) field(out, "Last-Attempt-Date", sm::rfc5322_date(r.last_attempt_us));
     }
 }
 
@@ -204,19 +204,6 @@ bool has_8bit(std::string_view s) {
 
 bool should_bounce(const sm::msg::TaCommit& original) { return !original.sender.empty(); }
 
-std::string rfc5322_date(std::uint64_t unix_us) {
-    static constexpr const char* days[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
-    static constexpr const char* months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                             "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-    std::time_t t = static_cast<std::time_t>(unix_us / 1000000);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%s, %02d %s %04d %02d:%02d:%02d +0000", days[tm.tm_wday],
-                  tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
-    return buf;
-}
-
 std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcpt>& rcpts,
                   const Report& rep) {
     bool failed = false;
@@ -238,7 +225,7 @@ std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcp
     field(out, "From", "Mail Delivery System <MAILER-DAEMON@" + rep.reporting_mta + ">");
     field(out, "To", "<" + original.sender + ">");
     field(out, "Subject", failed ? "Undelivered Mail Returned to Sender" : "Delayed Mail (still being retried)");
-    field(out, "Date", rfc5322_date(rep.now_us));
+    field(out, "Date", sm::rfc5322_date(rep.now_us));
     field(out, "Message-ID", "<" + rep.dsn_id + "@" + rep.reporting_mta + ">");
     field(out, "Auto-Submitted", "auto-replied");
     field(out, "MIME-Version", "1.0");

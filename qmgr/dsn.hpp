@@ -62,7 +62,5 @@ inline constexpr std::size_t max_header_section = 64 * 1024;
 std::optional<std::string> read_header_section(const std::string& path, std::string& err,
                                                std::size_t cap = max_header_section);
 
-// RFC 5322 date-time in UTC: "Sun, 22 Nov 2026 19:00:22 +0000".
-std::string rfc5322_date(std::uint64_t unix_us);
 
 } // namespace smx::qmgr::dsn

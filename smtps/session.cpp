@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 
 namespace smtps {
 namespace {
@@ -38,16 +37,6 @@ Verb parse_verb(std::string_view line, std::string_view& arg) {
     for (const auto& [name, verb] : verbs)
         if (iequals(v, name)) return verb;
     return Verb::unknown;
-}
-
-// RFC 5322 date in UTC.
-std::string rfc5322_now() {
-    const std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    ::gmtime_r(&t, &tm);
-    char buf[64];
-    std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S +0000", &tm);
-    return buf;
 }
 
 // What reading the message content found.
@@ -289,7 +278,7 @@ std::string Session::received_header() const {
         h += "\r\n\tfor <" + rcpts_.front().addr + ">; ";
     else
         h += ";\r\n\t";
-    h += rfc5322_now();
+    h += sm::rfc5322_date(sm::now_us());
     h += "\r\n";
     return h;
 }

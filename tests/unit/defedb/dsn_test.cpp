@@ -1,5 +1,6 @@
 // The RFC 3464 DSN builder: structure, fields, line rules.
 #include "dsn.hpp"
+#include "ids.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -145,7 +146,7 @@ TEST_CASE("dsn: bounce structure and fields") {
     auto msgf = fields(status[1]);
     CHECK(msgf.find("reporting-mta")->second == "dns; mx.test");
     CHECK(msgf.find("original-envelope-id")->second == "abc+def");
-    CHECK(msgf.find("arrival-date")->second == dsn::rfc5322_date(ta.arrival_us));
+    CHECK(msgf.find("arrival-date")->second == sm::rfc5322_date(ta.arrival_us));
     auto b = fields(status[2]);
     CHECK(b.find("final-recipient")->second == "rfc822; bob@example.net");
     CHECK(b.find("original-recipient")->second == "rfc822; Bob+X@example.net");
@@ -153,7 +154,7 @@ TEST_CASE("dsn: bounce structure and fields") {
     CHECK(b.find("status")->second == "5.1.1");
     CHECK(b.find("remote-mta")->second == "dns; mx.example.net");
     CHECK(b.find("diagnostic-code")->second == "smtp; 550 5.1.1 user unknown");
-    CHECK(b.find("last-attempt-date")->second == dsn::rfc5322_date(bob.last_attempt_us));
+    CHECK(b.find("last-attempt-date")->second == sm::rfc5322_date(bob.last_attempt_us));
     auto c = fields(status[3]);
     CHECK(c.find("final-recipient")->second == "rfc822; carol@example.net");
     CHECK(c.count("original-recipient") == 0);

@@ -1,3 +1,4 @@
+#include "ids.hpp"
 #include "messages.hpp"
 #include "record.hpp"
 
@@ -129,4 +130,9 @@ TEST_CASE("random garbage never crashes the decoder") {
         auto d = msg::decode<msg::TaCommit>(f, err);
         if (d) CHECK(!d->rcpts.empty());
     }
+}
+
+TEST_CASE("RFC 5322 dates are in UTC with English names") {
+    CHECK(sm::rfc5322_date(1'795'374'022'000'000) == "Sun, 22 Nov 2026 19:00:22 +0000");
+    CHECK(sm::rfc5322_date(0) == "Thu, 01 Jan 1970 00:00:00 +0000");
 }
