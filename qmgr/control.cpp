@@ -226,7 +226,7 @@ void Qmgr::ctl_delete(const std::string& id, CtlDone done) {
             defedb_count_ = r->second;
             const std::size_t* n = &r->first;
             if (here + *n == 0) return done({1, "no such queue id"});
-            ibdb_.ta_done(id, [this, cdb] { unlink_later(cdb); });
+            drop_ta(id, cdb);
             spdlog::info("{}: removed (deleted by operator, {} recipients)", id, here + *n);
             done({0, fmt::format("{}: deleted ({} recipients)\n", id, here + *n)});
         });

@@ -87,12 +87,17 @@ void Qmgr::check_ta(Ta& ta) {
 }
 
 // Every recipient is final: the envelope is done and the content can go.
-// The content goes once the ta_done record is written: a QMGR killed
-// before that must not find the envelope without its content.
 void Qmgr::finish_ta(const std::string& id, const std::string& cdb_id) {
+    drop_ta(id, cdb_id);
+    spdlog::info("{}: removed", id);
+}
+
+// The content goes once the ta_done record is written: a QMGR killed
+// before that must not find the envelope without its content. A sweep
+// running meanwhile must not take the file for an orphan.
+void Qmgr::drop_ta(const std::string& id, const std::string& cdb_id) {
     if (sweeping_) unlinked_in_sweep_.insert(cdb_id);
     ibdb_.ta_done(id, [this, cdb_id] { unlink_later(cdb_id); });
-    spdlog::info("{}: removed", id);
 }
 
 // Unlinks run on the worker pool: removing the files cost as much as the

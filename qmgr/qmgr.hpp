@@ -99,6 +99,7 @@ private:
     void schedule(Ta& ta, const std::vector<std::uint32_t>& idx);
     void check_ta(Ta& ta);
     void finish_ta(const std::string& id, const std::string& cdb_id);
+    void drop_ta(const std::string& id, const std::string& cdb_id);
     void unlink_later(const std::string& cdb_id);
     // results.cpp
     void sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status);
