@@ -1,5 +1,7 @@
 #include "channel.hpp"
 
+#include "panic.hpp"
+
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -13,7 +15,7 @@ Channel::Channel(unix_socket s, std::string peer)
 void Channel::start() {
     asio::co_spawn(sock_.get_executor(),
                    [self = shared_from_this()] { return self->writer(); },
-                   asio::detached);
+                   crash_on_exception("channel writer"));
 }
 
 asio::awaitable<std::optional<rec::Frame>> Channel::read() {
@@ -137,7 +139,7 @@ std::optional<msg::CtlReply> ctl_call(const std::string& path,
             out = msg::decode<msg::CtlReply>(*f, err);
         }
         ch->close();
-    }, asio::detached);
+    }, crash_on_exception("ctl_call"));
     io.run_for(std::chrono::seconds(30));
     if (!out && err.empty()) err = "timed out waiting for qmgr";
     return out;

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <spdlog/async.h>
 #include <spdlog/sinks/base_sink.h>
 
@@ -50,7 +51,26 @@ private:
     std::string buf_;
 };
 
+// The sink of the current logger, for drain_log.
+std::shared_ptr<LineSink> current_sink;
+
 } // namespace
+
+void drain_log() {
+    using namespace std::chrono_literals;
+    auto sink = current_sink;
+    auto pool = spdlog::thread_pool();
+    if (!sink || !pool) return;
+    // The log thread takes lines off the queue and hands them to the sink;
+    // once the queue has stayed empty briefly, the sink holds them all.
+    const auto give_up = std::chrono::steady_clock::now() + 1s;
+    int empty_polls = 0;
+    while (empty_polls < 3 && std::chrono::steady_clock::now() < give_up) {
+        empty_polls = pool->queue_size() == 0 ? empty_polls + 1 : 0;
+        std::this_thread::sleep_for(5ms);
+    }
+    sink->flush();
+}
 
 void init_logging(const std::string& process, const LogConfig& cfg) {
     spdlog::drop_all();
@@ -68,8 +88,9 @@ void init_logging(const std::string& process, const LogConfig& cfg) {
     // Async with a bounded queue: a slow log device must not stall sessions,
     // and overflow blocks rather than losing lines.
     spdlog::init_thread_pool(8192, 1);
+    current_sink = std::make_shared<LineSink>(fd);
     auto lg = std::make_shared<spdlog::async_logger>(
-        "smx/" + process, std::make_shared<LineSink>(fd), spdlog::thread_pool(),
+        "smx/" + process, current_sink, spdlog::thread_pool(),
         spdlog::async_overflow_policy::block);
     lg->set_pattern("%b %d %H:%M:%S.%e %n[%P]: %v");
     lg->set_level(spdlog::level::from_str(cfg.level));

@@ -11,4 +11,9 @@ namespace sm {
 // Sets the default logger for a process named e.g. "smtps".
 void init_logging(const std::string& process, const LogConfig& cfg);
 
+// Writes out every line logged so far, synchronously (the logger is async):
+// for sm::panic and sm::fatal, just before the process ends. Bounded: it
+// gives up after a second rather than hang a dying process.
+void drain_log();
+
 } // namespace sm

@@ -1,6 +1,7 @@
 #include "run.hpp"
 
 #include "log.hpp"
+#include "panic.hpp"
 #include "supervisor.hpp"
 
 #include <spdlog/spdlog.h>
@@ -42,6 +43,7 @@ int run(const Args& args) {
     }
 
     sm::init_logging("mcp", cfg->log);
+    sm::install_crash_handlers("mcp");
     // Few lines, each about a process coming or going: show them at once.
     spdlog::default_logger()->flush_on(spdlog::level::info);
     auto fatal = [&](const std::string& what) {

@@ -1,4 +1,5 @@
 #include "supervisor.hpp"
+#include "panic.hpp"
 
 #include "channel.hpp"
 
@@ -47,7 +48,7 @@ bool qmgr_answers(const std::string& path) {
             ok = true;
             ch->close();
         }
-    }, asio::detached);
+    }, sm::crash_on_exception("qmgr probe"));
     io.run_for(1s);
     return ok;
 }

@@ -9,6 +9,7 @@
 
 #include "config.hpp"
 #include "log.hpp"
+#include "panic.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     sm::init_logging("qmgr", cfg.log);
+    sm::install_crash_handlers("qmgr");
 
     const std::string spool = cfg.spool_dir_abs();
     for (const char* sub : {"/ibdb", "/defedb", "/quarantine", "/cdb"}) {
@@ -97,7 +99,7 @@ int main(int argc, char** argv) {
             grace.expires_after(std::chrono::milliseconds(200));
             grace.async_wait([&](boost::system::error_code) { io.stop(); });
         });
-        io.run();
+        sm::run_or_panic(io, "qmgr");
         ibdb.flush_sync();
         spdlog::info("stopped");
     } catch (const std::exception& e) {

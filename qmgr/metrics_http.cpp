@@ -1,5 +1,6 @@
 #include "metrics_http.hpp"
 
+#include "panic.hpp"
 #include "server.hpp"
 #include "smtp_io.hpp"
 
@@ -55,7 +56,7 @@ bool MetricsHttp::listen(const std::string& hostport, std::string& err) {
         err = "listen on " + hostport + ": " + ec.message();
         return false;
     }
-    asio::co_spawn(io_, accept_loop(), log_exception);
+    asio::co_spawn(io_, accept_loop(), sm::crash_on_exception("metrics accept"));
     spdlog::info("metrics on http://{}/metrics", hostport);
     return true;
 }
@@ -72,7 +73,7 @@ asio::awaitable<void> MetricsHttp::accept_loop() {
             if (!acceptor_.is_open()) break;
             continue;
         }
-        asio::co_spawn(io_, serve(std::move(s)), log_exception);
+        asio::co_spawn(io_, serve(std::move(s)), sm::crash_on_exception("metrics request"));
     }
 }
 

@@ -1,6 +1,7 @@
 #include "qmgr.hpp"
 
 #include "ids.hpp"
+#include "panic.hpp"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -117,9 +118,8 @@ void Qmgr::unlink_later(const std::string& cdb_id) {
 }
 
 void defedb_fatal(const std::string& what) {
-    spdlog::critical("defedb: {}; exiting for recovery", what);
-    spdlog::shutdown();
-    ::_exit(1);
+    // Not spdlog::shutdown(): other threads may still be logging.
+    sm::fatal("defedb: " + what + "; exiting for recovery");
 }
 
 } // namespace smx::qmgr

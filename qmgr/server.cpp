@@ -1,6 +1,8 @@
 #include "server.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include "panic.hpp"
+
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -57,15 +59,6 @@ asio::awaitable<std::optional<std::pair<T, std::uint64_t>>> next(sm::Channel& ch
 
 } // namespace
 
-void log_exception(std::exception_ptr e) {
-    if (!e) return;
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-        spdlog::error("internal error: {}", x.what());
-    }
-}
-
 Server::Server(asio::io_context& io, const sm::Config& cfg, Qmgr& q)
     : io_(io), cfg_(cfg), q_(q), acceptor_(io) {}
 
@@ -93,7 +86,7 @@ bool Server::listen(std::string& err) {
         return false;
     }
     ::chmod(path_.c_str(), 0660);
-    asio::co_spawn(io_, accept_loop(), log_exception);
+    asio::co_spawn(io_, accept_loop(), sm::crash_on_exception("qmgr accept"));
     spdlog::info("listening on {}", path_);
     return true;
 }
@@ -114,7 +107,7 @@ asio::awaitable<void> Server::accept_loop() {
         }
         auto ch = std::make_shared<sm::Channel>(std::move(s), "peer");
         ch->start();
-        asio::co_spawn(io_, session(std::move(ch)), log_exception);
+        asio::co_spawn(io_, session(std::move(ch)), sm::crash_on_exception("qmgr peer"));
     }
 }
 

@@ -38,7 +38,4 @@ private:
     std::string path_;
 };
 
-// Logs what escaped a detached coroutine instead of terminating.
-void log_exception(std::exception_ptr e);
-
 } // namespace smx::qmgr

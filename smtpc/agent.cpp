@@ -1,5 +1,7 @@
 #include "agent.hpp"
 
+#include "panic.hpp"
+
 #include <spdlog/spdlog.h>
 
 namespace smtpc {
@@ -7,14 +9,9 @@ namespace {
 
 asio::awaitable<void> run_delivery(std::shared_ptr<sm::Channel> ch, Deliverer& del,
                                    sm::msg::Deliver d) {
-    sm::msg::Result r;
-    try {
-        r = co_await del.deliver(d);
-    } catch (const std::exception& e) {
-        // QMGR must still hear about every recipient, or it waits forever.
-        spdlog::error("{}: delivery failed: {}", d.ta_id, e.what());
-        r = fail_all(d, {451, "4.3.0", std::string("internal error in smtpc: ") + e.what()});
-    }
+    // An exception here is a bug: it panics (crash_on_exception), and QMGR
+    // takes the delivery back when the link drops.
+    const sm::msg::Result r = co_await del.deliver(d);
     ch->send(sm::msg::encode(r));
 }
 
@@ -38,7 +35,8 @@ asio::awaitable<void> serve_qmgr(std::shared_ptr<sm::Channel> ch, Deliverer& del
             co_return;
         }
         spdlog::debug("{}: deliver da_id={} nrcpt={}", d->ta_id, d->da_id, d->rcpts.size());
-        asio::co_spawn(ex, run_delivery(ch, del, std::move(*d)), asio::detached);
+        asio::co_spawn(ex, run_delivery(ch, del, std::move(*d)),
+                       sm::crash_on_exception("smtpc delivery"));
     }
 }
 

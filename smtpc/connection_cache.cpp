@@ -1,8 +1,16 @@
 #include "connection_cache.hpp"
 
+#include "panic.hpp"
+
 #include <spdlog/spdlog.h>
 
 namespace smtpc {
+namespace {
+
+// QUIT on a session nobody else holds: the coroutine keeps it alive.
+asio::awaitable<void> quit_and_keep(std::shared_ptr<Session> s) { co_await s->quit(); }
+
+} // namespace
 
 std::shared_ptr<Session> ConnectionCache::take(const std::string& dest) {
     auto it = idle_.find(dest);
@@ -21,7 +29,8 @@ std::shared_ptr<Session> ConnectionCache::take(const std::string& dest) {
 void ConnectionCache::put(const std::string& dest, std::shared_ptr<Session> s) {
     if (!s->usable()) return;
     if (s->transactions() >= cfg_.max_msgs_per_connection) {
-        asio::co_spawn(s->socket().get_executor(), s->quit(), [s](std::exception_ptr) {});
+        asio::co_spawn(s->socket().get_executor(), quit_and_keep(s),
+                       sm::crash_on_exception("smtpc quit"));
         return;
     }
     const auto gen = ++s->idle_gen;
@@ -43,7 +52,8 @@ void ConnectionCache::put(const std::string& dest, std::shared_ptr<Session> s) {
         ++s->idle_gen;
         boost::system::error_code ignored;
         s->socket().cancel(ignored);
-        asio::co_spawn(s->socket().get_executor(), s->quit(), [s](std::exception_ptr) {});
+        asio::co_spawn(s->socket().get_executor(), quit_and_keep(s),
+                       sm::crash_on_exception("smtpc quit"));
     });
 }
 

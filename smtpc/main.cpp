@@ -10,6 +10,7 @@
 #include "channel.hpp"
 #include "config.hpp"
 #include "log.hpp"
+#include "panic.hpp"
 
 #include <ares.h>
 #include <csignal>
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
         return exit_config;
     }
     sm::init_logging("smtpc", cfg.log);
+    sm::install_crash_handlers("smtpc");
     std::signal(SIGPIPE, SIG_IGN);
     ares_library_init(ARES_LIB_INIT_ALL);
 
@@ -93,8 +95,8 @@ int main(int argc, char** argv) {
             rc = exit_tempfail;
             cache.close_all();
             io.stop();
-        }, asio::detached);
-        io.run();
+        }, sm::crash_on_exception("smtpc main"));
+        sm::run_or_panic(io, "smtpc");
     }
     ares_library_cleanup();
     spdlog::shutdown();

@@ -5,6 +5,7 @@
 #include "channel.hpp"
 #include "config.hpp"
 #include "log.hpp"
+#include "panic.hpp"
 #include "qmgr_client.hpp"
 #include "server.hpp"
 
@@ -101,7 +102,7 @@ struct Process {
         if (stopping) return;
         stopping = true;
         exit_code = code;
-        asio::co_spawn(io, drain(), asio::detached);
+        asio::co_spawn(io, drain(), sm::crash_on_exception("smtps drain"));
     }
 
     asio::awaitable<void> drain() {
@@ -138,6 +139,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     sm::init_logging("smtps", cfg.log);
+    sm::install_crash_handlers("smtps");
     std::signal(SIGPIPE, SIG_IGN);
     if (cfg.server.threads > 1)
         spdlog::warn("server.threads = {}: running single-threaded", cfg.server.threads);
@@ -167,8 +169,8 @@ int main(int argc, char** argv) {
         spdlog::info("signal {}: shutting down", sig);
         p.stop(0);
     });
-    asio::co_spawn(io, p.start(), asio::detached);
-    io.run();
+    asio::co_spawn(io, p.start(), sm::crash_on_exception("smtps start"));
+    sm::run_or_panic(io, "smtps");
     sync_pool.join();
     spdlog::info("exit {}", p.exit_code);
     spdlog::shutdown();

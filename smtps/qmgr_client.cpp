@@ -1,5 +1,7 @@
 #include "qmgr_client.hpp"
 
+#include "panic.hpp"
+
 #include <spdlog/spdlog.h>
 
 namespace smtps {
@@ -10,7 +12,7 @@ QmgrClient::QmgrClient(asio::any_io_executor ex, std::shared_ptr<sm::Channel> ch
     : ex_(std::move(ex)), ch_(std::move(ch)), ack_timeout_(ack_timeout), on_lost_(std::move(on_lost)) {}
 
 void QmgrClient::start() {
-    asio::co_spawn(ex_, reader(), asio::detached);
+    asio::co_spawn(ex_, reader(), sm::crash_on_exception("smtps qmgr reader"));
 }
 
 void QmgrClient::close() {

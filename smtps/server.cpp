@@ -1,6 +1,7 @@
 #include "server.hpp"
 
 #include "session.hpp"
+#include "panic.hpp"
 #include "smtp_io.hpp"
 
 #include <spdlog/spdlog.h>
@@ -25,7 +26,7 @@ Server::Server(asio::any_io_executor ex, const sm::Config& cfg, QmgrClient& qmgr
 
 void Server::listen(tcp::acceptor acceptor) {
     acceptors_.push_back(std::move(acceptor));
-    asio::co_spawn(ex_, accept_loop(acceptors_.back()), asio::detached);
+    asio::co_spawn(ex_, accept_loop(acceptors_.back()), sm::crash_on_exception("smtps accept"));
 }
 
 void Server::stop_accepting() {
@@ -82,7 +83,7 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
                                  t = cfg_.server.command_timeout]() mutable
                                     -> asio::awaitable<void> {
                 co_await sm::smtp::write_all(s, refusal, t);
-            }, asio::detached);
+            }, sm::crash_on_exception("smtps refusal"));
             continue;
         }
         asio::co_spawn(ex_, [this, s = std::move(sock), ip = std::move(ip),
@@ -95,7 +96,7 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
                 ~Slot() { counts->release(ip, per_client); }
             } slot{counts_, ip, !trusted};
             co_await run_session(*this, std::move(s), ip, trusted);
-        }, asio::detached);
+        }, sm::crash_on_exception("smtps session"));
     }
 }
 
