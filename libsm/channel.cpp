@@ -23,16 +23,34 @@ asio::awaitable<std::optional<rec::Frame>> Channel::read() {
     // read(2) rather than two per record.
     for (;;) {
         const std::string_view avail(rbuf_.data() + rpos_, rbuf_.size() - rpos_);
-        if (avail.size() >= rec::header_size) {
-            auto h = rec::parse_header(avail);
-            if (!h) {
-                spdlog::error("{}: protocol error: oversized frame", peer_);
+        if (skipping_) {
+            const std::size_t n = std::min<std::size_t>(skip_, avail.size());
+            rpos_ += n;
+            skip_ -= n;
+            if (skip_ == 0) {
+                const rec::Header h = *skipping_;
+                skipping_.reset();
+                spdlog::error("{}: record type {} of {} bytes is over the limit of {}; refused",
+                              peer_, h.type, h.length, rec::max_body);
+                co_return rec::Frame{h, {}, true};
+            }
+        } else if (avail.size() >= rec::header_size) {
+            const rec::Header h = rec::parse_header_unchecked(avail);
+            if (h.length > rec::max_skip) {
+                spdlog::error("{}: protocol error: frame length {} (stream out of step)", peer_,
+                              h.length);
                 close();
                 co_return std::nullopt;
             }
-            if (avail.size() >= rec::header_size + h->length) {
-                rec::Frame f{*h, std::string(avail.substr(rec::header_size, h->length))};
-                rpos_ += rec::header_size + h->length;
+            if (h.length > rec::max_body) {
+                skipping_ = h;
+                skip_ = h.length;
+                rpos_ += rec::header_size;
+                continue;
+            }
+            if (avail.size() >= rec::header_size + h.length) {
+                rec::Frame f{h, std::string(avail.substr(rec::header_size, h.length))};
+                rpos_ += rec::header_size + h.length;
                 co_return f;
             }
         }

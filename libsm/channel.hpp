@@ -23,8 +23,10 @@ public:
 
     // Starts the writer coroutine; call once after construction.
     void start();
-    // Next frame, or nullopt on EOF, I/O error or a malformed/oversized
-    // frame (logged; the channel is then closed).
+    // Next frame, or nullopt on EOF or I/O error, or when a frame's length
+    // is beyond rec::max_skip (the stream is out of step: logged, closed).
+    // A frame over rec::max_body is read past and returned with oversize
+    // set and no body: the caller refuses that request and reads on.
     asio::awaitable<std::optional<rec::Frame>> read();
     // Queues a frame for the writer. Dropped silently once closed.
     void send(std::string frame);
@@ -43,6 +45,9 @@ private:
     std::deque<std::string> outq_;
     std::string rbuf_;
     std::size_t rpos_ = 0;
+    // An oversize frame being read past, and how many of its bytes remain.
+    std::optional<rec::Header> skipping_;
+    std::size_t skip_ = 0;
     std::size_t queued_bytes_ = 0;
     bool open_ = true;
 };

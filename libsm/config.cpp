@@ -288,6 +288,11 @@ Config load_config(const std::string& path) {
     c.queue.orphan_age = q.seconds("orphan_age", c.queue.orphan_age);
     c.queue.delay_warning_time = std::chrono::seconds(q.positive(
         "delay_warning_time", static_cast<std::uint64_t>(c.queue.delay_warning_time.count()), true));
+    c.queue.max_delivery_time = q.seconds("max_delivery_time", c.queue.max_delivery_time);
+    if (c.queue.max_delivery_time < std::chrono::seconds(1))
+        throw ConfigError("queue.max_delivery_time", "must be >= 1");
+    c.queue.soft_bounce = q.get<bool>("soft_bounce").value_or(c.queue.soft_bounce);
+    c.queue.bounce_untrusted = q.get<bool>("bounce_untrusted").value_or(c.queue.bounce_untrusted);
     // SMTPS fdatasyncs a file, renames it and commits it: far less than
     // this unless the disk hangs.
     if (c.queue.orphan_age < std::chrono::seconds(10))

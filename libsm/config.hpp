@@ -87,6 +87,17 @@ struct QueueConfig {
     // A message still deferred this long after arrival gets one delay
     // warning DSN to its sender; 0 = never (postfix's delay_warning_time).
     std::chrono::seconds delay_warning_time{0};
+    // A delivery SMTPC has not answered for this long is taken back and its
+    // recipients retried later: SMTPC bounds each delivery itself, so only a
+    // stuck SMTPC gets here.
+    std::chrono::seconds max_delivery_time{3600};
+    // Permanent failures (5xx) are retried like temporary ones (postfix's
+    // soft_bounce): nothing bounces while a next hop is misconfigured.
+    bool soft_bounce = false;
+    // DSNs for mail that came from clients outside server.relay_networks
+    // (mail for relay_domains, whose sender anyone can forge): false logs
+    // the failure and sends none, so smx cannot be used for backscatter.
+    bool bounce_untrusted = true;
 };
 
 struct ClientConfig {

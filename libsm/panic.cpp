@@ -3,6 +3,7 @@
 #include "build_options.hpp"
 #include "log.hpp"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -64,7 +65,15 @@ void test_panic_point([[maybe_unused]] std::string_view point) {
     static const char* want = std::getenv("SMX_TEST_PANIC");
     if (!want) return;
     const std::string here = process_name + ":" + std::string(point);
-    if (here == want) panic("test fault injected at " + here);
+    if (here != want) return;
+    // With SMX_TEST_PANIC_ONCE=FILE only the first process to get here
+    // panics (the file marks it), so that the restarted one can recover.
+    if (const char* once = std::getenv("SMX_TEST_PANIC_ONCE")) {
+        const int fd = ::open(once, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0) return;
+        ::close(fd);
+    }
+    panic("test fault injected at " + here);
 #endif
 }
 

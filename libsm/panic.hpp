@@ -52,7 +52,8 @@ void install_crash_handlers(std::string_view process);
 
 // Test builds only: when the environment variable SMX_TEST_PANIC names this
 // point ("process:point"), the process panics there, so that a test can show
-// that a bug is logged, the process restarted and nothing is lost.
+// that a bug is logged, the process restarted and nothing is lost. With
+// SMX_TEST_PANIC_ONCE=FILE it fires once only (the file records that).
 void test_panic_point(std::string_view point);
 
 } // namespace sm

@@ -1,5 +1,7 @@
 #include "record.hpp"
 
+#include "panic.hpp"
+
 #include <cstring>
 
 namespace sm::rec {
@@ -24,13 +26,18 @@ std::uint64_t get_u64(const char* p) {
     return (std::uint64_t{get_u32(p)} << 32) | get_u32(p + 4);
 }
 
-std::optional<Header> parse_header(std::string_view b) {
-    if (b.size() < header_size) return std::nullopt;
+Header parse_header_unchecked(std::string_view b) {
     Header h;
     h.length = get_u32(b.data());
     h.type = get_u16(b.data() + 4);
     h.flags = get_u16(b.data() + 6);
     h.req_id = get_u64(b.data() + 8);
+    return h;
+}
+
+std::optional<Header> parse_header(std::string_view b) {
+    if (b.size() < header_size) return std::nullopt;
+    const Header h = parse_header_unchecked(b);
     if (h.length > max_body) return std::nullopt;
     return h;
 }
@@ -61,6 +68,10 @@ Writer& Writer::nested(std::uint16_t tag, const Writer& inner) {
 
 std::string Writer::frame(std::uint16_t type, std::uint64_t req_id,
                           std::uint16_t flags) const {
+    // A peer would refuse it: whoever built it broke a limit it must keep.
+    if (buf_.size() > max_body)
+        panic("record type " + std::to_string(type) + " of " + std::to_string(buf_.size()) +
+              " bytes exceeds the frame limit");
     std::string f;
     f.reserve(header_size + buf_.size());
     f += put_u32(static_cast<std::uint32_t>(buf_.size()));

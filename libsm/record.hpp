@@ -18,7 +18,13 @@ namespace sm::rec {
 
 inline constexpr std::size_t header_size = 16;
 // Largest frame body we accept: a full envelope of max recipients fits easily.
+// Every writer builds its records within it (SMTPS bounds the envelope,
+// SMTPC the reply texts); Writer::frame panics on a bug that does not.
 inline constexpr std::uint32_t max_body = 4u << 20;
+// A larger frame up to this size is skipped and handed to the reader as
+// oversize, so that only that request fails; a length beyond it means the
+// stream is out of step, and the link is dropped.
+inline constexpr std::uint32_t max_skip = 64u << 20;
 inline constexpr std::uint16_t optional_tag = 0x8000;
 
 struct Header {
@@ -30,6 +36,8 @@ struct Header {
 
 // Parses a 16-byte header. Returns nullopt when length exceeds max_body.
 std::optional<Header> parse_header(std::string_view bytes16);
+// The same without the size check.
+Header parse_header_unchecked(std::string_view bytes16);
 
 // Builds one frame; fields are appended in order.
 class Writer {
@@ -61,10 +69,13 @@ struct Field {
 // The views point into `bytes`, which must outlive the result.
 std::optional<std::vector<Field>> parse_fields(std::string_view bytes);
 
-// One received frame: header plus its body bytes.
+// One received frame: header plus its body bytes. An oversize frame (body
+// over max_body) comes with its header only, so that the reader can refuse
+// that one request (hdr.req_id) and go on.
 struct Frame {
     Header hdr;
     std::string body;
+    bool oversize = false;
 };
 
 std::string put_u16(std::uint16_t v);

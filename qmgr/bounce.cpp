@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -65,7 +66,7 @@ void Qmgr::warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay) {
     const auto after = std::chrono::duration_cast<std::chrono::microseconds>(
         cfg_.queue.delay_warning_time);
     Rcpt& r = ta.rcpts[idx];
-    if (after.count() == 0 || r.warned || !dsn::should_bounce(*ta.env) ||
+    if (after.count() == 0 || r.warned || no_dsn_reason(ta) ||
         sm::now_us() - ta.arrival_us() < static_cast<std::uint64_t>(after.count()))
         return;
     r.warned = true;
@@ -74,6 +75,15 @@ void Qmgr::warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay) {
     why.remote_mta = relay;
     why.last_attempt_us = sm::now_us();
     report(delays_, ta, idx, std::move(why));
+}
+
+const char* Qmgr::no_dsn_reason(const Ta& ta) const {
+    if (!dsn::should_bounce(*ta.env)) return "sender is null";
+    if (cfg_.queue.bounce_untrusted) return nullptr;
+    const auto& nets = cfg_.server.relay_networks;
+    const bool trusted = std::any_of(nets.begin(), nets.end(),
+                                     [&](const sm::Cidr& c) { return c.contains(ta.env->client_addr); });
+    return trusted ? nullptr : "client outside relay_networks (bounce_untrusted = false)";
 }
 
 void Qmgr::report(std::map<std::string, std::vector<Bounce>>& to, Ta& ta, std::uint32_t idx,
@@ -94,8 +104,8 @@ void Qmgr::flush_reports() {
         if (!ta) continue;
         if (ta->deleted) {
             bounced(id, list);
-        } else if (!dsn::should_bounce(*ta->env)) {
-            spdlog::info("{}: sender is null, no bounce", id);
+        } else if (const char* why = no_dsn_reason(*ta)) {
+            spdlog::info("{}: no bounce: {}", id, why);
             bounced(id, list);
         } else {
             // Only when the DSN is durable are the failed recipients closed;

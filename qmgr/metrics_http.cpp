@@ -4,6 +4,7 @@
 #include "server.hpp"
 #include "smtp_io.hpp"
 
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>
 
 #include <cstring>
@@ -12,7 +13,6 @@
 namespace smx::qmgr {
 
 namespace {
-constexpr auto http_timeout = std::chrono::seconds(5);
 
 // Counters only grow; the rest are levels.
 bool is_counter(std::string_view name) {
@@ -78,6 +78,25 @@ asio::awaitable<void> MetricsHttp::accept_loop() {
 }
 
 asio::awaitable<void> MetricsHttp::serve(asio::ip::tcp::socket s) {
+    using namespace asio::experimental::awaitable_operators;
+    boost::system::error_code ec;
+    if (clients_ >= max_clients) {
+        s.close(ec);  // a scraper retries; a flood must not cost descriptors
+        co_return;
+    }
+    ++clients_;
+    struct Release {
+        unsigned& n;
+        ~Release() { --n; }
+    } release{clients_};
+    asio::steady_timer deadline(s.get_executor(), request_timeout);
+    co_await (answer(s) || deadline.async_wait(asio::as_tuple(asio::use_awaitable)));
+    s.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+}
+
+// Reads one request and writes the answer (the caller bounds the time).
+asio::awaitable<void> MetricsHttp::answer(asio::ip::tcp::socket& s) {
+    constexpr auto http_timeout = request_timeout;
     sm::smtp::LineReader<asio::ip::tcp::socket> in(s, 1024);
     auto req = co_await in.read_line(http_timeout);
     if (req.status != sm::smtp::ReadStatus::ok || !req.complete) co_return;
@@ -93,8 +112,6 @@ asio::awaitable<void> MetricsHttp::serve(asio::ip::tcp::socket s) {
     resp += "Content-Type: text/plain; version=0.0.4\r\nContent-Length: " +
             std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
     co_await sm::smtp::write_all(s, resp, http_timeout);
-    boost::system::error_code ec;
-    s.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
 }
 
 } // namespace smx::qmgr

@@ -1,6 +1,8 @@
 // Prometheus text exposition of QMGR's counters on http://<stats.listen>/metrics
 // (optional: off unless [stats] listen is set). HTTP/1.0, one request per
-// connection, which is all a scraper needs.
+// connection, which is all a scraper needs. It must never hurt mail flow:
+// at most max_clients connections at once (more are closed at once), and one
+// deadline for each whole request, however slowly the client sends it.
 #pragma once
 
 #include "qmgr.hpp"
@@ -12,6 +14,9 @@ namespace smx::qmgr {
 
 class MetricsHttp {
 public:
+    static constexpr unsigned max_clients = 16;
+    static constexpr std::chrono::seconds request_timeout{5};
+
     MetricsHttp(asio::io_context& io, const Qmgr& q) : io_(io), q_(q), acceptor_(io) {}
     bool listen(const std::string& hostport, std::string& err);
     void stop();
@@ -19,10 +24,12 @@ public:
 private:
     asio::awaitable<void> accept_loop();
     asio::awaitable<void> serve(asio::ip::tcp::socket s);
+    asio::awaitable<void> answer(asio::ip::tcp::socket& s);
 
     asio::io_context& io_;
     const Qmgr& q_;
     asio::ip::tcp::acceptor acceptor_;
+    unsigned clients_ = 0;
 };
 
 // The counters as Prometheus text: smx_<name> <value> lines with TYPE hints.

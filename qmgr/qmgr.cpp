@@ -31,8 +31,28 @@ Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& w
                  defer(ta, idx, {}, why, until);
              }),
       db_retry_(ex), due_timer_(ex), maint_timer_(ex), disk_timer_(ex),
-      sweep_timer_(ex) {
+      sweep_timer_(ex), reclaim_timer_(ex) {
     check_disk();
+    reclaim_overdue();
+}
+
+void Qmgr::reclaim_overdue() {
+    const auto limit = std::chrono::duration_cast<std::chrono::microseconds>(
+        cfg_.queue.max_delivery_time);
+    for (const auto& [link, da_id] :
+         sched_.overdue(sm::now_us(), static_cast<std::uint64_t>(limit.count()))) {
+        spdlog::warn("delivery {} reclaimed: smtpc gave no result within {}s", da_id,
+                     cfg_.queue.max_delivery_time.count());
+        on_result(link, sm::msg::Result{da_id, {}, {}},
+                  "4.4.1 delivery reclaimed: no result from smtpc in time");
+    }
+    // Checked a few times per limit, at most once a second.
+    reclaim_timer_.expires_after(std::max<std::chrono::milliseconds>(
+        std::chrono::milliseconds(1000), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             cfg_.queue.max_delivery_time) / 4));
+    reclaim_timer_.async_wait([this](boost::system::error_code ec) {
+        if (!ec) reclaim_overdue();
+    });
 }
 
 void Qmgr::stop() {
@@ -41,6 +61,7 @@ void Qmgr::stop() {
     maint_timer_.cancel();
     disk_timer_.cancel();
     sweep_timer_.cancel();
+    reclaim_timer_.cancel();
     db_retry_.cancel();
 }
 

@@ -66,7 +66,9 @@ public:
     // SMTPC links and their RESULTs.
     std::uint64_t add_smtpc(Send send) { return sched_.add_link(std::move(send)); }
     void remove_smtpc(std::uint64_t link) { sched_.remove_link(link); }
-    void on_result(std::uint64_t link, const sm::msg::Result& r);
+    // `missing` is the retry reason of recipients the RESULT does not name.
+    void on_result(std::uint64_t link, const sm::msg::Result& r,
+                   std::string_view missing = "4.4.0 smtpc returned no result for this recipient");
 
     // CLI requests (answered through done, possibly after DEFEDB work on
     // the pool); and the counters for `smx stats` and Prometheus.
@@ -101,6 +103,8 @@ private:
     void finish_ta(const std::string& id, const std::string& cdb_id);
     void drop_ta(const std::string& id, const std::string& cdb_id);
     void unlink_later(const std::string& cdb_id);
+    // Takes back deliveries SMTPC has held past queue.max_delivery_time.
+    void reclaim_overdue();
     // results.cpp
     void sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status);
     void retry_later(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& why);
@@ -131,6 +135,9 @@ private:
     void queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kind,
                    std::function<void(const std::string&)> done);
     void bounced(const std::string& ta_id, const std::vector<Bounce>& list);
+    // Why the sender of ta gets no DSN (null sender, bounce_untrusted), or
+    // nullptr when it does.
+    const char* no_dsn_reason(const Ta& ta) const;
     // control.cpp
     void ctl_queue(CtlDone done);
     void ctl_flush(CtlDone done);
@@ -176,6 +183,7 @@ private:
     asio::steady_timer disk_timer_;
     bool disk_low_ = false;
     asio::steady_timer sweep_timer_;
+    asio::steady_timer reclaim_timer_;
     bool sweeping_ = false;
     // Content files unlinked while a sweep runs: not orphans, whatever the
     // sweep saw when it started.

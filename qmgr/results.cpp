@@ -3,6 +3,7 @@
 #include "qmgr.hpp"
 
 #include "ids.hpp"
+#include "panic.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -78,7 +79,8 @@ dsn::FailedRcpt expired_rcpt(const std::string& addr, const std::string& last_er
     return f;
 }
 
-void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r) {
+void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, std::string_view missing) {
+    sm::test_panic_point("on_result");
     std::string first_error;
     for (const auto& x : r.rcpts)
         if (x.code < 200 || x.code >= 300) {
@@ -103,10 +105,10 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r) {
             // `smx delete` while it was out: whatever happened, drop it.
             queue_.close(ta, idx, RcptState::done);
         } else if (it == r.rcpts.end()) {
-            retry_later(ta, idx, r.relay, "4.4.0 smtpc returned no result for this recipient");
+            retry_later(ta, idx, r.relay, std::string(missing));
         } else if (it->code >= 200 && it->code < 300) {
             sent(ta, idx, r.relay, reply_text(*it));
-        } else if (it->code >= 500 && it->code < 600) {
+        } else if (it->code >= 500 && it->code < 600 && !cfg_.queue.soft_bounce) {
             auto why = failed_rcpt(rc.addr, reply_text(*it));
             why.remote_mta = r.relay;
             why.last_attempt_us = sm::now_us();

@@ -98,6 +98,14 @@ std::optional<Job> Scheduler::complete(std::uint64_t link, std::uint64_t da_id,
     return std::move(dl.job);
 }
 
+std::vector<std::pair<std::uint64_t, std::uint64_t>> Scheduler::overdue(
+    std::uint64_t now_us, std::uint64_t max_us) const {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+    for (const auto& [da_id, dl] : inflight_)
+        if (now_us - dl.sent_us > max_us) out.emplace_back(dl.link, da_id);
+    return out;
+}
+
 double Scheduler::window(const std::string& key) const {
     auto it = dests_.find(key);
     return it == dests_.end() ? 0 : it->second->window;
@@ -169,7 +177,7 @@ void Scheduler::dispatch(Dest& d, Link& l) {
     l.send(sm::msg::encode(m));
     ++l.inflight;
     ++d.active;
-    inflight_.emplace(m.da_id, Delivery{std::move(job), &d, l.id});
+    inflight_.emplace(m.da_id, Delivery{std::move(job), &d, l.id, sm::now_us()});
 }
 
 // Postfix's feedback: each failure costs one unit of concurrency and 1/window

@@ -68,6 +68,11 @@ public:
     std::optional<Job> complete(std::uint64_t link, std::uint64_t da_id,
                                 bool connection_failed, const std::string& error);
 
+    // Deliveries out longer than max_us at now_us, as (link, da_id): SMTPC
+    // bounds every delivery itself, so these are lost in a stuck SMTPC.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> overdue(std::uint64_t now_us,
+                                                                 std::uint64_t max_us) const;
+
     std::size_t active_deliveries() const { return inflight_.size(); }
     std::size_t links() const { return links_.size(); }
     std::size_t destinations() const { return dests_.size(); }
@@ -96,6 +101,7 @@ private:
         Job job;
         Dest* dest = nullptr;
         std::uint64_t link = 0;
+        std::uint64_t sent_us = 0;
     };
 
     bool can_send(const Dest& d) const;

@@ -39,22 +39,28 @@ asio::awaitable<void> refuse(std::shared_ptr<sm::Channel> ch, const std::string&
     ch->close();
 }
 
-// The next record of a peer, which must be of type T, with its req_id;
+// The next record of a peer, which must be of type T: the record, or the
+// req_id of an oversize one (refused by the caller for that request only);
 // nullopt at EOF or on a protocol error (logged: the peer is then dropped).
 template <class T>
-asio::awaitable<std::optional<std::pair<T, std::uint64_t>>> next(sm::Channel& ch,
-                                                                 std::uint16_t type) {
+struct Next {
+    std::optional<T> rec;  // empty: oversize
+    std::uint64_t req_id = 0;
+};
+template <class T>
+asio::awaitable<std::optional<Next<T>>> next(sm::Channel& ch, std::uint16_t type) {
     auto f = co_await ch.read();
     if (!f) co_return std::nullopt;
     std::string err;
-    std::optional<T> v;
-    if (f->hdr.type == type) v = sm::msg::decode<T>(*f, err);
-    else err = "unexpected record type " + std::to_string(f->hdr.type);
-    if (!v) {
+    Next<T> n{std::nullopt, f->hdr.req_id};
+    if (f->hdr.type != type) err = "unexpected record type " + std::to_string(f->hdr.type);
+    else if (f->oversize) co_return n;
+    else n.rec = sm::msg::decode<T>(*f, err);
+    if (!n.rec) {
         spdlog::error("{}: protocol error: {}; dropping the peer", ch.peer(), err);
         co_return std::nullopt;
     }
-    co_return std::make_pair(std::move(*v), f->hdr.req_id);
+    co_return n;
 }
 
 } // namespace
@@ -138,9 +144,17 @@ asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch) {
     auto& n = q_.counters().smtps_connections;
     ++n;
     spdlog::info("{}: connected", ch->peer());
-    while (auto ta = co_await next<sm::msg::TaCommit>(*ch, sm::msg::TA_COMMIT))
-        q_.on_commit(std::move(ta->first), ta->second,
+    while (auto ta = co_await next<sm::msg::TaCommit>(*ch, sm::msg::TA_COMMIT)) {
+        if (!ta->rec) {
+            ++q_.counters().rejected;
+            ch->send(sm::msg::encode(
+                sm::msg::TaAck{{}, sm::msg::AckStatus::reject, "5.3.4 envelope too large"},
+                ta->req_id));
+            continue;
+        }
+        q_.on_commit(std::move(*ta->rec), ta->req_id,
                      [ch](std::string frame) { ch->send(std::move(frame)); });
+    }
     --n;
     spdlog::info("{}: disconnected", ch->peer());
 }
@@ -148,7 +162,12 @@ asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch) {
 asio::awaitable<void> Server::smtpc(std::shared_ptr<sm::Channel> ch) {
     const auto link = q_.add_smtpc([ch](std::string frame) { ch->send(std::move(frame)); });
     spdlog::info("{}: connected", ch->peer());
-    while (auto r = co_await next<sm::msg::Result>(*ch, sm::msg::RESULT)) q_.on_result(link, r->first);
+    while (auto r = co_await next<sm::msg::Result>(*ch, sm::msg::RESULT)) {
+        // SMTPC sends a RESULT with req_id = da_id: an oversize one fails
+        // only that delivery, whose recipients are tried again later.
+        if (!r->rec) q_.on_result(link, sm::msg::Result{r->req_id, {}, {}});
+        else q_.on_result(link, *r->rec);
+    }
     // What it had in flight goes back to the queues for the next SMTPC.
     q_.remove_smtpc(link);
     spdlog::info("{}: disconnected", ch->peer());
@@ -158,8 +177,10 @@ asio::awaitable<void> Server::cli(std::shared_ptr<sm::Channel> ch) {
     while (auto f = co_await read_for(*ch, cli_timeout)) {
         std::string err;
         std::optional<sm::msg::CtlRequest> req;
-        if (f->hdr.type == sm::msg::CTL_REQ) req = sm::msg::decode<sm::msg::CtlRequest>(*f, err);
-        else err = "unexpected record type " + std::to_string(f->hdr.type);
+        if (f->hdr.type != sm::msg::CTL_REQ)
+            err = "unexpected record type " + std::to_string(f->hdr.type);
+        else if (f->oversize) err = "request too large";
+        else req = sm::msg::decode<sm::msg::CtlRequest>(*f, err);
         if (!req) {
             ch->send(sm::msg::encode(sm::msg::CtlReply{1, "protocol error: " + err},
                                      f->hdr.req_id));

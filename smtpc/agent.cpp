@@ -11,6 +11,7 @@ asio::awaitable<void> run_delivery(std::shared_ptr<sm::Channel> ch, Deliverer& d
                                    sm::msg::Deliver d) {
     // An exception here is a bug: it panics (crash_on_exception), and QMGR
     // takes the delivery back when the link drops.
+    sm::test_panic_point("deliver");
     const sm::msg::Result r = co_await del.deliver(d);
     ch->send(sm::msg::encode(r));
 }

@@ -65,6 +65,7 @@ asio::awaitable<std::optional<sm::msg::TaAck>> QmgrClient::commit(
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
     pending_.erase(req);
     if (!w.ack && connected_) spdlog::warn("{}: no TA_ACK from qmgr in time", ta.ta_id);
+    if (w.ack) sm::test_panic_point("ta_ack");
     co_return std::move(w.ack);
 }
 

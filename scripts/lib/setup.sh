@@ -36,7 +36,8 @@ smx_build() {
   if [ ! -f "$dir/build.ninja" ]; then
     meson setup "$dir" "$SMX_ROOT" "$@" || return 1
   elif [ $# -gt 0 ]; then
-    meson configure "$dir" "$@" || return 1
+    # --reconfigure, not `meson configure`: it also knows options added since.
+    meson setup --reconfigure "$dir" "$SMX_ROOT" "$@" >/dev/null || return 1
   fi
   ninja -C "$dir"
 }
