@@ -289,8 +289,6 @@ Config load_config(const std::string& path) {
     c.queue.delay_warning_time = std::chrono::seconds(q.positive(
         "delay_warning_time", static_cast<std::uint64_t>(c.queue.delay_warning_time.count()), true));
     c.queue.max_delivery_time = q.seconds("max_delivery_time", c.queue.max_delivery_time);
-    if (c.queue.max_delivery_time < std::chrono::seconds(1))
-        throw ConfigError("queue.max_delivery_time", "must be >= 1");
     c.queue.soft_bounce = q.get<bool>("soft_bounce").value_or(c.queue.soft_bounce);
     c.queue.bounce_untrusted = q.get<bool>("bounce_untrusted").value_or(c.queue.bounce_untrusted);
     // SMTPS fdatasyncs a file, renames it and commits it: far less than
@@ -303,6 +301,7 @@ Config load_config(const std::string& path) {
     c.client.connect_timeout = cl.seconds("connect_timeout", c.client.connect_timeout);
     c.client.command_timeout = cl.seconds("command_timeout", c.client.command_timeout);
     c.client.idle_timeout = cl.seconds("idle_timeout", c.client.idle_timeout);
+    c.client.delivery_timeout = cl.seconds("delivery_timeout", c.client.delivery_timeout);
     c.client.max_msgs_per_connection =
         cl.small("max_msgs_per_connection", c.client.max_msgs_per_connection, 1000000);
     c.client.initial_concurrency =
@@ -312,6 +311,9 @@ Config load_config(const std::string& path) {
         throw ConfigError("client.max_concurrency", "must be >= initial_concurrency");
     c.client.helo_name = cl.get<std::string>("helo_name").value_or(c.server.hostname);
     cl.check_unknown();
+    if (c.queue.max_delivery_time <= c.client.delivery_timeout)
+        throw ConfigError("queue.max_delivery_time",
+                          "must be above client.delivery_timeout (SMTPC's own bound)");
 
     TableReader lg(root["log"].as_table(), "log");
     c.log.level = lg.get<std::string>("level").value_or(c.log.level);

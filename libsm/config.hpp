@@ -104,6 +104,9 @@ struct ClientConfig {
     std::chrono::seconds connect_timeout{30};
     std::chrono::seconds command_timeout{300};
     std::chrono::seconds idle_timeout{5};
+    // One delivery attempt (DNS, connects, the whole transaction) ends after
+    // this, however the next hop stalls; its recipients are retried later.
+    std::chrono::seconds delivery_timeout{1200};
     unsigned max_msgs_per_connection = 1000;
     unsigned initial_concurrency = 5;
     unsigned max_concurrency = 20;

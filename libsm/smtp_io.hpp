@@ -72,11 +72,18 @@ private:
     std::shared_ptr<Watch> watch_;
 };
 
+// How much of a reply is kept (postfix keeps about as much): the rest is
+// read from the wire, so the stream stays in step, and dropped.
+inline constexpr std::size_t reply_line_keep = 512;   // bytes of text per line
+inline constexpr std::size_t reply_text_keep = 2048;  // bytes of text per reply
+inline constexpr std::size_t reply_max_lines = 100;   // more: a broken reply
+
 // One parsed SMTP reply (possibly multi-line).
 struct Reply {
     int code = 0;               // 0 when the connection failed before a reply
     std::string enhanced;       // "2.0.0" when the first line carries one
-    std::vector<std::string> lines;  // text after "NNN-" / "NNN "
+    std::vector<std::string> lines;  // text after "NNN-" / "NNN ", capped (see above)
+    bool truncated = false;          // some text was dropped
     ReadStatus status = ReadStatus::ok;
     // First line text without the enhanced code, for logs.
     std::string text() const;
@@ -84,7 +91,9 @@ struct Reply {
     std::string summary() const;
 };
 
-// Reads one complete reply; malformed lines make code 0 with status error.
+// Reads one complete reply within `timeout` (for all of its lines);
+// malformed lines make code 0 with status error, and so do more than
+// reply_max_lines lines.
 template <class Stream>
 asio::awaitable<Reply> read_reply(LineReader<Stream>& r,
                                   std::chrono::steady_clock::duration timeout);

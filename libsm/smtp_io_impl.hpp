@@ -2,6 +2,7 @@
 #pragma once
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <algorithm>
 #include <cstring>
 
 namespace sm::smtp {
@@ -71,6 +72,8 @@ asio::awaitable<ReadStatus> LineReader<Stream>::fill(
 template <class Stream>
 asio::awaitable<Line> LineReader<Stream>::read_line(
     std::chrono::steady_clock::duration timeout) {
+    // One deadline for the whole line, however slowly it drips in.
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::size_t scanned = 0;
     for (;;) {
         std::string_view avail(buf_.data() + pos_, end_ - pos_);
@@ -96,7 +99,7 @@ asio::awaitable<Line> LineReader<Stream>::read_line(
             co_return l;
         }
         scanned = avail.size();
-        const auto st = co_await fill(timeout);
+        const auto st = co_await fill(deadline - std::chrono::steady_clock::now());
         if (st != ReadStatus::ok) {
             Line l;
             l.status = st;
@@ -108,6 +111,7 @@ asio::awaitable<Line> LineReader<Stream>::read_line(
 template <class Stream>
 asio::awaitable<ReadStatus> LineReader<Stream>::skip_line(
     std::chrono::steady_clock::duration timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
         std::string_view avail(buf_.data() + pos_, end_ - pos_);
         const auto lf = avail.find('\n');
@@ -116,7 +120,7 @@ asio::awaitable<ReadStatus> LineReader<Stream>::skip_line(
             co_return ReadStatus::ok;
         }
         pos_ = end_;
-        const auto st = co_await fill(timeout);
+        const auto st = co_await fill(deadline - std::chrono::steady_clock::now());
         if (st != ReadStatus::ok) co_return st;
     }
 }
@@ -124,9 +128,14 @@ asio::awaitable<ReadStatus> LineReader<Stream>::skip_line(
 template <class Stream>
 asio::awaitable<Reply> read_reply(LineReader<Stream>& r,
                                   std::chrono::steady_clock::duration timeout) {
+    // One deadline for the whole reply: a peer dripping continuation lines
+    // cannot stretch it. Only reply_text_keep bytes of text are kept.
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto left = [&] { return deadline - std::chrono::steady_clock::now(); };
+    std::size_t kept = 0;
     Reply rep;
     for (;;) {
-        const Line l = co_await r.read_line(timeout);
+        const Line l = co_await r.read_line(left());
         if (l.status != ReadStatus::ok) {
             rep.status = l.status;
             rep.code = 0;
@@ -134,7 +143,7 @@ asio::awaitable<Reply> read_reply(LineReader<Stream>& r,
         }
         if (!l.complete) {  // absurdly long reply line: drop the rest
             // Awaited into a local: GCC 12 miscompiles co_await in conditions.
-            const ReadStatus skipped = co_await r.skip_line(timeout);
+            const ReadStatus skipped = co_await r.skip_line(left());
             if (skipped != ReadStatus::ok) {
                 rep.status = ReadStatus::error;
                 rep.code = 0;
@@ -158,10 +167,15 @@ asio::awaitable<Reply> read_reply(LineReader<Stream>& r,
             rep.code = 0;
             co_return rep;
         }
-        rep.lines.emplace_back(t.size() > 4 ? t.substr(4) : std::string_view{});
+        const std::string_view text = t.size() > 4 ? t.substr(4) : std::string_view{};
+        const std::size_t keep =
+            std::min({text.size(), reply_line_keep, reply_text_keep - kept});
+        kept += keep;
+        rep.lines.emplace_back(text.substr(0, keep));
+        if (keep < text.size()) rep.truncated = true;
         if (rep.lines.size() == 1) rep.enhanced = split_enhanced(rep.lines[0]).first;
         if (t.size() == 3 || t[3] == ' ') co_return rep;
-        if (rep.lines.size() > 100) {  // endless continuation: treat as broken
+        if (rep.lines.size() >= reply_max_lines) {  // endless continuation: broken
             rep.status = ReadStatus::error;
             rep.code = 0;
             co_return rep;

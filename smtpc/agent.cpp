@@ -13,7 +13,8 @@ asio::awaitable<void> run_delivery(std::shared_ptr<sm::Channel> ch, Deliverer& d
     // takes the delivery back when the link drops.
     sm::test_panic_point("deliver");
     const sm::msg::Result r = co_await del.deliver(d);
-    ch->send(sm::msg::encode(r));
+    // req_id = da_id: QMGR can fail this delivery alone should it refuse it.
+    ch->send(sm::msg::encode(r, r.da_id));
 }
 
 } // namespace

@@ -13,21 +13,33 @@ asio::awaitable<void> quit_and_keep(std::shared_ptr<Session> s) { co_await s->qu
 } // namespace
 
 std::shared_ptr<Session> ConnectionCache::take(const std::string& dest) {
-    auto it = idle_.find(dest);
-    if (it == idle_.end()) return nullptr;
-    // Most recently used first: it is the least likely to have timed out.
-    auto s = std::move(it->second.back());
-    it->second.pop_back();
-    if (it->second.empty()) idle_.erase(it);
-    ++s->idle_gen;
-    boost::system::error_code ec;
-    s->socket().cancel(ec);
-    s->idle_timer().cancel();
-    return s;
+    for (;;) {
+        auto it = idle_.find(dest);
+        if (it == idle_.end()) return nullptr;
+        // Most recently used first: it is the least likely to have timed out.
+        auto s = std::move(it->second.back());
+        it->second.pop_back();
+        if (it->second.empty()) idle_.erase(it);
+        ++s->idle_gen;
+        boost::system::error_code ec;
+        s->socket().cancel(ec);
+        s->idle_timer().cancel();
+        if (!s->has_unread()) return s;
+        spdlog::warn("{}: unexpected data on idle connection; closing it", s->relay());
+        s->close();
+    }
 }
 
 void ConnectionCache::put(const std::string& dest, std::shared_ptr<Session> s) {
     if (!s->usable()) return;
+    if (s->has_unread()) {
+        // E.g. a reply line after the end-of-data reply: the next
+        // transaction would read it as its own (replies out of step).
+        spdlog::warn("{}: unexpected data after the transaction; closing the connection",
+                     s->relay());
+        s->close();
+        return;
+    }
     if (s->transactions() >= cfg_.max_msgs_per_connection) {
         asio::co_spawn(s->socket().get_executor(), quit_and_keep(s),
                        sm::crash_on_exception("smtpc quit"));

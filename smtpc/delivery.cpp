@@ -2,8 +2,10 @@
 
 #include "ids.hpp"
 
-#include <algorithm>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 namespace smtpc {
 namespace {
@@ -38,7 +40,19 @@ std::string destination_key(const sm::msg::Deliver& d) {
     return key;
 }
 
+void fit_result(sm::msg::Result& r) {
+    // Field overheads are small; leave a generous margin for them.
+    constexpr std::size_t budget = sm::rec::max_body / 2;
+    std::size_t total = r.relay.size();
+    for (const auto& x : r.rcpts) total += x.text.size() + x.enhanced.size() + 64;
+    if (total <= budget || r.rcpts.empty()) return;
+    const std::size_t each = std::max<std::size_t>(32, budget / r.rcpts.size() - 64);
+    for (auto& x : r.rcpts)
+        if (x.text.size() > each) x.text.resize(each);
+}
+
 asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
+    using namespace asio::experimental::awaitable_operators;
     sm::msg::Result r;
     r.da_id = d.da_id;
     if (d.rcpts.empty()) co_return r;
@@ -50,17 +64,38 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     r.rcpts.reserve(d.rcpts.size());
     for (const auto& rc : d.rcpts) r.rcpts.push_back({rc.idx, 0, {}, {}});
 
+    // The attempt is cancelled at the deadline (its connection is closed,
+    // not cached); recipients without a verdict by then are retried.
+    asio::steady_timer limit(co_await asio::this_coro::executor, cfg_.client.delivery_timeout);
+    const auto done = co_await (attempt(d, file, r) ||
+                                limit.async_wait(asio::as_tuple(asio::use_awaitable)));
+    if (done.index() == 1) {
+        const Failure late{451, "4.4.2",
+                           "delivery timed out after " +
+                               std::to_string(cfg_.client.delivery_timeout.count()) + " s" +
+                               (r.relay.empty() ? std::string() : " talking to " + r.relay)};
+        spdlog::info("{}: {}", d.ta_id, late.text);
+        for (auto& x : r.rcpts)
+            if (x.code == 0) x = {x.idx, late.code, late.enhanced, late.text};
+    }
+    fit_result(r);
+    co_return r;
+}
+
+asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const MessageFile& file,
+                                         sm::msg::Result& r) {
     const std::string key = destination_key(d);
     // A cached session first; one that the server closed while it sat idle
     // says retry, and the next one (or a new connection) is tried.
     while (auto s = cache_.take(key)) {
+        r.relay = s->relay();
         auto outcome = co_await s->transaction(d, file, r.rcpts);
         if (outcome == Session::Outcome::retry) continue;
         spdlog::debug("{}: sent over cached connection to {}", d.ta_id, s->relay());
-        r.relay = s->relay();
         cache_.put(key, std::move(s));
-        co_return r;
+        co_return;
     }
+    r.relay.clear();
 
     const std::string domain = rcpt_domain(d);
     Failure last{451, "4.4.3", "no next hop for domain " + domain};
@@ -80,13 +115,13 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
                 last = *err;
                 continue;
             }
-            co_await s->transaction(d, file, r.rcpts);  // a new session never says retry
             r.relay = s->relay();
+            co_await s->transaction(d, file, r.rcpts);  // a new session never says retry
             cache_.put(key, std::move(s));
-            co_return r;
+            co_return;
         }
     }
-    co_return fail_all(d, last);
+    for (auto& x : r.rcpts) x = {x.idx, last.code, last.enhanced, last.text};
 }
 
 } // namespace smtpc

@@ -16,9 +16,15 @@ public:
     Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cache)
         : cfg_(cfg), spool_(cfg.spool_dir_abs()), dns_(dns), cache_(cache) {}
 
+    // Never takes longer than client.delivery_timeout; every recipient of d
+    // has a result, and the RESULT fits in a record.
     asio::awaitable<sm::msg::Result> deliver(const sm::msg::Deliver& d);
 
 private:
+    // Cached connections, then each next hop in turn; fills in r.rcpts.
+    asio::awaitable<void> attempt(const sm::msg::Deliver& d, const MessageFile& file,
+                                  sm::msg::Result& r);
+
     const sm::Config& cfg_;
     const std::string spool_;
     Resolver& dns_;
@@ -30,5 +36,9 @@ sm::msg::Result fail_all(const sm::msg::Deliver& d, const Failure& f);
 
 // The connection cache key: the nexthops, plus the domain for "mx" routes.
 std::string destination_key(const sm::msg::Deliver& d);
+
+// Shortens the texts of r until its record fits in sm::rec::max_body (no
+// recipient is ever dropped: QMGR would retry it for nothing).
+void fit_result(sm::msg::Result& r);
 
 } // namespace smtpc

@@ -62,15 +62,30 @@ asio::awaitable<bool> Session::write(std::string_view data, const char* stage) {
     co_return ok;
 }
 
+bool Session::has_unread() {
+    boost::system::error_code ec;
+    const std::size_t pending = sock_.available(ec);
+    return reader_.buffered() > 0 || pending > 0 || ec;
+}
+
 // Reads the next reply into rep_. false when the connection is gone: EOF,
-// error, timeout, or 421 (the server is closing the channel).
-asio::awaitable<bool> Session::read(const char* stage) {
+// error, timeout, 421 (the server is closing the channel), or a reply that
+// has no business in its place (a protocol error).
+asio::awaitable<bool> Session::read(const char* stage, Expect e) {
     rep_ = co_await sm::smtp::read_reply(reader_, cfg_.command_timeout);
-    if (rep_.status == ReadStatus::ok && rep_.code != 421) {
+    const bool in_place = e == Expect::data ? rep_.code == 354 || rep_.code >= 400
+                                            : rep_.code / 100 != 3;
+    if (rep_.status == ReadStatus::ok && rep_.code != 421 && in_place) {
         replied_ = true;
         co_return true;
     }
-    if (rep_.status == ReadStatus::ok) {
+    if (rep_.status == ReadStatus::ok && rep_.code != 421) {
+        replied_ = true;
+        fail_ = {451, "4.5.0", "host " + relay_ + " said: " + rep_.summary() +
+                                   " (protocol error in reply to " + stage + ")"};
+        spdlog::warn("protocol error: host {} said: {} (in reply to {}); closing", relay_,
+                     rep_.summary(), stage);
+    } else if (rep_.status == ReadStatus::ok) {
         fail_ = from_reply(rep_);
         fail_.text = "host " + relay_ + " said: " + fail_.text + " (in reply to " + stage + ")";
     } else if (rep_.status == ReadStatus::timeout) {
@@ -286,7 +301,7 @@ asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const Message
         ok = co_await write("DATA\r\n", "sending DATA");
         if (!ok) co_return false;
     }
-    ok = co_await read("sending DATA");
+    ok = co_await read("sending DATA", Expect::data);
     if (!ok) co_return false;
     if (rep_.code != 354) {
         for (std::size_t i = 0; i < n; ++i)

@@ -43,6 +43,9 @@ public:
     void close();
 
     bool usable() const { return open_; }
+    // The server sent something nobody asked for yet: the next reply read
+    // would be out of step, so such a connection is never reused.
+    bool has_unread();
     unsigned transactions() const { return transactions_; }
     const std::string& relay() const { return relay_; }
     tcp::socket& socket() { return sock_; }
@@ -55,8 +58,13 @@ private:
     asio::awaitable<bool> exchange(const sm::msg::Deliver& d, const MessageFile& f,
                                    Results& res);
     asio::awaitable<bool> send_body(const MessageFile& f);
+    // What a reply may be in its place (RFC 5321 4.3.2): `reply` is 2xx, 4xx
+    // or 5xx; `data` (the reply to DATA) is 354, 4xx or 5xx. Anything else
+    // is a protocol error: the transaction fails for now and the connection
+    // is closed. Only a 2xx after the end of data means delivered.
+    enum class Expect { reply, data };
     asio::awaitable<bool> write(std::string_view data, const char* stage);
-    asio::awaitable<bool> read(const char* stage);
+    asio::awaitable<bool> read(const char* stage, Expect e = Expect::reply);
     asio::awaitable<bool> command(std::string_view data, const char* stage);
     void parse_ehlo();
 

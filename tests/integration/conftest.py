@@ -35,11 +35,12 @@ def wait_until(pred, timeout, what):
 
 
 class Sink:
-    """tests/integration/sink.py in its own process."""
+    """tests/integration/sink.py (or another script that records messages the
+    same way, such as hostile_nexthop.py) in its own process."""
 
-    def __init__(self, tmp, *args):
-        self.dir = os.path.join(tmp, "sink")
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sink.py"),
+    def __init__(self, tmp, *args, script="sink.py", sub="sink"):
+        self.dir = os.path.join(tmp, sub)
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, script),
                                       "--dir", self.dir, *args],
                                      stdout=subprocess.PIPE, text=True)
         self.port = int(self.proc.stdout.readline())

@@ -124,7 +124,7 @@ def try_get(port):
 
 
 def test_delivery_held_by_a_stuck_smtpc_is_reclaimed(sink, make_relay):
-    relay = make_relay(sink.port, "[queue]\nmax_delivery_time = 2")
+    relay = make_relay(sink.port, "[queue]\nmax_delivery_time = 2\n[client]\ndelivery_timeout = 1")
     smtpc = relay.child_pids("smx-smtpc")[0]
     os.kill(smtpc, signal.SIGSTOP)
     try:

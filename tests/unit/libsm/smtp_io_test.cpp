@@ -1,3 +1,4 @@
+#include "panic.hpp"
 #include "smtp_io.hpp"
 
 #include <catch2/catch.hpp>
@@ -144,4 +145,87 @@ TEST_CASE("split_enhanced") {
     CHECK(smtp::split_enhanced("2.0 nope").first.empty());
     CHECK(smtp::split_enhanced("Ok").second == "Ok");
     CHECK(smtp::split_enhanced("4.4.10x").first.empty());
+}
+
+TEST_CASE("a huge reply keeps only a capped text and the stream stays in step") {
+    std::string in;
+    const std::string long_text(4000, 'x');
+    for (int i = 0; i < 99; ++i) in += "550-5.1.1 " + long_text + "\r\n";
+    in += "550 5.1.1 last\r\n250 2.0.0 next\r\n";
+    with_input(in, [](tcp::socket& s) -> asio::awaitable<void> {
+        smtp::LineReader r(s);
+        auto a = co_await smtp::read_reply(r, 5s);
+        CHECK(a.code == 550);
+        CHECK(a.truncated);
+        std::size_t kept = 0;
+        for (const auto& l : a.lines) {
+            CHECK(l.size() <= smtp::reply_line_keep);
+            kept += l.size();
+        }
+        CHECK(kept <= smtp::reply_text_keep);
+        CHECK(a.lines.size() == 100);
+        auto b = co_await smtp::read_reply(r, 5s);
+        CHECK(b.code == 250);
+        CHECK(b.text() == "next");
+    });
+}
+
+TEST_CASE("more continuation lines than reply_max_lines make a broken reply") {
+    std::string in;
+    for (std::size_t i = 0; i < smtp::reply_max_lines + 5; ++i) in += "250-more\r\n";
+    with_input(in + "250 end\r\n", [](tcp::socket& s) -> asio::awaitable<void> {
+        smtp::LineReader r(s);
+        auto a = co_await smtp::read_reply(r, 5s);
+        CHECK(a.code == 0);
+        CHECK(a.status == smtp::ReadStatus::error);
+    });
+}
+
+namespace {
+// A peer that sends `unit` every `every`, `n` times, on a loopback connection,
+// while `reader_fn` reads the other end.
+template <class F>
+void with_drip(std::string unit, std::chrono::milliseconds every, int n, F reader_fn) {
+    asio::io_context io;
+    tcp::acceptor acc(io, {asio::ip::make_address("127.0.0.1"), 0});
+    tcp::socket client(io);
+    client.connect(acc.local_endpoint());
+    tcp::socket server = acc.accept();
+    bool done = false;
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+        asio::steady_timer t(io);
+        for (int i = 0; i < n && !done; ++i) {
+            co_await asio::async_write(client, asio::buffer(unit), asio::use_awaitable);
+            t.expires_after(every);
+            co_await t.async_wait(asio::use_awaitable);
+        }
+    }, crash_on_exception("drip writer"));
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+        co_await reader_fn(server);
+        done = true;
+    }, crash_on_exception("drip reader"));
+    io.run_for(std::chrono::seconds(10));
+    CHECK(done);
+}
+} // namespace
+
+TEST_CASE("a line dripped byte by byte ends at its one deadline") {
+    with_drip("a", 20ms, 200, [](tcp::socket& s) -> asio::awaitable<void> {
+        smtp::LineReader r(s);
+        const auto t0 = std::chrono::steady_clock::now();
+        auto l = co_await r.read_line(300ms);
+        CHECK(l.status == smtp::ReadStatus::timeout);
+        CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+    });
+}
+
+TEST_CASE("a reply dripped line by line ends at its one deadline") {
+    with_drip("250-wait\r\n", 20ms, 200, [](tcp::socket& s) -> asio::awaitable<void> {
+        smtp::LineReader r(s);
+        const auto t0 = std::chrono::steady_clock::now();
+        auto rep = co_await smtp::read_reply(r, 300ms);
+        CHECK(rep.code == 0);
+        CHECK(rep.status == smtp::ReadStatus::timeout);
+        CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+    });
 }
