@@ -2,6 +2,8 @@
 
 #include "channel.hpp"
 
+#include "limits.hpp"
+
 #include <pwd.h>
 
 
@@ -197,6 +199,11 @@ int check_config(const std::string& path, std::ostream& out, std::ostream& err) 
         out << sep << "no default (mail without a route is deferred)";
     }
     out << '\n';
+    // What `smx run` from this shell would get (a service manager may set
+    // another limit: LimitNOFILE=).
+    std::string warning;
+    sm::fitting_connections(cfg->server, sm::raise_nofile(), warning);
+    if (!warning.empty()) err << "smx: warning: " << warning << '\n';
     return exit_ok;
 }
 

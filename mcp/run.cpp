@@ -1,5 +1,6 @@
 #include "run.hpp"
 
+#include "limits.hpp"
 #include "log.hpp"
 #include "panic.hpp"
 #include "supervisor.hpp"
@@ -44,6 +45,13 @@ int run(const Args& args) {
 
     sm::init_logging("mcp", cfg->log);
     sm::install_crash_handlers("mcp");
+    {
+        // The children inherit the raised limit; SMTPS clamps max_connections
+        // to it and says so too.
+        std::string warning;
+        sm::fitting_connections(cfg->server, sm::raise_nofile(), warning);
+        if (!warning.empty()) spdlog::warn("{}", warning);
+    }
     // Few lines, each about a process coming or going: show them at once.
     spdlog::default_logger()->flush_on(spdlog::level::info);
     auto fatal = [&](const std::string& what) {

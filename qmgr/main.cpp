@@ -8,6 +8,7 @@
 #include "server.hpp"
 
 #include "config.hpp"
+#include "limits.hpp"
 #include "log.hpp"
 #include "panic.hpp"
 
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
     }
     sm::init_logging("qmgr", cfg.log);
     sm::install_crash_handlers("qmgr");
+    sm::raise_nofile();  // peers, metrics clients, DEFEDB and IBDB files
 
     const std::string spool = cfg.spool_dir_abs();
     for (const char* sub : {"/ibdb", "/defedb", "/quarantine", "/cdb"}) {

@@ -1,5 +1,6 @@
 #include "metrics_http.hpp"
 
+#include "accept.hpp"
 #include "panic.hpp"
 #include "server.hpp"
 #include "smtp_io.hpp"
@@ -67,13 +68,12 @@ void MetricsHttp::stop() {
 }
 
 asio::awaitable<void> MetricsHttp::accept_loop() {
-    while (acceptor_.is_open()) {
-        auto [ec, s] = co_await acceptor_.async_accept(asio::as_tuple(asio::use_awaitable));
-        if (ec) {
-            if (!acceptor_.is_open()) break;
-            continue;
-        }
-        asio::co_spawn(io_, serve(std::move(s)), sm::crash_on_exception("metrics request"));
+    sm::AcceptGuard guard("metrics",
+                          "HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
+    for (;;) {
+        auto s = co_await guard.next(acceptor_);
+        if (!s) break;
+        asio::co_spawn(io_, serve(std::move(*s)), sm::crash_on_exception("metrics request"));
     }
 }
 

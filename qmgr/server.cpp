@@ -1,6 +1,7 @@
 #include "server.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include "accept.hpp"
 #include "panic.hpp"
 
 #include <spdlog/spdlog.h>
@@ -104,14 +105,11 @@ void Server::stop() {
 }
 
 asio::awaitable<void> Server::accept_loop() {
-    while (acceptor_.is_open()) {
-        auto [ec, s] = co_await acceptor_.async_accept(asio::as_tuple(asio::use_awaitable));
-        if (ec) {
-            if (ec == asio::error::operation_aborted || !acceptor_.is_open()) break;
-            spdlog::warn("accept: {}", ec.message());
-            continue;
-        }
-        auto ch = std::make_shared<sm::Channel>(std::move(s), "peer");
+    sm::AcceptGuard guard("qmgr.sock", "");
+    for (;;) {
+        auto s = co_await guard.next(acceptor_);
+        if (!s) break;
+        auto ch = std::make_shared<sm::Channel>(std::move(*s), "peer");
         ch->start();
         asio::co_spawn(io_, session(std::move(ch)), sm::crash_on_exception("qmgr peer"));
     }

@@ -9,6 +9,7 @@
 
 #include "channel.hpp"
 #include "config.hpp"
+#include "limits.hpp"
 #include "log.hpp"
 #include "panic.hpp"
 
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
     }
     sm::init_logging("smtpc", cfg.log);
     sm::install_crash_handlers("smtpc");
+    sm::raise_nofile();  // up to max_concurrency connections per destination
     std::signal(SIGPIPE, SIG_IGN);
     ares_library_init(ARES_LIB_INIT_ALL);
 

@@ -1,6 +1,7 @@
 #include "server.hpp"
 
 #include "session.hpp"
+#include "accept.hpp"
 #include "panic.hpp"
 #include "smtp_io.hpp"
 
@@ -59,16 +60,12 @@ void Server::Counts::release(const std::string& ip, bool counted_per_client) {
 }
 
 asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
+    sm::AcceptGuard guard("smtp", "421 4.3.2 " + cfg_.server.hostname +
+                                      " Error: too many open files, try again later\r\n");
     for (;;) {
-        auto [ec, sock] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
-        if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
-        if (ec) {
-            // Typically EMFILE: back off instead of spinning.
-            spdlog::warn("accept: {}", ec.message());
-            asio::steady_timer t(ex_, std::chrono::milliseconds(100));
-            co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
-            continue;
-        }
+        auto accepted = co_await guard.next(acceptor);
+        if (!accepted) co_return;
+        tcp::socket sock = std::move(*accepted);
         boost::system::error_code pec;
         const auto peer = sock.remote_endpoint(pec);
         if (pec) continue;  // already gone

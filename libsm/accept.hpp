@@ -1,0 +1,67 @@
+// One accept loop step for every listener (SMTP, QMGR's socket, metrics).
+// Accept errors never spin: they back off (100 ms doubling to 1 s) and are
+// logged at most once per 10 s with a count. Out of descriptors (EMFILE,
+// ENFILE), a spare descriptor kept for the purpose is given up for a moment
+// so that the waiting client can be taken, told so (`refusal`) and closed at
+// once, instead of hanging in the backlog (the libev/nginx "spare fd" trick).
+#pragma once
+
+#include "panic.hpp"
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <optional>
+#include <string>
+
+namespace sm {
+
+namespace asio = boost::asio;
+
+class AcceptGuard {
+public:
+    // `what` names the listener in the log; `refusal` is written to a client
+    // turned away for want of descriptors (may be empty: just close).
+    AcceptGuard(std::string what, std::string refusal);
+    ~AcceptGuard();
+    AcceptGuard(const AcceptGuard&) = delete;
+    AcceptGuard& operator=(const AcceptGuard&) = delete;
+
+    // The next connection; nullopt once the acceptor is closed.
+    template <class Acceptor>
+    asio::awaitable<std::optional<typename Acceptor::protocol_type::socket>> next(Acceptor& a);
+
+    unsigned long refused() const { return refused_; }
+
+private:
+    // After a failed accept: true when the spare let us turn a client away
+    // (try again at once), false when the caller must wait pause() first.
+    bool on_error(int native_listener, const boost::system::error_code& ec);
+    std::chrono::milliseconds pause();
+    void warn(const boost::system::error_code& ec);
+
+    std::string what_, refusal_;
+    int spare_ = -1;
+    std::chrono::milliseconds backoff_{0};
+    std::chrono::steady_clock::time_point last_warn_{};
+    unsigned long errors_since_warn_ = 0;
+    unsigned long refused_ = 0;
+};
+
+template <class Acceptor>
+asio::awaitable<std::optional<typename Acceptor::protocol_type::socket>> AcceptGuard::next(
+    Acceptor& a) {
+    for (;;) {
+        auto [ec, s] = co_await a.async_accept(asio::as_tuple(asio::use_awaitable));
+        if (!ec) {
+            backoff_ = std::chrono::milliseconds(0);
+            co_return std::move(s);
+        }
+        if (ec == asio::error::operation_aborted || !a.is_open()) co_return std::nullopt;
+        if (on_error(a.native_handle(), ec)) continue;
+        asio::steady_timer t(co_await asio::this_coro::executor, pause());
+        co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (!a.is_open()) co_return std::nullopt;
+    }
+}
+
+} // namespace sm
