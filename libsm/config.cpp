@@ -1,5 +1,7 @@
 #include "config.hpp"
 
+#include "messages.hpp"
+
 #include <arpa/inet.h>
 #include <unistd.h>
 
@@ -248,11 +250,25 @@ Config load_config(const std::string& path) {
         s.small("max_connections_per_client", c.server.max_connections_per_client, 1000000);
     c.server.command_timeout = s.seconds("command_timeout", c.server.command_timeout);
     c.server.data_timeout = s.seconds("data_timeout", c.server.data_timeout);
+    c.server.min_data_rate = s.small("min_data_rate", c.server.min_data_rate, 1u << 30, true);
+    c.server.allow_untrusted_routing =
+        s.get<bool>("allow_untrusted_routing").value_or(c.server.allow_untrusted_routing);
     c.server.max_errors = s.small("max_errors", c.server.max_errors, 1000);
     c.server.max_hops = s.small("max_hops", c.server.max_hops, 1000);
     c.server.max_line_length = s.small("max_line_length", c.server.max_line_length, 65536);
     if (c.server.max_line_length < 512)
         throw ConfigError("server.max_line_length", "must be >= 512 (RFC 5321)");
+    // Worst case: every recipient as long as a command line allows.
+    const std::uint64_t worst = std::uint64_t{c.server.max_recipients} *
+                                (c.server.max_line_length + msg::rcpt_overhead);
+    if (worst > msg::max_envelope)
+        throw ConfigError("server.max_recipients",
+                          std::to_string(c.server.max_recipients) + " recipients of up to " +
+                              std::to_string(c.server.max_line_length) +
+                              " bytes (max_line_length) make an envelope of up to " +
+                              std::to_string(worst) + " bytes, over the limit of " +
+                              std::to_string(msg::max_envelope) +
+                              "; lower max_recipients or max_line_length");
     if (auto b = s.get<std::string>("bare_lf")) {
         if (*b == "reject") c.server.reject_bare_lf = true;
         else if (*b == "normalize" || *b == "normalise") c.server.reject_bare_lf = false;

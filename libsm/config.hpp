@@ -57,6 +57,13 @@ struct ServerConfig {
     unsigned max_connections_per_client = 50;  // relay_networks are exempt
     std::chrono::seconds command_timeout{300};
     std::chrono::seconds data_timeout{300};
+    // DATA must go on at this many bytes a second on average (postfix's
+    // smtpd_min_data_rate): the whole DATA phase ends data_timeout plus
+    // received bytes / min_data_rate after it began. 0: no such bound.
+    unsigned min_data_rate = 500;
+    // Recipients whose local part routes elsewhere ('@', '%', '!') from
+    // clients outside relay_networks (postfix: allow_untrusted_routing).
+    bool allow_untrusted_routing = false;
     unsigned max_errors = 10;
     unsigned max_hops = 100;
     unsigned max_line_length = 512;

@@ -115,6 +115,13 @@ std::string encode(const CtlReply&, std::uint64_t req_id = 0);
 template <class T>
 std::optional<T> decode(const rec::Frame& f, std::string& err);
 
+// The most an envelope (a TaCommit's fields) may take: well inside the frame
+// limit, so that the TA_COMMIT, its IBDB record, its DEFEDB records and the
+// DELIVERs made from it all fit. SMTPS refuses recipients beyond it (452).
+inline constexpr std::size_t max_envelope = rec::max_body - (256u << 10);
+// What one recipient adds to an envelope: its fields and their TLV headers.
+inline constexpr std::size_t rcpt_overhead = 3 * 6;
+
 // The bytes of a TaCommit without the frame header, for the IBDB log.
 std::string envelope_bytes(const TaCommit&);
 std::optional<TaCommit> envelope_from_bytes(std::string_view body, std::string& err);

@@ -4,6 +4,7 @@
 #include "cdb_writer.hpp"
 #include "channel.hpp"
 #include "config.hpp"
+#include "limits.hpp"
 #include "log.hpp"
 #include "panic.hpp"
 #include "qmgr_client.hpp"
@@ -140,6 +141,12 @@ int main(int argc, char** argv) {
     }
     sm::init_logging("smtps", cfg.log);
     sm::install_crash_handlers("smtps");
+    {
+        std::string warning;
+        cfg.server.max_connections =
+            sm::fitting_connections(cfg.server, sm::raise_nofile(), warning);
+        if (!warning.empty()) spdlog::warn("{}", warning);
+    }
     std::signal(SIGPIPE, SIG_IGN);
     if (cfg.server.threads > 1)
         spdlog::warn("server.threads = {}: running single-threaded", cfg.server.threads);

@@ -125,6 +125,12 @@ bool valid_address(std::string_view addr, bool allow_empty) {
     return valid_local(addr.substr(0, at)) && valid_domain(addr.substr(at + 1));
 }
 
+bool routes_in_local_part(std::string_view addr) {
+    const auto at = addr.rfind('@');
+    const std::string_view local = addr.substr(0, at == std::string_view::npos ? addr.size() : at);
+    return local.find_first_of("@%!") != std::string_view::npos;
+}
+
 std::string_view domain_of(std::string_view addr) {
     const auto at = addr.rfind('@');
     return at == std::string_view::npos ? std::string_view{} : addr.substr(at + 1);

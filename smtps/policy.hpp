@@ -26,6 +26,10 @@ bool valid_address(std::string_view addr, bool allow_empty);
 // The part after the last '@', or empty.
 std::string_view domain_of(std::string_view addr);
 
+// The local part (before the last '@') holds '@', '%' or '!': source routing
+// that would make the next hop relay elsewhere.
+bool routes_in_local_part(std::string_view addr);
+
 bool iequals(std::string_view a, std::string_view b);
 bool istarts_with(std::string_view s, std::string_view prefix);
 

@@ -1,5 +1,7 @@
 #include "session.hpp"
 
+#include "command.hpp"
+#include "content.hpp"
 #include "ids.hpp"
 #include "messages.hpp"
 #include "policy.hpp"
@@ -20,31 +22,15 @@ using sm::smtp::ReadStatus;
 
 // DATA is read in chunks of this size: lines of any length pass through.
 constexpr std::size_t data_chunk = 64 * 1024;
-
-enum class Verb { helo, ehlo, mail, rcpt, data, rset, noop, quit, vrfy, help, unknown };
-
-// Splits "VERB arg" (verb case-insensitive); arg keeps its case.
-Verb parse_verb(std::string_view line, std::string_view& arg) {
-    const auto sp = line.find(' ');
-    const std::string_view v = line.substr(0, sp);
-    arg = sp == std::string_view::npos ? std::string_view{} : line.substr(sp + 1);
-    while (!arg.empty() && arg.back() == ' ') arg.remove_suffix(1);
-    static constexpr std::pair<std::string_view, Verb> verbs[] = {
-        {"MAIL", Verb::mail}, {"RCPT", Verb::rcpt}, {"DATA", Verb::data},
-        {"EHLO", Verb::ehlo}, {"HELO", Verb::helo}, {"RSET", Verb::rset},
-        {"NOOP", Verb::noop}, {"QUIT", Verb::quit}, {"VRFY", Verb::vrfy},
-        {"HELP", Verb::help}};
-    for (const auto& [name, verb] : verbs)
-        if (iequals(v, name)) return verb;
-    return Verb::unknown;
-}
+// Pending replies are written out once they pass this, even while more
+// pipelined input waits: a client that sends without reading then meets the
+// write deadline instead of growing our buffer.
+constexpr std::size_t max_pending_output = 4096;
 
 // What reading the message content found.
 struct DataOutcome {
     ReadStatus status = ReadStatus::ok;
-    bool too_big = false;
-    bool bare_eol = false;  // bare LF or bare CR seen (reject mode)
-    unsigned hops = 0;      // Received: headers
+    Content content;
 };
 
 class Session {
@@ -57,7 +43,8 @@ public:
 
 private:
     // Replies are collected and written in one go when the client has sent
-    // nothing more (pipelining), or before we wait on something else.
+    // nothing more (pipelining), when they pass max_pending_output, or
+    // before we wait on something else.
     void reply(std::string_view r) {
         out_.append(r);
         out_.append("\r\n");
@@ -71,7 +58,8 @@ private:
         }
     }
     asio::awaitable<bool> flush();
-    // The next line, flushing pending replies first when no input waits.
+    // The next line, flushing pending replies first when no input waits or
+    // too many are pending.
     asio::awaitable<Line> next_line(std::chrono::steady_clock::duration timeout);
 
     void helo(std::string_view arg, bool esmtp);
@@ -86,6 +74,7 @@ private:
         sender_.clear();
         mail_params_.clear();
         rcpts_.clear();
+        envelope_size_ = 0;
         ta_id_.clear();
     }
     std::string client() const { return "unknown[" + ip_ + "]"; }
@@ -106,6 +95,7 @@ private:
     std::string sender_;
     std::string mail_params_;
     std::vector<sm::msg::Recipient> rcpts_;
+    std::size_t envelope_size_ = 0;  // what rcpts_ add to the TA_COMMIT
     unsigned errors_ = 0;
     unsigned commands_ = 0;
     bool closing_ = false;
@@ -127,7 +117,7 @@ asio::awaitable<bool> Session::flush() {
 
 asio::awaitable<Line> Session::next_line(std::chrono::steady_clock::duration timeout) {
     // Awaited into locals: GCC 12 miscompiles co_await inside conditions.
-    if (!out_.empty() && reader_.buffered() == 0) {
+    if (!out_.empty() && (reader_.buffered() == 0 || out_.size() >= max_pending_output)) {
         const bool flushed = co_await flush();
         if (!flushed) {
             Line l;
@@ -261,12 +251,20 @@ void Session::rcpt(std::string_view arg) {
     if (!p->params.empty())
         return error("555 5.5.4 Unsupported option: " + std::string(p->params));
     if (rcpts_.size() >= cfg_.max_recipients) return reply("452 4.5.3 Error: too many recipients");
-    if (!trusted_ && !srv_.policy().relay_domain(domain_of(p->addr))) {
+    const std::size_t grows = p->addr.size() + sm::msg::rcpt_overhead;
+    if (envelope_size_ + sender_.size() + mail_params_.size() + helo_.size() + grows >
+        sm::msg::max_envelope)
+        return reply("452 4.5.3 Error: too many recipients (envelope too large)");
+    // Untrusted clients may not route through us in the local part
+    // ("u@evil"@relay, u%evil@relay, evil!u@relay), as postfix refuses.
+    const bool routed = !trusted_ && !cfg_.allow_untrusted_routing && routes_in_local_part(p->addr);
+    if (routed || (!trusted_ && !srv_.policy().relay_domain(domain_of(p->addr)))) {
         const std::string r = "554 5.7.1 <" + std::string(p->addr) + ">: Relay access denied";
         spdlog::info("{}: reject: RCPT from {}: {}; from=<{}> to=<{}> helo=<{}>", ta_id_,
                      client(), r, sender_, p->addr, helo_);
         return error(r);
     }
+    envelope_size_ += grows;
     rcpts_.push_back({std::string(p->addr), {}});
     reply("250 2.1.5 Ok");
 }
@@ -317,15 +315,16 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
         reset();
         co_return false;
     }
-    if (d.too_big) {
+    if (d.content.too_big) {
         spdlog::info("{}: reject: DATA from {}: message size {} exceeds limit {}", ta_id_,
                      client(), w.size() - header_size, cfg_.max_message_size);
         reply("552 5.3.4 Error: message file too big");
-    } else if (d.bare_eol) {
+    } else if (d.content.bare_eol) {
         spdlog::info("{}: reject: DATA from {}: bare LF/CR in message content", ta_id_, client());
         error("550 5.6.11 Error: bare LF/CR not allowed");
-    } else if (d.hops > cfg_.max_hops) {
-        spdlog::info("{}: reject: DATA from {}: too many hops ({})", ta_id_, client(), d.hops);
+    } else if (d.content.hops > cfg_.max_hops) {
+        spdlog::info("{}: reject: DATA from {}: too many hops ({})", ta_id_, client(),
+                     d.content.hops);
         reply("554 5.4.6 Error: too many hops");
     } else {
         co_await queue(w);
@@ -335,44 +334,31 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
 }
 
 asio::awaitable<DataOutcome> Session::read_content(CdbWriter& w) {
+    using std::chrono::steady_clock;
     DataOutcome d;
-    const bool normalize = !cfg_.reject_bare_lf;
-    // line_start: this piece begins a line. after_crlf: the previous line
-    // ended in a real CRLF, the only start the end-of-data dot may have.
-    bool line_start = true, after_crlf = true, in_header = true;
-    std::uint64_t body = 0;
+    // One bound for the whole DATA phase: data_timeout, plus the time its
+    // bytes may take at min_data_rate. Each line also has data_timeout.
+    const auto start = steady_clock::now();
+    std::uint64_t received = 0;
+    auto left = [&]() -> steady_clock::duration {
+        if (cfg_.min_data_rate == 0) return cfg_.data_timeout;
+        const auto allowed = std::chrono::duration_cast<steady_clock::duration>(
+            cfg_.data_timeout + std::chrono::milliseconds(received * 1000 / cfg_.min_data_rate));
+        return std::min<steady_clock::duration>(cfg_.data_timeout,
+                                                start + allowed - steady_clock::now());
+    };
+    ContentReader reader(!cfg_.reject_bare_lf, cfg_.max_message_size);
     for (;;) {
-        const Line l = co_await next_line(cfg_.data_timeout);
+        const Line l = co_await next_line(left());
         if (l.status != ReadStatus::ok) {
             d.status = l.status;
             co_return d;
         }
-        std::string_view t = l.text;
-        if (after_crlf && l.complete && !l.bare_lf && t == ".") co_return d;
-        if (line_start && !t.empty() && t.front() == '.') t.remove_prefix(1);
-        if (line_start && in_header) {
-            if (t.empty()) in_header = false;
-            else if (istarts_with(t, "Received:")) ++d.hops;
+        received += l.text.size() + (l.complete ? 2 : 0);
+        if (reader.feed(l, [&w](std::string_view bytes) { w.append(bytes); })) {
+            d.content = reader.result();
+            co_return d;
         }
-        const bool bare_cr = t.find('\r') != std::string_view::npos;
-        if ((l.bare_lf || bare_cr) && !normalize) d.bare_eol = true;
-        const std::size_t n = t.size() + (l.complete ? 2 : 0);
-        body += n;
-        if (body > cfg_.max_message_size) d.too_big = true;
-        if (!d.too_big && !d.bare_eol) {
-            if (bare_cr) {
-                // Normalise each bare CR to CRLF.
-                for (std::size_t cr; (cr = t.find('\r')) != std::string_view::npos;) {
-                    w.append(t.substr(0, cr));
-                    w.append("\r\n");
-                    t.remove_prefix(cr + 1);
-                }
-            }
-            w.append(t);
-            if (l.complete) w.append("\r\n");
-        }
-        line_start = l.complete;
-        after_crlf = l.complete && !l.bare_lf;
     }
 }
 

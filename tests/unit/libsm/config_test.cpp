@@ -120,3 +120,24 @@ TEST_CASE("CIDR matching") {
     CHECK(parse_cidr("k", "0.0.0.0/0").contains("8.8.8.8"));
     CHECK_FALSE(parse_cidr("k", "10.0.0.1").contains("garbage"));
 }
+
+TEST_CASE("limits whose worst-case envelope cannot be encoded are refused") {
+    CHECK(error_key("[server]\nmax_recipients = 5000\n") == "<no error>");
+    CHECK(error_key("[server]\nmax_recipients = 10000\n") == "server.max_recipients");
+    CHECK(error_key("[server]\nmax_recipients = 2000\nmax_line_length = 4096\n") ==
+          "server.max_recipients");
+}
+
+TEST_CASE("hardening keys and their bounds") {
+    const Config d = load_config("");
+    CHECK(d.server.min_data_rate == 500);
+    CHECK_FALSE(d.server.allow_untrusted_routing);
+    CHECK(d.client.delivery_timeout == std::chrono::seconds(1200));
+    CHECK(d.queue.max_delivery_time == std::chrono::seconds(3600));
+    CHECK_FALSE(d.queue.soft_bounce);
+    CHECK(d.queue.bounce_untrusted);
+    CHECK(error_key("[server]\nmin_data_rate = 0\n") == "<no error>");
+    CHECK(error_key("[server]\nallow_untrusted_routing = \"yes\"\n") == "server.allow_untrusted_routing");
+    CHECK(error_key("[client]\ndelivery_timeout = 4000\n") == "queue.max_delivery_time");
+    CHECK(error_key("[queue]\nmax_delivery_time = 0\n") == "queue.max_delivery_time");
+}

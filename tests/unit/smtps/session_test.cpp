@@ -378,3 +378,133 @@ TEST_CASE("trusted clients are exempt from the per-client limit") {
     CHECK(starts(b.reply(), "220"));
     CHECK(starts(d.reply(), "421 4.7.0 mx.test Error: too many connections"));
 }
+
+TEST_CASE("routing in the local part is refused from untrusted clients") {
+    Harness h([](sm::Config& c) {
+        c.server.relay_networks.clear();
+        c.server.relay_domains = {"ok.test"};
+    });
+    Client c(h.port());
+    ehlo(c);
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
+    CHECK(starts(c.cmd("RCPT TO:<u%evil.test@ok.test>"), "554 5.7.1"));
+    CHECK(starts(c.cmd("RCPT TO:<evil.test!u@ok.test>"), "554 5.7.1"));
+    CHECK(starts(c.cmd("RCPT TO:<\"u@evil.test\"@ok.test>"), "554 5.7.1"));
+    CHECK(starts(c.cmd("RCPT TO:<plain@ok.test>"), "250"));
+}
+
+TEST_CASE("routing in the local part: trusted clients and allow_untrusted_routing pass") {
+    Harness trusted;  // 127.0.0.1 is in the default relay_networks
+    Client c(trusted.port());
+    ehlo(c);
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
+    CHECK(starts(c.cmd("RCPT TO:<u%evil.test@ok.test>"), "250"));
+    Harness allowed([](sm::Config& cfg) {
+        cfg.server.relay_networks.clear();
+        cfg.server.relay_domains = {"ok.test"};
+        cfg.server.allow_untrusted_routing = true;
+    });
+    Client d(allowed.port());
+    ehlo(d);
+    CHECK(starts(d.cmd("MAIL FROM:<a@a.test>"), "250"));
+    CHECK(starts(d.cmd("RCPT TO:<u%evil.test@ok.test>"), "250"));
+}
+
+TEST_CASE("the envelope stays within its encoded size: 452 beyond it") {
+    // A limit a config file could not have (check-config refuses it).
+    Harness h([](sm::Config& c) { c.server.max_recipients = 100000; });
+    Client c(h.port());
+    ehlo(c);
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
+    // 254-byte addresses (the most valid_address takes), pipelined.
+    std::string domain;
+    for (int i = 0; i < 3; ++i) domain += std::string(60, 'd') + ".";
+    domain += std::string(50, 'e') + ".test";
+    const std::size_t n = 16000;
+    std::string batch;
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::string local = std::to_string(100000 + i);
+        batch += "RCPT TO:<" + local + std::string(254 - 1 - domain.size() - local.size(), 'u') +
+                 "@" + domain + ">\r\n";
+    }
+    std::thread writer([&] { c.send(batch); });
+    std::size_t accepted = 0, refused = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::string r = c.reply();
+        if (starts(r, "250")) {
+            CHECK(refused == 0);
+            ++accepted;
+        } else {
+            CHECK(r == "452 4.5.3 Error: too many recipients (envelope too large)");
+            ++refused;
+        }
+    }
+    writer.join();
+    CHECK(refused > 0);
+    CHECK(accepted * (254 + sm::msg::rcpt_overhead) <= sm::msg::max_envelope);
+    CHECK(starts(c.cmd("DATA"), "354"));
+    c.send("hi\r\n.\r\n");
+    CHECK(starts(c.reply(), "250"));  // what was accepted is committed
+    REQUIRE(h.commits().size() == 1);
+    CHECK(h.commits()[0].rcpts.size() == accepted);
+}
+
+TEST_CASE("no reply is lost while a client pipelines without reading") {
+    Harness h;
+    Client c(h.port());
+    ehlo(c);
+    // 40,000 NOOPs in writes that each end mid-line, read back concurrently:
+    // writing replies out at the cap (rather than when no input waits) must
+    // keep every one of them, in order. (The memory bound itself is checked
+    // on the real process: tests/integration/test_hostile_client.py.)
+    std::string batch;
+    for (int i = 0; i < 1000; ++i) batch += "NOOP\r\n";
+    std::thread writer([&] {
+        for (int i = 0; i < 40; ++i) {
+            c.send(batch.substr(0, 3));
+            c.send(batch.substr(3));
+        }
+    });
+    int got = 0;
+    for (; got < 40000; ++got)
+        if (!starts(c.reply(), "250")) break;
+    writer.join();
+    CHECK(got == 40000);
+}
+
+TEST_CASE("DATA must go on at min_data_rate") {
+    Harness h([](sm::Config& c) {
+        c.server.data_timeout = std::chrono::seconds(2);
+        c.server.min_data_rate = 100;
+    });
+    Client c(h.port());
+    ehlo(c);
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
+    CHECK(starts(c.cmd("RCPT TO:<b@b.test>"), "250"));
+    CHECK(starts(c.cmd("DATA"), "354"));
+    // Whole lines, each well within data_timeout, but 3 bytes a second.
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string r;
+    for (int i = 0; i < 10 && r.empty(); ++i) {
+        c.send("x\r\n");
+        r = c.drain(1000);
+    }
+    CHECK(starts(r, "421 4.4.2"));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(6));
+    CHECK(h.commits().empty());
+}
+
+TEST_CASE("a command line dripped byte by byte ends at command_timeout") {
+    Harness h([](sm::Config& c) { c.server.command_timeout = std::chrono::seconds(2); });
+    Client c(h.port());
+    ehlo(c);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string r;
+    const std::string cmd = "NOOP NOOP NOOP NOOP NOOP";
+    for (std::size_t i = 0; i < cmd.size() && r.empty(); ++i) {
+        c.send(cmd.substr(i, 1));
+        r = c.drain(500);
+    }
+    CHECK(r == "421 4.4.2 mx.test Error: timeout exceeded\r\n");
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+}

@@ -1,0 +1,169 @@
+"""Issue 8: clients that break the rules, against the real smx-smtps: memory
+stays bounded per connection, deadlines hold however slowly a client drips,
+routing through a relay domain is refused, running out of descriptors gets a
+421 at once, and bystanders are never hurt."""
+import os
+import resource
+import socket
+import subprocess
+import threading
+import time
+
+from conftest import SMX, send, wait_until
+from test_smtp import Raw
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def flood_without_reading(port, seconds, out):
+    """Pipelines NOOPs in writes that end mid-line and never reads; records
+    how many bytes the server took and whether it dropped us."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setblocking(False)
+    chunk = b"NOOP\r\n" * 2000 + b"NO"
+    rest = b"OP\r\n"
+    sent, closed = 0, False
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not closed:
+        for data in (chunk, rest):
+            try:
+                sent += s.send(data)
+            except BlockingIOError:
+                time.sleep(0.05)
+            except OSError:
+                closed = True
+                break
+    out.append((sent, closed, s))
+
+
+def test_client_that_never_reads_is_bounded_and_dropped(sink, make_relay):
+    relay = make_relay(sink.port, "[server]\ncommand_timeout = 3")
+    smtps = relay.child_pids("smx-smtps")[0]
+    before = rss_kb(smtps)
+    results = []
+    threads = [threading.Thread(target=flood_without_reading, args=(relay.port, 8, results))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    peak = before
+    while any(t.is_alive() for t in threads):
+        peak = max(peak, rss_kb(smtps))
+        time.sleep(0.2)
+    for t in threads:
+        t.join()
+    # A bystander is served normally meanwhile and after.
+    send(relay.port, "by@client.test", ["stander@example.net"], b"Subject: b\r\n\r\nok\r\n")
+    wait_until(lambda: sink.count() == 1, 30, "the bystander's message")
+    assert peak - before < 16 * 1024, "smx-smtps grew by %d KB" % (peak - before)
+    # The server stopped taking input once its replies backed up: far less
+    # than 8 s of a local flood.
+    assert all(sent < 64 << 20 for sent, _, _ in results), [r[0] for r in results]
+    # And it gives up on them at the write deadline (command_timeout).
+    for _, _, s in results:
+        s.setblocking(True)
+        s.settimeout(15)
+        try:
+            while s.recv(1 << 20):
+                pass
+        except ConnectionResetError:
+            pass
+        s.close()
+    assert relay.child_pids("smx-smtps") == [smtps]
+
+
+def test_command_dripped_byte_by_byte_is_cut_at_command_timeout(sink, make_relay):
+    relay = make_relay(sink.port, "[server]\ncommand_timeout = 2")
+    c = Raw(relay.port)
+    assert c.cmd("EHLO client.test").startswith("250")
+    t0 = time.monotonic()
+    c.s.settimeout(10)
+    reply = b""
+    for ch in b"NOOP NOOP NOOP NOOP NOOP NOOP":
+        c.send(bytes([ch]))
+        time.sleep(0.5)
+        c.s.setblocking(False)
+        try:
+            reply += c.s.recv(4096)
+        except BlockingIOError:
+            pass
+        c.s.setblocking(True)
+        if reply:
+            break
+    assert reply.startswith(b"421 4.4.2"), reply
+    assert time.monotonic() - t0 < 4
+
+
+def test_data_below_min_data_rate_is_cut(sink, make_relay):
+    relay = make_relay(sink.port, "[server]\ndata_timeout = 2\nmin_data_rate = 100")
+    c = Raw(relay.port)
+    c.cmd("EHLO client.test")
+    c.cmd("MAIL FROM:<a@client.test>")
+    c.cmd("RCPT TO:<b@example.net>")
+    assert c.cmd("DATA").startswith("354")
+    t0 = time.monotonic()
+    c.s.settimeout(0.1)
+    reply = b""
+    while not reply and time.monotonic() - t0 < 10:
+        c.send(b"x\r\n")  # whole lines, each in time, but 3 bytes a second
+        try:
+            reply = c.s.recv(4096)
+        except socket.timeout:
+            time.sleep(0.9)
+    assert reply.startswith(b"421 4.4.2"), reply
+    assert time.monotonic() - t0 < 5
+    assert sink.count() == 0
+
+
+def test_untrusted_routing_in_local_part_is_refused(sink, make_relay):
+    relay = make_relay(sink.port, '[server]\nrelay_networks = ["192.0.2.0/24"]\n'
+                                  'relay_domains = ["example.net"]')
+    c = Raw(relay.port)
+    c.cmd("EHLO client.test")
+    assert c.cmd("MAIL FROM:<a@client.test>").startswith("250")
+    for rcpt in ('"u@evil.test"@example.net', "u%evil.test@example.net",
+                 "evil.test!u@example.net"):
+        assert c.cmd("RCPT TO:<%s>" % rcpt).startswith("554 5.7.1"), rcpt
+    assert c.cmd("RCPT TO:<u@example.net>").startswith("250")
+
+
+def test_out_of_descriptors_gets_421_at_once(sink, make_relay):
+    relay = make_relay(sink.port)
+    smtps = relay.child_pids("smx-smtps")[0]
+    nfds = len(os.listdir("/proc/%d/fd" % smtps))
+    hard = resource.prlimit(smtps, resource.RLIMIT_NOFILE)[1]
+    resource.prlimit(smtps, resource.RLIMIT_NOFILE, (nfds + 3, hard))
+    held, refused = [], None
+    try:
+        for _ in range(10):
+            s = socket.create_connection(("127.0.0.1", relay.port), timeout=5)
+            greeting = s.recv(512)
+            if greeting.startswith(b"421"):
+                refused = greeting
+                s.close()
+                break
+            assert greeting.startswith(b"220"), greeting
+            held.append(s)
+        assert refused is not None and refused.startswith(b"421 4.3.2"), refused
+        assert "accept: Too many open files" in relay.log_text()
+    finally:
+        for s in held:
+            s.close()
+        resource.prlimit(smtps, resource.RLIMIT_NOFILE, (hard, hard))
+    # Descriptors back: served again, by the same process.
+    wait_until(lambda: Raw(relay.port).greeting.startswith("220"), 10, "a greeting again")
+    assert relay.child_pids("smx-smtps") == [smtps]
+
+
+def test_check_config_refuses_an_envelope_that_cannot_be_encoded(tmp_path):
+    cfg = tmp_path / "big.toml"
+    cfg.write_text("[server]\nmax_recipients = 20000\n")
+    r = subprocess.run([SMX, "check-config", "-c", str(cfg)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2
+    assert "server.max_recipients" in r.stderr and "lower max_recipients" in r.stderr
