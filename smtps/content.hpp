@@ -7,6 +7,7 @@
 #include "policy.hpp"
 #include "smtp_io.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <string_view>
 
@@ -50,9 +51,10 @@ bool ContentReader::feed(const sm::smtp::Line& l, Out&& out) {
         if (t.empty()) in_header_ = false;
         else if (istarts_with(t, "Received:")) ++c_.hops;
     }
-    const bool bare_cr = t.find('\r') != std::string_view::npos;
-    if ((l.bare_lf || bare_cr) && !normalize_) c_.bare_eol = true;
-    size_ += t.size() + (l.complete ? 2 : 0);
+    const auto bare_crs = static_cast<std::size_t>(std::count(t.begin(), t.end(), '\r'));
+    if ((l.bare_lf || bare_crs) && !normalize_) c_.bare_eol = true;
+    // What is stored: a normalised bare CR becomes two bytes.
+    size_ += t.size() + bare_crs + (l.complete ? 2 : 0);
     if (size_ > max_size_) c_.too_big = true;
     if (!c_.too_big && !c_.bare_eol) {
         // Each bare CR becomes CRLF (normalise mode; else none got here).

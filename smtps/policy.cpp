@@ -1,6 +1,9 @@
 #include "policy.hpp"
 
+#include <arpa/inet.h>
+
 #include <cctype>
+#include <string>
 
 namespace smtps {
 namespace {
@@ -48,10 +51,14 @@ bool valid_local(std::string_view l) {
 bool valid_domain(std::string_view d) {
     if (d.empty() || d.size() > 255) return false;
     if (d.front() == '[') {
+        // Address literals: [IPv4] or [IPv6:...] only (RFC 5321 4.1.3); a
+        // general literal would carry bytes no next hop expects.
         if (d.back() != ']' || d.size() < 3) return false;
-        for (char c : d.substr(1, d.size() - 2))
-            if (c <= ' ' || c >= 127 || c == '[' || c == ']' || c == '\\') return false;
-        return true;
+        const std::string lit(d.substr(1, d.size() - 2));
+        unsigned char buf[16];
+        if (lit.size() > 5 && iequals(std::string_view(lit).substr(0, 5), "IPv6:"))
+            return ::inet_pton(AF_INET6, lit.c_str() + 5, buf) == 1;
+        return ::inet_pton(AF_INET, lit.c_str(), buf) == 1;
     }
     std::size_t label = 0;
     for (char c : d) {
@@ -120,6 +127,9 @@ std::optional<PathArg> parse_path(std::string_view arg, std::string_view keyword
 bool valid_address(std::string_view addr, bool allow_empty) {
     if (addr.empty()) return allow_empty;
     if (addr.size() > 254) return false;
+    // Legal inside a quoted local part, but it goes between < > in every
+    // command SMTPC sends: refused here rather than bounced there.
+    if (addr.find_first_of("<>") != std::string_view::npos) return false;
     const auto at = addr.rfind('@');
     if (at == std::string_view::npos) return false;
     return valid_local(addr.substr(0, at)) && valid_domain(addr.substr(at + 1));

@@ -41,6 +41,21 @@ TEST_CASE("valid_address") {
     CHECK_FALSE(valid_address("@b.c", false));
     CHECK_FALSE(valid_address("a\x80@b.c", false));
     CHECK_FALSE(valid_address(std::string(65, 'a') + "@b.c", false));
+    // Address literals: IPv4 or IPv6 only (found by fuzz/smtp_command).
+    CHECK(valid_address("u@[IPv6:2001:db8::1]", false));
+    CHECK_FALSE(valid_address("u@[IPv6:nope]", false));
+    CHECK_FALSE(valid_address("u@[300.1.1.1]", false));
+    CHECK_FALSE(valid_address("u@[x:<%%%]", false));
+    // Never anything that would break out of the < > of a command.
+    CHECK_FALSE(valid_address("\"a>b\"@example.com", false));
+    CHECK_FALSE(valid_address("\"a<b\"@example.com", false));
+}
+
+TEST_CASE("routing in the local part") {
+    CHECK(routes_in_local_part("u%evil@relay.test"));
+    CHECK(routes_in_local_part("evil!u@relay.test"));
+    CHECK(routes_in_local_part("\"u@evil\"@relay.test"));
+    CHECK_FALSE(routes_in_local_part("plain.user@relay.test"));
 }
 
 TEST_CASE("relay policy") {
