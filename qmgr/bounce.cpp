@@ -110,7 +110,9 @@ void Qmgr::flush_reports() {
         } else {
             // Only when the DSN is durable are the failed recipients closed;
             // else they wait in DEFEDB and fail (and bounce) again later.
-            queue_dsn(*ta, list, "non-delivery", [this, id, list](const std::string& error) {
+            // Named copies: clang 14 cannot capture structured bindings.
+            queue_dsn(*ta, list, "non-delivery",
+                      [this, id = id, list = list](const std::string& error) {
                 if (error.empty()) return bounced(id, list);
                 Ta* t = queue_.find(id);
                 if (!t) return;

@@ -1,0 +1,31 @@
+// The SMTP command parser: verb, MAIL/RCPT path and parameters, address
+// syntax, routing in the local part. Every line of the input is a command.
+#include "command.hpp"
+#include "policy.hpp"
+
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    std::string_view in(reinterpret_cast<const char*>(data), size);
+    while (!in.empty()) {
+        const auto nl = in.find('\n');
+        const std::string_view line = in.substr(0, nl);
+        in.remove_prefix(nl == std::string_view::npos ? in.size() : nl + 1);
+        std::string_view arg;
+        const smtps::Verb v = smtps::parse_verb(line, arg);
+        if (arg.size() > line.size()) std::abort();
+        if (v != smtps::Verb::mail && v != smtps::Verb::rcpt) continue;
+        const auto p = smtps::parse_path(arg, v == smtps::Verb::mail ? "FROM:" : "TO:");
+        if (!p) continue;
+        if (smtps::valid_address(p->addr, v == smtps::Verb::mail)) {
+            // What SMTPS passes on must be safe to put into a command line.
+            if (p->addr.find_first_of("\r\n<>") != std::string_view::npos) std::abort();
+            if (p->addr.size() > 254) std::abort();
+        }
+        (void)smtps::routes_in_local_part(p->addr);
+        (void)smtps::domain_of(p->addr);
+    }
+    return 0;
+}
