@@ -46,7 +46,8 @@ void fit_result(sm::msg::Result& r) {
     std::size_t total = r.relay.size();
     for (const auto& x : r.rcpts) total += x.text.size() + x.enhanced.size() + 64;
     if (total <= budget || r.rcpts.empty()) return;
-    const std::size_t each = std::max<std::size_t>(32, budget / r.rcpts.size() - 64);
+    const std::size_t share = budget / r.rcpts.size();
+    const std::size_t each = std::max<std::size_t>(32, share > 64 ? share - 64 : 0);
     for (auto& x : r.rcpts)
         if (x.text.size() > each) x.text.resize(each);
 }

@@ -575,3 +575,23 @@ TEST_CASE("throughput over cached connections", "[.perf]") {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     WARN(ds.size() / s << " msgs/s over " << sink.connections << " connections");
 }
+
+TEST_CASE("fit_result shortens texts until the RESULT fits its record, dropping no recipient") {
+    sm::msg::Result r;
+    r.da_id = 7;
+    r.relay = "mx[192.0.2.1]:25";
+    for (std::uint32_t i = 0; i < 20; ++i)
+        r.rcpts.push_back({i, 550, "5.1.1", std::string(1 << 20, 'x')});
+    smtpc::fit_result(r);
+    REQUIRE(r.rcpts.size() == 20);
+    CHECK(sm::msg::encode(r, r.da_id).size() <= sm::rec::max_body);
+    for (const auto& x : r.rcpts) CHECK(x.text.size() >= 32);
+    sm::msg::Result small{8, "", {{0, 250, "2.0.0", "Ok"}}};
+    smtpc::fit_result(small);
+    CHECK(small.rcpts[0].text == "Ok");
+    sm::msg::Result many{9, "", {}};
+    for (std::uint32_t i = 0; i < 40000; ++i)
+        many.rcpts.push_back({i, 451, "4.0.0", std::string(200, 'y')});
+    smtpc::fit_result(many);
+    CHECK(sm::msg::encode(many, 9).size() <= sm::rec::max_body);
+}
