@@ -84,6 +84,7 @@ std::vector<std::pair<const char*, std::uint64_t>> Qmgr::metrics() const {
         {"ibdb_pending", ibdb_.pending()},
         {"ibdb_files_deleted", s.files_deleted},
         {"ibdb_corrupt_records", s.corrupt_records},
+        {"ibdb_write_failures", s.write_failures},
         {"fsync_us_total", s.fsync_us_total},
         {"fsync_us_max", s.fsync_us_max},
         {"queue_size", queue_.rcpts()},

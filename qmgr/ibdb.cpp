@@ -153,6 +153,9 @@ struct Ibdb::Impl {
     std::uint32_t cur_file = 0, next_file = 1;
     std::uint64_t cur_off = 0;
     Clock::time_point last_write = Clock::now();
+    // After a failed write (a full disk) the next one waits this long,
+    // doubling up to 5 s, instead of retrying in a loop.
+    Clock::duration retry_delay{0};
 
     std::deque<Batch> queue;  // front = next write; only the back takes transactions
     std::shared_ptr<Job> job;  // the write that is out, if any
@@ -350,6 +353,7 @@ struct Ibdb::Impl {
         }
         std::string error;
         if (j->err == 0) {
+            retry_delay = Clock::duration(0);
             cur_off = j->off + j->buf.size();
             last_write = Clock::now();
             stats.records += j->records;
@@ -377,15 +381,19 @@ struct Ibdb::Impl {
                 auto it = tas.find(id);
                 if (it != tas.end() && it->second.file == 0) tas.erase(it);
             }
+            ++stats.write_failures;
+            retry_delay = std::clamp<Clock::duration>(2 * retry_delay, opt.completion_delay,
+                                                      std::chrono::seconds(5));
             if (j->done_records) {  // completion records try again with the next write
                 if (queue.empty()) queue.emplace_back();
                 Batch& b = queue.front();
-                if (b.done.empty()) b.first_done = Clock::now();
+                b.first_done = Clock::now() + retry_delay - opt.completion_delay;
                 b.done.insert(0, j->buf, j->done_from);
                 b.done_records += j->done_records;
-                b.written.insert(b.written.end(), std::make_move_iterator(j->written.begin()),
-                                 std::make_move_iterator(j->written.end()));
-                j->written.clear();
+                // The content files still go (their `written` callbacks run
+                // below): on a full disk that is what makes room for the
+                // records. A crash before they are written costs only a
+                // quarantined envelope of a finished message at recovery.
             }
         }
         for (auto& cb : j->acks) cb(j->err == 0, error);

@@ -47,6 +47,7 @@ struct IbdbStats {
     std::uint64_t fsync_us_total = 0;   // time spent in fdatasync
     std::uint64_t fsync_us_max = 0;
     std::uint64_t corrupt_records = 0;  // seen during recovery
+    std::uint64_t write_failures = 0;   // failed writes (a full disk), each retried later
 };
 
 // State of one transaction as rebuilt from the log at start-up.

@@ -527,3 +527,32 @@ TEST_CASE("micro-check: commits per interval", "[.][micro]") {
         }
     }
 }
+
+TEST_CASE("on a failed write, content may still go and records are retried with a back-off",
+          "[ibdb]") {
+    Env env;
+    auto opt = env.opts();
+    opt.completion_delay = 20ms;
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit old{};
+    ::getrlimit(RLIMIT_FSIZE, &old);
+    Ibdb db(env.ctx.get_executor(), env.pool, opt);
+    db.recover();
+    auto ta = make_ta(1);
+    REQUIRE(env.commit(db, ta));
+    // The log may not grow at all now, as on a full disk.
+    rlimit lim = old;
+    lim.rlim_cur = env.file_size("00000001.log");
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    bool written = false;
+    db.ta_done(ta.ta_id, [&] { written = true; });
+    // The callback (which unlinks the content file) runs although the record
+    // failed: that is what frees space on a full disk.
+    REQUIRE(env.run_until([&] { return written; }));
+    env.run_for(700ms);
+    const auto failures = db.stats().write_failures;
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    CHECK(failures >= 2);   // it keeps trying ...
+    CHECK(failures <= 8);   // ... 20 ms doubling, not in a loop
+    REQUIRE(env.run_until([&] { return env.file_size("00000001.log") > lim.rlim_cur; }));
+}
