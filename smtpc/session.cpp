@@ -43,6 +43,7 @@ Failure from_reply(const sm::smtp::Reply& r) {
         if (i > 0) f.text += ' ';
         f.text += enh == r.enhanced ? text : r.lines[i];
     }
+    if (r.truncated) f.text += " ...";  // the server said more than is kept
     return f;
 }
 
