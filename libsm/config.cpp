@@ -191,6 +191,11 @@ std::vector<std::string> Route::nexthops() const {
     return out;
 }
 
+bool ServerConfig::in_relay_networks(const std::string& ip) const {
+    return std::any_of(relay_networks.begin(), relay_networks.end(),
+                       [&](const Cidr& c) { return c.contains(ip); });
+}
+
 const Route* Config::route_for(const std::string& domain_in) const {
     const std::string domain = lower(domain_in);
     if (auto it = routes.find(domain); it != routes.end()) return &it->second;

@@ -52,6 +52,9 @@ struct ServerConfig {
     std::uint64_t max_message_size = 10u << 20;
     unsigned max_recipients = 1000;
     std::vector<Cidr> relay_networks;  // default 127.0.0.0/8, ::1/128
+    // The client address is in relay_networks (SMTPS: may relay anywhere;
+    // QMGR: its mail gets DSNs even with queue.bounce_untrusted off).
+    bool in_relay_networks(const std::string& ip) const;
     std::vector<std::string> relay_domains;
     unsigned max_connections = 2000;
     unsigned max_connections_per_client = 50;  // relay_networks are exempt

@@ -12,7 +12,6 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -80,10 +79,9 @@ void Qmgr::warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay) {
 const char* Qmgr::no_dsn_reason(const Ta& ta) const {
     if (!dsn::should_bounce(*ta.env)) return "sender is null";
     if (cfg_.queue.bounce_untrusted) return nullptr;
-    const auto& nets = cfg_.server.relay_networks;
-    const bool trusted = std::any_of(nets.begin(), nets.end(),
-                                     [&](const sm::Cidr& c) { return c.contains(ta.env->client_addr); });
-    return trusted ? nullptr : "client outside relay_networks (bounce_untrusted = false)";
+    return cfg_.server.in_relay_networks(ta.env->client_addr)
+               ? nullptr
+               : "client outside relay_networks (bounce_untrusted = false)";
 }
 
 void Qmgr::report(std::map<std::string, std::vector<Bounce>>& to, Ta& ta, std::uint32_t idx,

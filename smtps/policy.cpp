@@ -147,9 +147,7 @@ std::string_view domain_of(std::string_view addr) {
 }
 
 bool RelayPolicy::trusted_client(const std::string& ip) const {
-    for (const auto& net : cfg_.relay_networks)
-        if (net.contains(ip)) return true;
-    return false;
+    return cfg_.in_relay_networks(ip);
 }
 
 bool RelayPolicy::relay_domain(std::string_view domain) const {
