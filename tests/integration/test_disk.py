@@ -383,12 +383,18 @@ def test_free_space_reserve_keeps_delivery_going(tmpfs, make_sink, make_disk_rel
     relay = make_disk_relay(port, "min_free_space = %d" % (6 << 20))
     # Paced well under the reserve per free-space sample.
     accepted, refused = send_until_452(relay, "reserve", pause=0.1)
-    assert "intake paused" in relay.log_text()
+    # Either gate may close first: SMTPS at MAIL (free space less 1.5 x SIZE,
+    # sampled once a second) or QMGR at TA_COMMIT (free space alone). Which
+    # one wins is a race between their samples; both are the reserve at work.
+    log = relay.log_text()
+    qmgr_paused = "intake paused" in log
+    assert qmgr_paused or "spool below min_free_space" in log, log[-3000:]
     back = make_sink("--port", str(port), sub="back")
     wait_until(lambda: back.count() >= len(accepted), 60, "every accepted message")
     wait_until(lambda: not relay.spool_files("cdb"), 30, "an empty spool")
     assert "No space left on device" not in relay.log_text()
     time.sleep(1)
     assert_delivered_once(back, accepted, refused)
-    wait_until(lambda: "intake resumed" in relay.log_text(), 10, "intake to resume")
+    if qmgr_paused:
+        wait_until(lambda: "intake resumed" in relay.log_text(), 10, "intake to resume")
     assert send_one(relay, "after@client.test", ["x@example.net"], message("after", 1000)) == (250, "")
