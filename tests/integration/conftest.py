@@ -218,8 +218,8 @@ def make_sink(tmp_path):
 def make_relay(tmp_path):
     made = []
 
-    def make(sink_port, extra="", start=True):
-        r = Relay(str(tmp_path), sink_port, extra)
+    def make(sink_port, extra="", start=True, tmp=None, separate_users=False):
+        r = Relay(tmp or str(tmp_path), sink_port, extra, separate_users)
         made.append(r)
         return r.start() if start else r
     yield make

@@ -41,19 +41,9 @@ def accounts():
 
 
 @pytest.fixture
-def make_separate(open_dir, accounts):
-    made = []
-
-    def make(sink_port, extra=""):
-        r = Relay(open_dir, sink_port, extra, separate_users=True)
-        made.append(r)
-        return r.start()
-    yield make
-    for r in made:
-        try:
-            r.stop()
-        except AssertionError:
-            pass
+def make_separate(open_dir, accounts, make_relay):  # open_dir goes after the relay stops
+    return lambda sink_port, extra="": make_relay(sink_port, extra, tmp=open_dir,
+                                                  separate_users=True)
 
 
 def as_user(user, group, *cmd, groups=None):
