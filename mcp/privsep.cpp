@@ -64,13 +64,19 @@ std::vector<gid_t> own_groups(const RunAs& r) {
     return groups;
 }
 
+// cdb/00 .. cdb/FF: the same upper-case hex names as sm::cdb_path().
+std::string hashed_dir(int i) {
+    static const char hex[] = "0123456789ABCDEF";
+    return {hex[i >> 4], hex[i & 15]};
+}
+
 // What a directory and the regular files directly in it should be.
 struct Layout {
     uid_t uid;
     gid_t gid;
     mode_t mode;
-    // Files: a group to set (-1: leave) and the exact mode; or, with
-    // file_mode 0, only the owner set to uid and group/other bits cleared.
+    // Files: their group and exact mode; or, with file_mode 0, only the
+    // owner set to uid and group/other bits cleared.
     gid_t file_gid;
     mode_t file_mode;
 };
@@ -94,8 +100,7 @@ Fd open_dir(int parent, const std::string& name, const std::string& shown, std::
 
 bool file_ok(const struct stat& st, const Layout& l) {
     if (l.file_mode != 0)
-        return (l.file_gid == static_cast<gid_t>(-1) || st.st_gid == l.file_gid) &&
-               (st.st_mode & 07777) == l.file_mode;
+        return st.st_gid == l.file_gid && (st.st_mode & 07777) == l.file_mode;
     return st.st_uid == l.uid && (st.st_mode & 077) == 0;
 }
 
@@ -168,15 +173,14 @@ Fd open_top(const std::string& path, std::string& err) {
 
 bool make_dirs_as_root(const sm::Config& cfg, const Accounts& a, std::string& err) {
     const uid_t root = 0;
-    const gid_t keep = static_cast<gid_t>(-1);
     const std::string spool = cfg.spool_dir_abs();
     // Only the children's group may enter the spool; nothing in it is for others.
     Fd top = open_top(spool, err);
-    if (top.get() < 0 || !lay_out(top.get(), spool, {root, a.group, 0750, keep, 0}, err))
+    if (top.get() < 0 || !lay_out(top.get(), spool, {root, a.group, 0750, 0, 0}, err))
         return false;
     // QMGR's alone.
     for (const char* sub : {"ibdb", "defedb", "quarantine"}) {
-        const Layout l{a.qmgr.uid, a.qmgr.gid, 0700, keep, 0};
+        const Layout l{a.qmgr.uid, a.qmgr.gid, 0700, 0, 0};
         Fd d = open_dir(top.get(), sub, spool + "/" + sub, err);
         if (d.get() < 0 || !lay_out(d.get(), spool + "/" + sub, l, err)) return false;
     }
@@ -187,10 +191,8 @@ bool make_dirs_as_root(const sm::Config& cfg, const Accounts& a, std::string& er
     Fd c = open_dir(top.get(), "cdb", spool + "/cdb", err);
     if (c.get() < 0 || !lay_out(c.get(), spool + "/cdb", cdb, err)) return false;
     if (cfg.queue.cdb_hashed) {
-        // The same upper-case hex names as sm::cdb_path().
-        static const char hex[] = "0123456789ABCDEF";
         for (int i = 0; i < 256; ++i) {
-            const std::string name{hex[i >> 4], hex[i & 15]};
+            const std::string name = hashed_dir(i);
             Fd d = open_dir(c.get(), name, spool + "/cdb/" + name, err);
             if (d.get() < 0 || !lay_out(d.get(), spool + "/cdb/" + name, cdb, err)) return false;
         }
@@ -256,10 +258,8 @@ bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err
     const std::string spool = cfg.spool_dir_abs();
     std::vector<std::string> dirs{spool + "/ibdb", spool + "/defedb", spool + "/quarantine",
                                   spool + "/cdb", cfg.run_dir_abs()};
-    if (cfg.queue.cdb_hashed) {
-        static const char hex[] = "0123456789ABCDEF";
-        for (int i = 0; i < 256; ++i) dirs.push_back(spool + "/cdb/" + hex[i >> 4] + hex[i & 15]);
-    }
+    if (cfg.queue.cdb_hashed)
+        for (int i = 0; i < 256; ++i) dirs.push_back(spool + "/cdb/" + hashed_dir(i));
     for (const auto& d : dirs) {
         std::error_code ec;
         fs::create_directories(d, ec);

@@ -265,12 +265,12 @@ asio::awaitable<void> Server::cli(std::shared_ptr<sm::Channel> ch, Access access
         }
         const Access needed = reads_only(req->command) ? Access::read : Access::admin;
         if (access < needed) {
-            spdlog::warn("{}: refused {}: not root or in server.{}", ch->peer(), req->command,
-                         needed == Access::read ? "stats_group" : "admin_group");
+            const std::string who = needed == Access::read
+                                        ? "root, server.admin_group or server.stats_group"
+                                        : "root or server.admin_group";
+            spdlog::warn("{}: refused {}: needs {}", ch->peer(), req->command, who);
             ch->send(sm::msg::encode(
-                sm::msg::CtlReply{1, "permission denied: " + req->command + " needs root or " +
-                                         (needed == Access::read ? "server.stats_group"
-                                                                 : "server.admin_group")},
+                sm::msg::CtlReply{1, "permission denied: " + req->command + " needs " + who},
                 f->hdr.req_id));
             continue;
         }
