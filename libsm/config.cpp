@@ -196,6 +196,16 @@ bool ServerConfig::in_relay_networks(const std::string& ip) const {
                        [&](const Cidr& c) { return c.contains(ip); });
 }
 
+const std::string& ServerConfig::user_for(Process p) const {
+    if (!user.empty()) return user;
+    switch (p) {
+    case Process::smtps: return smtps_user;
+    case Process::smtpc: return smtpc_user;
+    case Process::qmgr: break;
+    }
+    return qmgr_user;
+}
+
 const Route* Config::route_for(const std::string& domain_in) const {
     const std::string domain = lower(domain_in);
     if (auto it = routes.find(domain); it != routes.end()) return &it->second;
@@ -285,6 +295,15 @@ Config load_config(const std::string& path) {
         throw ConfigError("server.tls_key", "tls_cert and tls_key go together");
     c.server.threads = s.small("threads", c.server.threads, 64);
     c.server.user = s.get<std::string>("user").value_or("");
+    for (auto [key, v] : {std::pair{"smtps_user", &c.server.smtps_user},
+                          std::pair{"qmgr_user", &c.server.qmgr_user},
+                          std::pair{"smtpc_user", &c.server.smtpc_user},
+                          std::pair{"group", &c.server.group}}) {
+        *v = s.get<std::string>(key).value_or(*v);
+        if (v->empty()) throw ConfigError(s.name(key), "must not be empty");
+    }
+    c.server.admin_group = s.get<std::string>("admin_group").value_or("");
+    c.server.stats_group = s.get<std::string>("stats_group").value_or("");
     s.check_unknown();
 
     TableReader q(root["queue"].as_table(), "queue");

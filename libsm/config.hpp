@@ -74,9 +74,23 @@ struct ServerConfig {
     std::string tls_cert;
     std::string tls_key;
     unsigned threads = 1;
-    // Account the children run as when `smx run` starts as root; empty:
-    // keep the invoking user.
+    // Accounts of the children when `smx run` starts as root: each its own
+    // user (sendmail X's smxs/smxq/smxc), the primary group of all three
+    // the shared `group` (content files, qmgr.sock, the log file). `user`
+    // set: all three run as that one account instead (one-user mode).
     std::string user;
+    std::string smtps_user = "smxs";
+    std::string qmgr_user = "smxq";
+    std::string smtpc_user = "smxc";
+    std::string group = "smx";
+    // The account a child runs as when started by root: `user` when set,
+    // else that child's own.
+    enum class Process { smtps, qmgr, smtpc };
+    const std::string& user_for(Process p) const;
+    // `smx` commands QMGR serves besides root and its own user: every one
+    // to admin_group, stats and queue also to stats_group. Empty: nobody.
+    std::string admin_group;
+    std::string stats_group;
 };
 
 struct QueueConfig {

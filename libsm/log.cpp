@@ -76,7 +76,7 @@ void init_logging(const std::string& process, const LogConfig& cfg) {
     spdlog::drop_all();
     int fd = 2;
     if (!cfg.file.empty()) {
-        fd = ::open(cfg.file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+        fd = ::open(cfg.file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0640);
         if (fd < 0) {
             // Not worth dying for: say so where someone will see it.
             const std::string msg = "smx/" + process + ": cannot open log file " + cfg.file +

@@ -4,6 +4,7 @@
 
 #include "limits.hpp"
 
+#include <grp.h>
 #include <pwd.h>
 
 
@@ -165,6 +166,10 @@ std::optional<sm::Config> load_checked(const std::string& path, std::ostream& er
         sm::Config cfg = sm::load_config(path);
         if (!cfg.server.user.empty() && !::getpwnam(cfg.server.user.c_str()))
             throw sm::ConfigError("server.user", "no such user '" + cfg.server.user + "'");
+        for (auto [key, name] : {std::pair{"server.admin_group", &cfg.server.admin_group},
+                                 std::pair{"server.stats_group", &cfg.server.stats_group}})
+            if (!name->empty() && !::getgrnam(name->c_str()))
+                throw sm::ConfigError(key, "no such group '" + *name + "'");
         return cfg;
     } catch (const std::exception& e) {
         err << "smx: config error: " << e.what() << '\n';

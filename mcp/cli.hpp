@@ -31,8 +31,9 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
 
 void print_usage(std::ostream& out);
 
-// Loads the config and checks what load_config cannot (the [server] user
-// exists). On error prints "smx: config error: <key>: <what>" to err.
+// Loads the config and checks what load_config cannot (the [server] user,
+// admin_group and stats_group exist; the per-process accounts are checked
+// by `smx run` as root only, the one that needs them). On error prints "smx: config error: <key>: <what>" to err.
 std::optional<sm::Config> load_checked(const std::string& path, std::ostream& err);
 
 // `smx check-config`: exit_ok with "config OK" and a summary, or exit_config.

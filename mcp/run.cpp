@@ -3,9 +3,12 @@
 #include "limits.hpp"
 #include "log.hpp"
 #include "panic.hpp"
+#include "privsep.hpp"
+#include "startup.hpp"
 #include "supervisor.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -34,10 +37,13 @@ int run(const Args& args) {
     // Before the log thread exists, so that no thread takes these signals
     // away from the supervisor's sigtimedwait.
     block_supervisor_signals();
+    // Inherited by the children: nothing they or we create (spool files,
+    // quarantine copies, the log) is for other users.
+    ::umask(027);
     auto cfg = load_checked(args.config_path, std::cerr);
     if (!cfg) return exit_config;
     std::string err;
-    const auto run_as = lookup_run_as(*cfg, err);
+    auto accounts = lookup_accounts(*cfg, err);
     if (!err.empty()) {
         std::cerr << "smx: config error: " << err << '\n';
         return exit_config;
@@ -72,15 +78,15 @@ int run(const Args& args) {
         *path = *found;
     }
 
-    if (run_as) {
-        spdlog::info("children run as {}", run_as->name);
-    } else if (!cfg->server.user.empty()) {
-        spdlog::info("server.user {} ignored: not started as root", cfg->server.user);
-    } else if (::geteuid() == 0) {
-        spdlog::warn("children run as root: set [server] user to drop privileges");
+    if (accounts) {
+        spdlog::info("children run as {} (smx-smtps), {} (smx-qmgr), {} (smx-smtpc)",
+                     accounts->smtps.name, accounts->qmgr.name, accounts->smtpc.name);
+        if (accounts->qmgr.uid == 0) spdlog::warn("children run as root: server.user is root");
+    } else {
+        spdlog::info("not started as root: the children run as this user");
     }
-    if (!make_dirs(*cfg, run_as, err)) return fatal(err);
-    if (run_as && !cfg->log.file.empty() && !give_to(cfg->log.file, *run_as, err))
+    if (!make_dirs(*cfg, accounts ? &*accounts : nullptr, err)) return fatal(err);
+    if (accounts && !cfg->log.file.empty() && !prepare_log_file(cfg->log.file, *accounts, err))
         return fatal(err);
     PidLock lock;
     if (!lock.acquire(cfg->run_dir_abs() + "/smx.pid", err)) return fatal(err);
@@ -93,7 +99,7 @@ int run(const Args& args) {
     if (!args.config_path.empty()) plan.config_path = fs::absolute(args.config_path).string();
     plan.qmgr_socket = cfg->qmgr_socket();
     plan.listen_fds = listeners.fds();
-    plan.run_as = run_as;
+    plan.accounts = std::move(accounts);
     const int status = Supervisor(std::move(plan)).run();
     spdlog::default_logger()->flush();
     return status;

@@ -32,7 +32,7 @@ struct Failure {
 }
 
 // In the forked child: async-signal-safe calls only, no allocation.
-[[noreturn]] void become_child(const Launch& l, char* const* argv, char* const* envp,
+[[noreturn]] void become_child(const Launch& l, int exe, char* const* argv, char* const* envp,
                                std::vector<int>& fds, int report, pid_t supervisor) {
     // The supervisor blocks its signals for sigtimedwait and ignores SIGPIPE;
     // both would survive exec.
@@ -44,11 +44,13 @@ struct Failure {
     // children in order (SMTPS first).
     ::setpgid(0, 0);
 
-    // Lift the report pipe and the listeners above 3..3+n before dup2 puts
-    // the listeners there, so no move clobbers another.
+    // Lift the report pipe, the executable and the listeners above 3..3+n
+    // before dup2 puts the listeners there, so no move clobbers another.
     const int first_free = 3 + static_cast<int>(fds.size());
     report = ::fcntl(report, F_DUPFD_CLOEXEC, first_free);
     if (report < 0) ::_exit(127);
+    exe = ::fcntl(exe, F_DUPFD_CLOEXEC, first_free);
+    if (exe < 0) fail(report, step_fds);
     for (int& fd : fds) {
         fd = ::fcntl(fd, F_DUPFD_CLOEXEC, first_free);
         if (fd < 0) fail(report, step_fds);
@@ -72,7 +74,9 @@ struct Failure {
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != supervisor) ::_exit(0);
 
-    ::execve(l.path.c_str(), argv, envp);
+    // Through the fd opened as root: the account needs execute permission
+    // on the file, not a way to it (a build tree under /root).
+    ::execveat(exe, "", argv, envp, AT_EMPTY_PATH);
     fail(report, step_exec);
 }
 
@@ -97,17 +101,24 @@ pid_t spawn(const Launch& l, std::string& err) {
     envp.push_back(nullptr);
 
     std::vector<int> fds = l.listen_fds;  // the child rewrites its copy
+    const int exe = ::open(l.path.c_str(), O_PATH | O_CLOEXEC);
+    if (exe < 0) {
+        err = "exec " + l.path + ": " + std::strerror(errno);
+        return -1;
+    }
     int pipefd[2];
     if (::pipe2(pipefd, O_CLOEXEC) != 0) {
         err = std::string("pipe: ") + std::strerror(errno);
+        ::close(exe);
         return -1;
     }
     const pid_t supervisor = ::getpid();
     const pid_t pid = ::fork();
     if (pid == 0) {
         ::close(pipefd[0]);
-        become_child(l, argv.data(), envp.data(), fds, pipefd[1], supervisor);
+        become_child(l, exe, argv.data(), envp.data(), fds, pipefd[1], supervisor);
     }
+    ::close(exe);
     ::close(pipefd[1]);
     if (pid < 0) {
         err = std::string("fork: ") + std::strerror(errno);

@@ -1,10 +1,8 @@
 #include "startup.hpp"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <pwd.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -22,84 +20,7 @@ namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
-bool make_dir(const std::string& path, std::string& err) {
-    std::error_code ec;
-    fs::create_directories(path, ec);
-    if (ec) {
-        err = "cannot create " + path + ": " + ec.message();
-        return false;
-    }
-    if (!fs::is_directory(path, ec)) {
-        err = path + " exists and is not a directory";
-        return false;
-    }
-    return true;
-}
-
-// The whole tree, so that files a root-run left behind stay usable.
-bool give_tree(const std::string& root, const RunAs& run_as, std::string& err) {
-    if (!give_to(root, run_as, err)) return false;
-    std::error_code ec;
-    for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-        if (!give_to(it->path().string(), run_as, err)) return false;
-    }
-    if (ec) {
-        err = "cannot walk " + root + ": " + ec.message();
-        return false;
-    }
-    return true;
-}
-
 } // namespace
-
-std::optional<RunAs> lookup_run_as(const sm::Config& cfg, std::string& err) {
-    if (cfg.server.user.empty() || ::geteuid() != 0) return std::nullopt;
-    const passwd* pw = ::getpwnam(cfg.server.user.c_str());
-    if (!pw) {
-        err = "server.user: no such user '" + cfg.server.user + "'";
-        return std::nullopt;
-    }
-    RunAs r{cfg.server.user, pw->pw_uid, pw->pw_gid, {}};
-    int n = 16;
-    for (;;) {
-        r.groups.resize(static_cast<std::size_t>(n));
-        const int want = n;
-        if (::getgrouplist(r.name.c_str(), r.gid, r.groups.data(), &n) >= 0) break;
-        if (n <= want) n = want * 2;  // some libcs do not report the size needed
-    }
-    r.groups.resize(static_cast<std::size_t>(n));
-    return r;
-}
-
-bool give_to(const std::string& path, const RunAs& run_as, std::string& err) {
-    struct stat st;
-    if (::lstat(path.c_str(), &st) != 0) {
-        err = "cannot stat " + path + ": " + errno_text();
-        return false;
-    }
-    if (st.st_uid == run_as.uid && st.st_gid == run_as.gid) return true;
-    if (::lchown(path.c_str(), run_as.uid, run_as.gid) != 0) {
-        err = "cannot give " + path + " to " + run_as.name + ": " + errno_text();
-        return false;
-    }
-    return true;
-}
-
-bool make_dirs(const sm::Config& cfg, const std::optional<RunAs>& run_as, std::string& err) {
-    const std::string spool = cfg.spool_dir_abs();
-    std::vector<std::string> dirs{spool, spool + "/cdb", spool + "/ibdb", spool + "/defedb",
-                                  spool + "/quarantine", cfg.run_dir_abs()};
-    if (cfg.queue.cdb_hashed) {
-        // The same upper-case hex names as sm::cdb_path().
-        static const char hex[] = "0123456789ABCDEF";
-        for (int i = 0; i < 256; ++i)
-            dirs.push_back(spool + "/cdb/" + hex[i >> 4] + hex[i & 15]);
-    }
-    for (const auto& d : dirs)
-        if (!make_dir(d, err)) return false;
-    if (!run_as) return true;
-    return give_tree(spool, *run_as, err) && give_tree(cfg.run_dir_abs(), *run_as, err);
-}
 
 PidLock::~PidLock() {
     if (fd_ < 0) return;
@@ -110,9 +31,18 @@ PidLock::~PidLock() {
 }
 
 bool PidLock::acquire(const std::string& path, std::string& err) {
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {
-        err = "cannot open " + path + ": " + errno_text();
+        err = errno == ELOOP ? path + " is a symbolic link; refusing to follow it (remove it)"
+                             : "cannot open " + path + ": " + errno_text();
+        return false;
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+        st.st_uid != ::geteuid()) {
+        err = path + " is not a regular file of ours with one link; refusing to use it "
+                     "(remove it)";
+        ::close(fd);
         return false;
     }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {

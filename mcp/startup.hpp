@@ -1,5 +1,5 @@
-// What `smx run` does before it starts a child: the account the children
-// run as, the spool and run directories, the pid-file lock, the listeners.
+// What `smx run` does before it starts a child besides privsep.hpp's
+// accounts and directories: the pid-file lock and the listeners.
 // Each step returns false with a message for the operator in err.
 #pragma once
 
@@ -7,33 +7,15 @@
 
 #include <sys/types.h>
 
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace smx {
 
-// The unprivileged account of [server] user, looked up before fork (the
-// child may only make async-signal-safe calls).
-struct RunAs {
-    std::string name;
-    uid_t uid = 0;
-    gid_t gid = 0;
-    std::vector<gid_t> groups;
-};
-
-// Set only when we are root and [server] user is configured.
-std::optional<RunAs> lookup_run_as(const sm::Config& cfg, std::string& err);
-
-// spool (cdb/ with 00..FF when hashed, ibdb/, defedb/, quarantine/) and the
-// run directory; when run_as is set, hands both trees to that account.
-bool make_dirs(const sm::Config& cfg, const std::optional<RunAs>& run_as, std::string& err);
-
-// Gives an existing file (the log file) to the children's account.
-bool give_to(const std::string& path, const RunAs& run_as, std::string& err);
-
 // An flock()ed <run_dir>/smx.pid holding our pid: one `smx run` per run
-// directory. The file is removed when the lock is released.
+// directory. The file is removed when the lock is released. QMGR's account
+// may write the run directory, so a symbolic link, a hard link or a file
+// of another owner there is refused, never followed.
 class PidLock {
 public:
     PidLock() = default;

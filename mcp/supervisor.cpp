@@ -70,6 +70,11 @@ Supervisor::Supervisor(Plan plan) : plan_(std::move(plan)) {
     smtps_.name = "smx-smtps";
     smtps_.path = plan_.smtps_path;
     smtps_.gets_listeners = true;
+    if (plan_.accounts) {
+        qmgr_.run_as = &plan_.accounts->qmgr;
+        smtpc_.run_as = &plan_.accounts->smtpc;
+        smtps_.run_as = &plan_.accounts->smtps;
+    }
     all_ = {&qmgr_, &smtpc_, &smtps_};
 }
 
@@ -94,7 +99,7 @@ int Supervisor::run() {
 }
 
 bool Supervisor::start(Child& c, std::string& why) {
-    Launch l{c.path, {c.name}, {}, plan_.run_as ? &*plan_.run_as : nullptr};
+    Launch l{c.path, {c.name}, {}, c.run_as};
     if (!plan_.config_path.empty()) l.argv.insert(l.argv.end(), {"-c", plan_.config_path});
     if (c.gets_listeners) l.listen_fds = plan_.listen_fds;
     std::string err;

@@ -27,7 +27,7 @@ struct Plan {
     std::string config_path;     // passed as -c when not empty
     std::string qmgr_socket;
     std::vector<int> listen_fds;  // for smx-smtps
-    std::optional<RunAs> run_as;
+    std::optional<Accounts> accounts;  // set when started as root
 };
 
 class Supervisor {
@@ -43,6 +43,7 @@ private:
         std::string name;  // "smx-qmgr"
         std::string path;
         bool gets_listeners = false;
+        const RunAs* run_as = nullptr;  // its account when started as root
         pid_t pid = 0;
         Clock::time_point started{};
         std::chrono::seconds backoff{1};

@@ -25,7 +25,8 @@ int write_cdb(const std::string& path, const std::string& data) {
     const std::string tmp = path + ".tmp";
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    // Group read: SMTPC reads it through the shared group.
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
     if (fd < 0) return errno;
     int err = 0;
     for (std::size_t off = 0; off < data.size() && !err;) {

@@ -4,11 +4,18 @@
 #include "accept.hpp"
 #include "panic.hpp"
 
+#include <grp.h>
+#include <pwd.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <tuple>
 
 namespace smx::qmgr {
 
@@ -64,12 +71,72 @@ asio::awaitable<std::optional<Next<T>>> next(sm::Channel& ch, std::uint16_t type
     co_return n;
 }
 
+std::optional<uid_t> uid_of(const sm::Config& cfg, sm::ServerConfig::Process p) {
+    const passwd* pw = ::getpwnam(cfg.server.user_for(p).c_str());
+    if (!pw) return std::nullopt;
+    return pw->pw_uid;
+}
+
+// The account behind a connected Unix socket, as the kernel recorded it at
+// connect(); nullopt only when the kernel will not say.
+std::optional<Server::Peer> peer_of(int fd) {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return std::nullopt;
+    Server::Peer p{cred.uid, std::vector<gid_t>(64)};
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        len = static_cast<socklen_t>(p.groups.size() * sizeof(gid_t));
+        if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, p.groups.data(), &len) == 0) break;
+        if (errno != ERANGE) return std::nullopt;
+        p.groups.resize(len / sizeof(gid_t));  // ERANGE: len is the size needed
+    }
+    p.groups.resize(len / sizeof(gid_t));
+    p.groups.push_back(cred.gid);
+    return p;
+}
+
+// stats and queue only read; every other command changes the queue.
+bool reads_only(const std::string& command) {
+    return command == "stats" || command == "queue";
+}
+
 } // namespace
 
 Server::Server(asio::io_context& io, const sm::Config& cfg, Qmgr& q)
-    : io_(io), cfg_(cfg), q_(q), acceptor_(io) {}
+    : io_(io), cfg_(cfg), q_(q), acceptor_(io), self_(::geteuid()), smtps_uid_(self_),
+      smtpc_uid_(self_) {}
+
+bool Server::may_claim(const Peer& p, const std::string& role) const {
+    if (role == "smtps") return p.uid == smtps_uid_;
+    if (role == "smtpc") return p.uid == smtpc_uid_;
+    return true;  // cli: each command is checked
+}
+
+Server::Access Server::access(const Peer& p) const {
+    auto member = [&](const std::optional<gid_t>& g) {
+        return g && std::find(p.groups.begin(), p.groups.end(), *g) != p.groups.end();
+    };
+    if (p.uid == 0 || p.uid == self_ || member(admin_gid_)) return Access::admin;
+    return member(stats_gid_) ? Access::read : Access::none;
+}
 
 bool Server::listen(std::string& err) {
+    using P = sm::ServerConfig::Process;
+    if (uid_of(cfg_, P::qmgr) == self_) {
+        // We run as our own account: `smx run` was started by root.
+        smtps_uid_ = uid_of(cfg_, P::smtps).value_or(self_);
+        smtpc_uid_ = uid_of(cfg_, P::smtpc).value_or(self_);
+    }
+    for (auto [key, name, gid] : {std::tuple{"server.admin_group", &cfg_.server.admin_group, &admin_gid_},
+                                  std::tuple{"server.stats_group", &cfg_.server.stats_group, &stats_gid_}}) {
+        if (name->empty()) continue;
+        const group* gr = ::getgrnam(name->c_str());
+        if (!gr) {
+            err = std::string(key) + ": no such group '" + *name + "'";
+            return false;
+        }
+        *gid = gr->gr_gid;
+    }
     path_ = cfg_.qmgr_socket();
     std::error_code fec;
     std::filesystem::create_directories(cfg_.run_dir_abs(), fec);
@@ -92,7 +159,10 @@ bool Server::listen(std::string& err) {
         err = "listen on " + path_ + ": " + ec.message();
         return false;
     }
-    ::chmod(path_.c_str(), 0660);
+    // The children share our primary group; users of admin_group and
+    // stats_group need not be in it, so then everyone may connect and
+    // access() decides per command.
+    ::chmod(path_.c_str(), admin_gid_ || stats_gid_ ? 0666 : 0660);
     asio::co_spawn(io_, accept_loop(), sm::crash_on_exception("qmgr accept"));
     spdlog::info("listening on {}", path_);
     return true;
@@ -109,13 +179,19 @@ asio::awaitable<void> Server::accept_loop() {
     for (;;) {
         auto s = co_await guard.next(acceptor_);
         if (!s) break;
+        auto peer = peer_of(s->native_handle());
+        if (!peer) {
+            spdlog::warn("qmgr.sock: cannot get the peer's credentials: {}", std::strerror(errno));
+            continue;
+        }
         auto ch = std::make_shared<sm::Channel>(std::move(*s), "peer");
         ch->start();
-        asio::co_spawn(io_, session(std::move(ch)), sm::crash_on_exception("qmgr peer"));
+        asio::co_spawn(io_, session(std::move(ch), std::move(*peer)),
+                       sm::crash_on_exception("qmgr peer"));
     }
 }
 
-asio::awaitable<void> Server::session(std::shared_ptr<sm::Channel> ch) {
+asio::awaitable<void> Server::session(std::shared_ptr<sm::Channel> ch, Peer peer) {
     auto f = co_await read_for(*ch, hello_timeout);
     if (!f) co_return;
     std::string err;
@@ -127,6 +203,9 @@ asio::awaitable<void> Server::session(std::shared_ptr<sm::Channel> ch) {
     if (h->role != "smtps" && h->role != "smtpc" && h->role != "cli")
         co_return co_await refuse(ch, "unknown role");
     ch->set_peer(h->role + "[" + std::to_string(h->pid) + "]");
+    if (!may_claim(peer, h->role))
+        co_return co_await refuse(ch, "role " + h->role + " not allowed for uid " +
+                                          std::to_string(peer.uid));
     if (h->version != sm::msg::protocol_version)
         co_return co_await refuse(ch, "protocol version " + std::to_string(h->version) +
                                            " not supported (qmgr speaks " +
@@ -134,7 +213,7 @@ asio::awaitable<void> Server::session(std::shared_ptr<sm::Channel> ch) {
     ch->send(sm::msg::encode(sm::msg::HelloAck{0, "smx qmgr"}));
     if (h->role == "smtps") co_await smtps(ch);
     else if (h->role == "smtpc") co_await smtpc(ch);
-    else co_await cli(ch);
+    else co_await cli(ch, access(peer));
     ch->close();
 }
 
@@ -171,7 +250,7 @@ asio::awaitable<void> Server::smtpc(std::shared_ptr<sm::Channel> ch) {
     spdlog::info("{}: disconnected", ch->peer());
 }
 
-asio::awaitable<void> Server::cli(std::shared_ptr<sm::Channel> ch) {
+asio::awaitable<void> Server::cli(std::shared_ptr<sm::Channel> ch, Access access) {
     while (auto f = co_await read_for(*ch, cli_timeout)) {
         std::string err;
         std::optional<sm::msg::CtlRequest> req;
@@ -183,6 +262,17 @@ asio::awaitable<void> Server::cli(std::shared_ptr<sm::Channel> ch) {
             ch->send(sm::msg::encode(sm::msg::CtlReply{1, "protocol error: " + err},
                                      f->hdr.req_id));
             break;
+        }
+        const Access needed = reads_only(req->command) ? Access::read : Access::admin;
+        if (access < needed) {
+            const std::string who = needed == Access::read
+                                        ? "root, server.admin_group or server.stats_group"
+                                        : "root or server.admin_group";
+            spdlog::warn("{}: refused {}: needs {}", ch->peer(), req->command, who);
+            ch->send(sm::msg::encode(
+                sm::msg::CtlReply{1, "permission denied: " + req->command + " needs " + who},
+                f->hdr.req_id));
+            continue;
         }
         // Answered when ready (DEFEDB work runs on the pool); the CLI waits.
         q_.control(*req, [ch, req_id = f->hdr.req_id](sm::msg::CtlReply r) {

@@ -19,7 +19,8 @@ constexpr std::size_t spill_size = 256 * 1024;
 // Opens the temporary file, creating the hashed subdirectory on first use.
 int open_tmp(const std::string& tmp, int& fd) {
     for (int attempt = 0; attempt < 2; ++attempt) {
-        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        // Group read: SMTPC and QMGR read it through the shared group.
+        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
         if (fd >= 0) return 0;
         if (errno != ENOENT || attempt > 0) return errno;
         std::error_code ec;

@@ -1,6 +1,7 @@
 # Shared by scripts/run and scripts/test (source it): install the Debian
 # packages smx needs when they are missing, and configure/build with Meson.
-#   smx_install_packages [extra-package...]
+#   smx_install_packages [extra-package...]   (as root, also smx_add_users)
+#   smx_add_users                                the accounts of the children
 #   smx_build [build-dir] [meson option...]      (default build-dir: build)
 #   smx_setup [build-dir] [meson option...]      both of the above
 # A relative build dir is relative to the repository, not the caller's cwd.
@@ -15,6 +16,7 @@ smx_install_packages() {
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" \
       || missing="$missing $p"
   done
+  smx_add_users || return 1
   [ -z "$missing" ] && return 0
   local sudo=""
   if [ "$(id -u)" != 0 ]; then
@@ -27,6 +29,21 @@ smx_install_packages() {
   echo "smx: installing$missing" >&2
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q \
     && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
+}
+
+# Started as root, `smx run` runs SMTPS as smxs, QMGR as smxq and SMTPC as
+# smxc, each with a group of its own, and all three in the group smx that
+# shares the content files (docs/mcp.md). Creates what is missing; nothing
+# to do for another user, whose children all run as that user.
+smx_add_users() {
+  [ "$(id -u)" = 0 ] || return 0
+  getent group smx >/dev/null || groupadd --system smx || return 1
+  local u
+  for u in smxs smxq smxc; do
+    getent passwd "$u" >/dev/null \
+      || adduser --quiet --system --group --no-create-home --home /nonexistent "$u" \
+      || return 1
+  done
 }
 
 smx_build() {

@@ -75,15 +75,21 @@ class Sink:
 
 
 class Relay:
-    """`smx run` with a private config, spool and run directory."""
+    """`smx run` with a private config, spool and run directory.
 
-    def __init__(self, tmp, sink_port, extra=""):
+    Run as root, the children would each get their own account, which cannot
+    enter pytest's 0700 tmp directories: unless separate_users is set (and
+    tmp is a directory they can reach: test_privsep.py), they all stay root
+    through `[server] user`, as they would all run as an ordinary user."""
+
+    def __init__(self, tmp, sink_port, extra="", separate_users=False):
         self.tmp = tmp
         self.port = free_port()
         self.spool = os.path.join(tmp, "spool")
         self.run_dir = os.path.join(tmp, "run")
         self.config = os.path.join(tmp, "smx.toml")
         self.log_path = os.path.join(tmp, "smx.log")
+        self.one_user = os.geteuid() == 0 and not separate_users
         with open(self.config, "w") as f:
             f.write(self.config_text(sink_port, extra))
         self.proc = None
@@ -97,6 +103,8 @@ class Relay:
             "client": {"idle_timeout": "2"},
             "routes": {"default": '"[127.0.0.1]:%d"' % sink_port},
         }
+        if self.one_user:
+            sections["server"]["user"] = '"root"'
         section = None
         for line in extra.strip().splitlines():
             line = line.strip()
@@ -210,8 +218,8 @@ def make_sink(tmp_path):
 def make_relay(tmp_path):
     made = []
 
-    def make(sink_port, extra="", start=True):
-        r = Relay(str(tmp_path), sink_port, extra)
+    def make(sink_port, extra="", start=True, tmp=None, separate_users=False):
+        r = Relay(tmp or str(tmp_path), sink_port, extra, separate_users)
         made.append(r)
         return r.start() if start else r
     yield make

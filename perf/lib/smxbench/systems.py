@@ -166,6 +166,10 @@ class Smx(System):
             # Logging on, to a file: what an admin runs with.
             "log": {"level": "info", "file": os.path.join(self.dir, "smx.log")},
         }
+        if os.geteuid() == 0:
+            # The children stay root, as before there were smxs/smxq/smxc: the
+            # work directory may be out of their accounts' reach.
+            cfg["server"]["user"] = "root"
         for section, keys in self.overrides.items():
             cfg.setdefault(section, {}).update(keys)
         lines = []

@@ -125,6 +125,11 @@ TEST_CASE("check-config: errors name the key, exit 2") {
          "smx: config error: queue.commit_max_batch: wrong type\n"},
         {"[server]\nuser = \"no-such-user-smx\"\n",
          "smx: config error: server.user: no such user 'no-such-user-smx'\n"},
+        {"[server]\nadmin_group = \"no-such-group-smx\"\n",
+         "smx: config error: server.admin_group: no such group 'no-such-group-smx'\n"},
+        {"[server]\nstats_group = \"no-such-group-smx\"\n",
+         "smx: config error: server.stats_group: no such group 'no-such-group-smx'\n"},
+        {"[server]\ngroup = \"\"\n", "smx: config error: server.group: must not be empty\n"},
         {"[qeue]\n", "smx: config error: qeue: unknown section\n"},
     };
     for (const auto& c : cases) {

@@ -81,7 +81,10 @@ struct Sandbox {
         }
         port = free_port();
         config = dir + "/smx.toml";
+        // As root, the fake children stay root unless a test names accounts.
+        const bool pin = ::geteuid() == 0 && extra_config.find("user") == std::string::npos;
         std::ofstream(config) << "[server]\nlisten = [\"127.0.0.1:" << port << "\"]\n"
+                              << (pin ? "user = \"root\"\n" : "")
                               << extra_config << "\n[queue]\nspool_dir = \"spool\"\n"
                               << "run_dir = \"run\"\n";
         log = dir + "/smx.log";
@@ -299,6 +302,19 @@ TEST_CASE("smx run: a child that ignores SIGTERM is killed after 5 s") {
     CHECK(Sandbox::wait_exit(mcp, 10s) == 0);
     CHECK(Clock::now() - t0 < 6s);
     CHECK(sb.log_has("smx-qmgr did not stop within 5 s; sending SIGKILL"));
+}
+
+TEST_CASE("smx run as root: a missing account is a config error naming it") {
+    if (::geteuid() != 0) {
+        WARN("not root: accounts not looked up");
+        return;
+    }
+    Sandbox sb("smtps_user = \"no-such-user-smx\"");
+    const auto [status, out] = sb.call({"run", "-c", sb.config});
+    CHECK(status == 2);
+    CHECK(out.find("smx: config error: server.smtps_user: no such user 'no-such-user-smx' "
+                   "(create it as root with scripts/lib/setup.sh") != std::string::npos);
+    CHECK_FALSE(fs::exists(sb.dir + "/spool"));
 }
 
 TEST_CASE("smx run as root with [server] user: children run as that user") {

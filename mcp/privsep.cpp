@@ -1,0 +1,293 @@
+#include "privsep.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <tuple>
+#include <utility>
+
+namespace smx {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+class Fd {
+public:
+    explicit Fd(int fd = -1) : fd_(fd) {}
+    Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    Fd& operator=(Fd&& o) noexcept {
+        std::swap(fd_, o.fd_);
+        return *this;
+    }
+    ~Fd() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    int get() const { return fd_; }
+
+private:
+    int fd_;
+};
+
+std::optional<RunAs> lookup_user(const std::string& key, const std::string& name,
+                                 std::string& err) {
+    const passwd* pw = ::getpwnam(name.c_str());
+    if (!pw) {
+        err = "server." + key + ": no such user '" + name +
+              "' (create it as root with scripts/lib/setup.sh, or: adduser --system --group "
+              "--no-create-home " + name + ")";
+        return std::nullopt;
+    }
+    return RunAs{name, pw->pw_uid, pw->pw_gid, {}};
+}
+
+// One-user mode keeps the account's own groups, as before there were three.
+std::vector<gid_t> own_groups(const RunAs& r) {
+    std::vector<gid_t> groups;
+    int n = 16;
+    for (;;) {
+        groups.resize(static_cast<std::size_t>(n));
+        const int want = n;
+        if (::getgrouplist(r.name.c_str(), r.gid, groups.data(), &n) >= 0) break;
+        if (n <= want) n = want * 2;  // some libcs do not report the size needed
+    }
+    groups.resize(static_cast<std::size_t>(n));
+    return groups;
+}
+
+// cdb/00 .. cdb/FF: the same upper-case hex names as sm::cdb_path().
+std::string hashed_dir(int i) {
+    static const char hex[] = "0123456789ABCDEF";
+    return {hex[i >> 4], hex[i & 15]};
+}
+
+// What a directory and the regular files directly in it should be.
+struct Layout {
+    uid_t uid;
+    gid_t gid;
+    mode_t mode;
+    // Files: their group and exact mode; or, with file_mode 0, only the
+    // owner set to uid and group/other bits cleared.
+    gid_t file_gid;
+    mode_t file_mode;
+};
+
+// The directory `name` under `parent`, created if missing, opened without
+// following a symbolic link (a child may have planted one: chown through it
+// would give away whatever it points to).
+Fd open_dir(int parent, const std::string& name, const std::string& shown, std::string& err) {
+    if (::mkdirat(parent, name.c_str(), 0700) != 0 && errno != EEXIST) {
+        err = "cannot create " + shown + ": " + errno_text();
+        return Fd();
+    }
+    Fd fd(::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (fd.get() < 0) {
+        err = (errno == ELOOP || errno == ENOTDIR)
+                  ? shown + " is a symbolic link or not a directory; refusing to use it"
+                  : "cannot open " + shown + ": " + errno_text();
+    }
+    return fd;
+}
+
+bool file_ok(const struct stat& st, const Layout& l) {
+    if (l.file_mode != 0)
+        return st.st_gid == l.file_gid && (st.st_mode & 07777) == l.file_mode;
+    return st.st_uid == l.uid && (st.st_mode & 077) == 0;
+}
+
+// Left over from a one-user run or an older layout: only the files directly
+// in the directory (the spool has no deeper ones), each through its own fd.
+bool fix_files(int dir, const std::string& shown, const Layout& l, std::string& err) {
+    DIR* d = ::fdopendir(::fcntl(dir, F_DUPFD_CLOEXEC, 0));
+    if (!d) {
+        err = "cannot list " + shown + ": " + errno_text();
+        return false;
+    }
+    struct Closedir {
+        void operator()(DIR* p) const { ::closedir(p); }
+    };
+    std::unique_ptr<DIR, Closedir> guard(d);
+    while (const dirent* e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        struct stat st;
+        if (name == "." || name == ".." ||
+            ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(st.st_mode) || file_ok(st, l))
+            continue;
+        const std::string path = shown + "/" + name;
+        Fd fd(::openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+        if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0) {
+            if (errno == ENOENT) continue;  // QMGR of a previous run took it
+            err = "cannot open " + path + ": " + errno_text();
+            return false;
+        }
+        if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
+            err = path + " has " + std::to_string(st.st_nlink) +
+                  " hard links or is not a regular file; refusing to take it over";
+            return false;
+        }
+        const bool ok = l.file_mode != 0
+                            ? ::fchown(fd.get(), static_cast<uid_t>(-1), l.file_gid) == 0 &&
+                                  ::fchmod(fd.get(), l.file_mode) == 0
+                            : ::fchown(fd.get(), l.uid, static_cast<gid_t>(-1)) == 0 &&
+                                  ::fchmod(fd.get(), st.st_mode & 0700) == 0;
+        if (!ok) {
+            err = "cannot take over " + path + ": " + errno_text();
+            return false;
+        }
+    }
+    return true;
+}
+
+bool lay_out(int dir, const std::string& shown, const Layout& l, std::string& err) {
+    if (::fchown(dir, l.uid, l.gid) != 0 || ::fchmod(dir, l.mode) != 0) {
+        err = "cannot set the owner of " + shown + ": " + errno_text();
+        return false;
+    }
+    return fix_files(dir, shown, l, err);
+}
+
+// An absolute directory the operator named (spool_dir, run_dir): its parents
+// are the operator's, only the last step may be a child's doing.
+Fd open_top(const std::string& path, std::string& err) {
+    const fs::path p(path);
+    std::error_code ec;
+    fs::create_directories(p.parent_path(), ec);
+    Fd parent(::open(p.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (ec || parent.get() < 0) {
+        err = "cannot create " + p.parent_path().string() + ": " +
+              (ec ? ec.message() : errno_text());
+        return Fd();
+    }
+    return open_dir(parent.get(), p.filename().string(), path, err);
+}
+
+bool make_dirs_as_root(const sm::Config& cfg, const Accounts& a, std::string& err) {
+    const uid_t root = 0;
+    const std::string spool = cfg.spool_dir_abs();
+    // Only the children's group may enter the spool; nothing in it is for others.
+    Fd top = open_top(spool, err);
+    if (top.get() < 0 || !lay_out(top.get(), spool, {root, a.group, 0750, 0, 0}, err))
+        return false;
+    // QMGR's alone.
+    for (const char* sub : {"ibdb", "defedb", "quarantine"}) {
+        const Layout l{a.qmgr.uid, a.qmgr.gid, 0700, 0, 0};
+        Fd d = open_dir(top.get(), sub, spool + "/" + sub, err);
+        if (d.get() < 0 || !lay_out(d.get(), spool + "/" + sub, l, err)) return false;
+    }
+    // Content: QMGR owns it (bounces, unlinks); SMTPS creates files through
+    // its own group, and the sticky bit keeps it from removing QMGR's;
+    // SMTPC may only pass through (other: x) and read (files 0640, group smx).
+    const Layout cdb{a.qmgr.uid, a.smtps_group, 01771, a.group, 0640};
+    Fd c = open_dir(top.get(), "cdb", spool + "/cdb", err);
+    if (c.get() < 0 || !lay_out(c.get(), spool + "/cdb", cdb, err)) return false;
+    if (cfg.queue.cdb_hashed) {
+        for (int i = 0; i < 256; ++i) {
+            const std::string name = hashed_dir(i);
+            Fd d = open_dir(c.get(), name, spool + "/cdb/" + name, err);
+            if (d.get() < 0 || !lay_out(d.get(), spool + "/cdb/" + name, cdb, err)) return false;
+        }
+    }
+    // QMGR makes qmgr.sock here; smx.pid, also here, is opened with care
+    // (PidLock). Others may enter to reach the socket, whose mode decides.
+    const std::string run = cfg.run_dir_abs();
+    Fd r = open_top(run, err);
+    if (r.get() < 0) return false;
+    if (::fchown(r.get(), a.qmgr.uid, a.group) != 0 || ::fchmod(r.get(), 0755) != 0) {
+        err = "cannot set the owner of " + run + ": " + errno_text();
+        return false;
+    }
+    return true;
+}
+
+} // namespace
+
+std::optional<Accounts> lookup_accounts(const sm::Config& cfg, std::string& err) {
+    if (::geteuid() != 0) return std::nullopt;
+    const auto& s = cfg.server;
+    Accounts a;
+    if (!s.user.empty()) {
+        auto r = lookup_user("user", s.user, err);
+        if (!r) return std::nullopt;
+        r->groups = own_groups(*r);
+        a.smtps = a.qmgr = a.smtpc = *r;
+        a.group = a.smtps_group = r->gid;
+        return a;
+    }
+    const group* gr = ::getgrnam(s.group.c_str());
+    if (!gr) {
+        err = "server.group: no such group '" + s.group +
+              "' (create it as root with scripts/lib/setup.sh, or: groupadd --system " +
+              s.group + ")";
+        return std::nullopt;
+    }
+    a.group = gr->gr_gid;
+    for (auto [key, name, r] : {std::tuple{"smtps_user", &s.smtps_user, &a.smtps},
+                                std::tuple{"qmgr_user", &s.qmgr_user, &a.qmgr},
+                                std::tuple{"smtpc_user", &s.smtpc_user, &a.smtpc}}) {
+        auto found = lookup_user(key, *name, err);
+        if (!found) return std::nullopt;
+        // The shared group is the primary one, so that every file a child
+        // creates (content, bounces, the socket) is the group's to read;
+        // the account's own group stays as a supplementary one.
+        *r = *found;
+        r->groups = {a.group, r->gid};
+        r->gid = a.group;
+    }
+    a.smtps_group = a.smtps.groups[1];
+    if (a.smtps_group == a.group) {
+        err = "server.smtps_user: the primary group of '" + s.smtps_user +
+              "' is server.group; give it a group of its own (adduser --group), or SMTPC "
+              "could write the content directories";
+        return std::nullopt;
+    }
+    return a;
+}
+
+bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err) {
+    if (accounts) return make_dirs_as_root(cfg, *accounts, err);
+    const std::string spool = cfg.spool_dir_abs();
+    std::vector<std::string> dirs{spool + "/ibdb", spool + "/defedb", spool + "/quarantine",
+                                  spool + "/cdb", cfg.run_dir_abs()};
+    if (cfg.queue.cdb_hashed)
+        for (int i = 0; i < 256; ++i) dirs.push_back(spool + "/cdb/" + hashed_dir(i));
+    for (const auto& d : dirs) {
+        std::error_code ec;
+        fs::create_directories(d, ec);
+        if (ec || !fs::is_directory(d, ec)) {
+            err = "cannot create " + d + ": " + (ec ? ec.message() : "not a directory");
+            return false;
+        }
+    }
+    return true;
+}
+
+bool prepare_log_file(const std::string& path, const Accounts& a, std::string& err) {
+    Fd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0640));
+    struct stat st;
+    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0) {
+        err = errno == ELOOP ? "log file " + path + " is a symbolic link; refusing to use it"
+                             : "cannot open log file " + path + ": " + errno_text();
+        return false;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
+        err = "log file " + path + " is not a regular file with one link; refusing to use it";
+        return false;
+    }
+    if (::fchown(fd.get(), 0, a.group) != 0 || ::fchmod(fd.get(), 0660) != 0) {
+        err = "cannot give log file " + path + " to the children: " + errno_text();
+        return false;
+    }
+    return true;
+}
+
+} // namespace smx

@@ -1,0 +1,49 @@
+// Privilege separation, as in sendmail X and OpenSMTPD: started as root,
+// `smx run` gives each child its own account and lays out the spool so that
+// each can touch only what it needs (docs/mcp.md has the table):
+//   SMTPS  creates content files in cdb/
+//   SMTPC  reads content files, nothing else in the spool
+//   QMGR   owns cdb/ (bounces, unlinks), ibdb/, defedb/, quarantine/, run_dir
+// Every path a child could have replaced is opened without following
+// symbolic links, and the MCP changes owners and modes only through fds.
+#pragma once
+
+#include "config.hpp"
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace smx {
+
+// One child's account, looked up before fork (the child may only make
+// async-signal-safe calls).
+struct RunAs {
+    std::string name;
+    uid_t uid = 0;
+    gid_t gid = 0;
+    std::vector<gid_t> groups;
+};
+
+struct Accounts {
+    RunAs smtps, qmgr, smtpc;
+    gid_t group = 0;        // [server] group: content files, qmgr.sock, the log file
+    gid_t smtps_group = 0;  // SMTPS's own group: may create files in cdb/
+};
+
+// Set only when we are root. An account or group that does not exist is an
+// error naming the key and how to create it.
+std::optional<Accounts> lookup_accounts(const sm::Config& cfg, std::string& err);
+
+// Creates the spool (cdb/ with 00..FF when cdb_hashed, ibdb/, defedb/,
+// quarantine/) and the run directory. With accounts, also gives every
+// directory and the files in it to their owner, with the modes of the table.
+bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err);
+
+// Creates the log file if needed and gives it to root and the shared group,
+// 0660, so that every child can append to it. A symbolic link is refused.
+bool prepare_log_file(const std::string& path, const Accounts& accounts, std::string& err);
+
+} // namespace smx
