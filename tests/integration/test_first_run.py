@@ -1,4 +1,5 @@
 """scripts/run builds only what `smx run` needs (issue 12, item 8)."""
+import json
 import os
 import subprocess
 
@@ -29,3 +30,17 @@ def test_run_targets_are_the_four_programs_and_nothing_else():
         for other in ("tests/", "perf/", "fuzz/", "catch"):
             assert other not in c, c
 
+
+def test_tests_false_leaves_out_the_tests_and_benchmark_tools(tmp_path):
+    """`meson setup -Dtests=false` (README, "Run it on a server"): a build of
+    what is installed only. Configured, not built: that is the point."""
+    build = str(tmp_path / "b")
+    subprocess.run(["meson", "setup", build, REPO, "-Dtests=false"], capture_output=True,
+                   text=True, check=True, timeout=300)
+    r = subprocess.run(["meson", "introspect", "--targets", build], capture_output=True,
+                       text=True, check=True)
+    targets = json.loads(r.stdout)
+    dirs = {os.path.relpath(t["defined_in"], REPO).split("/")[0] for t in targets}
+    assert "tests" not in dirs and "perf" not in dirs, dirs
+    names = {t["name"] for t in targets}
+    assert {"smx", "smx-qmgr", "smx-smtps", "smx-smtpc", "smx.toml.5"} <= names
