@@ -10,7 +10,7 @@
 SMX_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SMX_PACKAGES="meson ninja-build pkg-config g++ libboost1.81-dev libdb5.3++-dev
   libspdlog-dev catch2 libc-ares-dev libtomlplusplus-dev libssl-dev python3
-  libsystemd-dev"
+  libsystemd-dev scdoc"
 # What `smx run` needs: the four programs, none of the tests and tools.
 SMX_RUN_TARGETS="mcp/smx qmgr/smx-qmgr smtps/smx-smtps smtpc/smx-smtpc"
 

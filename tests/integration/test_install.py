@@ -18,6 +18,11 @@ EXPECTED = {
     "usr/lib/systemd/system/smx.service",
     "usr/lib/sysusers.d/smx.conf",
     "usr/lib/tmpfiles.d/smx.conf",
+    "usr/share/man/man8/smx.8",
+    "usr/share/man/man8/smx-qmgr.8",
+    "usr/share/man/man8/smx-smtps.8",
+    "usr/share/man/man8/smx-smtpc.8",
+    "usr/share/man/man5/smx.toml.5",
 }
 
 
