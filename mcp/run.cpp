@@ -59,7 +59,8 @@ int run(const Args& args) {
     spdlog::default_logger()->flush_on(spdlog::level::info);
     auto fatal = [&](const std::string& what) {
         spdlog::error("{}", what);
-        if (!cfg->log.file.empty()) std::cerr << "smx: " << what << '\n';
+        if (!cfg->log.file.empty() || !cfg->log.syslog.empty())
+            std::cerr << "smx: " << what << '\n';
         spdlog::default_logger()->flush();
         return exit_failed;
     };
