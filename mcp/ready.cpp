@@ -10,6 +10,7 @@
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -66,8 +67,11 @@ bool smtp_greets(int listen_fd) {
 }
 
 void notify_service(const std::string& state) {
+    const char* socket = std::getenv("NOTIFY_SOCKET");
+    if (!socket || !*socket) return;
     if (const int rc = ::sd_notify(0, state.c_str()); rc < 0)
-        spdlog::warn("cannot notify the service manager ({}): {}", state, std::strerror(-rc));
+        spdlog::warn("cannot notify the service manager at {} ({}): {}", socket,
+                     state.substr(0, state.find('\n')), std::strerror(-rc));
 }
 
 } // namespace smx

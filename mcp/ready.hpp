@@ -14,7 +14,7 @@ namespace smx {
 bool smtp_greets(int listen_fd);
 
 // sd_notify(3) with a state such as "READY=1"; does nothing when smx was
-// not started by a service manager (NOTIFY_SOCKET unset).
+// not started by a service manager (NOTIFY_SOCKET unset or empty).
 void notify_service(const std::string& state);
 
 } // namespace smx

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import SMX, Relay
+from conftest import SMX, Relay, wait_until
 from test_install import destdir, install  # noqa: F401  (destdir is a fixture)
 
 UNIT = "usr/lib/systemd/system/smx.service"
@@ -60,8 +60,8 @@ def test_sysusers_and_tmpfiles_make_the_accounts_and_the_spool(destdir):  # noqa
     assert "smx" in group
     for user in ("smxs", "smxq", "smxc"):
         assert user in passwd, user
-        assert passwd[user][3] == group["smx"][2]  # primary group smx
-        assert passwd[user][5] == "/var/spool/smx"
+        assert passwd[user][3] == group[user][2]  # a group of its own
+        assert passwd[user][6] == "/usr/sbin/nologin"
     # tmpfiles looks the group up in the root's /etc/group: the one just made.
     r = subprocess.run(["systemd-tmpfiles", "--root=%s" % destdir, "--create",
                         str(destdir / "usr/lib/tmpfiles.d/smx.conf")],
@@ -129,16 +129,30 @@ def test_ready_is_sent_only_after_smtps_greets(tmp_path, sink, notify_socket):
         log.close()
 
 
+def test_a_notify_socket_nobody_listens_on_is_logged_and_smx_runs_on(tmp_path, sink):
+    missing = str(tmp_path / "no-such-notify")
+    relay = Relay(str(tmp_path), sink.port)
+    log = open(relay.log_path, "ab")
+    proc = subprocess.Popen([SMX, "run", "-c", relay.config], stdout=log,
+                            stderr=subprocess.STDOUT, env=dict(os.environ, NOTIFY_SOCKET=missing))
+    relay.proc = proc
+    try:
+        wait_until(lambda: "cannot notify" in relay.log_text(), 20, "the warning")
+        assert "cannot notify the service manager at %s (READY=1): " % missing \
+            in relay.log_text()
+        assert relay.greets()
+    finally:
+        relay.stop()
+        log.close()
+
+
 def test_without_notify_socket_nothing_is_sent_and_it_runs(tmp_path, sink):
     assert "NOTIFY_SOCKET" not in os.environ
     relay = Relay(str(tmp_path), sink.port)
     relay.start()
     try:
         assert relay.greets()
-        wait = time.monotonic() + 10
-        while "ready: smx-smtps answers" not in relay.log_text():
-            assert time.monotonic() < wait, relay.log_text()
-            time.sleep(0.05)
+        wait_until(lambda: "ready: smx-smtps answers" in relay.log_text(), 10, "ready")
         assert "cannot notify" not in relay.log_text()
     finally:
         relay.stop()
