@@ -149,8 +149,8 @@ def test_a_notify_socket_nobody_listens_on_is_logged_and_smx_runs_on(tmp_path, s
 def test_without_notify_socket_nothing_is_sent_and_it_runs(tmp_path, sink):
     assert "NOTIFY_SOCKET" not in os.environ
     relay = Relay(str(tmp_path), sink.port)
-    relay.start()
     try:
+        relay.start()
         assert relay.greets()
         wait_until(lambda: "ready: smx-smtps answers" in relay.log_text(), 10, "ready")
         assert "cannot notify" not in relay.log_text()
