@@ -362,6 +362,18 @@ Config load_config(const std::string& path) {
     if (!levels.count(c.log.level))
         throw ConfigError("log.level", "must be one of trace, debug, info, warn, error, off");
     c.log.file = lg.get<std::string>("file").value_or("");
+    c.log.syslog = lg.get<std::string>("syslog").value_or("");
+    if (!c.log.syslog.empty() && !c.log.file.empty())
+        throw ConfigError("log.syslog", "set log.file or log.syslog, not both");
+    const std::string facility = lg.get<std::string>("syslog_facility").value_or("mail");
+    // RFC 5424's codes of the facilities a mail system would log to.
+    static const std::map<std::string, int> facilities{
+        {"mail", 2},    {"daemon", 3},  {"local0", 16}, {"local1", 17}, {"local2", 18},
+        {"local3", 19}, {"local4", 20}, {"local5", 21}, {"local6", 22}, {"local7", 23}};
+    const auto f = facilities.find(facility);
+    if (f == facilities.end())
+        throw ConfigError("log.syslog_facility", "must be mail, daemon or local0 ... local7");
+    c.log.syslog_facility = f->second;
     lg.check_unknown();
 
     TableReader st(root["stats"].as_table(), "stats");

@@ -139,7 +139,11 @@ struct ClientConfig {
 
 struct LogConfig {
     std::string level = "info";
-    std::string file;  // empty: stderr
+    std::string file;  // empty: stderr (or syslog)
+    // A syslog datagram socket ("/dev/log", which journald serves too);
+    // empty: off. At most one of file and syslog is set.
+    std::string syslog;
+    int syslog_facility = 2;  // LOG_MAIL >> 3: RFC 5424 facility code
 };
 
 struct StatsConfig {

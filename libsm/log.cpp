@@ -1,6 +1,9 @@
 #include "log.hpp"
 
 #include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,6 +11,7 @@
 #include <mutex>
 #include <thread>
 #include <spdlog/async.h>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
 
 namespace sm {
@@ -51,8 +55,122 @@ private:
     std::string buf_;
 };
 
+// One datagram per line to a syslog socket (/dev/log: rsyslog, or journald,
+// which serves it too), RFC 3164 without a timestamp (the daemon adds its
+// own): "<PRI>smx/qmgr[pid]: line", the shape postfix's lines have.
+// A syslog daemon that stops reading must not stop the mail: a send waits
+// at most a second, and after a line is dropped the next ones do not wait
+// until one gets through, which then says how many were lost.
+class SyslogSink : public spdlog::sinks::base_sink<std::mutex> {
+public:
+    SyslogSink(std::string path, int facility) : path_(std::move(path)), facility_(facility) {}
+    ~SyslogSink() override {
+        if (fd_ >= 0) ::close(fd_);
+    }
+
+    // Opens the socket; errno says why when it fails.
+    bool connect() {
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = -1;
+        sockaddr_un sa{};
+        sa.sun_family = AF_UNIX;
+        if (path_.size() >= sizeof sa.sun_path) {
+            errno = ENAMETOOLONG;
+            return false;
+        }
+        std::memcpy(sa.sun_path, path_.c_str(), path_.size() + 1);
+        const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return false;
+        const timeval send_timeout{1, 0};
+        if (::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout) != 0 ||
+            ::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
+            const int e = errno;
+            ::close(fd);
+            errno = e;
+            return false;
+        }
+        fd_ = fd;
+        return true;
+    }
+
+protected:
+    void sink_it_(const spdlog::details::log_msg& msg) override {
+        spdlog::memory_buf_t line;
+        formatter_->format(msg, line);
+        if (!send_line(msg.level, std::string_view(line.data(), line.size()))) {
+            ++dropped_;
+            return;
+        }
+        if (dropped_ == 0) return;
+        const std::string note = std::string(msg.logger_name.data(), msg.logger_name.size()) +
+                                 "[" + std::to_string(::getpid()) + "]: " +
+                                 std::to_string(dropped_) +
+                                 " log lines dropped: the syslog socket did not take them";
+        if (send_line(spdlog::level::warn, note)) dropped_ = 0;
+    }
+    void flush_() override {}
+
+private:
+    bool send_line(spdlog::level::level_enum level, std::string_view text) {
+        std::string dgram = "<" + std::to_string(facility_ * 8 + severity(level)) + ">";
+        dgram += text;
+        // Once lines are being dropped, do not wait for the socket again.
+        const int flags = dropped_ ? MSG_DONTWAIT : 0;
+        if (fd_ >= 0 && ::send(fd_, dgram.data(), dgram.size(), flags) >= 0) return true;
+        if (fd_ >= 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+        // The syslog daemon restarted (its socket is a new one): once more.
+        return connect() && ::send(fd_, dgram.data(), dgram.size(), flags) >= 0;
+    }
+
+    static int severity(spdlog::level::level_enum l) {
+        switch (l) {
+        case spdlog::level::critical: return 2;
+        case spdlog::level::err: return 3;
+        case spdlog::level::warn: return 4;
+        case spdlog::level::info: return 6;
+        default: return 7;
+        }
+    }
+
+    std::string path_;
+    int facility_;
+    int fd_ = -1;
+    std::uint64_t dropped_ = 0;
+};
+
 // The sink of the current logger, for drain_log.
-std::shared_ptr<LineSink> current_sink;
+std::shared_ptr<spdlog::sinks::sink> current_sink;
+
+// Not worth dying for: say so where someone will see it.
+void say_on_stderr(const std::string& msg) {
+    [[maybe_unused]] auto n = ::write(2, msg.data(), msg.size());
+}
+
+std::shared_ptr<spdlog::sinks::sink> make_sink(const std::string& process, const LogConfig& cfg) {
+    const std::string who = "smx/" + process + ": ";
+    if (!cfg.syslog.empty()) {
+        auto sink = std::make_shared<SyslogSink>(cfg.syslog, cfg.syslog_facility);
+        if (sink->connect()) {
+            sink->set_formatter(std::make_unique<spdlog::pattern_formatter>(
+                "%n[%P]: %v", spdlog::pattern_time_type::local, ""));
+            return sink;
+        }
+        say_on_stderr(who + "cannot connect to syslog socket " + cfg.syslog + ": " +
+                      std::strerror(errno) + "; logging to stderr\n");
+    }
+    int fd = 2;
+    if (!cfg.file.empty()) {
+        fd = ::open(cfg.file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0640);
+        if (fd < 0) {
+            say_on_stderr(who + "cannot open log file " + cfg.file + ": " +
+                          std::strerror(errno) + "; logging to stderr\n");
+            fd = 2;
+        }
+    }
+    auto sink = std::make_shared<LineSink>(fd);
+    sink->set_pattern("%b %d %H:%M:%S.%e %n[%P]: %v");
+    return sink;
+}
 
 } // namespace
 
@@ -74,25 +192,13 @@ void drain_log() {
 
 void init_logging(const std::string& process, const LogConfig& cfg) {
     spdlog::drop_all();
-    int fd = 2;
-    if (!cfg.file.empty()) {
-        fd = ::open(cfg.file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0640);
-        if (fd < 0) {
-            // Not worth dying for: say so where someone will see it.
-            const std::string msg = "smx/" + process + ": cannot open log file " + cfg.file +
-                                    ": " + std::strerror(errno) + "; logging to stderr\n";
-            [[maybe_unused]] auto n = ::write(2, msg.data(), msg.size());
-            fd = 2;
-        }
-    }
     // Async with a bounded queue: a slow log device must not stall sessions,
     // and overflow blocks rather than losing lines.
     spdlog::init_thread_pool(8192, 1);
-    current_sink = std::make_shared<LineSink>(fd);
+    current_sink = make_sink(process, cfg);
     auto lg = std::make_shared<spdlog::async_logger>(
         "smx/" + process, current_sink, spdlog::thread_pool(),
         spdlog::async_overflow_policy::block);
-    lg->set_pattern("%b %d %H:%M:%S.%e %n[%P]: %v");
     lg->set_level(spdlog::level::from_str(cfg.level));
     lg->flush_on(spdlog::level::warn);
     spdlog::set_default_logger(lg);

@@ -18,16 +18,19 @@ namespace smx {
 namespace {
 namespace fs = std::filesystem;
 
-// Installed, the children sit next to smx; in the build tree each is in
-// its own folder (build/mcp/smx, build/qmgr/smx-qmgr).
+// Next to smx (a copied set of programs); in the build tree each in its own
+// folder (build/mcp/smx, build/qmgr/smx-qmgr); installed, in libexec/smx.
 std::optional<std::string> find_child(const fs::path& dir, const std::string& name,
                                       std::string& err) {
     const std::string role = name.substr(name.find('-') + 1);
-    const fs::path candidates[] = {dir / name, (dir / ".." / role / name).lexically_normal()};
-    for (const auto& p : candidates)
+    const fs::path candidates[] = {dir / name, (dir / ".." / role / name).lexically_normal(),
+                                   fs::path(SMX_LIBEXECDIR) / name};
+    err = "cannot find " + name + " (looked for";
+    for (const auto& p : candidates) {
         if (::access(p.c_str(), X_OK) == 0) return p.string();
-    err = "cannot find " + name + " (looked for " + candidates[0].string() + " and " +
-          candidates[1].string() + ")";
+        err += " " + p.string();
+    }
+    err += ")";
     return std::nullopt;
 }
 
@@ -62,7 +65,8 @@ int run(const Args& args) {
     spdlog::default_logger()->flush_on(spdlog::level::info);
     auto fatal = [&](const std::string& what) {
         spdlog::error("{}", what);
-        if (!cfg->log.file.empty()) std::cerr << "smx: " << what << '\n';
+        if (!cfg->log.file.empty() || !cfg->log.syslog.empty())
+            std::cerr << "smx: " << what << '\n';
         spdlog::default_logger()->flush();
         return exit_failed;
     };

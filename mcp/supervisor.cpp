@@ -1,5 +1,6 @@
 #include "supervisor.hpp"
 #include "panic.hpp"
+#include "ready.hpp"
 
 #include "channel.hpp"
 
@@ -18,6 +19,7 @@ constexpr auto stop_timeout = 5s;          // SIGTERM to SIGKILL
 constexpr auto smtps_drain_timeout = 3s;   // of stop_timeout, before QMGR is told to stop
 constexpr auto backoff_max = 30s;
 constexpr auto backoff_reset_after = 60s;  // a child that ran this long starts over at 1 s
+constexpr auto ready_poll = 100ms;         // SMTPS greeting probes until it answers
 
 sigset_t supervisor_signals() {
     sigset_t s;
@@ -87,15 +89,29 @@ int Supervisor::run() {
     }
     start_workers();
     while (!stop_requested_) {
-        wait_signal(next_due());
+        check_ready();
+        auto deadline = next_due();
+        if (!ready_) deadline = std::min(deadline.value_or(Clock::time_point::max()),
+                                         Clock::now() + ready_poll);
+        wait_signal(deadline);
         reap();
         handle_crashes();
         // A QMGR restart restarts the others: they hold state of the old one.
         if (qmgr_.pid == 0) stop_workers();
         start_due();
     }
+    notify_service("STOPPING=1");
     shutdown();
     return 0;
+}
+
+void Supervisor::check_ready() {
+    if (ready_ || smtps_.pid == 0 || plan_.listen_fds.empty() ||
+        !smtp_greets(plan_.listen_fds.front()))
+        return;
+    ready_ = true;
+    spdlog::info("ready: smx-smtps answers");
+    notify_service("READY=1\nSTATUS=accepting mail");
 }
 
 bool Supervisor::start(Child& c, std::string& why) {

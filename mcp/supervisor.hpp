@@ -1,7 +1,8 @@
 // The MCP's supervision loop: starts smx-qmgr, then smx-smtpc and
 // smx-smtps; restarts a child that dies (backoff 1 s doubling to 30 s,
 // reset after 60 s of running; a QMGR restart restarts the others); on
-// SIGTERM/SIGINT stops SMTPS first, then SMTPC and QMGR.
+// SIGTERM/SIGINT stops SMTPS first, then SMTPC and QMGR. Tells a service
+// manager when SMTPS first answers (READY=1) and when it stops (STOPPING=1).
 //
 // Single-threaded and synchronous: SIGCHLD, SIGTERM and SIGINT stay blocked
 // and are taken with sigtimedwait, so every event is handled in one place,
@@ -59,6 +60,8 @@ private:
     std::optional<Clock::time_point> next_due() const;
     void restart_later(Child& c, const std::string& why);
     void handle_crashes();
+    // Once, when SMTPS first greets: READY=1 to the service manager.
+    void check_ready();
 
     int wait_signal(std::optional<Clock::time_point> deadline);
     void reap();
@@ -73,6 +76,7 @@ private:
     Child qmgr_, smtpc_, smtps_;
     std::vector<Child*> all_;
     bool stop_requested_ = false;
+    bool ready_ = false;
 };
 
 } // namespace smx

@@ -5,10 +5,15 @@
 #   smx_build [build-dir] [meson option...]      (default build-dir: build)
 #   smx_setup [build-dir] [meson option...]      both of the above
 # A relative build dir is relative to the repository, not the caller's cwd.
+# With SMX_NINJA_TARGETS set (e.g. to $SMX_RUN_TARGETS), smx_build builds
+# only those targets and what they need instead of everything.
 
 SMX_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SMX_PACKAGES="meson ninja-build pkg-config g++ libboost1.81-dev libdb5.3++-dev
-  libspdlog-dev catch2 libc-ares-dev libtomlplusplus-dev libssl-dev python3"
+  libspdlog-dev catch2 libc-ares-dev libtomlplusplus-dev libssl-dev python3
+  libsystemd-dev scdoc"
+# What `smx run` needs: the four programs, none of the tests and tools.
+SMX_RUN_TARGETS="mcp/smx qmgr/smx-qmgr smtps/smx-smtps smtpc/smx-smtpc"
 
 smx_install_packages() {
   local missing="" p
@@ -56,7 +61,8 @@ smx_build() {
     # --reconfigure, not `meson configure`: it also knows options added since.
     meson setup --reconfigure "$dir" "$SMX_ROOT" "$@" >/dev/null || return 1
   fi
-  ninja -C "$dir"
+  # shellcheck disable=SC2086  # a list of target names
+  ninja -C "$dir" ${SMX_NINJA_TARGETS:-}
 }
 
 smx_setup() {

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""smx.toml(5) in scdoc, made from docs/config.md at build time, so that the
+manual and the documentation share one source and cannot drift.
+
+  config_man.py docs/config.md smx.toml.5.scd
+
+Each table row "| `key` | default | meaning |" becomes an entry
+"key = default" with its meaning indented below it; prose and code blocks
+are kept as they are.
+"""
+import re
+import sys
+
+HEAD = """smx.toml(5)
+
+# NAME
+
+smx.toml - configuration of the smx relay MTA
+
+# SYNOPSIS
+
+_/etc/smx/smx.toml_
+
+"""
+TAIL = """
+# FILES
+
+_/etc/smx/smx.toml_
+\tThe configuration the installed service runs with.
+
+_/usr/share/smx/smx.toml_
+\tThe installed default, every key at its default except the spool and run
+\tdirectories, to compare an edited configuration with.
+
+# SEE ALSO
+
+*smx*(8), *smx-qmgr*(8), *smx-smtps*(8), *smx-smtpc*(8)
+
+This page is made from docs/config.md in the smx sources.
+"""
+
+
+def inline(md):
+    """Markdown inline text to scdoc: scdoc's markup characters escaped,
+    `code` spans as plain text."""
+    text = md.replace("\\", "\\\\").replace("*", "\\*").replace("_", "\\_")
+    return text.replace("`", "")
+
+
+def cells(row):
+    parts = [c.strip() for c in row.strip().strip("|").split("|")]
+    if len(parts) != 3:
+        sys.exit("config.md: a key table row needs 3 cells: %r" % row)
+    return parts
+
+
+def convert(lines):
+    out = []
+    code = False
+    for line in lines:
+        if line.startswith("```"):
+            out.append("```")
+            code = not code
+        elif code:
+            out.append(line)
+        elif line.startswith("# "):
+            out.append("# DESCRIPTION")
+        elif line.startswith("## "):
+            out.append("# " + inline(line[3:]))
+        elif line.startswith("| key ") or line.startswith("|---"):
+            continue
+        elif line.startswith("| "):
+            keys, default, meaning = cells(line)
+            names = [k.strip().strip("`") for k in keys.split(",")]
+            out.append(" ++\n".join("*%s* = %s" % (inline(k), inline(default)) for k in names))
+            out.append("\t" + inline(meaning))
+            out.append("")
+        else:
+            out.append(inline(line))
+    if code:
+        sys.exit("config.md: a code block does not end")
+    return "\n".join(out).strip() + "\n"
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    with open(sys.argv[1]) as f:
+        body = convert(f.read().splitlines())
+    with open(sys.argv[2], "w") as f:
+        f.write(HEAD + body + TAIL)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+#include "ready.hpp"
+
+#include "panic.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <systemd/sd-daemon.h>
+
+#include <boost/asio.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+namespace smx {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::optional<tcp::endpoint> probe_endpoint(int listen_fd) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
+    if (ss.ss_family == AF_INET) {
+        const auto& a = reinterpret_cast<const sockaddr_in&>(ss);
+        auto v4 = asio::ip::address_v4(ntohl(a.sin_addr.s_addr));
+        if (v4.is_unspecified()) v4 = asio::ip::address_v4::loopback();
+        return tcp::endpoint(v4, ntohs(a.sin_port));
+    }
+    if (ss.ss_family == AF_INET6) {
+        const auto& a = reinterpret_cast<const sockaddr_in6&>(ss);
+        asio::ip::address_v6::bytes_type b;
+        std::memcpy(b.data(), a.sin6_addr.s6_addr, b.size());
+        auto v6 = asio::ip::address_v6(b);
+        if (v6.is_unspecified()) v6 = asio::ip::address_v6::loopback();
+        return tcp::endpoint(v6, ntohs(a.sin6_port));
+    }
+    return {};
+}
+
+} // namespace
+
+bool smtp_greets(int listen_fd) {
+    const auto ep = probe_endpoint(listen_fd);
+    if (!ep) return false;
+    asio::io_context io;
+    bool ok = false;
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+        tcp::socket sock(io);
+        auto [cec] = co_await sock.async_connect(*ep, asio::as_tuple(asio::use_awaitable));
+        if (cec) co_return;
+        std::string line;
+        auto [rec, n] = co_await asio::async_read_until(
+            sock, asio::dynamic_buffer(line, 512), '\n', asio::as_tuple(asio::use_awaitable));
+        if (rec || line.rfind("220", 0) != 0) co_return;
+        ok = true;
+        co_await asio::async_write(sock, asio::buffer("QUIT\r\n", 6),
+                                   asio::as_tuple(asio::use_awaitable));
+    }, sm::crash_on_exception("smtp probe"));
+    // The deadline for connect, greeting and QUIT together.
+    io.run_for(1s);
+    return ok;
+}
+
+void notify_service(const std::string& state) {
+    const char* socket = std::getenv("NOTIFY_SOCKET");
+    if (!socket || !*socket) return;
+    if (const int rc = ::sd_notify(0, state.c_str()); rc < 0)
+        spdlog::warn("cannot notify the service manager at {} ({}): {}", socket,
+                     state.substr(0, state.find('\n')), std::strerror(-rc));
+}
+
+} // namespace smx
