@@ -150,7 +150,8 @@ def test_out_of_descriptors_gets_421_at_once(sink, make_relay):
             assert greeting.startswith(b"220"), greeting
             held.append(s)
         assert refused is not None and refused.startswith(b"421 4.3.2"), refused
-        assert "accept: Too many open files" in relay.log_text()
+        wait_until(lambda: "accept: Too many open files" in relay.log_text(), 10,
+                   "the accept warning")
     finally:
         for s in held:
             s.close()

@@ -73,3 +73,27 @@ def test_smx_8_names_every_command():
     assert len(commands) >= 8
     for c in commands:
         assert re.search(r"^       %s\b" % c, text, flags=re.M), c
+
+
+def test_example_config_names_every_documented_key():
+    """etc/smx.toml.example says it shows every key: each documented key is
+    there under its section (set, or commented out where it has no fixed
+    default), and the file passes check-config."""
+    example = os.path.join(REPO, "etc", "smx.toml.example")
+    sections = {}
+    section = None
+    with open(example) as f:
+        for line in f:
+            m = re.match(r"\[(\w+)\]", line)
+            if m:
+                section = m.group(1)
+            m = re.match(r'#?"?([\w.]+)"? *=', line)
+            if m and section:
+                sections.setdefault(section, set()).add(m.group(1))
+    for section, key, _ in documented_keys():
+        if section == "routes":
+            continue  # its keys are domains
+        assert key in sections.get(section, ()), "%s.%s is not in smx.toml.example" % (section, key)
+    r = subprocess.run([os.path.join(BUILD, "mcp", "smx"), "check-config", "-c", example],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
