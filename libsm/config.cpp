@@ -283,6 +283,17 @@ Config load_config(const std::string& path) {
     c.server.tls_key = s.get<std::string>("tls_key").value_or("");
     if (c.server.tls_cert.empty() != c.server.tls_key.empty())
         throw ConfigError("server.tls_key", "tls_cert and tls_key go together");
+    if (!c.server.tls_cert.empty()) c.server.tls_security_level = TlsLevel::may;
+    if (auto l = s.get<std::string>("tls_security_level")) {
+        if (*l == "none") c.server.tls_security_level = TlsLevel::none;
+        else if (*l == "may") c.server.tls_security_level = TlsLevel::may;
+        else if (*l == "encrypt") c.server.tls_security_level = TlsLevel::encrypt;
+        else throw ConfigError("server.tls_security_level",
+                               "must be \"none\", \"may\" or \"encrypt\"");
+        if (*l != "none" && c.server.tls_cert.empty())
+            throw ConfigError("server.tls_security_level",
+                              "\"" + *l + "\" needs tls_cert and tls_key");
+    }
     c.server.threads = s.small("threads", c.server.threads, 64);
     c.server.user = s.get<std::string>("user").value_or("");
     s.check_unknown();

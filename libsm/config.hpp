@@ -46,6 +46,10 @@ struct Route {
     std::vector<std::string> nexthops() const;
 };
 
+// STARTTLS (server.tls_security_level): none (not offered), may (offered),
+// encrypt (required before MAIL, RCPT and DATA).
+enum class TlsLevel { none, may, encrypt };
+
 struct ServerConfig {
     std::vector<HostPort> listen{{"127.0.0.1", 2525, true}};
     std::string hostname;  // default: the system host name
@@ -71,8 +75,9 @@ struct ServerConfig {
     unsigned max_hops = 100;
     unsigned max_line_length = 512;
     bool reject_bare_lf = true;  // false: normalise bare LF / CR to CRLF
-    std::string tls_cert;
+    std::string tls_cert;  // PEM chain
     std::string tls_key;
+    TlsLevel tls_security_level = TlsLevel::none;  // may when tls_cert is set
     unsigned threads = 1;
     // Account the children run as when `smx run` starts as root; empty:
     // keep the invoking user.

@@ -141,3 +141,23 @@ TEST_CASE("hardening keys and their bounds") {
     CHECK(error_key("[client]\ndelivery_timeout = 4000\n") == "queue.max_delivery_time");
     CHECK(error_key("[queue]\nmax_delivery_time = 0\n") == "queue.max_delivery_time");
 }
+
+TEST_CASE("tls_security_level: its default follows the certificate, may/encrypt need one") {
+    CHECK(load_config("").server.tls_security_level == TlsLevel::none);
+    const std::string pair = "[server]\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n";
+    auto level = [](const std::string& text) {
+        const auto p = write_temp(text);
+        const Config c = load_config(p);
+        std::remove(p.c_str());
+        return c.server.tls_security_level;
+    };
+    CHECK(level(pair) == TlsLevel::may);
+    CHECK(level(pair + "tls_security_level = \"none\"\n") == TlsLevel::none);
+    CHECK(level(pair + "tls_security_level = \"encrypt\"\n") == TlsLevel::encrypt);
+    CHECK(error_key(pair + "tls_security_level = \"must\"\n") == "server.tls_security_level");
+    CHECK(error_key("[server]\ntls_security_level = \"may\"\n") == "server.tls_security_level");
+    CHECK(error_key("[server]\ntls_security_level = \"encrypt\"\n") ==
+          "server.tls_security_level");
+    CHECK(level("[server]\ntls_security_level = \"none\"\n") == TlsLevel::none);
+    CHECK(error_key("[server]\ntls_cert = \"c.pem\"\n") == "server.tls_key");
+}
