@@ -3,6 +3,7 @@
 #include "channel.hpp"
 
 #include "limits.hpp"
+#include "tls.hpp"
 
 #include <pwd.h>
 
@@ -165,6 +166,8 @@ std::optional<sm::Config> load_checked(const std::string& path, std::ostream& er
         sm::Config cfg = sm::load_config(path);
         if (!cfg.server.user.empty() && !::getpwnam(cfg.server.user.c_str()))
             throw sm::ConfigError("server.user", "no such user '" + cfg.server.user + "'");
+        // The certificate and key are read as SMTPS will read them.
+        if (cfg.server.tls_security_level != sm::TlsLevel::none) sm::tls::server_context(cfg.server);
         return cfg;
     } catch (const std::exception& e) {
         err << "smx: config error: " << e.what() << '\n';
