@@ -115,6 +115,12 @@ struct QueueConfig {
     bool bounce_untrusted = true;
 };
 
+// Outbound STARTTLS (client.tls_security_level, [tls_policy]): none (never),
+// may (when offered; plaintext again if the handshake fails), encrypt (TLS
+// or defer), verify (encrypt, and the certificate must chain to
+// client.tls_ca_file and name the next hop, or defer).
+enum class ClientTls { none, may, encrypt, verify };
+
 struct ClientConfig {
     std::chrono::seconds connect_timeout{30};
     std::chrono::seconds command_timeout{300};
@@ -126,6 +132,8 @@ struct ClientConfig {
     unsigned initial_concurrency = 5;
     unsigned max_concurrency = 20;
     std::string helo_name;  // default: server.hostname
+    ClientTls tls_security_level = ClientTls::may;
+    std::string tls_ca_file;  // PEM CAs for verify; empty: the system's
 };
 
 struct LogConfig {
@@ -146,6 +154,11 @@ struct Config {
     StatsConfig stats;
     std::map<std::string, Route> routes;  // lower-case domain → route
     std::optional<Route> default_route;
+    std::map<std::string, ClientTls> tls_policy;  // lower-case domain → level
+
+    // The outbound TLS level for a recipient domain: [tls_policy] matched as
+    // [routes] is, else client.tls_security_level.
+    ClientTls tls_for(const std::string& domain) const;
 
     // Route for a recipient domain: exact match, then parent domains, then
     // the default; nullopt when nothing applies.

@@ -32,11 +32,13 @@ public:
     // Starts TLS on the connection: the handshake as `type`, cut at
     // `timeout`. An empty string on success, else the reason (OpenSSL's, or
     // "timed out"); after a failure the connection is good only for closing.
-    // `sni`: the server name a client sends (empty: none).
+    // A client names the server `peer` (SNI, unless an IP address) and with
+    // `verify` requires a certificate that chains to the context's trust
+    // anchors and names `peer`.
     asio::awaitable<std::string> start_tls(asio::ssl::context& ctx,
                                            asio::ssl::stream_base::handshake_type type,
                                            std::chrono::steady_clock::duration timeout,
-                                           const std::string& sni = {});
+                                           const std::string& peer = {}, bool verify = false);
 
     template <class Buffers, class Token>
     auto async_read_some(const Buffers& b, Token&& token) {

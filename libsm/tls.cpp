@@ -70,6 +70,22 @@ std::unique_ptr<ssl::context> server_context(const ServerConfig& cfg) {
     return ctx;
 }
 
+std::unique_ptr<ssl::context> client_context(const ClientConfig& cfg) {
+    ERR_clear_error();
+    auto ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
+    SSL_CTX* c = ctx->native_handle();
+    SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION);
+    SSL_CTX_set_options(c, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+    if (cfg.tls_ca_file.empty()) {
+        SSL_CTX_set_default_verify_paths(c);
+    } else {
+        check_readable("client.tls_ca_file", cfg.tls_ca_file);
+        if (SSL_CTX_load_verify_locations(c, cfg.tls_ca_file.c_str(), nullptr) != 1)
+            throw ConfigError("client.tls_ca_file", cfg.tls_ca_file + ": " + openssl_errors());
+    }
+    return ctx;
+}
+
 std::string describe(SSL* s) {
     const SSL_CIPHER* c = SSL_get_current_cipher(s);
     int alg_bits = 0;

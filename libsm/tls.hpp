@@ -18,6 +18,11 @@ namespace sm::tls {
 // when a file cannot be read or the key does not match the certificate.
 std::unique_ptr<boost::asio::ssl::context> server_context(const ServerConfig& cfg);
 
+// The client context for SMTPC: TLS 1.2 minimum, OpenSSL's default ciphers,
+// trust anchors from client.tls_ca_file (else the system's) for the verify
+// level. Throws ConfigError when the CA file cannot be read.
+std::unique_ptr<boost::asio::ssl::context> client_context(const ClientConfig& cfg);
+
 // "TLSv1.3 with cipher TLS_AES_256_GCM_SHA384 (256/256 bits)", as postfix
 // writes it.
 std::string describe(SSL* ssl);

@@ -168,6 +168,7 @@ std::optional<sm::Config> load_checked(const std::string& path, std::ostream& er
             throw sm::ConfigError("server.user", "no such user '" + cfg.server.user + "'");
         // The certificate and key are read as SMTPS will read them.
         if (cfg.server.tls_security_level != sm::TlsLevel::none) sm::tls::server_context(cfg.server);
+        sm::tls::client_context(cfg.client);
         return cfg;
     } catch (const std::exception& e) {
         err << "smx: config error: " << e.what() << '\n';

@@ -1,5 +1,6 @@
-"""STARTTLS in SMTPS (RFC 3207), checked with real clients: swaks, Python's
-smtplib and ssl, openssl s_client and testssl.sh; certificates made here."""
+"""STARTTLS (RFC 3207) in SMTPS, checked with real clients: swaks, Python's
+smtplib and ssl, openssl s_client and testssl.sh; and in SMTPC, against the
+TLS-capable sink. Certificates are made here."""
 import os
 import shutil
 import smtplib
@@ -10,14 +11,14 @@ import time
 
 import pytest
 
-from conftest import SMX, wait_until
+from conftest import SMX, Relay, send, wait_until
 
 
 def make_cert(directory, name, cn="smx.test"):
     cert = os.path.join(directory, name + ".crt")
     key = os.path.join(directory, name + ".key")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", "/CN=" + cn, "-addext", "subjectAltName=DNS:" + cn,
+                    "-subj", "/CN=" + cn, "-addext", "subjectAltName=DNS:%s,IP:127.0.0.1" % cn,
                     "-keyout", key, "-out", cert],
                    check=True, capture_output=True, timeout=60)
     return cert, key
@@ -303,3 +304,93 @@ def test_check_config_reads_the_certificate_and_key(tmp_path, certs):
     cfg.write_text('[server]\ntls_security_level = "encrypt"\n')
     r = check_config(str(cfg))
     assert r.returncode == 2 and "needs tls_cert and tls_key" in r.stderr, r.stderr
+
+
+# SMTPC: STARTTLS to the next hop.
+
+def tls_sink(make_sink, certs, *args):
+    return make_sink("--tls", "%s,%s" % certs["server"], *args)
+
+
+def policy(level, more=""):
+    return '[tls_policy]\n"example.org" = "%s"\n' % level + more
+
+
+def test_smtpc_uses_starttls_when_offered_and_keeps_the_connection(make_sink, make_relay,
+                                                                   certs):
+    s = tls_sink(make_sink, certs)
+    r = make_relay(s.port)
+    for i in range(2):
+        send(r.port, "a@client.test", ["b@example.org"], b"Subject: %d\r\n\r\nbody\r\n" % i)
+        wait_until(lambda: s.count() == i + 1, 30, "message %d at the sink" % i)
+    assert all(m["tls"].startswith("TLSv1.3 ") for m in s.messages()), s.messages()
+    in_log(r, "Untrusted TLS connection established to 127.0.0.1[127.0.0.1]:%d: TLSv1.3 "
+              "with cipher TLS_" % s.port)
+    # The second message went over the cached TLS connection.
+    assert r.log_text().count("TLS connection established to") == 1
+
+
+def test_smtpc_encrypt_to_a_next_hop_that_requires_tls(make_sink, make_relay, certs):
+    s = tls_sink(make_sink, certs, "--require-tls")
+    r = make_relay(s.port, policy("encrypt"))
+    send(r.port, "a@client.test", ["b@example.org"], b"Subject: x\r\n\r\nbody\r\n")
+    wait_until(lambda: s.count() == 1, 30, "the message at the sink")
+    assert s.messages()[0]["tls"].startswith("TLSv1.3 ")
+
+
+def test_smtpc_encrypt_defers_when_tls_is_not_offered(make_sink, make_relay):
+    s = make_sink()
+    r = make_relay(s.port, policy("encrypt"))
+    send(r.port, "a@client.test", ["b@example.org"], b"Subject: x\r\n\r\nbody\r\n")
+    in_log(r, "status=deferred (451 4.7.4 TLS is required, but was not offered by host 127.0.0.1")
+    assert s.count() == 0
+
+
+def test_smtpc_may_falls_back_to_plaintext_when_the_handshake_fails(make_sink, make_relay):
+    s = make_sink("--broken-tls")
+    r = make_relay(s.port)
+    send(r.port, "a@client.test", ["b@example.org"], b"Subject: x\r\n\r\nbody\r\n")
+    wait_until(lambda: s.count() == 1, 30, "the message at the sink")
+    assert s.messages()[0]["tls"] is None
+    in_log(r, "TLS handshake with 127.0.0.1[127.0.0.1]:%d failed: " % s.port)
+    in_log(r, "; trying again without TLS")
+
+
+def test_smtpc_encrypt_does_not_fall_back(make_sink, make_relay):
+    s = make_sink("--broken-tls")
+    r = make_relay(s.port, policy("encrypt"))
+    send(r.port, "a@client.test", ["b@example.org"], b"Subject: x\r\n\r\nbody\r\n")
+    in_log(r, "status=deferred (451 4.7.5 TLS handshake with 127.0.0.1[127.0.0.1]:%d failed: " % s.port)
+    assert s.count() == 0
+
+
+def test_smtpc_verify_checks_the_chain_and_the_name(make_sink, make_relay, certs, tmp_path):
+    s = tls_sink(make_sink, certs)
+    good = make_relay(s.port, policy("verify", '[client]\ntls_ca_file = "%s"\n'
+                                      % certs["server"][0]))
+    send(good.port, "a@client.test", ["b@example.org"], b"Subject: x\r\n\r\nbody\r\n")
+    wait_until(lambda: s.count() == 1, 30, "the message at the sink")
+    in_log(good, "Verified TLS connection established to 127.0.0.1[127.0.0.1]:%d" % s.port)
+    good.stop()
+    # Trusting another certificate: the next hop's does not chain to it.
+    os.makedirs(tmp_path / "bad")
+    bad = Relay(str(tmp_path / "bad"), s.port,
+                policy("verify", '[client]\ntls_ca_file = "%s"\n' % certs["other"][0])).start()
+    try:
+        send(bad.port, "a@client.test", ["c@example.org"], b"Subject: y\r\n\r\nbody\r\n")
+        in_log(bad, "certificate verify failed")
+        in_log(bad, "status=deferred (451 4.7.5 TLS handshake with 127.0.0.1[127.0.0.1]:%d failed: "
+                    % s.port)
+        assert s.count() == 1
+    finally:
+        bad.stop()
+
+
+def test_check_config_reads_the_client_ca_file(tmp_path):
+    cfg = tmp_path / "smx.toml"
+    cfg.write_text('[client]\ntls_ca_file = "%s"\n' % (tmp_path / "missing.pem"))
+    r = check_config(str(cfg))
+    assert r.returncode == 2 and "client.tls_ca_file: cannot read " in r.stderr, r.stderr
+    cfg.write_text('[tls_policy]\n"example.org" = "sometimes"\n')
+    r = check_config(str(cfg))
+    assert r.returncode == 2 and "tls_policy.example.org: must be" in r.stderr, r.stderr

@@ -161,3 +161,22 @@ TEST_CASE("tls_security_level: its default follows the certificate, may/encrypt 
     CHECK(level("[server]\ntls_security_level = \"none\"\n") == TlsLevel::none);
     CHECK(error_key("[server]\ntls_cert = \"c.pem\"\n") == "server.tls_key");
 }
+
+TEST_CASE("tls_policy: domains match as routes do, else client.tls_security_level") {
+    const auto p = write_temp("[client]\ntls_security_level = \"none\"\n"
+                              "[tls_policy]\n\"Example.NET\" = \"encrypt\"\n"
+                              "\".bank.example\" = \"verify\"\n\"x.bank.example\" = \"may\"\n");
+    const Config c = load_config(p);
+    std::remove(p.c_str());
+    CHECK(c.tls_for("example.net") == ClientTls::encrypt);
+    CHECK(c.tls_for("EXAMPLE.net") == ClientTls::encrypt);
+    CHECK(c.tls_for("sub.example.net") == ClientTls::none);
+    CHECK(c.tls_for("a.bank.example") == ClientTls::verify);
+    CHECK(c.tls_for("x.bank.example") == ClientTls::may);
+    CHECK(c.tls_for("other.org") == ClientTls::none);
+    CHECK(load_config("").tls_for("other.org") == ClientTls::may);
+    CHECK(error_key("[tls_policy]\n\"a.org\" = \"sometimes\"\n") == "tls_policy.a.org");
+    CHECK(error_key("[tls_policy]\n\"a.org\" = 1\n") == "tls_policy.a.org");
+    CHECK(error_key("[client]\ntls_security_level = \"always\"\n") ==
+          "client.tls_security_level");
+}
