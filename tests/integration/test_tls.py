@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import SMX, Relay, send, wait_until
+from conftest import SMX, Raw, Relay, send, wait_until
 
 
 def make_cert(directory, name, cn="smx.test"):
@@ -60,30 +60,8 @@ def client_context():
 CLIENT_CONTEXT = client_context()
 
 
-class Conn:
-    """A byte-level SMTP client that can switch to TLS."""
-
-    def __init__(self, port):
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.buf = b""
-        self.greeting = self.reply()
-
-    def reply(self):
-        lines = []
-        while True:
-            while b"\r\n" not in self.buf:
-                chunk = self.s.recv(65536)
-                if not chunk:
-                    return "\n".join(lines) if lines else "<closed>"
-                self.buf += chunk
-            line, self.buf = self.buf.split(b"\r\n", 1)
-            lines.append(line.decode())
-            if len(line) < 4 or line[3:4] == b" ":
-                return "\n".join(lines)
-
-    def cmd(self, line):
-        self.s.sendall(line.encode() + b"\r\n")
-        return self.reply()
+class Conn(Raw):
+    """Raw, and it can switch to TLS."""
 
     def start_tls(self, session=None):
         assert self.buf == b"", self.buf
@@ -100,9 +78,6 @@ class Conn:
             return False
         except (ConnectionResetError, ssl.SSLError):
             return True
-
-    def close(self):
-        self.s.close()
 
 
 def test_swaks_tls_message_arrives_with_tls_in_received(tls_relay, sink):
