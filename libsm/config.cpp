@@ -90,6 +90,14 @@ private:
     std::set<std::string> seen_;
 };
 
+ClientTls parse_client_tls(const std::string& key, const std::string& v) {
+    if (v == "none") return ClientTls::none;
+    if (v == "may") return ClientTls::may;
+    if (v == "encrypt") return ClientTls::encrypt;
+    if (v == "verify") return ClientTls::verify;
+    throw ConfigError(key, "must be \"none\", \"may\", \"encrypt\" or \"verify\"");
+}
+
 Route parse_route(const std::string& key, const std::vector<std::string>& vals) {
     Route r;
     if (vals.empty()) throw ConfigError(key, "empty route");
@@ -206,15 +214,29 @@ const std::string& ServerConfig::user_for(Process p) const {
     return qmgr_user;
 }
 
-const Route* Config::route_for(const std::string& domain_in) const {
+namespace {
+// The entry for a domain: exact, then ".parent" entries, which match every
+// subdomain, as in postfix transport maps.
+template <class T>
+const T* find_domain(const std::map<std::string, T>& m, const std::string& domain_in) {
     const std::string domain = lower(domain_in);
-    if (auto it = routes.find(domain); it != routes.end()) return &it->second;
-    // ".example.com" entries match every subdomain, as in postfix transport maps.
+    if (auto it = m.find(domain); it != m.end()) return &it->second;
     for (auto dot = domain.find('.'); dot != std::string::npos;
          dot = domain.find('.', dot + 1)) {
-        if (auto it = routes.find(domain.substr(dot)); it != routes.end()) return &it->second;
+        if (auto it = m.find(domain.substr(dot)); it != m.end()) return &it->second;
     }
+    return nullptr;
+}
+} // namespace
+
+const Route* Config::route_for(const std::string& domain) const {
+    if (const Route* r = find_domain(routes, domain)) return r;
     return default_route ? &*default_route : nullptr;
+}
+
+ClientTls Config::tls_for(const std::string& domain) const {
+    const ClientTls* t = find_domain(tls_policy, domain);
+    return t ? *t : client.tls_security_level;
 }
 
 std::string Config::run_dir_abs() const {
@@ -239,7 +261,8 @@ Config load_config(const std::string& path) {
     }
     for (const auto& [k, v] : root) {
         static const std::set<std::string> sections{"server", "queue", "client",
-                                                    "log", "stats", "routes"};
+                                                    "log", "stats", "routes",
+                                                    "tls_policy"};
         if (!sections.count(std::string(k.str())))
             throw ConfigError(std::string(k.str()), "unknown section");
         if (!v.is_table()) throw ConfigError(std::string(k.str()), "must be a table");
@@ -293,6 +316,17 @@ Config load_config(const std::string& path) {
     c.server.tls_key = s.get<std::string>("tls_key").value_or("");
     if (c.server.tls_cert.empty() != c.server.tls_key.empty())
         throw ConfigError("server.tls_key", "tls_cert and tls_key go together");
+    if (!c.server.tls_cert.empty()) c.server.tls_security_level = TlsLevel::may;
+    if (auto l = s.get<std::string>("tls_security_level")) {
+        if (*l == "none") c.server.tls_security_level = TlsLevel::none;
+        else if (*l == "may") c.server.tls_security_level = TlsLevel::may;
+        else if (*l == "encrypt") c.server.tls_security_level = TlsLevel::encrypt;
+        else throw ConfigError("server.tls_security_level",
+                               "must be \"none\", \"may\" or \"encrypt\"");
+        if (*l != "none" && c.server.tls_cert.empty())
+            throw ConfigError("server.tls_security_level",
+                              "\"" + *l + "\" needs tls_cert and tls_key");
+    }
     c.server.threads = s.small("threads", c.server.threads, 64);
     c.server.user = s.get<std::string>("user").value_or("");
     for (auto [key, v] : {std::pair{"smtps_user", &c.server.smtps_user},
@@ -350,6 +384,9 @@ Config load_config(const std::string& path) {
     if (c.client.max_concurrency < c.client.initial_concurrency)
         throw ConfigError("client.max_concurrency", "must be >= initial_concurrency");
     c.client.helo_name = cl.get<std::string>("helo_name").value_or(c.server.hostname);
+    if (auto l = cl.get<std::string>("tls_security_level"))
+        c.client.tls_security_level = parse_client_tls("client.tls_security_level", *l);
+    c.client.tls_ca_file = cl.get<std::string>("tls_ca_file").value_or("");
     cl.check_unknown();
     if (c.queue.max_delivery_time <= c.client.delivery_timeout)
         throw ConfigError("queue.max_delivery_time",
@@ -389,6 +426,14 @@ Config load_config(const std::string& path) {
             Route route = parse_route("routes." + key, *vals);
             if (key == "default") c.default_route = route;
             else c.routes[lower(key)] = route;
+        }
+    }
+    if (const toml::table* t = root["tls_policy"].as_table()) {
+        TableReader tr(t, "tls_policy");
+        for (const auto& [k, v] : *t) {
+            const std::string key(k.str());
+            c.tls_policy[lower(key)] =
+                parse_client_tls("tls_policy." + key, *tr.get<std::string>(key));
         }
     }
     return c;

@@ -46,6 +46,10 @@ struct Route {
     std::vector<std::string> nexthops() const;
 };
 
+// STARTTLS (server.tls_security_level): none (not offered), may (offered),
+// encrypt (required before MAIL, RCPT and DATA).
+enum class TlsLevel { none, may, encrypt };
+
 struct ServerConfig {
     std::vector<HostPort> listen{{"127.0.0.1", 2525, true}};
     std::string hostname;  // default: the system host name
@@ -71,8 +75,9 @@ struct ServerConfig {
     unsigned max_hops = 100;
     unsigned max_line_length = 512;
     bool reject_bare_lf = true;  // false: normalise bare LF / CR to CRLF
-    std::string tls_cert;
+    std::string tls_cert;  // PEM chain
     std::string tls_key;
+    TlsLevel tls_security_level = TlsLevel::none;  // may when tls_cert is set
     unsigned threads = 1;
     // Accounts of the children when `smx run` starts as root: each its own
     // user (sendmail X's smxs/smxq/smxc), the primary group of all three
@@ -124,6 +129,12 @@ struct QueueConfig {
     bool bounce_untrusted = true;
 };
 
+// Outbound STARTTLS (client.tls_security_level, [tls_policy]): none (never),
+// may (when offered; plaintext again if the handshake fails), encrypt (TLS
+// or defer), verify (encrypt, and the certificate must chain to
+// client.tls_ca_file and name the next hop, or defer).
+enum class ClientTls { none, may, encrypt, verify };
+
 struct ClientConfig {
     std::chrono::seconds connect_timeout{30};
     std::chrono::seconds command_timeout{300};
@@ -135,6 +146,8 @@ struct ClientConfig {
     unsigned initial_concurrency = 5;
     unsigned max_concurrency = 20;
     std::string helo_name;  // default: server.hostname
+    ClientTls tls_security_level = ClientTls::may;
+    std::string tls_ca_file;  // PEM CAs for verify; empty: the system's
 };
 
 struct LogConfig {
@@ -159,6 +172,11 @@ struct Config {
     StatsConfig stats;
     std::map<std::string, Route> routes;  // lower-case domain → route
     std::optional<Route> default_route;
+    std::map<std::string, ClientTls> tls_policy;  // lower-case domain → level
+
+    // The outbound TLS level for a recipient domain: [tls_policy] matched as
+    // [routes] is, else client.tls_security_level.
+    ClientTls tls_for(const std::string& domain) const;
 
     // Route for a recipient domain: exact match, then parent domains, then
     // the default; nullopt when nothing applies.

@@ -41,6 +41,14 @@ public:
     void set_max_line(std::size_t n) { max_line_ = n; }
     // Bytes already buffered beyond what was consumed (pipelined input).
     std::size_t buffered() const { return end_ - pos_; }
+    // Drops the buffered input; returns how many bytes went. After STARTTLS
+    // nothing the client sent in plaintext may be read as if it came over
+    // TLS (CVE-2011-0411).
+    std::size_t discard() {
+        const std::size_t n = end_ - pos_;
+        pos_ = end_ = 0;
+        return n;
+    }
 
     // Reads up to the next LF, or a chunk of max_line bytes of a longer line
     // (max_line counts the text without its CRLF).

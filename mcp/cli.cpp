@@ -3,6 +3,7 @@
 #include "channel.hpp"
 
 #include "limits.hpp"
+#include "tls.hpp"
 
 #include <grp.h>
 #include <pwd.h>
@@ -170,6 +171,9 @@ std::optional<sm::Config> load_checked(const std::string& path, std::ostream& er
                                  std::pair{"server.stats_group", &cfg.server.stats_group}})
             if (!name->empty() && !::getgrnam(name->c_str()))
                 throw sm::ConfigError(key, "no such group '" + *name + "'");
+        // The certificate and key are read as SMTPS will read them.
+        if (cfg.server.tls_security_level != sm::TlsLevel::none) sm::tls::server_context(cfg.server);
+        sm::tls::client_context(cfg.client);
         return cfg;
     } catch (const std::exception& e) {
         err << "smx: config error: " << e.what() << '\n';

@@ -28,7 +28,7 @@ sm::msg::Result fail_all(const sm::msg::Deliver& d, const Failure& f) {
     return r;
 }
 
-std::string destination_key(const sm::msg::Deliver& d) {
+std::string destination_key(const sm::msg::Deliver& d, sm::ClientTls tls) {
     std::string key;
     bool mx = false;
     for (const auto& nh : d.nexthops) {
@@ -37,6 +37,7 @@ std::string destination_key(const sm::msg::Deliver& d) {
         mx = mx || nh == "mx";
     }
     if (mx && !d.rcpts.empty()) key += rcpt_domain(d);
+    key += " tls=" + std::to_string(static_cast<int>(tls));
     return key;
 }
 
@@ -85,7 +86,9 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
 
 asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const MessageFile& file,
                                          sm::msg::Result& r) {
-    const std::string key = destination_key(d);
+    const sm::ClientTls tls =
+        d.rcpts.empty() ? cfg_.client.tls_security_level : cfg_.tls_for(rcpt_domain(d));
+    const std::string key = destination_key(d, tls);
     // A cached session first; one that the server closed while it sat idle
     // says retry, and the next one (or a new connection) is tried.
     while (auto s = cache_.take(key)) {
@@ -109,8 +112,12 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
             continue;
         }
         for (const auto& target : t.list) {
-            auto s = std::make_shared<Session>(ex, cfg_.client);
-            auto err = co_await s->open(target);
+            auto s = std::make_shared<Session>(ex, cfg_.client, tls_);
+            auto err = co_await s->open(target, tls);
+            if (err && s->tls_fallback()) {
+                s = std::make_shared<Session>(ex, cfg_.client, tls_);
+                err = co_await s->open(target, sm::ClientTls::none);
+            }
             if (err) {
                 spdlog::info("{}: {}", d.ta_id, err->text);
                 last = *err;

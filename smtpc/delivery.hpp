@@ -13,8 +13,11 @@ namespace smtpc {
 
 class Deliverer {
 public:
-    Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cache)
-        : cfg_(cfg), spool_(cfg.spool_dir_abs()), dns_(dns), cache_(cache) {}
+    // tls: the client context (sm::tls::client_context), built once at
+    // start; null: no STARTTLS.
+    Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cache,
+              asio::ssl::context* tls = nullptr)
+        : cfg_(cfg), spool_(cfg.spool_dir_abs()), dns_(dns), cache_(cache), tls_(tls) {}
 
     // Never takes longer than client.delivery_timeout; every recipient of d
     // has a result, and the RESULT fits in a record.
@@ -29,13 +32,15 @@ private:
     const std::string spool_;
     Resolver& dns_;
     ConnectionCache& cache_;
+    asio::ssl::context* tls_;
 };
 
 // Every recipient gets the same failure (queue file, DNS, connection).
 sm::msg::Result fail_all(const sm::msg::Deliver& d, const Failure& f);
 
-// The connection cache key: the nexthops, plus the domain for "mx" routes.
-std::string destination_key(const sm::msg::Deliver& d);
+// The connection cache key: the nexthops, plus the domain for "mx" routes,
+// plus the TLS level (a plaintext connection never serves an encrypt domain).
+std::string destination_key(const sm::msg::Deliver& d, sm::ClientTls tls);
 
 // Shortens the texts of r until its record fits in sm::rec::max_body (no
 // recipient is ever dropped: QMGR would retry it for nothing).

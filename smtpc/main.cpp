@@ -12,6 +12,7 @@
 #include "limits.hpp"
 #include "log.hpp"
 #include "panic.hpp"
+#include "tls.hpp"
 
 #include <ares.h>
 #include <csignal>
@@ -61,8 +62,10 @@ int main(int argc, char** argv) {
         }
     }
     sm::Config cfg;
+    std::unique_ptr<asio::ssl::context> tls;  // one for every connection
     try {
         cfg = sm::load_config(cfg_path);
+        tls = sm::tls::client_context(cfg.client);
     } catch (const std::exception& e) {
         std::cerr << "smx-smtpc: bad config: " << e.what() << "\n";
         return exit_config;
@@ -78,7 +81,7 @@ int main(int argc, char** argv) {
         asio::io_context io(1);
         smtpc::Resolver dns(io.get_executor());
         smtpc::ConnectionCache cache(cfg.client);
-        smtpc::Deliverer deliverer(cfg, dns, cache);
+        smtpc::Deliverer deliverer(cfg, dns, cache, tls.get());
 
         asio::signal_set signals(io, SIGTERM, SIGINT);
         signals.async_wait([&](boost::system::error_code ec, int sig) {

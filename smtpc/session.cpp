@@ -3,6 +3,8 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>
 
+#include "tls.hpp"
+
 #include <algorithm>
 #include <cctype>
 
@@ -47,26 +49,35 @@ Failure from_reply(const sm::smtp::Reply& r) {
     return f;
 }
 
-Session::Session(asio::any_io_executor ex, const sm::ClientConfig& cfg)
-    : cfg_(cfg), sock_(ex), reader_(sock_), idle_timer_(ex) {}
+Session::Session(asio::any_io_executor ex, const sm::ClientConfig& cfg,
+                 asio::ssl::context* tls)
+    : cfg_(cfg), tls_(tls), stream_(tcp::socket(ex)), reader_(stream_), idle_timer_(ex) {}
 
 void Session::close() {
     open_ = false;
     boost::system::error_code ec;
-    sock_.shutdown(tcp::socket::shutdown_both, ec);
-    sock_.close(ec);
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.socket().close(ec);
+}
+
+asio::awaitable<bool> Session::write_all(std::string_view data,
+                                         std::chrono::steady_clock::duration timeout) {
+    // Plain TCP gets write_all's speculative non-blocking write.
+    if (!stream_.tls()) co_return co_await sm::smtp::write_all(stream_.socket(), data, timeout);
+    co_return co_await sm::smtp::write_all(stream_, data, timeout);
 }
 
 asio::awaitable<bool> Session::write(std::string_view data, const char* stage) {
-    bool ok = co_await sm::smtp::write_all(sock_, data, cfg_.command_timeout);
+    bool ok = co_await write_all(data, cfg_.command_timeout);
     if (!ok) fail_ = {451, "4.4.2", "lost connection with " + relay_ + " while " + stage};
     co_return ok;
 }
 
 bool Session::has_unread() {
     boost::system::error_code ec;
-    const std::size_t pending = sock_.available(ec);
-    return reader_.buffered() > 0 || pending > 0 || ec;
+    const std::size_t pending = stream_.socket().available(ec);
+    const bool tls_pending = stream_.tls() && SSL_pending(stream_.ssl()) > 0;
+    return reader_.buffered() > 0 || pending > 0 || tls_pending || ec;
 }
 
 // Reads the next reply into rep_. false when the connection is gone: EOF,
@@ -110,12 +121,12 @@ asio::awaitable<bool> Session::command(std::string_view data, const char* stage)
     co_return ok;
 }
 
-asio::awaitable<std::optional<Failure>> Session::open(const Target& t) {
+asio::awaitable<std::optional<Failure>> Session::open(const Target& t, sm::ClientTls tls) {
     using namespace asio::experimental::awaitable_operators;
     relay_ = t.relay();
     const std::string where = "connect to " + connect_label(t);
-    asio::steady_timer timer(sock_.get_executor(), cfg_.connect_timeout);
-    auto res = co_await (sock_.async_connect(t.ep, asio::as_tuple(asio::use_awaitable)) ||
+    asio::steady_timer timer(stream_.get_executor(), cfg_.connect_timeout);
+    auto res = co_await (stream_.socket().async_connect(t.ep, asio::as_tuple(asio::use_awaitable)) ||
                          timer.async_wait(asio::as_tuple(asio::use_awaitable)));
     if (res.index() == 1) {
         close();
@@ -127,7 +138,7 @@ asio::awaitable<std::optional<Failure>> Session::open(const Target& t) {
     }
     open_ = true;
     boost::system::error_code ec;
-    sock_.set_option(tcp::no_delay(true), ec);  // commands are whole writes already
+    stream_.socket().set_option(tcp::no_delay(true), ec);  // commands are whole writes already
 
     bool ok = co_await read("receiving the initial server greeting");
     if (!ok) {
@@ -149,7 +160,12 @@ asio::awaitable<std::optional<Failure>> Session::open(const Target& t) {
     }
     if (rep_.code / 100 == 2) {
         parse_ehlo();
-        co_return std::nullopt;
+        co_return co_await starttls(t, tls);
+    }
+    if (tls == sm::ClientTls::encrypt || tls == sm::ClientTls::verify) {
+        co_await quit();
+        co_return Failure{451, "4.7.4", "TLS is required, but host " + relay_ +
+                                            " refused EHLO: " + from_reply(rep_).text};
     }
     cmd_ = "HELO " + cfg_.helo_name + "\r\n";
     ok = co_await command(cmd_, "sending HELO");
@@ -166,12 +182,69 @@ asio::awaitable<std::optional<Failure>> Session::open(const Target& t) {
     co_return std::nullopt;
 }
 
+asio::awaitable<std::optional<Failure>> Session::starttls(const Target& t,
+                                                          sm::ClientTls level) {
+    const bool required = level == sm::ClientTls::encrypt || level == sm::ClientTls::verify;
+    if (level == sm::ClientTls::none || !tls_) co_return std::nullopt;
+    if (!starttls_offered_) {
+        if (!required) co_return std::nullopt;
+        co_await quit();
+        co_return Failure{451, "4.7.4", "TLS is required, but was not offered by host " + relay_};
+    }
+    bool ok = co_await command("STARTTLS\r\n", "sending STARTTLS");
+    if (!ok) {
+        close();
+        co_return fail_;
+    }
+    if (rep_.code != 220) {
+        if (!required) co_return std::nullopt;  // on in plaintext, as postfix goes
+        co_await quit();
+        co_return Failure{451, "4.7.5", "TLS is required, but host " + relay_ +
+                                            " refused STARTTLS: " + from_reply(rep_).text};
+    }
+    // Nothing may be read after 220 but TLS; a server that sent more is out
+    // of step (or injecting).
+    if (reader_.buffered() > 0) {
+        close();
+        co_return Failure{451, "4.5.0", "host " + relay_ + " sent data after its 220 to STARTTLS"};
+    }
+    const std::string err =
+        co_await stream_.start_tls(*tls_, asio::ssl::stream_base::client, cfg_.command_timeout,
+                                   t.host, level == sm::ClientTls::verify);
+    if (!err.empty()) {
+        close();
+        tls_fallback_ = !required;
+        spdlog::info("TLS handshake with {} failed: {}{}", relay_, err,
+                     tls_fallback_ ? "; trying again without TLS" : "");
+        co_return Failure{451, "4.7.5", "TLS handshake with " + relay_ + " failed: " + err};
+    }
+    spdlog::info("{} TLS connection established to {}: {}",
+                 level == sm::ClientTls::verify ? "Verified" : "Untrusted", relay_,
+                 sm::tls::describe(stream_.ssl()));
+    // RFC 3207 4.2: forget what the server said before TLS and ask again.
+    cmd_ = "EHLO " + cfg_.helo_name + "\r\n";
+    ok = co_await command(cmd_, "sending EHLO after STARTTLS");
+    if (!ok || rep_.code / 100 != 2) {
+        Failure f = ok ? from_reply(rep_) : fail_;
+        if (ok) f.text = "host " + relay_ + " refused EHLO after STARTTLS: " + f.text;
+        if (ok) co_await quit();
+        close();
+        co_return f;
+    }
+    parse_ehlo();
+    co_return std::nullopt;
+}
+
 void Session::parse_ehlo() {
+    pipelining_ = size_offered_ = starttls_offered_ = false;
+    size_limit_ = 0;
     for (std::size_t i = 1; i < rep_.lines.size(); ++i) {
         std::string kw = rep_.lines[i].substr(0, rep_.lines[i].find(' '));
         for (auto& c : kw) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
         if (kw == "PIPELINING") {
             pipelining_ = true;
+        } else if (kw == "STARTTLS") {
+            starttls_offered_ = true;
         } else if (kw == "SIZE") {
             size_offered_ = true;
             const auto sp = rep_.lines[i].find(' ');
@@ -189,7 +262,7 @@ void Session::parse_ehlo() {
 asio::awaitable<void> Session::quit() {
     if (!open_) co_return;
     const auto t = std::min<std::chrono::steady_clock::duration>(cfg_.command_timeout, 5s);
-    bool ok = co_await sm::smtp::write_all(sock_, "QUIT\r\n", t);
+    bool ok = co_await write_all("QUIT\r\n", t);
     if (ok) {
         co_await sm::smtp::read_reply(reader_, t);
     }

@@ -9,6 +9,7 @@
 #include "messages.hpp"
 #include "nexthop.hpp"
 #include "smtp_io.hpp"
+#include "smtp_stream.hpp"
 
 #include <boost/asio.hpp>
 #include <optional>
@@ -22,13 +23,18 @@ using Results = std::vector<sm::msg::RcptResult>;
 
 class Session {
 public:
-    Session(asio::any_io_executor ex, const sm::ClientConfig& cfg);
+    // tls: SMTPC's client context (null: no TLS at all).
+    Session(asio::any_io_executor ex, const sm::ClientConfig& cfg, asio::ssl::context* tls);
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
 
     // Connects, reads the greeting and says EHLO (HELO when EHLO is
-    // refused). nullopt: ready for transactions; else why not.
-    asio::awaitable<std::optional<Failure>> open(const Target& t);
+    // refused), then STARTTLS and EHLO again as `tls` asks. nullopt: ready
+    // for transactions; else why not.
+    asio::awaitable<std::optional<Failure>> open(const Target& t, sm::ClientTls tls);
+    // open() failed in the TLS handshake at level may: the caller connects
+    // again without TLS, as postfix does.
+    bool tls_fallback() const { return tls_fallback_; }
 
     enum class Outcome { done, retry };
     // One mail transaction for d. res has one entry per recipient of d with
@@ -48,7 +54,7 @@ public:
     bool has_unread();
     unsigned transactions() const { return transactions_; }
     const std::string& relay() const { return relay_; }
-    tcp::socket& socket() { return sock_; }
+    tcp::socket& socket() { return stream_.socket(); }
     asio::steady_timer& idle_timer() { return idle_timer_; }
     // Bumped each time the cache hands the session out, so that stale idle
     // watchers know they lost it.
@@ -63,19 +69,25 @@ private:
     // is a protocol error: the transaction fails for now and the connection
     // is closed. Only a 2xx after the end of data means delivered.
     enum class Expect { reply, data };
+    asio::awaitable<bool> write_all(std::string_view data,
+                                    std::chrono::steady_clock::duration timeout);
     asio::awaitable<bool> write(std::string_view data, const char* stage);
     asio::awaitable<bool> read(const char* stage, Expect e = Expect::reply);
     asio::awaitable<bool> command(std::string_view data, const char* stage);
     void parse_ehlo();
+    asio::awaitable<std::optional<Failure>> starttls(const Target& t, sm::ClientTls level);
 
     const sm::ClientConfig& cfg_;
-    tcp::socket sock_;
-    sm::smtp::LineReader<tcp::socket> reader_;
+    asio::ssl::context* tls_;
+    sm::smtp::Stream stream_;
+    sm::smtp::LineReader<sm::smtp::Stream> reader_;
     asio::steady_timer idle_timer_;
     std::string relay_;
     bool open_ = false;
     bool pipelining_ = false;
     bool size_offered_ = false;
+    bool starttls_offered_ = false;
+    bool tls_fallback_ = false;
     std::uint64_t size_limit_ = 0;  // 0: none announced
     bool needs_rset_ = false;       // the last transaction stopped half-way
     bool replied_ = false;          // this transaction got a reply

@@ -15,7 +15,7 @@ Verb parse_verb(std::string_view line, std::string_view& arg) {
         {"MAIL", Verb::mail}, {"RCPT", Verb::rcpt}, {"DATA", Verb::data},
         {"EHLO", Verb::ehlo}, {"HELO", Verb::helo}, {"RSET", Verb::rset},
         {"NOOP", Verb::noop}, {"QUIT", Verb::quit}, {"VRFY", Verb::vrfy},
-        {"HELP", Verb::help}};
+        {"HELP", Verb::help}, {"STARTTLS", Verb::starttls}};
     for (const auto& [name, verb] : verbs)
         if (iequals(v, name)) return verb;
     return Verb::unknown;

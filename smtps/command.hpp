@@ -5,7 +5,7 @@
 
 namespace smtps {
 
-enum class Verb { helo, ehlo, mail, rcpt, data, rset, noop, quit, vrfy, help, unknown };
+enum class Verb { helo, ehlo, mail, rcpt, data, rset, noop, quit, vrfy, help, starttls, unknown };
 
 // Splits "VERB arg" (verb case-insensitive); arg keeps its case, trailing
 // spaces removed.

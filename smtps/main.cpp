@@ -9,6 +9,7 @@
 #include "panic.hpp"
 #include "qmgr_client.hpp"
 #include "server.hpp"
+#include "tls.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -66,6 +67,7 @@ struct Process {
     asio::io_context& io;
     const sm::Config& cfg;
     smtps::CdbStore& cdb;
+    asio::ssl::context* tls;
     std::vector<tcp::acceptor> listeners;
     std::unique_ptr<smtps::QmgrClient> qmgr;
     std::unique_ptr<smtps::Server> server;
@@ -93,7 +95,7 @@ struct Process {
             stop(exit_tempfail);
         });
         qmgr->start();
-        server = std::make_unique<smtps::Server>(io.get_executor(), cfg, *qmgr, cdb);
+        server = std::make_unique<smtps::Server>(io.get_executor(), cfg, *qmgr, cdb, tls);
         for (auto& l : listeners) server->listen(std::move(l));
         listeners.clear();
         spdlog::info("ready: {} ESMTP, qmgr at {}", cfg.server.hostname, cfg.qmgr_socket());
@@ -160,7 +162,19 @@ int main(int argc, char** argv) {
                         cfg.queue.min_free_space);
     if (const auto n = cdb.remove_stale_tmp())
         spdlog::info("removed {} unfinished CDB files of an earlier run", n);
-    Process p{io, cfg, cdb, {}, nullptr, nullptr};
+    // One TLS context for all sessions (its session cache and ticket keys
+    // are then shared), built before anything listens.
+    std::unique_ptr<asio::ssl::context> tls;
+    if (cfg.server.tls_security_level != sm::TlsLevel::none) {
+        try {
+            tls = sm::tls::server_context(cfg.server);
+        } catch (const std::exception& e) {
+            spdlog::critical("TLS: {}", e.what());
+            spdlog::shutdown();
+            return 2;
+        }
+    }
+    Process p{io, cfg, cdb, tls.get(), {}, nullptr, nullptr};
     try {
         const char* fds = std::getenv("SMX_LISTEN_FDS");
         p.listeners = fds && *fds ? inherited_listeners(io, fds) : bound_listeners(io, cfg);

@@ -17,12 +17,13 @@ std::string client_ip(const tcp::endpoint& ep) {
 }
 
 Server::Server(asio::any_io_executor ex, const sm::Config& cfg, QmgrClient& qmgr,
-               CdbStore& cdb)
-    : ex_(std::move(ex)), cfg_(cfg), qmgr_(qmgr), cdb_(cdb), policy_(cfg.server) {
+               CdbStore& cdb, asio::ssl::context* tls)
+    : ex_(std::move(ex)), cfg_(cfg), qmgr_(qmgr), cdb_(cdb), policy_(cfg.server), tls_(tls) {
     const auto& s = cfg.server;
-    ehlo_reply_ = "250-" + s.hostname + "\r\n250-PIPELINING\r\n250-SIZE " +
-                  std::to_string(s.max_message_size) +
-                  "\r\n250-8BITMIME\r\n250 ENHANCEDSTATUSCODES\r\n";
+    const std::string head = "250-" + s.hostname + "\r\n250-PIPELINING\r\n250-SIZE " +
+                             std::to_string(s.max_message_size) + "\r\n250-8BITMIME\r\n";
+    ehlo_reply_ = head + "250 ENHANCEDSTATUSCODES\r\n";
+    ehlo_reply_tls_ = head + "250-STARTTLS\r\n250 ENHANCEDSTATUSCODES\r\n";
 }
 
 void Server::listen(tcp::acceptor acceptor) {

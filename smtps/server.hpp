@@ -9,6 +9,7 @@
 #include "qmgr_client.hpp"
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <list>
 #include <memory>
 #include <string>
@@ -21,7 +22,10 @@ using tcp = asio::ip::tcp;
 
 class Server {
 public:
-    Server(asio::any_io_executor ex, const sm::Config& cfg, QmgrClient& qmgr, CdbStore& cdb);
+    // tls: the STARTTLS context (built once at start, sm::tls::server_context);
+    // null when server.tls_security_level is none.
+    Server(asio::any_io_executor ex, const sm::Config& cfg, QmgrClient& qmgr, CdbStore& cdb,
+           asio::ssl::context* tls = nullptr);
 
     // Serves an already listening socket.
     void listen(tcp::acceptor acceptor);
@@ -38,13 +42,20 @@ public:
     const RelayPolicy& policy() const { return policy_; }
     QmgrClient& qmgr() { return qmgr_; }
     CdbStore& cdb() { return cdb_; }
-    const std::string& ehlo_reply() const { return ehlo_reply_; }
+    // The EHLO reply; with STARTTLS in it when offer_tls and TLS is configured.
+    const std::string& ehlo_reply(bool offer_tls) const {
+        return offer_tls && tls_ ? ehlo_reply_tls_ : ehlo_reply_;
+    }
+    asio::ssl::context* tls() { return tls_; }
+    // Counts a failed TLS handshake; returns the count so far.
+    std::uint64_t tls_handshake_failed() { return ++counts_->tls_failures; }
 
     // Session counts live apart from the Server: a session coroutine that is
     // destroyed with the io_context at exit may outlive the Server object.
     struct Counts {
         std::size_t sessions = 0;
         std::size_t committing = 0;
+        std::uint64_t tls_failures = 0;
         std::unordered_map<std::string, unsigned> per_client;
         void release(const std::string& ip, bool counted_per_client);
     };
@@ -69,7 +80,8 @@ private:
     QmgrClient& qmgr_;
     CdbStore& cdb_;
     RelayPolicy policy_;
-    std::string ehlo_reply_;
+    asio::ssl::context* tls_;
+    std::string ehlo_reply_, ehlo_reply_tls_;
     std::list<tcp::acceptor> acceptors_;
     std::shared_ptr<Counts> counts_ = std::make_shared<Counts>();
 };

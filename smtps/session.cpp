@@ -7,6 +7,8 @@
 #include "policy.hpp"
 #include "server.hpp"
 #include "smtp_io.hpp"
+#include "smtp_stream.hpp"
+#include "tls.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -36,7 +38,8 @@ struct DataOutcome {
 class Session {
 public:
     Session(Server& srv, asio::ip::tcp::socket sock, std::string ip, bool trusted)
-        : srv_(srv), cfg_(srv.cfg()), sock_(std::move(sock)), reader_(sock_, cfg_.max_line_length),
+        : srv_(srv), cfg_(srv.cfg()), stream_(std::move(sock)),
+          reader_(stream_, cfg_.max_line_length),
           ip_(std::move(ip)), trusted_(trusted) {}
 
     asio::awaitable<void> run();
@@ -63,6 +66,14 @@ private:
     asio::awaitable<Line> next_line(std::chrono::steady_clock::duration timeout);
 
     void helo(std::string_view arg, bool esmtp);
+    // STARTTLS: false when the connection must close (failed handshake).
+    asio::awaitable<bool> starttls(std::string_view arg);
+    // server.tls_security_level = encrypt and no TLS yet: refuses the command.
+    bool needs_tls() {
+        if (cfg_.tls_security_level != sm::TlsLevel::encrypt || stream_.tls()) return false;
+        error("530 5.7.0 Must issue a STARTTLS command first");
+        return true;
+    }
     void mail(std::string_view arg);
     void rcpt(std::string_view arg);
     asio::awaitable<bool> data(std::string_view arg);
@@ -83,12 +94,13 @@ private:
 
     Server& srv_;
     const sm::ServerConfig& cfg_;
-    asio::ip::tcp::socket sock_;
-    sm::smtp::LineReader<asio::ip::tcp::socket> reader_;
+    sm::smtp::Stream stream_;
+    sm::smtp::LineReader<sm::smtp::Stream> reader_;
     std::string ip_;
     bool trusted_;
     std::string out_;
     std::string helo_;
+    std::string tls_info_;  // "TLSv1.3 with cipher ..." once TLS is on
     bool esmtp_ = false;
     bool in_mail_ = false;
     std::string ta_id_;
@@ -105,11 +117,12 @@ asio::awaitable<bool> Session::flush() {
     if (out_.empty()) co_return true;
     // Replies nearly always fit in the socket buffer: try a plain write
     // first and only arm a deadline for what the client has not taken.
+    // Over TLS the bytes must go through OpenSSL, so always the async way.
     boost::system::error_code ec;
-    const std::size_t n = sock_.write_some(asio::buffer(out_), ec);
+    const std::size_t n = stream_.tls() ? 0 : stream_.socket().write_some(asio::buffer(out_), ec);
     bool ok = !ec || ec == asio::error::would_block;
     if (ok && n < out_.size())
-        ok = co_await sm::smtp::write_all(sock_, std::string_view(out_).substr(n),
+        ok = co_await sm::smtp::write_all(stream_, std::string_view(out_).substr(n),
                                           cfg_.command_timeout);
     out_.clear();
     co_return ok;
@@ -130,7 +143,7 @@ asio::awaitable<Line> Session::next_line(std::chrono::steady_clock::duration tim
 
 asio::awaitable<void> Session::run() {
     boost::system::error_code ec;
-    sock_.non_blocking(true, ec);  // for the speculative writes in flush()
+    stream_.socket().non_blocking(true, ec);  // for the speculative writes in flush()
     spdlog::info("connect from {}", client());
     reply("220 " + cfg_.hostname + " ESMTP smx");
     while (!closing_) {
@@ -158,6 +171,11 @@ asio::awaitable<void> Session::run() {
         std::string_view arg;
         switch (parse_verb(l.text, arg)) {
         case Verb::ehlo: helo(arg, true); break;
+        case Verb::starttls: {
+            const bool go_on = co_await starttls(arg);
+            if (!go_on) closing_ = true;
+            break;
+        }
         case Verb::helo: helo(arg, false); break;
         case Verb::mail: mail(arg); break;
         case Verb::rcpt: rcpt(arg); break;
@@ -174,7 +192,10 @@ asio::awaitable<void> Session::run() {
         case Verb::vrfy:
             reply("252 2.5.2 Cannot VRFY user, but will accept message and attempt delivery");
             break;
-        case Verb::help: reply("214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA RSET NOOP QUIT VRFY HELP"); break;
+        case Verb::help:
+            reply("214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA RSET NOOP QUIT VRFY HELP" +
+                  std::string(srv_.tls() ? " STARTTLS" : ""));
+            break;
         case Verb::quit:
             reply("221 2.0.0 Bye");
             closing_ = true;
@@ -183,7 +204,7 @@ asio::awaitable<void> Session::run() {
         }
     }
     co_await flush();
-    sock_.shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+    stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
     spdlog::info("disconnect from {} commands={} errors={}", client(), commands_, errors_);
 }
 
@@ -199,12 +220,50 @@ void Session::helo(std::string_view arg, bool esmtp) {
     helo_.assign(arg);
     esmtp_ = esmtp;
     if (esmtp)
-        out_.append(srv_.ehlo_reply());
+        out_.append(srv_.ehlo_reply(!stream_.tls()));
     else
         reply("250 " + cfg_.hostname);
 }
 
+asio::awaitable<bool> Session::starttls(std::string_view arg) {
+    if (!srv_.tls()) {
+        error("502 5.5.1 Error: command not implemented");
+        co_return true;
+    }
+    if (!arg.empty()) {
+        error("501 5.5.4 Syntax: STARTTLS");
+        co_return true;
+    }
+    if (stream_.tls()) {
+        error("503 5.5.1 Error: TLS already active");
+        co_return true;
+    }
+    // Whatever the client sent after STARTTLS, before it saw our 220, is
+    // plaintext that an attacker may have injected: it goes unread.
+    if (const auto n = reader_.discard())
+        spdlog::info("discarding {} bytes of input pipelined after STARTTLS from {}", n,
+                     client());
+    reply("220 2.0.0 Ready to start TLS");
+    const bool flushed = co_await flush();
+    if (!flushed) co_return false;
+    const std::string err = co_await stream_.start_tls(
+        *srv_.tls(), asio::ssl::stream_base::server, cfg_.command_timeout);
+    if (!err.empty()) {
+        spdlog::warn("SSL_accept error from {}: {} (tls_handshake_failures={})", client(), err,
+                     srv_.tls_handshake_failed());
+        co_return false;
+    }
+    tls_info_ = sm::tls::describe(stream_.ssl());
+    spdlog::info("Anonymous TLS connection established from {}: {}", client(), tls_info_);
+    // RFC 3207 4.2: the session starts over; the client must say EHLO again.
+    reset();
+    helo_.clear();
+    esmtp_ = false;
+    co_return true;
+}
+
 void Session::mail(std::string_view arg) {
+    if (needs_tls()) return;
     if (helo_.empty()) return error("503 5.5.1 Error: send HELO/EHLO first");
     if (in_mail_) return error("503 5.5.1 Error: nested MAIL command");
     const auto p = parse_path(arg, "FROM:");
@@ -244,6 +303,7 @@ void Session::mail(std::string_view arg) {
 }
 
 void Session::rcpt(std::string_view arg) {
+    if (needs_tls()) return;
     if (!in_mail_) return error("503 5.5.1 Error: need MAIL command");
     const auto p = parse_path(arg, "TO:");
     if (!p || p->addr.empty()) return error("501 5.5.4 Syntax: RCPT TO:<address>");
@@ -270,8 +330,10 @@ void Session::rcpt(std::string_view arg) {
 }
 
 std::string Session::received_header() const {
-    std::string h = "Received: from " + helo_ + " (unknown [" + ip_ + "])\r\n\tby " +
-                    cfg_.hostname + " (smx) with " + (esmtp_ ? "ESMTP" : "SMTP") + " id " + ta_id_;
+    std::string h = "Received: from " + helo_ + " (unknown [" + ip_ + "])\r\n\t";
+    if (!tls_info_.empty()) h += "(using " + tls_info_ + ")\r\n\t";
+    h += "by " + cfg_.hostname + " (smx) with " + (esmtp_ ? "ESMTP" : "SMTP") +
+         (tls_info_.empty() ? "" : "S") + " id " + ta_id_;
     if (rcpts_.size() == 1)
         h += "\r\n\tfor <" + rcpts_.front().addr + ">; ";
     else
@@ -283,6 +345,7 @@ std::string Session::received_header() const {
 
 // Returns false when the connection must close (timeout, lost client).
 asio::awaitable<bool> Session::data(std::string_view arg) {
+    if (needs_tls()) co_return true;
     if (!in_mail_) {
         error("503 5.5.1 Error: need MAIL command");
         co_return true;

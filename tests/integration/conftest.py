@@ -74,6 +74,39 @@ class Sink:
                 self.proc.wait()
 
 
+class Raw:
+    """A byte-level SMTP client for what smtplib will not send."""
+
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.buf = b""
+        self.greeting = self.reply()
+
+    def send(self, data):
+        self.s.sendall(data)
+
+    def reply(self):
+        """One complete (multi-line) reply as text."""
+        lines = []
+        while True:
+            while b"\r\n" not in self.buf:
+                chunk = self.s.recv(65536)
+                if not chunk:
+                    return "\n".join(lines) if lines else "<closed>"
+                self.buf += chunk
+            line, self.buf = self.buf.split(b"\r\n", 1)
+            lines.append(line.decode())
+            if len(line) < 4 or line[3:4] == b" ":
+                return "\n".join(lines)
+
+    def cmd(self, line):
+        self.send(line.encode() + b"\r\n")
+        return self.reply()
+
+    def close(self):
+        self.s.close()
+
+
 class Relay:
     """`smx run` with a private config, spool and run directory.
 

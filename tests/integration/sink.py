@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import ssl
 import sys
 
 
@@ -23,6 +24,13 @@ class Sink:
         self.permfail = re.compile(args.permfail) if args.permfail else None
         self.tempfail_rcpt = re.compile(args.tempfail_rcpt) if args.tempfail_rcpt else None
         self.stall = args.stall
+        self.tls = None
+        if args.tls:
+            cert, key = args.tls.split(",")
+            self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.tls.load_cert_chain(cert, key)
+        self.require_tls = args.require_tls
+        self.broken_tls = args.broken_tls
 
     async def session(self, reader, writer):
         async def reply(text):
@@ -31,7 +39,7 @@ class Sink:
 
         try:
             await reply("220 sink.test ESMTP test sink")
-            sender, rcpts = None, []
+            sender, rcpts, tls = None, [], None
             while True:
                 line = await asyncio.wait_for(reader.readline(), 60)
                 if not line:
@@ -39,9 +47,24 @@ class Sink:
                 cmd = line.decode("latin-1").rstrip("\r\n")
                 verb = cmd[:4].upper()
                 if verb == "EHLO":
-                    writer.write(b"250-sink.test\r\n250-PIPELINING\r\n250-8BITMIME\r\n"
-                                 b"250-SIZE 104857600\r\n250 ENHANCEDSTATUSCODES\r\n")
+                    offer = b"250-STARTTLS\r\n" if (self.tls or self.broken_tls) and not tls \
+                        else b""
+                    writer.write(b"250-sink.test\r\n250-PIPELINING\r\n250-8BITMIME\r\n" +
+                                 offer + b"250-SIZE 104857600\r\n250 ENHANCEDSTATUSCODES\r\n")
                     await writer.drain()
+                elif cmd.upper() == "STARTTLS" and self.broken_tls and not tls:
+                    await reply("220 2.0.0 go ahead")
+                    writer.write(b"this is not TLS\r\n" * 4)
+                    await writer.drain()
+                    return
+                elif cmd.upper() == "STARTTLS" and self.tls and not tls:
+                    await reply("220 2.0.0 go ahead")
+                    await writer.start_tls(self.tls)
+                    obj = writer.get_extra_info("ssl_object")
+                    tls = "%s %s" % (obj.version(), obj.cipher()[0])
+                    sender, rcpts = None, []
+                elif verb in ("MAIL", "RCPT", "DATA") and self.require_tls and not tls:
+                    await reply("530 5.7.0 Must issue a STARTTLS command first")
                 elif verb == "HELO":
                     await reply("250 sink.test")
                 elif verb == "MAIL":
@@ -84,7 +107,8 @@ class Sink:
                     self.count += 1
                     name = os.path.join(self.dir, "%d.msg" % self.count)
                     with open(name + ".tmp", "wb") as f:
-                        f.write(json.dumps({"from": sender, "rcpts": rcpts}).encode() + b"\n")
+                        f.write(json.dumps({"from": sender, "rcpts": rcpts,
+                                            "tls": tls}).encode() + b"\n")
                         f.write(data)
                     os.rename(name + ".tmp", name)
                     await reply("250 2.0.0 Ok: queued as %d" % self.count)
@@ -98,7 +122,7 @@ class Sink:
                     return
                 else:
                     await reply("502 5.5.2 unknown command")
-        except (asyncio.TimeoutError, ConnectionError):
+        except (asyncio.TimeoutError, ConnectionError, ssl.SSLError):
             return
         finally:
             writer.close()
@@ -113,6 +137,11 @@ async def main():
     p.add_argument("--permfail", help="regex: recipients answered 550")
     p.add_argument("--tempfail-rcpt", help="regex: recipients answered 451")
     p.add_argument("--stall", type=float, default=0, help="seconds to wait before the DATA reply")
+    p.add_argument("--tls", help="CERT,KEY: offer STARTTLS with this certificate")
+    p.add_argument("--require-tls", action="store_true",
+                   help="answer 530 to MAIL, RCPT and DATA before STARTTLS")
+    p.add_argument("--broken-tls", action="store_true",
+                   help="offer STARTTLS, then send garbage instead of a handshake")
     args = p.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     sink = Sink(args)

@@ -127,6 +127,9 @@ def try_get(port):
 def test_delivery_held_by_a_stuck_smtpc_is_reclaimed(sink, make_relay):
     relay = make_relay(sink.port, "[queue]\nmax_delivery_time = 2\n[client]\ndelivery_timeout = 1")
     smtpc = relay.child_pids("smx-smtpc")[0]
+    # Stopped before it reached QMGR, it would hold no delivery to reclaim.
+    wait_until(lambda: "smtpc[%d]: connected" % smtpc in relay.log_text(), 20,
+               "smtpc to connect to qmgr")
     os.kill(smtpc, signal.SIGSTOP)
     try:
         send(relay.port, "a@client.test", ["stuck@example.net"], b"Subject: stuck\r\n\r\nok\r\n")

@@ -141,3 +141,42 @@ TEST_CASE("hardening keys and their bounds") {
     CHECK(error_key("[client]\ndelivery_timeout = 4000\n") == "queue.max_delivery_time");
     CHECK(error_key("[queue]\nmax_delivery_time = 0\n") == "queue.max_delivery_time");
 }
+
+TEST_CASE("tls_security_level: its default follows the certificate, may/encrypt need one") {
+    CHECK(load_config("").server.tls_security_level == TlsLevel::none);
+    const std::string pair = "[server]\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n";
+    auto level = [](const std::string& text) {
+        const auto p = write_temp(text);
+        const Config c = load_config(p);
+        std::remove(p.c_str());
+        return c.server.tls_security_level;
+    };
+    CHECK(level(pair) == TlsLevel::may);
+    CHECK(level(pair + "tls_security_level = \"none\"\n") == TlsLevel::none);
+    CHECK(level(pair + "tls_security_level = \"encrypt\"\n") == TlsLevel::encrypt);
+    CHECK(error_key(pair + "tls_security_level = \"must\"\n") == "server.tls_security_level");
+    CHECK(error_key("[server]\ntls_security_level = \"may\"\n") == "server.tls_security_level");
+    CHECK(error_key("[server]\ntls_security_level = \"encrypt\"\n") ==
+          "server.tls_security_level");
+    CHECK(level("[server]\ntls_security_level = \"none\"\n") == TlsLevel::none);
+    CHECK(error_key("[server]\ntls_cert = \"c.pem\"\n") == "server.tls_key");
+}
+
+TEST_CASE("tls_policy: domains match as routes do, else client.tls_security_level") {
+    const auto p = write_temp("[client]\ntls_security_level = \"none\"\n"
+                              "[tls_policy]\n\"Example.NET\" = \"encrypt\"\n"
+                              "\".bank.example\" = \"verify\"\n\"x.bank.example\" = \"may\"\n");
+    const Config c = load_config(p);
+    std::remove(p.c_str());
+    CHECK(c.tls_for("example.net") == ClientTls::encrypt);
+    CHECK(c.tls_for("EXAMPLE.net") == ClientTls::encrypt);
+    CHECK(c.tls_for("sub.example.net") == ClientTls::none);
+    CHECK(c.tls_for("a.bank.example") == ClientTls::verify);
+    CHECK(c.tls_for("x.bank.example") == ClientTls::may);
+    CHECK(c.tls_for("other.org") == ClientTls::none);
+    CHECK(load_config("").tls_for("other.org") == ClientTls::may);
+    CHECK(error_key("[tls_policy]\n\"a.org\" = \"sometimes\"\n") == "tls_policy.a.org");
+    CHECK(error_key("[tls_policy]\n\"a.org\" = 1\n") == "tls_policy.a.org");
+    CHECK(error_key("[client]\ntls_security_level = \"always\"\n") ==
+          "client.tls_security_level");
+}
