@@ -87,7 +87,7 @@ def test_example_config_names_every_documented_key():
             m = re.match(r"\[(\w+)\]", line)
             if m:
                 section = m.group(1)
-            m = re.match(r'#?"?([\w.]+)"? *=', line)
+            m = re.match(r'#? ?"?([\w.]+)"? *=', line)
             if m and section:
                 sections.setdefault(section, set()).add(m.group(1))
     for section, key, _ in documented_keys():
