@@ -43,17 +43,16 @@ int write_cdb(const std::string& path, const std::string& data) {
 } // namespace
 
 void Qmgr::bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why) {
-    Rcpt& r = ta.rcpts[idx];
+    const std::string& addr = ta.rcpt(idx).addr();
     const std::string text = why.code ? std::to_string(why.code) + " " + why.status + " " + why.text
                                       : why.status + " " + why.text;
     if (relay.empty())
-        spdlog::info("{}: to=<{}>, status=bounced ({})", ta.id, r.addr, text);
+        spdlog::info("{}: to=<{}>, status=bounced ({})", ta.id, addr, text);
     else
-        spdlog::info("{}: to=<{}>, relay={}, delay={:.2f}, status=bounced ({})", ta.id, r.addr,
+        spdlog::info("{}: to=<{}>, relay={}, delay={:.2f}, status=bounced ({})", ta.id, addr,
                      relay, static_cast<double>(sm::now_us() - ta.arrival_us()) / 1e6, text);
     ++counters_.bounced;
-    r.state = RcptState::bouncing;
-    r.last_error = text;
+    queue_.bounce_begin(ta, idx, text);
     report(bounces_, ta, idx, std::move(why));
 }
 
@@ -64,12 +63,12 @@ void Qmgr::bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::Fail
 void Qmgr::warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay) {
     const auto after = std::chrono::duration_cast<std::chrono::microseconds>(
         cfg_.queue.delay_warning_time);
-    Rcpt& r = ta.rcpts[idx];
-    if (after.count() == 0 || r.warned || no_dsn_reason(ta) ||
+    const Rcpt& r = ta.rcpt(idx);
+    if (after.count() == 0 || r.warned() || no_dsn_reason(ta) ||
         sm::now_us() - ta.arrival_us() < static_cast<std::uint64_t>(after.count()))
         return;
-    r.warned = true;
-    auto why = failed_rcpt(r.addr, r.last_error);
+    queue_.mark_warned(ta, idx);
+    auto why = failed_rcpt(r.addr(), r.last_error());
     why.action = dsn::Action::delayed;
     why.remote_mta = relay;
     why.last_attempt_us = sm::now_us();
@@ -95,12 +94,12 @@ void Qmgr::report(std::map<std::string, std::vector<Bounce>>& to, Ta& ta, std::u
 
 void Qmgr::flush_reports() {
     for (auto& [id, list] : std::exchange(delays_, {}))
-        if (Ta* ta = queue_.find(id); ta && !ta->deleted)
+        if (Ta* ta = queue_.find(id); ta && !ta->deleted())
             queue_dsn(*ta, list, "delay", [](const std::string&) {});
     for (auto& [id, list] : std::exchange(bounces_, {})) {
         Ta* ta = queue_.find(id);
         if (!ta) continue;
-        if (ta->deleted) {
+        if (ta->deleted()) {
             bounced(id, list);
         } else if (const char* why = no_dsn_reason(*ta)) {
             spdlog::info("{}: no bounce: {}", id, why);
@@ -115,9 +114,7 @@ void Qmgr::flush_reports() {
                 Ta* t = queue_.find(id);
                 if (!t) return;
                 for (const auto& b : list) {
-                    Rcpt& r = t->rcpts[b.idx];
-                    r.state = RcptState::active;
-                    r.last_error = "4.3.0 " + error;
+                    queue_.bounce_failed(*t, b.idx, "4.3.0 " + error);
                     park(*t, b.idx,
                          sm::now_us() + static_cast<std::uint64_t>(backoff(cfg_.queue, 1).count()));
                 }
@@ -164,17 +161,16 @@ void Qmgr::queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kind,
         d.rcpts.push_back(sm::msg::Recipient{env->sender, {}});
         d.size = w.size;
         d.arrival_us = sm::now_us();
-        queue_.add(d);
+        queue_.admit(d);
         ibdb_.append_transaction(d, [this, id, dsn_id, kind, done = std::move(done)](
                                         bool ok, const std::string& error) {
             Ta* dsn = queue_.find(dsn_id);
             if (!ok || !dsn) {
                 spdlog::error("{}: {} notification {} not logged: {}", id, kind, dsn_id, error);
-                queue_.erase(dsn_id);
+                queue_.abandon(dsn_id);
                 unlink_later(dsn_id);
                 return done(std::string(kind) + " notification not queued: " + error);
             }
-            dsn->durable = true;
             ++counters_.dsn_sent;
             spdlog::info("{}: sender {} notification: {}", id, kind, dsn_id);
             spdlog::info("{}: from=<>, size={}, nrcpt=1 (queue active)", dsn_id, dsn->size());
@@ -193,9 +189,9 @@ void Qmgr::bounced(const std::string& ta_id, const std::vector<Bounce>& list) {
     Ta* ta = queue_.find(ta_id);
     if (!ta) return;
     for (const auto& b : list) {
-        if (ta->rcpts[b.idx].from_defedb) drop_from_defedb(*ta, b.idx);
-        else if (!ta->deleted) ibdb_.rcpt_done(ta_id, b.idx);
-        queue_.close(*ta, b.idx, RcptState::bounced);
+        if (ta->rcpt(b.idx).from_defedb()) drop_from_defedb(*ta, b.idx);
+        else if (!ta->deleted()) ibdb_.rcpt_done(ta_id, b.idx);
+        queue_.bounced(*ta, b.idx);
     }
     check_ta(*ta);
 }

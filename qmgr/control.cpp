@@ -131,10 +131,10 @@ void Qmgr::ctl_queue(CtlDone done) {
         e.size = ta.size();
         e.arrival_us = ta.arrival_us();
         e.sender = ta.sender();
-        for (std::uint32_t i = 0; i < ta.rcpts.size(); ++i) {
-            const Rcpt& r = ta.rcpts[i];
-            if (is_closed(r.state)) continue;
-            e.rcpts[i] = Line{r.addr, to_string(r.state), r.last_error, r.attempts, 0};
+        for (std::uint32_t i = 0; i < ta.rcpts().size(); ++i) {
+            const Rcpt& r = ta.rcpt(i);
+            if (is_closed(r.state())) continue;
+            e.rcpts[i] = Line{r.addr(), to_string(r.state()), r.last_error(), r.attempts(), 0};
         }
     });
     db<std::string>(
@@ -173,14 +173,15 @@ void Qmgr::ctl_flush(CtlDone done) {
 // attempt fails for now.
 void Qmgr::ctl_hold(const std::string& id, bool hold, CtlDone done) {
     std::size_t here = 0;
-    if (Ta* ta = queue_.find(id); ta && !ta->deleted) {
-        for (std::uint32_t i = 0; i < ta->rcpts.size(); ++i) {
-            Rcpt& r = ta->rcpts[i];
-            if (is_closed(r.state) || r.state == RcptState::bouncing) continue;
-            r.hold = hold;
+    if (Ta* ta = queue_.find(id); ta && !ta->deleted()) {
+        for (std::uint32_t i = 0; i < ta->rcpts().size(); ++i) {
+            const Rcpt& r = ta->rcpt(i);
+            if (is_closed(r.state()) || r.state() == RcptState::bouncing) continue;
+            queue_.set_hold(*ta, i, hold);
             ++here;
-            if (hold && r.state == RcptState::active) {
-                r.last_error = r.last_error.empty() ? "held by operator" : r.last_error;
+            if (hold && r.state() == RcptState::active) {
+                queue_.defer_begin(*ta, i,
+                                   r.last_error().empty() ? "held by operator" : r.last_error());
                 park(*ta, i, sm::now_us());
             }
         }
@@ -201,20 +202,21 @@ void Qmgr::ctl_hold(const std::string& id, bool hold, CtlDone done) {
 void Qmgr::ctl_delete(const std::string& id, CtlDone done) {
     std::size_t here = 0;
     std::string cdb = id;
-    if (Ta* ta = queue_.find(id); ta && !ta->deleted) {
-        ta->deleted = true;
+    if (Ta* ta = queue_.find(id); ta && !ta->deleted()) {
+        queue_.mark_deleted(*ta);
         cdb = ta->cdb_id();
         // Deferrals not yet handed to DEFEDB are simply not written.
+        std::vector<bool> unparked(ta->rcpts().size());
         std::erase_if(parks_, [&](const Park& p) {
             if (p.rec.ta_id != id) return false;
-            ta->rcpts[p.rec.idx].state = RcptState::active;
+            unparked[p.rec.idx] = true;
             return true;
         });
-        for (std::uint32_t i = 0; i < ta->rcpts.size(); ++i) {
-            const Rcpt& r = ta->rcpts[i];
-            if (is_closed(r.state)) continue;
-            here += !r.from_defedb;  // the others are counted by DEFEDB
-            if (r.state == RcptState::active) queue_.close(*ta, i, RcptState::done);
+        for (std::uint32_t i = 0; i < ta->rcpts().size(); ++i) {
+            const Rcpt& r = ta->rcpt(i);
+            if (is_closed(r.state())) continue;
+            here += !r.from_defedb();  // the others are counted by DEFEDB
+            if (r.state() == RcptState::active || unparked[i]) queue_.drop(*ta, i);
         }
         check_ta(*ta);
     }

@@ -22,22 +22,22 @@ constexpr auto db_retry_after = std::chrono::seconds(5);
 
 } // namespace
 
-// A recipient failed for now: write it to DEFEDB (with the next batch).
-void Qmgr::park(Ta& ta, std::uint32_t idx, std::uint64_t until_us) {
-    Rcpt& r = ta.rcpts[idx];
+// A recipient failed for now (state moving): write it to DEFEDB (with the
+// next batch).
+void Qmgr::park(const Ta& ta, std::uint32_t idx, std::uint64_t until_us) {
+    const Rcpt& r = ta.rcpt(idx);
     DeferredRcpt d;
     d.ta_id = ta.id;
     d.idx = idx;
-    d.addr = r.addr;
-    d.attempts = r.attempts;
+    d.addr = r.addr();
+    d.attempts = r.attempts();
     d.first_arrival_us = ta.arrival_us();
     d.last_attempt_us = sm::now_us();
     d.next_try_us = until_us;
-    d.last_error = r.last_error;
-    d.held = r.hold;
-    d.warned = r.warned;
-    r.state = RcptState::moving;
-    parks_.push_back(Park{ta.env, std::move(d), !r.from_defedb});
+    d.last_error = r.last_error();
+    d.held = r.hold();
+    d.warned = r.warned();
+    parks_.push_back(Park{ta.env, std::move(d), !r.from_defedb()});
     kick_db();
 }
 
@@ -118,12 +118,8 @@ void Qmgr::written(std::vector<Park> parks, std::vector<Check> gone) {
         if (p.fresh) ibdb_.rcpt_deferred(p.rec.ta_id, p.rec.idx);
         Ta* ta = queue_.find(p.rec.ta_id);
         if (!ta) continue;
-        Rcpt& r = ta->rcpts[p.rec.idx];
-        r.from_defedb = true;
-        r.hold = false;
-        ta->touched_defedb = true;
-        if (ta->deleted) removes_.emplace_back(ta->id, p.rec.idx);
-        queue_.close(*ta, p.rec.idx, RcptState::deferred);
+        if (ta->deleted()) removes_.emplace_back(ta->id, p.rec.idx);
+        queue_.deferred(*ta, p.rec.idx);
         touched.insert(ta->id);
     }
     for (const auto& id : touched)
@@ -226,24 +222,18 @@ void Qmgr::got_due(std::vector<DeferredTa> tas) {
         const bool created = !ta;
         if (!ta) {
             // Only the recipients DEFEDB gave us are ours; the others stay closed.
-            ta = queue_.add(t.envelope, RcptState::done);
-            ta->durable = true;
-            ta->touched_defedb = true;
+            ta = queue_.admit_untracked(t.envelope);
         }
-        if (ta->deleted) continue;
+        if (ta->deleted()) continue;
         std::vector<std::uint32_t> todo;
         for (const auto& d : t.rcpts) {
-            if (d.idx >= ta->rcpts.size()) continue;
-            Rcpt& r = ta->rcpts[d.idx];
+            if (d.idx >= ta->rcpts().size()) continue;
             // Still ours from an earlier lease (in flight, being written).
-            if (!created && r.state != RcptState::deferred) continue;
-            queue_.reopen(*ta, d.idx);
-            r.from_defedb = true;
-            r.attempts = d.attempts;
-            r.last_error = d.last_error;
-            r.warned = d.warned;
+            if (!created && ta->rcpt(d.idx).state() != RcptState::deferred) continue;
+            queue_.due(*ta, d.idx, d);
             if (expired(*ta)) {
-                bounce(*ta, d.idx, {}, expired_rcpt(r.addr, d.last_error, {}, d.last_attempt_us));
+                bounce(*ta, d.idx, {},
+                       expired_rcpt(ta->rcpt(d.idx).addr(), d.last_error, {}, d.last_attempt_us));
                 continue;
             }
             todo.push_back(d.idx);

@@ -26,7 +26,7 @@ Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& w
            Ibdb& ibdb, Defedb& defedb)
     : cfg_(cfg), ex_(ex), workers_(workers), dbq_(asio::make_strand(workers.get_executor())),
       ibdb_(ibdb), defedb_(defedb), spool_(cfg.spool_dir_abs()), router_(cfg),
-      sched_(ex, scheduler_options(cfg),
+      sched_(ex, queue_, scheduler_options(cfg),
              [this](Ta& ta, std::uint32_t idx, const std::string& why, std::uint64_t until) {
                  defer(ta, idx, {}, why, until);
              }),
@@ -71,9 +71,9 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
     std::vector<std::pair<Destination, std::vector<std::uint32_t>>> groups;
     Destination d;
     for (auto i : idx) {
-        const std::string domain = domain_of(ta.rcpts[i].addr);
+        const std::string domain = domain_of(ta.rcpt(i).addr());
         if (!router_.route(domain, d)) {
-            retry_later(ta, i, {}, "no route to " + (domain.empty() ? ta.rcpts[i].addr : domain));
+            retry_later(ta, i, {}, "no route to " + (domain.empty() ? ta.rcpt(i).addr() : domain));
             continue;
         }
         auto g = std::find_if(groups.begin(), groups.end(),
@@ -92,13 +92,14 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
 // at once when DEFEDB never saw it, else after DEFEDB says it holds nothing
 // more of it (asked on the DEFEDB strand, after every removal made so far).
 void Qmgr::check_ta(Ta& ta) {
-    if (ta.open > 0) return;
+    if (ta.open() > 0) return;
     const std::string id = ta.id, cdb = ta.cdb_id();
-    const bool parked = std::any_of(ta.rcpts.begin(), ta.rcpts.end(),
-                                    [](const Rcpt& r) { return r.state == RcptState::deferred; });
-    const bool deleted = ta.deleted, touched = ta.touched_defedb;
+    const bool parked = std::any_of(ta.rcpts().begin(), ta.rcpts().end(), [](const Rcpt& r) {
+        return r.state() == RcptState::deferred;
+    });
+    const bool deleted = ta.deleted(), touched = ta.touched_defedb();
     sched_.forget(ta);
-    queue_.erase(id);
+    queue_.retire(ta);
     if (deleted || parked) return;
     if (!touched) {
         finish_ta(id, cdb);

@@ -112,7 +112,7 @@ private:
                std::uint64_t until_us);
     bool expired(const Ta& ta) const;
     // deferred.cpp
-    void park(Ta& ta, std::uint32_t idx, std::uint64_t until_us);
+    void park(const Ta& ta, std::uint32_t idx, std::uint64_t until_us);
     void drop_from_defedb(const Ta& ta, std::uint32_t idx);
     void kick_db();
     void write_db();

@@ -63,27 +63,16 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
             ibdb_.ta_done(env.ta_id);
             continue;
         }
-        Ta* ta = queue_.add(env);
+        // Those IBDB marks deferred stay closed: DEFEDB's timer brings them back.
+        Ta* ta = queue_.admit_recovered(env, rt.rcpt_done, rt.rcpt_deferred);
         if (!ta) continue;  // the log held it twice; the first copy counts
-        ta->durable = true;
         std::vector<std::uint32_t> todo;
-        for (std::uint32_t i = 0; i < ta->rcpts.size(); ++i) {
-            if (i < rt.rcpt_done.size() && rt.rcpt_done[i]) {
-                queue_.close(*ta, i, RcptState::done);
-            } else if (i < rt.rcpt_deferred.size() && rt.rcpt_deferred[i]) {
-                // DEFEDB holds it; its timer brings it back.
-                ta->rcpts[i].from_defedb = true;
-                ta->touched_defedb = true;
-                queue_.close(*ta, i, RcptState::deferred);
-            } else {
-                todo.push_back(i);
-            }
-        }
+        for (std::uint32_t i = 0; i < ta->rcpts().size(); ++i)
+            if (ta->rcpt(i).state() == RcptState::active) todo.push_back(i);
         // A crash between the DEFEDB write and IBDB's (unsynced) "deferred"
         // record leaves a recipient in both: memory delivers it now, so its
         // DEFEDB copy goes (queued before the first due() on the strand), and
         // the content waits for DEFEDB's word on the rest.
-        ta->touched_defedb = true;
         for (auto i : todo) removes_.emplace_back(ta->id, i);
         if (todo.empty()) {
             check_ta(*ta);
@@ -91,7 +80,7 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
         }
         ++restored;
         spdlog::info("{}: from=<{}>, size={}, nrcpt={} (queue active, recovered)", ta->id,
-                     ta->sender(), ta->size(), ta->rcpts.size());
+                     ta->sender(), ta->size(), ta->rcpts().size());
         schedule(*ta, todo);
     }
     if (!tas.empty())

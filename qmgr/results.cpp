@@ -17,12 +17,12 @@ namespace {
 void log_rcpt(const Ta& ta, std::uint32_t idx, const std::string& relay, const char* status,
               const std::string& text) {
     if (relay.empty()) {
-        spdlog::info("{}: to=<{}>, status={} ({})", ta.id, ta.rcpts[idx].addr, status, text);
+        spdlog::info("{}: to=<{}>, status={} ({})", ta.id, ta.rcpt(idx).addr(), status, text);
         return;
     }
     const double delay = static_cast<double>(sm::now_us() - ta.arrival_us()) / 1e6;
     spdlog::info("{}: to=<{}>, relay={}, delay={:.2f}, status={} ({})", ta.id,
-                 ta.rcpts[idx].addr, relay, delay, status, text);
+                 ta.rcpt(idx).addr(), relay, delay, status, text);
 }
 
 } // namespace
@@ -97,19 +97,19 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, std::string_v
     const std::string id = ta.id;
     // Recipients are few per delivery; a missing answer is a temporary error.
     for (auto idx : job->idx) {
-        Rcpt& rc = ta.rcpts[idx];
-        if (rc.state != RcptState::inflight) continue;
+        const Rcpt& rc = ta.rcpt(idx);
+        if (rc.state() != RcptState::inflight) continue;
         auto it = std::find_if(r.rcpts.begin(), r.rcpts.end(),
                                [&](const auto& x) { return x.idx == idx; });
-        if (ta.deleted) {
+        if (ta.deleted()) {
             // `smx delete` while it was out: whatever happened, drop it.
-            queue_.close(ta, idx, RcptState::done);
+            queue_.drop(ta, idx);
         } else if (it == r.rcpts.end()) {
             retry_later(ta, idx, r.relay, std::string(missing));
         } else if (it->code >= 200 && it->code < 300) {
             sent(ta, idx, r.relay, reply_text(*it));
         } else if (it->code >= 500 && it->code < 600 && !cfg_.queue.soft_bounce) {
-            auto why = failed_rcpt(rc.addr, reply_text(*it));
+            auto why = failed_rcpt(rc.addr(), reply_text(*it));
             why.remote_mta = r.relay;
             why.last_attempt_us = sm::now_us();
             bounce(ta, idx, r.relay, std::move(why));
@@ -125,9 +125,9 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, std::string_v
 void Qmgr::sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status) {
     log_rcpt(ta, idx, relay, "sent", status);
     ++counters_.delivered;
-    if (ta.rcpts[idx].from_defedb) drop_from_defedb(ta, idx);
+    if (ta.rcpt(idx).from_defedb()) drop_from_defedb(ta, idx);
     else ibdb_.rcpt_done(ta.id, idx);
-    queue_.close(ta, idx, RcptState::done);
+    queue_.sent(ta, idx);
 }
 
 bool Qmgr::expired(const Ta& ta) const {
@@ -138,9 +138,8 @@ bool Qmgr::expired(const Ta& ta) const {
 
 void Qmgr::retry_later(Ta& ta, std::uint32_t idx, const std::string& relay,
                        const std::string& why) {
-    Rcpt& r = ta.rcpts[idx];
-    ++r.attempts;
-    const auto delay = backoff(cfg_.queue, r.attempts);
+    queue_.count_attempt(ta, idx);
+    const auto delay = backoff(cfg_.queue, ta.rcpt(idx).attempts());
     defer(ta, idx, relay, why, sm::now_us() + static_cast<std::uint64_t>(delay.count()));
 }
 
@@ -148,13 +147,15 @@ void Qmgr::retry_later(Ta& ta, std::uint32_t idx, const std::string& relay,
 // recipient goes to DEFEDB until until_us.
 void Qmgr::defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& why,
                  std::uint64_t until_us) {
-    Rcpt& r = ta.rcpts[idx];
-    if (r.state != RcptState::active && r.state != RcptState::inflight) return;
+    // A job that waited for a dead destination may name recipients that
+    // left meanwhile (held, deleted, bounced): not ours to defer any more.
+    const RcptState st = ta.rcpt(idx).state();
+    if (st != RcptState::active && st != RcptState::inflight) return;
     if (expired(ta)) {
-        bounce(ta, idx, relay, expired_rcpt(r.addr, why, relay, sm::now_us()));
+        bounce(ta, idx, relay, expired_rcpt(ta.rcpt(idx).addr(), why, relay, sm::now_us()));
         return;
     }
-    r.last_error = why;
+    queue_.defer_begin(ta, idx, why);
     ++counters_.deferred;
     log_rcpt(ta, idx, relay, "deferred", why);
     warn_if_late(ta, idx, relay);
