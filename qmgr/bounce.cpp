@@ -168,7 +168,7 @@ void Qmgr::queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kind,
             if (!ok || !dsn) {
                 spdlog::error("{}: {} notification {} not logged: {}", id, kind, dsn_id, error);
                 queue_.abandon(dsn_id);
-                unlink_later(dsn_id);
+                reaper_.discard(dsn_id);
                 return done(std::string(kind) + " notification not queued: " + error);
             }
             ++counters_.dsn_sent;

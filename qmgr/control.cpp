@@ -77,7 +77,7 @@ std::vector<std::pair<const char*, std::uint64_t>> Qmgr::metrics() const {
         {"deferred", counters_.deferred},
         {"bounced", counters_.bounced},
         {"dsn_sent", counters_.dsn_sent},
-        {"quarantined", counters_.quarantined},
+        {"quarantined", counters_.quarantined + sweeper_.quarantined()},
         {"ibdb_commits", s.commits},
         {"ibdb_transactions", s.transactions},
         {"ibdb_records", s.records},
@@ -229,7 +229,7 @@ void Qmgr::ctl_delete(const std::string& id, CtlDone done) {
             defedb_count_ = r->second;
             const std::size_t* n = &r->first;
             if (here + *n == 0) return done({1, "no such queue id"});
-            drop_ta(id, cdb);
+            reaper_.drop(id, cdb);
             spdlog::info("{}: removed (deleted by operator, {} recipients)", id, here + *n);
             done({0, fmt::format("{}: deleted ({} recipients)\n", id, here + *n)});
         });

@@ -126,7 +126,7 @@ void Qmgr::written(std::vector<Park> parks, std::vector<Check> gone) {
         if (Ta* ta = queue_.find(id)) check_ta(*ta);
     // A transaction DEFEDB no longer holds and memory does not either: done.
     for (const auto& c : gone)
-        if (!queue_.find(c.ta_id)) finish_ta(c.ta_id, c.cdb_id);
+        if (!queue_.find(c.ta_id)) reaper_.finish(c.ta_id, c.cdb_id);
     if (!removes_.empty()) kick_db();
     if (!parks.empty()) refresh_due();
 }

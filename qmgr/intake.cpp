@@ -93,7 +93,7 @@ void Qmgr::committed(const std::string& id, std::uint64_t req_id, const Send& re
         // Nothing will ever name the content: it goes now (SMTPS removes
         // it too on a tempfail; whoever comes second finds nothing).
         spdlog::error("{}: envelope log write failed: {}", id, error);
-        if (ta) unlink_later(ta->cdb_id());
+        if (ta) reaper_.discard(ta->cdb_id());
         queue_.abandon(id);
         ++counters_.tempfailed;
         reply(sm::msg::encode(sm::msg::TaAck{id, AckStatus::tempfail, no_storage}, req_id));

@@ -24,14 +24,14 @@ SchedulerOptions scheduler_options(const sm::Config& cfg) {
 
 Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
            Ibdb& ibdb, Defedb& defedb)
-    : cfg_(cfg), ex_(ex), workers_(workers), dbq_(asio::make_strand(workers.get_executor())),
-      ibdb_(ibdb), defedb_(defedb), spool_(cfg.spool_dir_abs()), router_(cfg),
+    : cfg_(cfg), ex_(ex), workers_(workers), dbq_(ex, workers, defedb), ibdb_(ibdb),
+      spool_(cfg.spool_dir_abs()), reaper_(cfg, ex, workers, ibdb),
+      sweeper_(cfg, ex, workers, queue_, dbq_, reaper_), router_(cfg),
       sched_(ex, queue_, scheduler_options(cfg),
              [this](Ta& ta, std::uint32_t idx, const std::string& why, std::uint64_t until) {
                  defer(ta, idx, {}, why, until);
              }),
-      db_retry_(ex), due_timer_(ex), maint_timer_(ex), disk_timer_(ex),
-      sweep_timer_(ex), reclaim_timer_(ex) {
+      db_retry_(ex), due_timer_(ex), maint_timer_(ex), disk_timer_(ex), reclaim_timer_(ex) {
     check_disk();
     reclaim_overdue();
 }
@@ -60,7 +60,7 @@ void Qmgr::stop() {
     due_timer_.cancel();
     maint_timer_.cancel();
     disk_timer_.cancel();
-    sweep_timer_.cancel();
+    sweeper_.stop();
     reclaim_timer_.cancel();
     db_retry_.cancel();
 }
@@ -88,55 +88,22 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
 }
 
 // Called whenever a recipient closes. Once nothing is open in memory the
-// transaction leaves memory; its content goes when no envelope names it:
-// at once when DEFEDB never saw it, else after DEFEDB says it holds nothing
-// more of it (asked on the DEFEDB strand, after every removal made so far).
+// transaction leaves memory; the reaper decides whether its content goes,
+// asking DEFEDB (on its strand, after every removal made so far) when DEFEDB
+// held some of it.
 void Qmgr::check_ta(Ta& ta) {
     if (ta.open() > 0) return;
     const std::string id = ta.id, cdb = ta.cdb_id();
-    const bool parked = std::any_of(ta.rcpts().begin(), ta.rcpts().end(), [](const Rcpt& r) {
-        return r.state() == RcptState::deferred;
-    });
-    const bool deleted = ta.deleted(), touched = ta.touched_defedb();
+    const auto verdict = Reaper::verdict(ta);
     sched_.forget(ta);
     queue_.retire(ta);
-    if (deleted || parked) return;
-    if (!touched) {
-        finish_ta(id, cdb);
-        return;
+    switch (verdict) {
+    case Reaper::Verdict::keep: return;
+    case Reaper::Verdict::now: return reaper_.finish(id, cdb);
+    case Reaper::Verdict::ask_defedb:
+        checks_.push_back(Check{id, cdb});
+        return kick_db();
     }
-    checks_.push_back(Check{id, cdb});
-    kick_db();
-}
-
-// Every recipient is final: the envelope is done and the content can go.
-void Qmgr::finish_ta(const std::string& id, const std::string& cdb_id) {
-    drop_ta(id, cdb_id);
-    spdlog::info("{}: removed", id);
-}
-
-// The content goes once the ta_done record is written: a QMGR killed
-// before that must not find the envelope without its content. A sweep
-// running meanwhile must not take the file for an orphan.
-void Qmgr::drop_ta(const std::string& id, const std::string& cdb_id) {
-    if (sweeping_) unlinked_in_sweep_.insert(cdb_id);
-    ibdb_.ta_done(id, [this, cdb_id] { unlink_later(cdb_id); });
-}
-
-// Unlinks run on the worker pool: removing the files cost as much as the
-// whole run in the sendmail X measurements.
-void Qmgr::unlink_later(const std::string& cdb_id) {
-    if (sweeping_) unlinked_in_sweep_.insert(cdb_id);
-    unlinks_.push_back(sm::cdb_path(spool_, cdb_id, cfg_.queue.cdb_hashed));
-    if (unlinks_.size() > 1) return;
-    asio::post(ex_, [this] {
-        asio::post(workers_, [paths = std::move(unlinks_)] {
-            for (const auto& p : paths)
-                if (::unlink(p.c_str()) != 0 && errno != ENOENT)
-                    spdlog::error("unlink {}: {}", p, std::strerror(errno));
-        });
-        unlinks_.clear();
-    });
 }
 
 void defedb_fatal(const std::string& what) {

@@ -7,11 +7,14 @@
 #pragma once
 
 #include "defedb.hpp"
+#include "defedb_strand.hpp"
 #include "dsn.hpp"
 #include "ibdb.hpp"
 #include "queue.hpp"
+#include "reaper.hpp"
 #include "routing.hpp"
 #include "scheduler.hpp"
+#include "sweeper.hpp"
 
 #include "config.hpp"
 #include "messages.hpp"
@@ -100,9 +103,6 @@ private:
     // qmgr.cpp: routes recipients of ta and hands them to the scheduler.
     void schedule(Ta& ta, const std::vector<std::uint32_t>& idx);
     void check_ta(Ta& ta);
-    void finish_ta(const std::string& id, const std::string& cdb_id);
-    void drop_ta(const std::string& id, const std::string& cdb_id);
-    void unlink_later(const std::string& cdb_id);
     // Takes back deliveries SMTPC has held past queue.max_delivery_time.
     void reclaim_overdue();
     // results.cpp
@@ -122,10 +122,10 @@ private:
     void fetch_due();
     void got_due(std::vector<DeferredTa> tas);
     void maintain();
-    // Runs work(defedb) on the DEFEDB strand, then done(result) here;
-    // result is nullopt when DEFEDB threw (logged; a fatal error exits).
     template <class T>
-    void db(std::function<T(Defedb&)> work, std::function<void(std::optional<T>)> done);
+    void db(std::function<T(Defedb&)> work, std::function<void(std::optional<T>)> done) {
+        dbq_.post<T>(std::move(work), std::move(done));
+    }
     // bounce.cpp
     void bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why);
     void warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay);
@@ -143,24 +143,15 @@ private:
     void ctl_flush(CtlDone done);
     void ctl_hold(const std::string& id, bool hold, CtlDone done);
     void ctl_delete(const std::string& id, CtlDone done);
-    // recovery.cpp
-    void sweep_orphans();
-    std::unordered_set<std::string> queued_cdb_ids() const;
-    void quarantine_orphans(const std::vector<std::string>& ids);
-
     const sm::Config& cfg_;
     asio::any_io_executor ex_;
     asio::thread_pool& workers_;
-    // All DEFEDB calls go through one strand, in the order they were made:
-    // a presence check then sees every removal made before it.
-    asio::strand<asio::thread_pool::executor_type> dbq_;
+    DefedbStrand dbq_;
     Ibdb& ibdb_;
-    Defedb& defedb_;
     std::string spool_;
-    // CDB files to remove, handed to the worker pool once per event-loop
-    // turn rather than one task (and one thread wake-up) per message.
-    std::vector<std::string> unlinks_;
     ActiveQueue queue_;
+    Reaper reaper_;
+    OrphanSweeper sweeper_;
     Router router_;
     Scheduler sched_;
     Counters counters_;
@@ -182,12 +173,7 @@ private:
     asio::steady_timer maint_timer_;
     asio::steady_timer disk_timer_;
     bool disk_low_ = false;
-    asio::steady_timer sweep_timer_;
     asio::steady_timer reclaim_timer_;
-    bool sweeping_ = false;
-    // Content files unlinked while a sweep runs: not orphans, whatever the
-    // sweep saw when it started.
-    std::unordered_set<std::string> unlinked_in_sweep_;
     bool accepting_ = true;
 };
 
@@ -202,24 +188,5 @@ dsn::FailedRcpt failed_rcpt(const std::string& addr, const std::string& reply);
 // The end of the queue lifetime after last_error (status 4.4.7).
 dsn::FailedRcpt expired_rcpt(const std::string& addr, const std::string& last_error,
                              const std::string& relay, std::uint64_t last_attempt_us);
-
-// A panicked DEFEDB environment: exit, the MCP restarts QMGR and the open
-// runs recovery. Everything acked is durable by then.
-[[noreturn]] void defedb_fatal(const std::string& what);
-
-template <class T>
-void Qmgr::db(std::function<T(Defedb&)> work, std::function<void(std::optional<T>)> done) {
-    // The job captures no `this`: it may still run while QMGR shuts down.
-    asio::post(dbq_, [d = &defedb_, ex = ex_, work = std::move(work), done = std::move(done)]() mutable {
-        std::optional<T> r;
-        try {
-            r = work(*d);
-        } catch (const DefedbError& e) {
-            if (e.fatal()) defedb_fatal(e.what());
-            spdlog::error("defedb: {}", e.what());
-        }
-        asio::post(ex, [done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
-    });
-}
 
 } // namespace smx::qmgr
