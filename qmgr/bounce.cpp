@@ -115,7 +115,7 @@ void Qmgr::flush_reports() {
                 if (!t) return;
                 for (const auto& b : list) {
                     queue_.bounce_failed(*t, b.idx, "4.3.0 " + error);
-                    park(*t, b.idx,
+                    deferred_.park(*t, b.idx,
                          sm::now_us() + static_cast<std::uint64_t>(backoff(cfg_.queue, 1).count()));
                 }
             });
@@ -189,7 +189,7 @@ void Qmgr::bounced(const std::string& ta_id, const std::vector<Bounce>& list) {
     Ta* ta = queue_.find(ta_id);
     if (!ta) return;
     for (const auto& b : list) {
-        if (ta->rcpt(b.idx).from_defedb()) drop_from_defedb(*ta, b.idx);
+        if (ta->rcpt(b.idx).from_defedb()) deferred_.remove(ta_id, b.idx);
         else if (!ta->deleted()) ibdb_.rcpt_done(ta_id, b.idx);
         queue_.bounced(*ta, b.idx);
     }

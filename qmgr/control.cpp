@@ -77,7 +77,7 @@ std::vector<std::pair<const char*, std::uint64_t>> Qmgr::metrics() const {
         {"deferred", counters_.deferred},
         {"bounced", counters_.bounced},
         {"dsn_sent", counters_.dsn_sent},
-        {"quarantined", counters_.quarantined + sweeper_.quarantined()},
+        {"quarantined", counters_.quarantined + sweeper_.quarantined() + deferred_.quarantined()},
         {"ibdb_commits", s.commits},
         {"ibdb_transactions", s.transactions},
         {"ibdb_records", s.records},
@@ -89,7 +89,7 @@ std::vector<std::pair<const char*, std::uint64_t>> Qmgr::metrics() const {
         {"fsync_us_max", s.fsync_us_max},
         {"queue_size", queue_.rcpts()},
         {"queue_transactions", queue_.transactions()},
-        {"queue_deferred", defedb_count_},
+        {"queue_deferred", deferred_.count()},
         {"active_deliveries", sched_.active_deliveries()},
         {"destinations", sched_.destinations()},
         {"smtpc_connections", sched_.links()},
@@ -137,7 +137,7 @@ void Qmgr::ctl_queue(CtlDone done) {
             e.rcpts[i] = Line{r.addr(), to_string(r.state()), r.last_error(), r.attempts(), 0};
         }
     });
-    db<std::string>(
+    dbq_.post<std::string>(
         [all](Defedb& db) {
             db.for_each([&](const DeferredTa& t) {
                 Entry& e = (*all)[t.envelope.ta_id];
@@ -159,11 +159,11 @@ void Qmgr::ctl_queue(CtlDone done) {
 }
 
 void Qmgr::ctl_flush(CtlDone done) {
-    db<std::size_t>([](Defedb& db) { return db.flush_all(sm::now_us()); },
+    dbq_.post<std::size_t>([](Defedb& db) { return db.flush_all(sm::now_us()); },
                     [this, done = std::move(done)](std::optional<std::size_t> n) {
                         if (!n) return done({1, "flush failed (see the log)"});
                         spdlog::info("flush: {} deferred recipients due now", *n);
-                        arm_due(sm::now_us());
+                        deferred_.due_now();
                         done({0, fmt::format("{} deferred recipients scheduled now\n", *n)});
                     });
 }
@@ -182,16 +182,16 @@ void Qmgr::ctl_hold(const std::string& id, bool hold, CtlDone done) {
             if (hold && r.state() == RcptState::active) {
                 queue_.defer_begin(*ta, i,
                                    r.last_error().empty() ? "held by operator" : r.last_error());
-                park(*ta, i, sm::now_us());
+                deferred_.park(*ta, i, sm::now_us());
             }
         }
     }
-    db<std::size_t>([id, hold](Defedb& db) { return db.set_held(id, hold); },
+    dbq_.post<std::size_t>([id, hold](Defedb& db) { return db.set_held(id, hold); },
                     [this, id, hold, here, done = std::move(done)](std::optional<std::size_t> n) {
                         if (!n) return done({1, "defedb error (see the log)"});
                         if (here + *n == 0) return done({1, "no such queue id"});
                         spdlog::info("{}: {} by operator", id, hold ? "held" : "released");
-                        if (!hold) refresh_due();
+                        if (!hold) deferred_.refresh();
                         done({0, fmt::format("{}: {} recipients {}\n", id, here + *n,
                                              hold ? "held" : "released")});
                     });
@@ -207,11 +207,7 @@ void Qmgr::ctl_delete(const std::string& id, CtlDone done) {
         cdb = ta->cdb_id();
         // Deferrals not yet handed to DEFEDB are simply not written.
         std::vector<bool> unparked(ta->rcpts().size());
-        std::erase_if(parks_, [&](const Park& p) {
-            if (p.rec.ta_id != id) return false;
-            unparked[p.rec.idx] = true;
-            return true;
-        });
+        for (auto i : deferred_.cancel_parks(id)) unparked[i] = true;
         for (std::uint32_t i = 0; i < ta->rcpts().size(); ++i) {
             const Rcpt& r = ta->rcpt(i);
             if (is_closed(r.state())) continue;
@@ -220,14 +216,9 @@ void Qmgr::ctl_delete(const std::string& id, CtlDone done) {
         }
         check_ta(*ta);
     }
-    deleting_.insert(id);
-    db<std::pair<std::size_t, std::uint64_t>>(
-        [id](Defedb& db) { return std::make_pair(db.remove_ta(id), db.count()); },
-        [this, id, cdb, here, done = std::move(done)](auto r) {
-            deleting_.erase(id);
-            if (!r) return done({1, "defedb error (see the log)"});
-            defedb_count_ = r->second;
-            const std::size_t* n = &r->first;
+    deferred_.remove_ta(id, [this, id, cdb, here, done = std::move(done)](
+                                std::optional<std::size_t> n) {
+            if (!n) return done({1, "defedb error (see the log)"});
             if (here + *n == 0) return done({1, "no such queue id"});
             reaper_.drop(id, cdb);
             spdlog::info("{}: removed (deleted by operator, {} recipients)", id, here + *n);

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <unordered_set>
 
 namespace smx::qmgr {
 
@@ -26,12 +27,20 @@ Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& w
            Ibdb& ibdb, Defedb& defedb)
     : cfg_(cfg), ex_(ex), workers_(workers), dbq_(ex, workers, defedb), ibdb_(ibdb),
       spool_(cfg.spool_dir_abs()), reaper_(cfg, ex, workers, ibdb),
-      sweeper_(cfg, ex, workers, queue_, dbq_, reaper_), router_(cfg),
+      sweeper_(cfg, ex, workers, queue_, dbq_, reaper_),
+      deferred_(cfg, ex, dbq_,
+                {[this](auto parks, auto gone) { parked(std::move(parks), std::move(gone)); },
+                 [this](auto tas) { got_due(std::move(tas)); },
+                 [this] {
+                     const std::size_t max = cfg_.queue.aq_max_entries;
+                     return queue_.rcpts() < max ? max - queue_.rcpts() : 0;
+                 }}),
+      router_(cfg),
       sched_(ex, queue_, scheduler_options(cfg),
              [this](Ta& ta, std::uint32_t idx, const std::string& why, std::uint64_t until) {
                  defer(ta, idx, {}, why, until);
              }),
-      db_retry_(ex), due_timer_(ex), maint_timer_(ex), disk_timer_(ex), reclaim_timer_(ex) {
+      disk_timer_(ex), reclaim_timer_(ex) {
     check_disk();
     reclaim_overdue();
 }
@@ -57,12 +66,10 @@ void Qmgr::reclaim_overdue() {
 
 void Qmgr::stop() {
     accepting_ = false;
-    due_timer_.cancel();
-    maint_timer_.cancel();
+    deferred_.stop();
     disk_timer_.cancel();
     sweeper_.stop();
     reclaim_timer_.cancel();
-    db_retry_.cancel();
 }
 
 void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
@@ -100,9 +107,49 @@ void Qmgr::check_ta(Ta& ta) {
     switch (verdict) {
     case Reaper::Verdict::keep: return;
     case Reaper::Verdict::now: return reaper_.finish(id, cdb);
-    case Reaper::Verdict::ask_defedb:
-        checks_.push_back(Check{id, cdb});
-        return kick_db();
+    case Reaper::Verdict::ask_defedb: return deferred_.check(id, cdb);
+    }
+}
+
+void Qmgr::parked(std::vector<DeferredQueue::Park> parks, std::vector<DeferredQueue::Check> gone) {
+    std::unordered_set<std::string> touched;
+    for (const auto& p : parks) {
+        if (p.fresh) ibdb_.rcpt_deferred(p.rec.ta_id, p.rec.idx);
+        Ta* ta = queue_.find(p.rec.ta_id);
+        if (!ta) continue;
+        if (ta->deleted()) deferred_.remove(ta->id, p.rec.idx);
+        queue_.deferred(*ta, p.rec.idx);
+        touched.insert(ta->id);
+    }
+    for (const auto& id : touched)
+        if (Ta* ta = queue_.find(id)) check_ta(*ta);
+    // A transaction DEFEDB no longer holds and memory does not either: done.
+    for (const auto& c : gone)
+        if (!queue_.find(c.ta_id)) reaper_.finish(c.ta_id, c.cdb_id);
+}
+
+void Qmgr::got_due(std::vector<DeferredTa> tas) {
+    for (auto& t : tas) {
+        Ta* ta = queue_.find(t.envelope.ta_id);
+        const bool created = !ta;
+        // Only the recipients DEFEDB gave us are ours; the others stay closed.
+        if (!ta) ta = queue_.admit_untracked(t.envelope);
+        if (ta->deleted()) continue;
+        std::vector<std::uint32_t> todo;
+        for (const auto& d : t.rcpts) {
+            if (d.idx >= ta->rcpts().size()) continue;
+            // Still ours from an earlier lease (in flight, being written).
+            if (!created && ta->rcpt(d.idx).state() != RcptState::deferred) continue;
+            queue_.due(*ta, d.idx, d);
+            if (expired(*ta)) {
+                bounce(*ta, d.idx, {},
+                       expired_rcpt(ta->rcpt(d.idx).addr(), d.last_error, {}, d.last_attempt_us));
+                continue;
+            }
+            todo.push_back(d.idx);
+        }
+        if (!todo.empty()) schedule(*ta, todo);
+        check_ta(*ta);
     }
 }
 

@@ -8,6 +8,7 @@
 
 #include "defedb.hpp"
 #include "defedb_strand.hpp"
+#include "deferred.hpp"
 #include "dsn.hpp"
 #include "ibdb.hpp"
 #include "queue.hpp"
@@ -25,9 +26,7 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -82,15 +81,6 @@ public:
     const ActiveQueue& queue() const { return queue_; }
 
 private:
-    // A DEFEDB write waiting for the next batch (deferred.cpp).
-    struct Park {
-        std::shared_ptr<const sm::msg::TaCommit> env;
-        DeferredRcpt rec;
-        bool fresh = false;  // not in DEFEDB yet: put, then IBDB rcpt_deferred
-    };
-    struct Check {
-        std::string ta_id, cdb_id;
-    };
     struct Bounce {
         std::uint32_t idx = 0;
         dsn::FailedRcpt why;
@@ -103,6 +93,10 @@ private:
     // qmgr.cpp: routes recipients of ta and hands them to the scheduler.
     void schedule(Ta& ta, const std::vector<std::uint32_t>& idx);
     void check_ta(Ta& ta);
+    // The deferred queue's answers: parks durable in DEFEDB (and transactions
+    // it holds nothing of any more), due recipients back from it.
+    void parked(std::vector<DeferredQueue::Park> parks, std::vector<DeferredQueue::Check> gone);
+    void got_due(std::vector<DeferredTa> tas);
     // Takes back deliveries SMTPC has held past queue.max_delivery_time.
     void reclaim_overdue();
     // results.cpp
@@ -111,21 +105,6 @@ private:
     void defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& why,
                std::uint64_t until_us);
     bool expired(const Ta& ta) const;
-    // deferred.cpp
-    void park(const Ta& ta, std::uint32_t idx, std::uint64_t until_us);
-    void drop_from_defedb(const Ta& ta, std::uint32_t idx);
-    void kick_db();
-    void write_db();
-    void written(std::vector<Park> parks, std::vector<Check> gone);
-    void refresh_due();
-    void arm_due(std::uint64_t at_us);
-    void fetch_due();
-    void got_due(std::vector<DeferredTa> tas);
-    void maintain();
-    template <class T>
-    void db(std::function<T(Defedb&)> work, std::function<void(std::optional<T>)> done) {
-        dbq_.post<T>(std::move(work), std::move(done));
-    }
     // bounce.cpp
     void bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why);
     void warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay);
@@ -152,25 +131,12 @@ private:
     ActiveQueue queue_;
     Reaper reaper_;
     OrphanSweeper sweeper_;
+    DeferredQueue deferred_;
     Router router_;
     Scheduler sched_;
     Counters counters_;
-    // DEFEDB writes gathered while the previous batch is out: one durable
-    // commit for many deferrals.
-    std::vector<Park> parks_;
-    std::vector<std::pair<std::string, std::uint32_t>> removes_;
-    std::vector<Check> checks_;
-    bool db_posted_ = false, db_busy_ = false;
-    asio::steady_timer db_retry_;
     // Recipients failed for good (or late), by transaction: one DSN each.
     std::map<std::string, std::vector<Bounce>> bounces_, delays_;
-    // Ids being deleted: a due() answer that raced the delete skips them.
-    std::set<std::string> deleting_;
-    asio::system_timer due_timer_;
-    std::uint64_t due_at_ = 0;  // 0: no wait pending
-    bool due_busy_ = false, refresh_busy_ = false;
-    std::uint64_t defedb_count_ = 0;
-    asio::steady_timer maint_timer_;
     asio::steady_timer disk_timer_;
     bool disk_low_ = false;
     asio::steady_timer reclaim_timer_;

@@ -44,7 +44,7 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
         // record leaves a recipient in both: memory delivers it now, so its
         // DEFEDB copy goes (queued before the first due() on the strand), and
         // the content waits for DEFEDB's word on the rest.
-        for (auto i : todo) removes_.emplace_back(ta->id, i);
+        for (auto i : todo) deferred_.remove(ta->id, i);
         if (todo.empty()) {
             check_ta(*ta);
             continue;
@@ -56,8 +56,7 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
     }
     if (!tas.empty())
         spdlog::info("recovery: {} transactions back in the active queue", restored);
-    kick_db();
-    maintain();
+    deferred_.start();
     sweeper_.start();
 }
 

@@ -125,7 +125,7 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, std::string_v
 void Qmgr::sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status) {
     log_rcpt(ta, idx, relay, "sent", status);
     ++counters_.delivered;
-    if (ta.rcpt(idx).from_defedb()) drop_from_defedb(ta, idx);
+    if (ta.rcpt(idx).from_defedb()) deferred_.remove(ta.id, idx);
     else ibdb_.rcpt_done(ta.id, idx);
     queue_.sent(ta, idx);
 }
@@ -159,7 +159,7 @@ void Qmgr::defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std:
     ++counters_.deferred;
     log_rcpt(ta, idx, relay, "deferred", why);
     warn_if_late(ta, idx, relay);
-    park(ta, idx, until_us);
+    deferred_.park(ta, idx, until_us);
 }
 
 } // namespace smx::qmgr
