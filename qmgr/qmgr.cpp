@@ -35,6 +35,12 @@ Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& w
                      const std::size_t max = cfg_.queue.aq_max_entries;
                      return queue_.rcpts() < max ? max - queue_.rcpts() : 0;
                  }}),
+      bouncer_(cfg, ex, workers, queue_, ibdb, reaper_,
+               {[this](const auto& id, const auto& list) { bounced(id, list); },
+                [this](const auto& id, const auto& list, const auto& error) {
+                    bounce_failed(id, list, error);
+                },
+                [this](Ta& dsn) { schedule(dsn, {0}); }}),
       router_(cfg),
       sched_(ex, queue_, scheduler_options(cfg),
              [this](Ta& ta, std::uint32_t idx, const std::string& why, std::uint64_t until) {
@@ -142,14 +148,38 @@ void Qmgr::got_due(std::vector<DeferredTa> tas) {
             if (!created && ta->rcpt(d.idx).state() != RcptState::deferred) continue;
             queue_.due(*ta, d.idx, d);
             if (expired(*ta)) {
-                bounce(*ta, d.idx, {},
-                       expired_rcpt(ta->rcpt(d.idx).addr(), d.last_error, {}, d.last_attempt_us));
+                bouncer_.bounce(*ta, d.idx, {},
+                       dsn::expired_rcpt(ta->rcpt(d.idx).addr(), d.last_error, {}, d.last_attempt_us));
                 continue;
             }
             todo.push_back(d.idx);
         }
         if (!todo.empty()) schedule(*ta, todo);
         check_ta(*ta);
+    }
+}
+
+void Qmgr::bounced(const std::string& ta_id, const std::vector<Bouncer::Bounce>& list) {
+    Ta* ta = queue_.find(ta_id);
+    if (!ta) return;
+    for (const auto& b : list) {
+        if (ta->rcpt(b.idx).from_defedb()) deferred_.remove(ta_id, b.idx);
+        else if (!ta->deleted()) ibdb_.rcpt_done(ta_id, b.idx);
+        queue_.bounced(*ta, b.idx);
+    }
+    check_ta(*ta);
+}
+
+// Without a durable DSN the recipients wait in DEFEDB and fail (and bounce)
+// again later.
+void Qmgr::bounce_failed(const std::string& ta_id, const std::vector<Bouncer::Bounce>& list,
+                         const std::string& error) {
+    Ta* ta = queue_.find(ta_id);
+    if (!ta) return;
+    for (const auto& b : list) {
+        queue_.bounce_failed(*ta, b.idx, "4.3.0 " + error);
+        deferred_.park(*ta, b.idx,
+                       sm::now_us() + static_cast<std::uint64_t>(backoff(cfg_.queue, 1).count()));
     }
 }
 

@@ -6,6 +6,7 @@
 // recovery.cpp, qmgr.cpp (routing glue and completion).
 #pragma once
 
+#include "bounce.hpp"
 #include "defedb.hpp"
 #include "defedb_strand.hpp"
 #include "deferred.hpp"
@@ -40,8 +41,6 @@ struct Counters {
     std::uint64_t tempfailed = 0; // TA_COMMITs refused for now (full, I/O error)
     std::uint64_t delivered = 0;  // recipients: status=sent
     std::uint64_t deferred = 0;   // recipient deferrals
-    std::uint64_t bounced = 0;    // recipients: status=bounced
-    std::uint64_t dsn_sent = 0;   // DSNs queued
     std::uint64_t quarantined = 0;  // orphan files and envelopes without content
     unsigned smtps_connections = 0;
 };
@@ -81,10 +80,6 @@ public:
     const ActiveQueue& queue() const { return queue_; }
 
 private:
-    struct Bounce {
-        std::uint32_t idx = 0;
-        dsn::FailedRcpt why;
-    };
 
     // intake.cpp
     void committed(const std::string& id, std::uint64_t req_id, const Send& reply, bool ok,
@@ -97,6 +92,11 @@ private:
     // it holds nothing of any more), due recipients back from it.
     void parked(std::vector<DeferredQueue::Park> parks, std::vector<DeferredQueue::Check> gone);
     void got_due(std::vector<DeferredTa> tas);
+    // The bouncer's answers: the report is durable (or not wanted), or it
+    // could not be queued.
+    void bounced(const std::string& ta_id, const std::vector<Bouncer::Bounce>& list);
+    void bounce_failed(const std::string& ta_id, const std::vector<Bouncer::Bounce>& list,
+                       const std::string& error);
     // Takes back deliveries SMTPC has held past queue.max_delivery_time.
     void reclaim_overdue();
     // results.cpp
@@ -105,18 +105,6 @@ private:
     void defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& why,
                std::uint64_t until_us);
     bool expired(const Ta& ta) const;
-    // bounce.cpp
-    void bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why);
-    void warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay);
-    void report(std::map<std::string, std::vector<Bounce>>& to, Ta& ta, std::uint32_t idx,
-                dsn::FailedRcpt why);
-    void flush_reports();
-    void queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kind,
-                   std::function<void(const std::string&)> done);
-    void bounced(const std::string& ta_id, const std::vector<Bounce>& list);
-    // Why the sender of ta gets no DSN (null sender, bounce_untrusted), or
-    // nullptr when it does.
-    const char* no_dsn_reason(const Ta& ta) const;
     // control.cpp
     void ctl_queue(CtlDone done);
     void ctl_flush(CtlDone done);
@@ -132,11 +120,10 @@ private:
     Reaper reaper_;
     OrphanSweeper sweeper_;
     DeferredQueue deferred_;
+    Bouncer bouncer_;
     Router router_;
     Scheduler sched_;
     Counters counters_;
-    // Recipients failed for good (or late), by transaction: one DSN each.
-    std::map<std::string, std::vector<Bounce>> bounces_, delays_;
     asio::steady_timer disk_timer_;
     bool disk_low_ = false;
     asio::steady_timer reclaim_timer_;
@@ -149,10 +136,5 @@ std::string reply_text(const sm::msg::RcptResult& r);
 bool connection_failed(const sm::msg::Result& r);
 // Retry delay after the n-th failed attempt: retry_min doubling to retry_max.
 std::chrono::microseconds backoff(const sm::QueueConfig& q, std::uint32_t attempts);
-// A reply text "451 4.3.0 text" split for a DSN (code, status, text).
-dsn::FailedRcpt failed_rcpt(const std::string& addr, const std::string& reply);
-// The end of the queue lifetime after last_error (status 4.4.7).
-dsn::FailedRcpt expired_rcpt(const std::string& addr, const std::string& last_error,
-                             const std::string& relay, std::uint64_t last_attempt_us);
 
 } // namespace smx::qmgr

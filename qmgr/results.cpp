@@ -48,37 +48,6 @@ std::chrono::microseconds backoff(const sm::QueueConfig& q, std::uint32_t attemp
     return std::min(d, max);
 }
 
-dsn::FailedRcpt failed_rcpt(const std::string& addr, const std::string& reply) {
-    dsn::FailedRcpt f;
-    f.addr = addr;
-    std::string_view rest = reply;
-    if (rest.size() >= 3 && std::all_of(rest.begin(), rest.begin() + 3,
-                                        [](unsigned char c) { return std::isdigit(c); })) {
-        f.code = static_cast<unsigned>(std::stoi(std::string(rest.substr(0, 3))));
-        rest.remove_prefix(std::min<std::size_t>(4, rest.size()));
-        // "4.3.0 text": an enhanced status is digit.digits.digits
-        const auto sp = rest.find(' ');
-        const auto st = rest.substr(0, sp);
-        if (st.size() >= 5 && std::isdigit(static_cast<unsigned char>(st[0])) && st[1] == '.' &&
-            std::count(st.begin(), st.end(), '.') == 2) {
-            f.status = std::string(st);
-            rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
-        }
-    }
-    f.text = std::string(rest);
-    return f;
-}
-
-dsn::FailedRcpt expired_rcpt(const std::string& addr, const std::string& last_error,
-                             const std::string& relay, std::uint64_t last_attempt_us) {
-    auto f = failed_rcpt(addr, last_error);
-    f.status = "4.4.7";
-    f.text = "message expired in queue: " + f.text;
-    f.remote_mta = relay;
-    f.last_attempt_us = last_attempt_us;
-    return f;
-}
-
 void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, std::string_view missing) {
     sm::test_panic_point("on_result");
     std::string first_error;
@@ -109,10 +78,10 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, std::string_v
         } else if (it->code >= 200 && it->code < 300) {
             sent(ta, idx, r.relay, reply_text(*it));
         } else if (it->code >= 500 && it->code < 600 && !cfg_.queue.soft_bounce) {
-            auto why = failed_rcpt(rc.addr(), reply_text(*it));
+            auto why = dsn::failed_rcpt(rc.addr(), reply_text(*it));
             why.remote_mta = r.relay;
             why.last_attempt_us = sm::now_us();
-            bounce(ta, idx, r.relay, std::move(why));
+            bouncer_.bounce(ta, idx, r.relay, std::move(why));
         } else {
             retry_later(ta, idx, r.relay, reply_text(*it));
         }
@@ -152,13 +121,13 @@ void Qmgr::defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std:
     const RcptState st = ta.rcpt(idx).state();
     if (st != RcptState::active && st != RcptState::inflight) return;
     if (expired(ta)) {
-        bounce(ta, idx, relay, expired_rcpt(ta.rcpt(idx).addr(), why, relay, sm::now_us()));
+        bouncer_.bounce(ta, idx, relay, dsn::expired_rcpt(ta.rcpt(idx).addr(), why, relay, sm::now_us()));
         return;
     }
     queue_.defer_begin(ta, idx, why);
     ++counters_.deferred;
     log_rcpt(ta, idx, relay, "deferred", why);
-    warn_if_late(ta, idx, relay);
+    bouncer_.warn_if_late(ta, idx, relay);
     deferred_.park(ta, idx, until_us);
 }
 
