@@ -1,9 +1,16 @@
-// QMGR's state machine: intake of transactions from SMTPS, scheduling to
-// SMTPC, results, the deferred queue (DEFEDB), bounces, control. Everything
-// here runs on the io_context thread; IBDB and DEFEDB do their blocking work
-// on the worker pool and call back here. Member functions live in files named
-// by role: intake.cpp, results.cpp, deferred.cpp, bounce.cpp, control.cpp,
-// recovery.cpp, qmgr.cpp (routing glue and completion).
+// QMGR: the glue between its components, each owning its own state (see
+// docs/qmgr.md for the map):
+//   ActiveQueue (queue.cpp)      transactions and recipient state, checked transitions
+//   Scheduler (scheduler.cpp)    destination queues, windows, SMTPC links
+//   DeferredQueue (deferred.cpp) DEFEDB batches, due timer and leases
+//   Bouncer (bounce.cpp)         DSNs and delay warnings
+//   Reaper (reaper.cpp)          whether and when a content file goes
+//   OrphanSweeper (sweeper.cpp)  content files nobody names
+//   DefedbStrand                 the order of DEFEDB calls
+// Qmgr itself: intake (intake.cpp), results (results.cpp), control
+// (control.cpp), start-up (recovery.cpp), and the components' answers
+// (qmgr.cpp). Everything here runs on the io_context thread; IBDB and DEFEDB
+// do their blocking work on the worker pool and call back here.
 #pragma once
 
 #include "bounce.hpp"
@@ -76,11 +83,12 @@ public:
     void control(const sm::msg::CtlRequest& req, CtlDone done);
     std::vector<std::pair<const char*, std::uint64_t>> metrics() const;
 
-    Counters& counters() { return counters_; }
+    // SMTPS links come and go; a TA_COMMIT too large to decode was refused.
+    void smtps_link(bool up) { up ? ++counters_.smtps_connections : --counters_.smtps_connections; }
+    void commit_refused() { ++counters_.rejected; }
     const ActiveQueue& queue() const { return queue_; }
 
 private:
-
     // intake.cpp
     void committed(const std::string& id, std::uint64_t req_id, const Send& reply, bool ok,
                    const std::string& error);
@@ -110,6 +118,7 @@ private:
     void ctl_flush(CtlDone done);
     void ctl_hold(const std::string& id, bool hold, CtlDone done);
     void ctl_delete(const std::string& id, CtlDone done);
+
     const sm::Config& cfg_;
     asio::any_io_executor ex_;
     asio::thread_pool& workers_;

@@ -139,12 +139,11 @@ asio::awaitable<void> Server::session(std::shared_ptr<sm::Channel> ch) {
 }
 
 asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch) {
-    auto& n = q_.counters().smtps_connections;
-    ++n;
+    q_.smtps_link(true);
     spdlog::info("{}: connected", ch->peer());
     while (auto ta = co_await next<sm::msg::TaCommit>(*ch, sm::msg::TA_COMMIT)) {
         if (!ta->rec) {
-            ++q_.counters().rejected;
+            q_.commit_refused();
             ch->send(sm::msg::encode(
                 sm::msg::TaAck{{}, sm::msg::AckStatus::reject, "5.3.4 envelope too large"},
                 ta->req_id));
@@ -153,7 +152,7 @@ asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch) {
         q_.on_commit(std::move(*ta->rec), ta->req_id,
                      [ch](std::string frame) { ch->send(std::move(frame)); });
     }
-    --n;
+    q_.smtps_link(false);
     spdlog::info("{}: disconnected", ch->peer());
 }
 
