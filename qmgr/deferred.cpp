@@ -4,12 +4,12 @@
 #include "deferred.hpp"
 
 #include "ids.hpp"
+#include "quarantine.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <fstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -218,11 +218,16 @@ void DeferredQueue::fetch() {
                 struct stat st;
                 const auto path = sm::cdb_path(spool, t.envelope.cdb_id, hashed);
                 if (::stat(path.c_str(), &st) == 0) return false;
-                const std::string note = qdir + "/" + t.envelope.ta_id + ".envelope";
-                std::ofstream(note, std::ios::binary) << sm::msg::envelope_bytes(t.envelope);
+                const std::string name = t.envelope.ta_id + ".envelope";
+                const std::string err =
+                    quarantine_write(qdir, name, sm::msg::envelope_bytes(t.envelope));
                 db.remove_ta(t.envelope.ta_id);
-                spdlog::error("{}: content file {} missing; deferred envelope saved as {}",
-                              t.envelope.ta_id, path, note);
+                if (err.empty())
+                    spdlog::error("{}: content file {} missing; deferred envelope saved as {}/{}",
+                                  t.envelope.ta_id, path, qdir, name);
+                else
+                    spdlog::error("{}: content file {} missing; deferred envelope not saved ({})",
+                                  t.envelope.ta_id, path, err);
                 ++out.quarantined;
                 return true;
             });

@@ -4,12 +4,12 @@
 #include "qmgr.hpp"
 
 #include "ids.hpp"
+#include "quarantine.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <fstream>
 
 namespace smx::qmgr {
 
@@ -24,12 +24,16 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
         if (!sm::valid_ta_id(env.ta_id) || cdb.empty() || ::stat(cdb.c_str(), &st) != 0) {
             // Nothing to deliver without content: keep the envelope for a
             // human, and close the transaction so the log can be rotated.
-            const std::string note = spool_ + "/quarantine/" +
-                                     (sm::valid_ta_id(env.ta_id) ? env.ta_id : "invalid") +
-                                     ".envelope";
-            std::ofstream(note, std::ios::binary) << sm::msg::envelope_bytes(env);
-            spdlog::error("{}: content file {} missing at recovery; envelope saved as {}",
-                          env.ta_id, cdb.empty() ? "(invalid id)" : cdb, note);
+            const std::string qdir = spool_ + "/quarantine";
+            const std::string name =
+                (sm::valid_ta_id(env.ta_id) ? env.ta_id : "invalid") + std::string(".envelope");
+            const std::string err = quarantine_write(qdir, name, sm::msg::envelope_bytes(env));
+            if (err.empty())
+                spdlog::error("{}: content file {} missing at recovery; envelope saved as {}/{}",
+                              env.ta_id, cdb.empty() ? "(invalid id)" : cdb, qdir, name);
+            else
+                spdlog::error("{}: content file {} missing at recovery; envelope not saved ({})",
+                              env.ta_id, cdb.empty() ? "(invalid id)" : cdb, err);
             ++counters_.quarantined;
             ibdb_.ta_done(env.ta_id);
             continue;
