@@ -292,6 +292,15 @@ FailedRcpt failed_rcpt(const std::string& addr, const std::string& reply) {
     return f;
 }
 
+FailedRcpt failed_rcpt(const std::string& addr, const sm::msg::RcptResult& reply) {
+    FailedRcpt f;
+    f.addr = addr;
+    f.code = reply.code;
+    f.status = reply.enhanced;
+    f.text = reply.text;
+    return f;
+}
+
 FailedRcpt expired_rcpt(const std::string& addr, const std::string& last_error,
                              const std::string& relay, std::uint64_t last_attempt_us) {
     auto f = failed_rcpt(addr, last_error);

@@ -78,7 +78,7 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, std::string_v
         } else if (it->code >= 200 && it->code < 300) {
             sent(ta, idx, r.relay, reply_text(*it));
         } else if (it->code >= 500 && it->code < 600 && !cfg_.queue.soft_bounce) {
-            auto why = dsn::failed_rcpt(rc.addr(), reply_text(*it));
+            auto why = dsn::failed_rcpt(rc.addr(), *it);
             why.remote_mta = r.relay;
             why.last_attempt_us = sm::now_us();
             bouncer_.bounce(ta, idx, r.relay, std::move(why));
