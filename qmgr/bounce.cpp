@@ -1,41 +1,14 @@
 // The bouncer (see bounce.hpp).
 #include "bounce.hpp"
 
+#include "content_file.hpp"
 #include "ids.hpp"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 
 namespace smx::qmgr {
-
-namespace {
-
-// The CDB discipline of SMTPS: temporary name, fdatasync, rename.
-int write_cdb(const std::string& path, const std::string& data) {
-    const std::string tmp = path + ".tmp";
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return errno;
-    int err = 0;
-    for (std::size_t off = 0; off < data.size() && !err;) {
-        const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-        if (n < 0 && errno != EINTR) err = errno;
-        if (n > 0) off += static_cast<std::size_t>(n);
-    }
-    if (!err && ::fdatasync(fd) != 0) err = errno;
-    if (::close(fd) != 0 && !err) err = errno;
-    if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-    if (err) ::unlink(tmp.c_str());
-    return err;
-}
-
-} // namespace
 
 Bouncer::Bouncer(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
                  ActiveQueue& queue, Ibdb& ibdb, Reaper& reaper, Hooks hooks)
@@ -140,7 +113,7 @@ void Bouncer::queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kin
         // Without the original headers the report still says what failed.
         if (auto h = dsn::read_header_section(orig_path, err)) rep.original_headers = *h;
         const std::string msg = dsn::build(*env, rcpts, rep);
-        return Written{write_cdb(path, msg), msg.size()};
+        return Written{sm::content::write_durable(path, msg), msg.size()};
     };
     auto written = [this, id = ta.id, dsn_id, env, kind, done = std::move(done)](Written w) mutable {
         if (w.err) {
