@@ -8,9 +8,9 @@
 
 namespace sm::content {
 
-int open_tmp(const std::string& tmp, int& fd) {
+int open_tmp(const std::string& tmp, int& fd, mode_t mode) {
     for (int attempt = 0; attempt < 2; ++attempt) {
-        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
         if (fd >= 0) return 0;
         if (errno != ENOENT || attempt > 0) return errno;
         std::error_code ec;
@@ -40,10 +40,10 @@ int finish(int fd, int err, const std::string& tmp, const std::string& path) {
     return err;
 }
 
-int write_durable(const std::string& path, std::string_view data) {
+int write_durable(const std::string& path, std::string_view data, mode_t mode) {
     const std::string tmp = path + ".tmp";
     int fd = -1;
-    int err = open_tmp(tmp, fd);
+    int err = open_tmp(tmp, fd, mode);
     if (!err) err = write_all(fd, data);
     return finish(fd, err, tmp, path);
 }

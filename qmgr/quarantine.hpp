@@ -9,7 +9,7 @@
 namespace smx::qmgr {
 
 // Writes bytes to dir/name (mode 0600, created or replaced) durably, as a
-// content file is written (sm::content::write_durable).
+// content file is written (sm::content::write_durable, tmp then rename).
 // Returns "" or what failed, for the caller's log line.
 std::string quarantine_write(const std::string& dir, const std::string& name,
                              std::string_view bytes);

@@ -37,6 +37,9 @@ TEST_CASE("content files: durable write, tmp then rename, nothing left on failur
     CHECK_FALSE(fs::exists(path.string() + ".tmp"));
     struct stat st {};
     REQUIRE(::stat(path.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0707) == 0600);  // group read unless the umask takes it
+    REQUIRE(sm::content::write_durable((dir / "private").string(), "x", 0600) == 0);
+    REQUIRE(::stat((dir / "private").c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0600);
 
     // A write that failed on the way: the .tmp goes, the final name never appears.
