@@ -2,6 +2,7 @@
 // the open counts it keeps, and a panic (abort) on an impossible transition.
 #include "queue.hpp"
 
+#include "envelope.hpp"
 #include "ids.hpp"
 
 #include <catch2/catch.hpp>
@@ -17,16 +18,6 @@
 using namespace smx::qmgr;
 
 namespace {
-
-sm::msg::TaCommit envelope(std::vector<std::string> rcpts) {
-    sm::msg::TaCommit e;
-    e.ta_id = sm::new_ta_id();
-    e.cdb_id = e.ta_id;
-    e.sender = "a@example.org";
-    e.arrival_us = sm::now_us();
-    for (auto& r : rcpts) e.rcpts.push_back({r, ""});
-    return e;
-}
 
 // Runs f in a child process; true when the child died of SIGABRT (sm::panic).
 bool aborts(const std::function<void()>& f) {

@@ -5,6 +5,7 @@
 #include "routing.hpp"
 #include "scheduler.hpp"
 
+#include "envelope.hpp"
 #include "ids.hpp"
 
 #include <catch2/catch.hpp>
@@ -13,17 +14,6 @@ namespace asio = boost::asio;
 using namespace smx::qmgr;
 
 namespace {
-
-sm::msg::TaCommit envelope(std::vector<std::string> rcpts) {
-    sm::msg::TaCommit e;
-    e.ta_id = sm::new_ta_id();
-    e.cdb_id = e.ta_id;
-    e.sender = "a@example.org";
-    e.size = 100;
-    e.arrival_us = sm::now_us();
-    for (auto& r : rcpts) e.rcpts.push_back({r, ""});
-    return e;
-}
 
 sm::Route hosts(std::string host, std::uint16_t port) {
     sm::Route r;
