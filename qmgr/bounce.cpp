@@ -1,60 +1,31 @@
-// Bounces: recipients that failed for good (5xx, or the end of the queue
-// lifetime) are collected per transaction and reported to the sender in one
-// RFC 3464 DSN, a new transaction from <> queued like any other mail. The
-// failed recipients stay open until the DSN is durable, so a crash before
-// that repeats the attempt instead of losing the report. Delay warnings
-// (delay_warning_time) are DSNs too, sent once per recipient.
-#include "qmgr.hpp"
+// The bouncer (see bounce.hpp).
+#include "bounce.hpp"
 
+#include "content_file.hpp"
 #include "ids.hpp"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 
 namespace smx::qmgr {
 
-namespace {
+Bouncer::Bouncer(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
+                 ActiveQueue& queue, Ibdb& ibdb, Reaper& reaper, Hooks hooks)
+    : cfg_(cfg), ex_(std::move(ex)), workers_(workers), queue_(queue), ibdb_(ibdb),
+      reaper_(reaper), hooks_(std::move(hooks)), spool_(cfg.spool_dir_abs()) {}
 
-// The CDB discipline of SMTPS: temporary name, fdatasync, rename.
-int write_cdb(const std::string& path, const std::string& data) {
-    const std::string tmp = path + ".tmp";
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-    // Group read: SMTPC reads it through the shared group.
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    if (fd < 0) return errno;
-    int err = 0;
-    for (std::size_t off = 0; off < data.size() && !err;) {
-        const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-        if (n < 0 && errno != EINTR) err = errno;
-        if (n > 0) off += static_cast<std::size_t>(n);
-    }
-    if (!err && ::fdatasync(fd) != 0) err = errno;
-    if (::close(fd) != 0 && !err) err = errno;
-    if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-    if (err) ::unlink(tmp.c_str());
-    return err;
-}
-
-} // namespace
-
-void Qmgr::bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why) {
-    Rcpt& r = ta.rcpts[idx];
+void Bouncer::bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why) {
+    const std::string& addr = ta.rcpt(idx).addr();
     const std::string text = why.code ? std::to_string(why.code) + " " + why.status + " " + why.text
                                       : why.status + " " + why.text;
     if (relay.empty())
-        spdlog::info("{}: to=<{}>, status=bounced ({})", ta.id, r.addr, text);
+        spdlog::info("{}: to=<{}>, status=bounced ({})", ta.id, addr, text);
     else
-        spdlog::info("{}: to=<{}>, relay={}, delay={:.2f}, status=bounced ({})", ta.id, r.addr,
+        spdlog::info("{}: to=<{}>, relay={}, delay={:.2f}, status=bounced ({})", ta.id, addr,
                      relay, static_cast<double>(sm::now_us() - ta.arrival_us()) / 1e6, text);
-    ++counters_.bounced;
-    r.state = RcptState::bouncing;
-    r.last_error = text;
+    ++bounced_;
+    queue_.bounce_begin(ta, idx, text);
     report(bounces_, ta, idx, std::move(why));
 }
 
@@ -62,22 +33,22 @@ void Qmgr::bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::Fail
 // once (the flag travels with the recipient into DEFEDB), unless the
 // sender is null. The warning is not waited for: lost in a crash, it is
 // not sent again.
-void Qmgr::warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay) {
+void Bouncer::warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay) {
     const auto after = std::chrono::duration_cast<std::chrono::microseconds>(
         cfg_.queue.delay_warning_time);
-    Rcpt& r = ta.rcpts[idx];
-    if (after.count() == 0 || r.warned || no_dsn_reason(ta) ||
+    const Rcpt& r = ta.rcpt(idx);
+    if (after.count() == 0 || r.warned() || no_dsn_reason(ta) ||
         sm::now_us() - ta.arrival_us() < static_cast<std::uint64_t>(after.count()))
         return;
-    r.warned = true;
-    auto why = failed_rcpt(r.addr, r.last_error);
+    queue_.mark_warned(ta, idx);
+    auto why = dsn::failed_rcpt(r.addr(), r.last_error());
     why.action = dsn::Action::delayed;
     why.remote_mta = relay;
     why.last_attempt_us = sm::now_us();
     report(delays_, ta, idx, std::move(why));
 }
 
-const char* Qmgr::no_dsn_reason(const Ta& ta) const {
+const char* Bouncer::no_dsn_reason(const Ta& ta) const {
     if (!dsn::should_bounce(*ta.env)) return "sender is null";
     if (cfg_.queue.bounce_untrusted) return nullptr;
     return cfg_.server.in_relay_networks(ta.env->client_addr)
@@ -85,51 +56,43 @@ const char* Qmgr::no_dsn_reason(const Ta& ta) const {
                : "client outside relay_networks (bounce_untrusted = false)";
 }
 
-void Qmgr::report(std::map<std::string, std::vector<Bounce>>& to, Ta& ta, std::uint32_t idx,
+void Bouncer::report(std::map<std::string, std::vector<Bounce>>& to, Ta& ta, std::uint32_t idx,
                   dsn::FailedRcpt why) {
     if (idx < ta.env->rcpts.size()) why.params = ta.env->rcpts[idx].params;
     // Everything that fails in this event-loop turn (one RESULT, one due
     // batch) goes into one DSN per transaction.
-    if (bounces_.empty() && delays_.empty()) asio::post(ex_, [this] { flush_reports(); });
+    if (bounces_.empty() && delays_.empty()) asio::post(ex_, [this] { flush(); });
     to[ta.id].push_back(Bounce{idx, std::move(why)});
 }
 
-void Qmgr::flush_reports() {
+void Bouncer::flush() {
     for (auto& [id, list] : std::exchange(delays_, {}))
-        if (Ta* ta = queue_.find(id); ta && !ta->deleted)
+        if (Ta* ta = queue_.find(id); ta && !ta->deleted())
             queue_dsn(*ta, list, "delay", [](const std::string&) {});
     for (auto& [id, list] : std::exchange(bounces_, {})) {
         Ta* ta = queue_.find(id);
         if (!ta) continue;
-        if (ta->deleted) {
-            bounced(id, list);
+        if (ta->deleted()) {
+            hooks_.bounced(id, list);
         } else if (const char* why = no_dsn_reason(*ta)) {
             spdlog::info("{}: no bounce: {}", id, why);
-            bounced(id, list);
+            hooks_.bounced(id, list);
         } else {
             // Only when the DSN is durable are the failed recipients closed;
             // else they wait in DEFEDB and fail (and bounce) again later.
             // Named copies: clang 14 cannot capture structured bindings.
             queue_dsn(*ta, list, "non-delivery",
                       [this, id = id, list = list](const std::string& error) {
-                if (error.empty()) return bounced(id, list);
-                Ta* t = queue_.find(id);
-                if (!t) return;
-                for (const auto& b : list) {
-                    Rcpt& r = t->rcpts[b.idx];
-                    r.state = RcptState::active;
-                    r.last_error = "4.3.0 " + error;
-                    park(*t, b.idx,
-                         sm::now_us() + static_cast<std::uint64_t>(backoff(cfg_.queue, 1).count()));
-                }
-            });
+                          if (error.empty()) hooks_.bounced(id, list);
+                          else hooks_.failed(id, list, error);
+                      });
         }
     }
 }
 
 // Builds and writes the DSN on the pool, then logs it in IBDB and schedules
 // it; done("") once that is durable, done(what failed) otherwise.
-void Qmgr::queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kind,
+void Bouncer::queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kind,
                      std::function<void(const std::string&)> done) {
     const std::string dsn_id = sm::new_ta_id();
     const std::string orig_path = sm::cdb_path(spool_, ta.cdb_id(), cfg_.queue.cdb_hashed);
@@ -150,7 +113,7 @@ void Qmgr::queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kind,
         // Without the original headers the report still says what failed.
         if (auto h = dsn::read_header_section(orig_path, err)) rep.original_headers = *h;
         const std::string msg = dsn::build(*env, rcpts, rep);
-        return Written{write_cdb(path, msg), msg.size()};
+        return Written{sm::content::write_durable(path, msg), msg.size()};
     };
     auto written = [this, id = ta.id, dsn_id, env, kind, done = std::move(done)](Written w) mutable {
         if (w.err) {
@@ -165,40 +128,26 @@ void Qmgr::queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kind,
         d.rcpts.push_back(sm::msg::Recipient{env->sender, {}});
         d.size = w.size;
         d.arrival_us = sm::now_us();
-        queue_.add(d);
+        queue_.admit(d);
         ibdb_.append_transaction(d, [this, id, dsn_id, kind, done = std::move(done)](
                                         bool ok, const std::string& error) {
             Ta* dsn = queue_.find(dsn_id);
             if (!ok || !dsn) {
                 spdlog::error("{}: {} notification {} not logged: {}", id, kind, dsn_id, error);
-                queue_.erase(dsn_id);
-                unlink_later(dsn_id);
+                queue_.abandon(dsn_id);
+                reaper_.discard(dsn_id);
                 return done(std::string(kind) + " notification not queued: " + error);
             }
-            dsn->durable = true;
-            ++counters_.dsn_sent;
+            ++dsn_sent_;
             spdlog::info("{}: sender {} notification: {}", id, kind, dsn_id);
             spdlog::info("{}: from=<>, size={}, nrcpt=1 (queue active)", dsn_id, dsn->size());
-            std::vector<std::uint32_t> all{0};
-            schedule(*dsn, all);
+            hooks_.schedule(*dsn);
             done({});
         });
     };
     asio::post(workers_, [ex = ex_, job = std::move(job), written = std::move(written)]() mutable {
         asio::post(ex, [written = std::move(written), w = job()]() mutable { written(w); });
     });
-}
-
-// The report is safe (or not wanted): the failed recipients are final.
-void Qmgr::bounced(const std::string& ta_id, const std::vector<Bounce>& list) {
-    Ta* ta = queue_.find(ta_id);
-    if (!ta) return;
-    for (const auto& b : list) {
-        if (ta->rcpts[b.idx].from_defedb) drop_from_defedb(*ta, b.idx);
-        else if (!ta->deleted) ibdb_.rcpt_done(ta_id, b.idx);
-        queue_.close(*ta, b.idx, RcptState::bounced);
-    }
-    check_ta(*ta);
 }
 
 } // namespace smx::qmgr

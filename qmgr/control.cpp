@@ -75,9 +75,9 @@ std::vector<std::pair<const char*, std::uint64_t>> Qmgr::metrics() const {
         {"tempfailed", counters_.tempfailed},
         {"delivered", counters_.delivered},
         {"deferred", counters_.deferred},
-        {"bounced", counters_.bounced},
-        {"dsn_sent", counters_.dsn_sent},
-        {"quarantined", counters_.quarantined},
+        {"bounced", bouncer_.bounced()},
+        {"dsn_sent", bouncer_.dsn_sent()},
+        {"quarantined", counters_.quarantined + sweeper_.quarantined() + deferred_.quarantined()},
         {"ibdb_commits", s.commits},
         {"ibdb_transactions", s.transactions},
         {"ibdb_records", s.records},
@@ -89,7 +89,7 @@ std::vector<std::pair<const char*, std::uint64_t>> Qmgr::metrics() const {
         {"fsync_us_max", s.fsync_us_max},
         {"queue_size", queue_.rcpts()},
         {"queue_transactions", queue_.transactions()},
-        {"queue_deferred", defedb_count_},
+        {"queue_deferred", deferred_.count()},
         {"active_deliveries", sched_.active_deliveries()},
         {"destinations", sched_.destinations()},
         {"smtpc_connections", sched_.links()},
@@ -131,13 +131,13 @@ void Qmgr::ctl_queue(CtlDone done) {
         e.size = ta.size();
         e.arrival_us = ta.arrival_us();
         e.sender = ta.sender();
-        for (std::uint32_t i = 0; i < ta.rcpts.size(); ++i) {
-            const Rcpt& r = ta.rcpts[i];
-            if (is_closed(r.state)) continue;
-            e.rcpts[i] = Line{r.addr, to_string(r.state), r.last_error, r.attempts, 0};
+        for (std::uint32_t i = 0; i < ta.rcpts().size(); ++i) {
+            const Rcpt& r = ta.rcpt(i);
+            if (is_closed(r.state())) continue;
+            e.rcpts[i] = Line{r.addr(), to_string(r.state()), r.last_error(), r.attempts(), 0};
         }
     });
-    db<std::string>(
+    dbq_.post<std::string>(
         [all](Defedb& db) {
             db.for_each([&](const DeferredTa& t) {
                 Entry& e = (*all)[t.envelope.ta_id];
@@ -159,11 +159,11 @@ void Qmgr::ctl_queue(CtlDone done) {
 }
 
 void Qmgr::ctl_flush(CtlDone done) {
-    db<std::size_t>([](Defedb& db) { return db.flush_all(sm::now_us()); },
+    dbq_.post<std::size_t>([](Defedb& db) { return db.flush_all(sm::now_us()); },
                     [this, done = std::move(done)](std::optional<std::size_t> n) {
                         if (!n) return done({1, "flush failed (see the log)"});
                         spdlog::info("flush: {} deferred recipients due now", *n);
-                        arm_due(sm::now_us());
+                        deferred_.due_now();
                         done({0, fmt::format("{} deferred recipients scheduled now\n", *n)});
                     });
 }
@@ -173,24 +173,25 @@ void Qmgr::ctl_flush(CtlDone done) {
 // attempt fails for now.
 void Qmgr::ctl_hold(const std::string& id, bool hold, CtlDone done) {
     std::size_t here = 0;
-    if (Ta* ta = queue_.find(id); ta && !ta->deleted) {
-        for (std::uint32_t i = 0; i < ta->rcpts.size(); ++i) {
-            Rcpt& r = ta->rcpts[i];
-            if (is_closed(r.state) || r.state == RcptState::bouncing) continue;
-            r.hold = hold;
+    if (Ta* ta = queue_.find(id); ta && !ta->deleted()) {
+        for (std::uint32_t i = 0; i < ta->rcpts().size(); ++i) {
+            const Rcpt& r = ta->rcpt(i);
+            if (is_closed(r.state()) || r.state() == RcptState::bouncing) continue;
+            queue_.set_hold(*ta, i, hold);
             ++here;
-            if (hold && r.state == RcptState::active) {
-                r.last_error = r.last_error.empty() ? "held by operator" : r.last_error;
-                park(*ta, i, sm::now_us());
+            if (hold && r.state() == RcptState::active) {
+                queue_.defer_begin(*ta, i,
+                                   r.last_error().empty() ? "held by operator" : r.last_error());
+                deferred_.park(*ta, i, sm::now_us());
             }
         }
     }
-    db<std::size_t>([id, hold](Defedb& db) { return db.set_held(id, hold); },
+    dbq_.post<std::size_t>([id, hold](Defedb& db) { return db.set_held(id, hold); },
                     [this, id, hold, here, done = std::move(done)](std::optional<std::size_t> n) {
                         if (!n) return done({1, "defedb error (see the log)"});
                         if (here + *n == 0) return done({1, "no such queue id"});
                         spdlog::info("{}: {} by operator", id, hold ? "held" : "released");
-                        if (!hold) refresh_due();
+                        if (!hold) deferred_.refresh();
                         done({0, fmt::format("{}: {} recipients {}\n", id, here + *n,
                                              hold ? "held" : "released")});
                     });
@@ -201,33 +202,25 @@ void Qmgr::ctl_hold(const std::string& id, bool hold, CtlDone done) {
 void Qmgr::ctl_delete(const std::string& id, CtlDone done) {
     std::size_t here = 0;
     std::string cdb = id;
-    if (Ta* ta = queue_.find(id); ta && !ta->deleted) {
-        ta->deleted = true;
+    if (Ta* ta = queue_.find(id); ta && !ta->deleted()) {
+        queue_.mark_deleted(*ta);
         cdb = ta->cdb_id();
         // Deferrals not yet handed to DEFEDB are simply not written.
-        std::erase_if(parks_, [&](const Park& p) {
-            if (p.rec.ta_id != id) return false;
-            ta->rcpts[p.rec.idx].state = RcptState::active;
-            return true;
-        });
-        for (std::uint32_t i = 0; i < ta->rcpts.size(); ++i) {
-            const Rcpt& r = ta->rcpts[i];
-            if (is_closed(r.state)) continue;
-            here += !r.from_defedb;  // the others are counted by DEFEDB
-            if (r.state == RcptState::active) queue_.close(*ta, i, RcptState::done);
+        std::vector<bool> unparked(ta->rcpts().size());
+        for (auto i : deferred_.cancel_parks(id)) unparked[i] = true;
+        for (std::uint32_t i = 0; i < ta->rcpts().size(); ++i) {
+            const Rcpt& r = ta->rcpt(i);
+            if (is_closed(r.state())) continue;
+            here += !r.from_defedb();  // the others are counted by DEFEDB
+            if (r.state() == RcptState::active || unparked[i]) queue_.drop(*ta, i);
         }
         check_ta(*ta);
     }
-    deleting_.insert(id);
-    db<std::pair<std::size_t, std::uint64_t>>(
-        [id](Defedb& db) { return std::make_pair(db.remove_ta(id), db.count()); },
-        [this, id, cdb, here, done = std::move(done)](auto r) {
-            deleting_.erase(id);
-            if (!r) return done({1, "defedb error (see the log)"});
-            defedb_count_ = r->second;
-            const std::size_t* n = &r->first;
+    deferred_.remove_ta(id, [this, id, cdb, here, done = std::move(done)](
+                                std::optional<std::size_t> n) {
+            if (!n) return done({1, "defedb error (see the log)"});
             if (here + *n == 0) return done({1, "no such queue id"});
-            drop_ta(id, cdb);
+            reaper_.drop(id, cdb);
             spdlog::info("{}: removed (deleted by operator, {} recipients)", id, here + *n);
             done({0, fmt::format("{}: deleted ({} recipients)\n", id, here + *n)});
         });

@@ -1,4 +1,5 @@
 #include "defedb.hpp"
+#include "quarantine.hpp"
 
 #include "defedb_record.hpp"
 #include "ids.hpp"
@@ -10,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -193,13 +193,14 @@ struct Defedb::Impl {
             hex += digits[ch >> 4];
             hex += digits[ch & 15];
         }
-        std::string path;
+        std::string copy;
         if (!quarantine_dir.empty()) {
-            path = quarantine_dir + "/defedb-" + table + "-" + hex;
-            std::ofstream(path, std::ios::binary).write(data.data(), static_cast<std::streamsize>(data.size()));
+            const std::string name = std::string("defedb-") + table + "-" + hex;
+            const std::string err = quarantine_write(quarantine_dir, name, data);
+            copy = err.empty() ? ", copy in " + quarantine_dir + "/" + name
+                               : ", no copy (" + err + ")";
         }
-        spdlog::error("defedb: corrupt {} record {} removed{}{}", table, hex,
-                      path.empty() ? "" : ", copy in ", path);
+        spdlog::error("defedb: corrupt {} record {} removed{}", table, hex, copy);
         c->del(0);
         if (std::string_view(table) == "rcpt") --txn_count_delta;
     }

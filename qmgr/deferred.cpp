@@ -1,14 +1,15 @@
 // The deferred queue: recipients that failed for now move to DEFEDB and leave
 // memory; a timer on DEFEDB's next-try index feeds them back when due.
 // Every DEFEDB call runs on the DEFEDB strand of the worker pool.
-#include "qmgr.hpp"
+#include "deferred.hpp"
 
 #include "ids.hpp"
+#include "quarantine.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
-#include <fstream>
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -18,48 +19,93 @@ namespace {
 
 constexpr std::size_t due_batch = 1000;  // recipients per due() call
 constexpr auto maintenance_every = std::chrono::seconds(60);
-constexpr auto db_retry_after = std::chrono::seconds(5);
+constexpr auto retry_after = std::chrono::seconds(5);
 
 } // namespace
 
-// A recipient failed for now: write it to DEFEDB (with the next batch).
-void Qmgr::park(Ta& ta, std::uint32_t idx, std::uint64_t until_us) {
-    Rcpt& r = ta.rcpts[idx];
+DeferredQueue::DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, DefedbStrand& db,
+                             Hooks hooks)
+    : cfg_(cfg), ex_(ex), db_(db), hooks_(std::move(hooks)), spool_(cfg.spool_dir_abs()),
+      retry_timer_(ex), due_timer_(ex), maint_timer_(ex) {}
+
+void DeferredQueue::start() {
+    kick();
+    maintain();
+}
+
+void DeferredQueue::stop() {
+    running_ = false;
+    due_timer_.cancel();
+    maint_timer_.cancel();
+    retry_timer_.cancel();
+}
+
+// A recipient failed for now (state moving): write it to DEFEDB (with the
+// next batch).
+void DeferredQueue::park(const Ta& ta, std::uint32_t idx, std::uint64_t until_us) {
+    const Rcpt& r = ta.rcpt(idx);
     DeferredRcpt d;
     d.ta_id = ta.id;
     d.idx = idx;
-    d.addr = r.addr;
-    d.attempts = r.attempts;
+    d.addr = r.addr();
+    d.attempts = r.attempts();
     d.first_arrival_us = ta.arrival_us();
     d.last_attempt_us = sm::now_us();
     d.next_try_us = until_us;
-    d.last_error = r.last_error;
-    d.held = r.hold;
-    d.warned = r.warned;
-    r.state = RcptState::moving;
-    parks_.push_back(Park{ta.env, std::move(d), !r.from_defedb});
-    kick_db();
+    d.last_error = r.last_error();
+    d.held = r.hold();
+    d.warned = r.warned();
+    parks_.push_back(Park{ta.env, std::move(d), !r.from_defedb()});
+    kick();
 }
 
-void Qmgr::drop_from_defedb(const Ta& ta, std::uint32_t idx) {
-    removes_.emplace_back(ta.id, idx);
-    kick_db();
+void DeferredQueue::remove(const std::string& ta_id, std::uint32_t idx) {
+    removes_.emplace_back(ta_id, idx);
+    kick();
+}
+
+void DeferredQueue::check(const std::string& ta_id, const std::string& cdb_id) {
+    checks_.push_back(Check{ta_id, cdb_id});
+    kick();
+}
+
+std::vector<std::uint32_t> DeferredQueue::cancel_parks(const std::string& ta_id) {
+    std::vector<std::uint32_t> idx;
+    std::erase_if(parks_, [&](const Park& p) {
+        if (p.rec.ta_id != ta_id) return false;
+        idx.push_back(p.rec.idx);
+        return true;
+    });
+    return idx;
+}
+
+void DeferredQueue::remove_ta(const std::string& ta_id,
+                              std::function<void(std::optional<std::size_t>)> done) {
+    deleting_.insert(ta_id);
+    db_.post<std::pair<std::size_t, std::uint64_t>>(
+        [ta_id](Defedb& db) { return std::make_pair(db.remove_ta(ta_id), db.count()); },
+        [this, ta_id, done = std::move(done)](auto r) {
+            deleting_.erase(ta_id);
+            if (!r) return done(std::nullopt);
+            count_ = r->second;
+            done(r->first);
+        });
 }
 
 // One DEFEDB batch per event-loop turn, and only one out at a time: what
 // arrives meanwhile goes into the next one (one fsync for many deferrals).
-void Qmgr::kick_db() {
-    if (db_posted_ || db_busy_) return;
-    db_posted_ = true;
+void DeferredQueue::kick() {
+    if (posted_ || busy_) return;
+    posted_ = true;
     asio::post(ex_, [this] {
-        db_posted_ = false;
-        write_db();
+        posted_ = false;
+        write();
     });
 }
 
-void Qmgr::write_db() {
-    if (db_busy_ || (parks_.empty() && removes_.empty() && checks_.empty())) return;
-    db_busy_ = true;
+void DeferredQueue::write() {
+    if (busy_ || (parks_.empty() && removes_.empty() && checks_.empty())) return;
+    busy_ = true;
     auto parks = std::make_shared<std::vector<Park>>(std::exchange(parks_, {}));
     auto removes = std::make_shared<std::vector<std::pair<std::string, std::uint32_t>>>(
         std::exchange(removes_, {}));
@@ -68,7 +114,7 @@ void Qmgr::write_db() {
         std::vector<Check> checks;  // transactions DEFEDB no longer holds
         std::uint64_t count = 0;
     };
-    db<Gone>(
+    db_.post<Gone>(
         [parks, removes, checks](Defedb& db) {
             std::vector<DeferredTa> fresh;
             std::unordered_map<std::string, std::size_t> at;
@@ -94,79 +140,60 @@ void Qmgr::write_db() {
             return gone;
         },
         [this, parks, removes, checks](std::optional<Gone> gone) {
-            db_busy_ = false;
+            busy_ = false;
             if (!gone) {
                 // Not written (e.g. ENOSPC): everything waits for the next try.
                 parks_.insert(parks_.end(), parks->begin(), parks->end());
                 removes_.insert(removes_.end(), removes->begin(), removes->end());
                 checks_.insert(checks_.end(), checks->begin(), checks->end());
-                db_retry_.expires_after(db_retry_after);
-                db_retry_.async_wait([this](boost::system::error_code ec) {
-                    if (!ec) write_db();
+                retry_timer_.expires_after(retry_after);
+                retry_timer_.async_wait([this](boost::system::error_code ec) {
+                    if (!ec) write();
                 });
                 return;
             }
-            defedb_count_ = gone->count;
-            written(std::move(*parks), std::move(gone->checks));
-            write_db();
+            count_ = gone->count;
+            const bool parked = !parks->empty();
+            hooks_.written(std::move(*parks), std::move(gone->checks));
+            if (!removes_.empty()) kick();
+            if (parked) refresh();
+            write();
         });
 }
 
-void Qmgr::written(std::vector<Park> parks, std::vector<Check> gone) {
-    std::unordered_set<std::string> touched;
-    for (const auto& p : parks) {
-        if (p.fresh) ibdb_.rcpt_deferred(p.rec.ta_id, p.rec.idx);
-        Ta* ta = queue_.find(p.rec.ta_id);
-        if (!ta) continue;
-        Rcpt& r = ta->rcpts[p.rec.idx];
-        r.from_defedb = true;
-        r.hold = false;
-        ta->touched_defedb = true;
-        if (ta->deleted) removes_.emplace_back(ta->id, p.rec.idx);
-        queue_.close(*ta, p.rec.idx, RcptState::deferred);
-        touched.insert(ta->id);
-    }
-    for (const auto& id : touched)
-        if (Ta* ta = queue_.find(id)) check_ta(*ta);
-    // A transaction DEFEDB no longer holds and memory does not either: done.
-    for (const auto& c : gone)
-        if (!queue_.find(c.ta_id)) finish_ta(c.ta_id, c.cdb_id);
-    if (!removes_.empty()) kick_db();
-    if (!parks.empty()) refresh_due();
-}
-
 // Asks DEFEDB for its earliest next try and arms the timer for it.
-void Qmgr::refresh_due() {
-    if (refresh_busy_ || !accepting_) return;
+void DeferredQueue::refresh() {
+    if (refresh_busy_ || !running_) return;
     refresh_busy_ = true;
-    db<std::optional<std::uint64_t>>([](Defedb& db) { return db.next_due_time(); },
-                                     [this](std::optional<std::optional<std::uint64_t>> t) {
-                                         refresh_busy_ = false;
-                                         if (t && *t) arm_due(**t);
-                                     });
+    db_.post<std::optional<std::uint64_t>>([](Defedb& db) { return db.next_due_time(); },
+                                          [this](std::optional<std::optional<std::uint64_t>> t) {
+                                              refresh_busy_ = false;
+                                              if (t && *t) arm(**t);
+                                          });
 }
 
-void Qmgr::arm_due(std::uint64_t at_us) {
-    if (!accepting_ || (due_at_ && due_at_ <= at_us)) return;
+void DeferredQueue::due_now() { arm(sm::now_us()); }
+
+void DeferredQueue::arm(std::uint64_t at_us) {
+    if (!running_ || (due_at_ && due_at_ <= at_us)) return;
     due_at_ = at_us;
     // Re-arming cancels the later wait; its handler sees operation_aborted.
     due_timer_.expires_at(asio::system_timer::time_point(std::chrono::microseconds(at_us)));
     due_timer_.async_wait([this](boost::system::error_code ec) {
         if (ec) return;
         due_at_ = 0;
-        fetch_due();
+        fetch();
     });
 }
 
 // Takes due recipients into the active queue, as many as it has room for.
 // They are leased in DEFEDB: after a crash they come back when the lease
 // ends; while we hold them a later due() skips them.
-void Qmgr::fetch_due() {
-    if (due_busy_ || !accepting_) return;
-    const std::size_t max = cfg_.queue.aq_max_entries;
-    const std::size_t room = queue_.rcpts() < max ? max - queue_.rcpts() : 0;
+void DeferredQueue::fetch() {
+    if (due_busy_ || !running_) return;
+    const std::size_t room = hooks_.room();
     if (room == 0) {
-        arm_due(sm::now_us() + 1'000'000);
+        arm(sm::now_us() + 1'000'000);
         return;
     }
     due_busy_ = true;
@@ -179,7 +206,7 @@ void Qmgr::fetch_due() {
         std::vector<DeferredTa> tas;
         std::uint64_t quarantined = 0;
     };
-    db<Due>(
+    db_.post<Due>(
         [=](Defedb& db) {
             const auto now = sm::now_us();
             Due out;
@@ -191,11 +218,16 @@ void Qmgr::fetch_due() {
                 struct stat st;
                 const auto path = sm::cdb_path(spool, t.envelope.cdb_id, hashed);
                 if (::stat(path.c_str(), &st) == 0) return false;
-                const std::string note = qdir + "/" + t.envelope.ta_id + ".envelope";
-                std::ofstream(note, std::ios::binary) << sm::msg::envelope_bytes(t.envelope);
+                const std::string name = t.envelope.ta_id + ".envelope";
+                const std::string err =
+                    quarantine_write(qdir, name, sm::msg::envelope_bytes(t.envelope));
                 db.remove_ta(t.envelope.ta_id);
-                spdlog::error("{}: content file {} missing; deferred envelope saved as {}",
-                              t.envelope.ta_id, path, note);
+                if (err.empty())
+                    spdlog::error("{}: content file {} missing; deferred envelope saved as {}/{}",
+                                  t.envelope.ta_id, path, qdir, name);
+                else
+                    spdlog::error("{}: content file {} missing; deferred envelope not saved ({})",
+                                  t.envelope.ta_id, path, err);
                 ++out.quarantined;
                 return true;
             });
@@ -206,65 +238,34 @@ void Qmgr::fetch_due() {
             if (!due) {
                 // The leases were not written (e.g. ENOSPC): the index still
                 // says "due", so asking again now would spin. Try later.
-                arm_due(sm::now_us() + static_cast<std::uint64_t>(
-                                           std::chrono::microseconds(db_retry_after).count()));
+                arm(sm::now_us() + static_cast<std::uint64_t>(
+                                       std::chrono::microseconds(retry_after).count()));
                 return;
             }
-            counters_.quarantined += due->quarantined;
+            quarantined_ += due->quarantined;
             std::size_t n = due->quarantined;
             for (const auto& t : due->tas) n += t.rcpts.size();
-            got_due(std::move(due->tas));
-            if (n >= limit) fetch_due();
-            else refresh_due();
+            std::erase_if(due->tas, [this](const DeferredTa& t) {
+                return deleting_.count(t.envelope.ta_id) > 0;
+            });
+            hooks_.due(std::move(due->tas));
+            if (n >= limit) fetch();
+            else refresh();
         });
-}
-
-void Qmgr::got_due(std::vector<DeferredTa> tas) {
-    for (auto& t : tas) {
-        if (deleting_.count(t.envelope.ta_id)) continue;
-        Ta* ta = queue_.find(t.envelope.ta_id);
-        const bool created = !ta;
-        if (!ta) {
-            // Only the recipients DEFEDB gave us are ours; the others stay closed.
-            ta = queue_.add(t.envelope, RcptState::done);
-            ta->durable = true;
-            ta->touched_defedb = true;
-        }
-        if (ta->deleted) continue;
-        std::vector<std::uint32_t> todo;
-        for (const auto& d : t.rcpts) {
-            if (d.idx >= ta->rcpts.size()) continue;
-            Rcpt& r = ta->rcpts[d.idx];
-            // Still ours from an earlier lease (in flight, being written).
-            if (!created && r.state != RcptState::deferred) continue;
-            queue_.reopen(*ta, d.idx);
-            r.from_defedb = true;
-            r.attempts = d.attempts;
-            r.last_error = d.last_error;
-            r.warned = d.warned;
-            if (expired(*ta)) {
-                bounce(*ta, d.idx, {}, expired_rcpt(r.addr, d.last_error, {}, d.last_attempt_us));
-                continue;
-            }
-            todo.push_back(d.idx);
-        }
-        if (!todo.empty()) schedule(*ta, todo);
-        check_ta(*ta);
-    }
 }
 
 // Once a minute: a DEFEDB checkpoint, the recipient count for the stats, and
 // a fresh look at the index (e.g. after an operator release).
-void Qmgr::maintain() {
-    db<std::uint64_t>(
+void DeferredQueue::maintain() {
+    db_.post<std::uint64_t>(
         [](Defedb& db) {
             db.checkpoint();
             return db.count();
         },
         [this](std::optional<std::uint64_t> n) {
-            if (n) defedb_count_ = *n;
+            if (n) count_ = *n;
         });
-    refresh_due();
+    refresh();
     maint_timer_.expires_after(maintenance_every);
     maint_timer_.async_wait([this](boost::system::error_code ec) {
         if (!ec) maintain();

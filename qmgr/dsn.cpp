@@ -2,6 +2,7 @@
 
 #include "ids.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -268,6 +269,46 @@ std::optional<std::string> read_header_section(const std::string& path, std::str
     }
     bool whole_file = in.eof();
     return buf.substr(0, whole_file ? buf.size() : pos);
+}
+
+FailedRcpt failed_rcpt(const std::string& addr, const std::string& reply) {
+    FailedRcpt f;
+    f.addr = addr;
+    std::string_view rest = reply;
+    if (rest.size() >= 3 && std::all_of(rest.begin(), rest.begin() + 3,
+                                        [](unsigned char c) { return std::isdigit(c); })) {
+        f.code = static_cast<unsigned>(std::stoi(std::string(rest.substr(0, 3))));
+        rest.remove_prefix(std::min<std::size_t>(4, rest.size()));
+        // "4.3.0 text": an enhanced status is digit.digits.digits
+        const auto sp = rest.find(' ');
+        const auto st = rest.substr(0, sp);
+        if (st.size() >= 5 && std::isdigit(static_cast<unsigned char>(st[0])) && st[1] == '.' &&
+            std::count(st.begin(), st.end(), '.') == 2) {
+            f.status = std::string(st);
+            rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
+        }
+    }
+    f.text = std::string(rest);
+    return f;
+}
+
+FailedRcpt failed_rcpt(const std::string& addr, const sm::msg::RcptResult& reply) {
+    FailedRcpt f;
+    f.addr = addr;
+    f.code = reply.code;
+    f.status = reply.enhanced;
+    f.text = reply.text;
+    return f;
+}
+
+FailedRcpt expired_rcpt(const std::string& addr, const std::string& last_error,
+                             const std::string& relay, std::uint64_t last_attempt_us) {
+    auto f = failed_rcpt(addr, last_error);
+    f.status = "4.4.7";
+    f.text = "message expired in queue: " + f.text;
+    f.remote_mta = relay;
+    f.last_attempt_us = last_attempt_us;
+    return f;
 }
 
 } // namespace smx::qmgr::dsn

@@ -63,4 +63,13 @@ std::optional<std::string> read_header_section(const std::string& path, std::str
                                                std::size_t cap = max_header_section);
 
 
+// A reply text "451 4.3.0 text" split for a DSN (code, status, text): for
+// a last error kept as text (memory, DEFEDB).
+FailedRcpt failed_rcpt(const std::string& addr, const std::string& reply);
+// SMTPC's reply as it came, already split: nothing to parse again.
+FailedRcpt failed_rcpt(const std::string& addr, const sm::msg::RcptResult& reply);
+// The end of the queue lifetime after last_error (status 4.4.7).
+FailedRcpt expired_rcpt(const std::string& addr, const std::string& last_error,
+                        const std::string& relay, std::uint64_t last_attempt_us);
+
 } // namespace smx::qmgr::dsn

@@ -2,6 +2,7 @@
 // skips a torn tail, quarantines corrupt records and resyncs on the next
 // valid one. Never throws on bad data: a broken log must not stop QMGR.
 #include "ibdb_record.hpp"
+#include "quarantine.hpp"
 
 #include "crc32c.hpp"
 
@@ -178,19 +179,14 @@ private:
     void quarantine(const std::string& name, std::size_t off, std::string_view bytes,
                     const std::string& why) {
         ++out_.corrupt;
-        std::error_code ec;
-        fs::create_directories(opt_.quarantine_dir, ec);
-        std::string qpath = opt_.quarantine_dir + "/ibdb-" + name + "-" + std::to_string(off);
-        int fd = ::open(qpath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        bool ok = fd >= 0 && ::write(fd, bytes.data(), bytes.size()) ==
-                                 static_cast<ssize_t>(bytes.size());
-        if (fd >= 0) ::close(fd);
-        if (ok)
-            spdlog::warn("ibdb: {} offset {}: {}, {} bytes quarantined to {}", name, off, why,
-                         bytes.size(), qpath);
+        const std::string qname = "ibdb-" + name + "-" + std::to_string(off);
+        const std::string err = quarantine_write(opt_.quarantine_dir, qname, bytes);
+        if (err.empty())
+            spdlog::warn("ibdb: {} offset {}: {}, {} bytes quarantined to {}/{}", name, off, why,
+                         bytes.size(), opt_.quarantine_dir, qname);
         else
-            spdlog::error("ibdb: {} offset {}: {}, {} bytes skipped (quarantine {}: {})", name,
-                          off, why, bytes.size(), qpath, std::strerror(errno));
+            spdlog::error("ibdb: {} offset {}: {}, {} bytes skipped (quarantine {})", name, off,
+                          why, bytes.size(), err);
     }
 
     const IbdbOptions& opt_;

@@ -17,7 +17,7 @@ namespace smx::qmgr {
 namespace {
 
 std::vector<std::uint32_t> all_rcpts(const Ta& ta) {
-    std::vector<std::uint32_t> idx(ta.rcpts.size());
+    std::vector<std::uint32_t> idx(ta.rcpts().size());
     for (std::uint32_t i = 0; i < idx.size(); ++i) idx[i] = i;
     return idx;
 }
@@ -78,7 +78,7 @@ void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply) {
                accepting_ ? no_storage : "4.3.2 queue manager shutting down, try again later");
         return;
     }
-    queue_.add(env);
+    queue_.admit(env);
     ibdb_.append_transaction(env, [this, id = env.ta_id, req_id, reply = std::move(reply)](
                                       bool ok, const std::string& error) {
         committed(id, req_id, reply, ok, error);
@@ -93,17 +93,16 @@ void Qmgr::committed(const std::string& id, std::uint64_t req_id, const Send& re
         // Nothing will ever name the content: it goes now (SMTPS removes
         // it too on a tempfail; whoever comes second finds nothing).
         spdlog::error("{}: envelope log write failed: {}", id, error);
-        if (ta) unlink_later(ta->cdb_id());
-        queue_.erase(id);
+        if (ta) reaper_.discard(ta->cdb_id());
+        queue_.abandon(id);
         ++counters_.tempfailed;
         reply(sm::msg::encode(sm::msg::TaAck{id, AckStatus::tempfail, no_storage}, req_id));
         return;
     }
     reply(sm::msg::encode(sm::msg::TaAck{id, AckStatus::ok, {}}, req_id));
-    ta->durable = true;
     ++counters_.received;
     spdlog::info("{}: from=<{}>, size={}, nrcpt={} (queue active)", id, ta->sender(), ta->size(),
-                 ta->rcpts.size());
+                 ta->rcpts().size());
     schedule(*ta, all_rcpts(*ta));
 }
 

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <unordered_set>
 
 namespace smx::qmgr {
 
@@ -24,14 +25,28 @@ SchedulerOptions scheduler_options(const sm::Config& cfg) {
 
 Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
            Ibdb& ibdb, Defedb& defedb)
-    : cfg_(cfg), ex_(ex), workers_(workers), dbq_(asio::make_strand(workers.get_executor())),
-      ibdb_(ibdb), defedb_(defedb), spool_(cfg.spool_dir_abs()), router_(cfg),
-      sched_(ex, scheduler_options(cfg),
+    : cfg_(cfg), ex_(ex), workers_(workers), dbq_(ex, workers, defedb), ibdb_(ibdb),
+      spool_(cfg.spool_dir_abs()), reaper_(cfg, ex, workers, ibdb),
+      sweeper_(cfg, ex, workers, queue_, dbq_, reaper_),
+      deferred_(cfg, ex, dbq_,
+                {[this](auto parks, auto gone) { parked(std::move(parks), std::move(gone)); },
+                 [this](auto tas) { got_due(std::move(tas)); },
+                 [this] {
+                     const std::size_t max = cfg_.queue.aq_max_entries;
+                     return queue_.rcpts() < max ? max - queue_.rcpts() : 0;
+                 }}),
+      bouncer_(cfg, ex, workers, queue_, ibdb, reaper_,
+               {[this](const auto& id, const auto& list) { bounced(id, list); },
+                [this](const auto& id, const auto& list, const auto& error) {
+                    bounce_failed(id, list, error);
+                },
+                [this](Ta& dsn) { schedule(dsn, {0}); }}),
+      router_(cfg),
+      sched_(ex, queue_, scheduler_options(cfg),
              [this](Ta& ta, std::uint32_t idx, const std::string& why, std::uint64_t until) {
                  defer(ta, idx, {}, why, until);
              }),
-      db_retry_(ex), due_timer_(ex), maint_timer_(ex), disk_timer_(ex),
-      sweep_timer_(ex), reclaim_timer_(ex) {
+      disk_timer_(ex), reclaim_timer_(ex) {
     check_disk();
     reclaim_overdue();
 }
@@ -57,12 +72,10 @@ void Qmgr::reclaim_overdue() {
 
 void Qmgr::stop() {
     accepting_ = false;
-    due_timer_.cancel();
-    maint_timer_.cancel();
+    deferred_.stop();
     disk_timer_.cancel();
-    sweep_timer_.cancel();
+    sweeper_.stop();
     reclaim_timer_.cancel();
-    db_retry_.cancel();
 }
 
 void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
@@ -71,9 +84,9 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
     std::vector<std::pair<Destination, std::vector<std::uint32_t>>> groups;
     Destination d;
     for (auto i : idx) {
-        const std::string domain = domain_of(ta.rcpts[i].addr);
+        const std::string domain = domain_of(ta.rcpt(i).addr());
         if (!router_.route(domain, d)) {
-            retry_later(ta, i, {}, "no route to " + (domain.empty() ? ta.rcpts[i].addr : domain));
+            retry_later(ta, i, {}, "no route to " + (domain.empty() ? ta.rcpt(i).addr() : domain));
             continue;
         }
         auto g = std::find_if(groups.begin(), groups.end(),
@@ -88,54 +101,86 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
 }
 
 // Called whenever a recipient closes. Once nothing is open in memory the
-// transaction leaves memory; its content goes when no envelope names it:
-// at once when DEFEDB never saw it, else after DEFEDB says it holds nothing
-// more of it (asked on the DEFEDB strand, after every removal made so far).
+// transaction leaves memory; the reaper decides whether its content goes,
+// asking DEFEDB (on its strand, after every removal made so far) when DEFEDB
+// held some of it.
 void Qmgr::check_ta(Ta& ta) {
-    if (ta.open > 0) return;
+    if (ta.open() > 0) return;
     const std::string id = ta.id, cdb = ta.cdb_id();
-    const bool parked = std::any_of(ta.rcpts.begin(), ta.rcpts.end(),
-                                    [](const Rcpt& r) { return r.state == RcptState::deferred; });
-    const bool deleted = ta.deleted, touched = ta.touched_defedb;
+    const auto verdict = Reaper::verdict(ta);
     sched_.forget(ta);
-    queue_.erase(id);
-    if (deleted || parked) return;
-    if (!touched) {
-        finish_ta(id, cdb);
-        return;
+    queue_.retire(ta);
+    switch (verdict) {
+    case Reaper::Verdict::keep: return;
+    case Reaper::Verdict::now: return reaper_.finish(id, cdb);
+    case Reaper::Verdict::ask_defedb: return deferred_.check(id, cdb);
     }
-    checks_.push_back(Check{id, cdb});
-    kick_db();
 }
 
-// Every recipient is final: the envelope is done and the content can go.
-void Qmgr::finish_ta(const std::string& id, const std::string& cdb_id) {
-    drop_ta(id, cdb_id);
-    spdlog::info("{}: removed", id);
+void Qmgr::parked(std::vector<DeferredQueue::Park> parks, std::vector<DeferredQueue::Check> gone) {
+    std::unordered_set<std::string> touched;
+    for (const auto& p : parks) {
+        if (p.fresh) ibdb_.rcpt_deferred(p.rec.ta_id, p.rec.idx);
+        Ta* ta = queue_.find(p.rec.ta_id);
+        if (!ta) continue;
+        if (ta->deleted()) deferred_.remove(ta->id, p.rec.idx);
+        queue_.deferred(*ta, p.rec.idx);
+        touched.insert(ta->id);
+    }
+    for (const auto& id : touched)
+        if (Ta* ta = queue_.find(id)) check_ta(*ta);
+    // A transaction DEFEDB no longer holds and memory does not either: done.
+    for (const auto& c : gone)
+        if (!queue_.find(c.ta_id)) reaper_.finish(c.ta_id, c.cdb_id);
 }
 
-// The content goes once the ta_done record is written: a QMGR killed
-// before that must not find the envelope without its content. A sweep
-// running meanwhile must not take the file for an orphan.
-void Qmgr::drop_ta(const std::string& id, const std::string& cdb_id) {
-    if (sweeping_) unlinked_in_sweep_.insert(cdb_id);
-    ibdb_.ta_done(id, [this, cdb_id] { unlink_later(cdb_id); });
+void Qmgr::got_due(std::vector<DeferredTa> tas) {
+    for (auto& t : tas) {
+        Ta* ta = queue_.find(t.envelope.ta_id);
+        const bool created = !ta;
+        // Only the recipients DEFEDB gave us are ours; the others stay closed.
+        if (!ta) ta = queue_.admit_untracked(t.envelope);
+        if (ta->deleted()) continue;
+        std::vector<std::uint32_t> todo;
+        for (const auto& d : t.rcpts) {
+            if (d.idx >= ta->rcpts().size()) continue;
+            // Still ours from an earlier lease (in flight, being written).
+            if (!created && ta->rcpt(d.idx).state() != RcptState::deferred) continue;
+            queue_.due(*ta, d.idx, d);
+            if (expired(*ta)) {
+                bouncer_.bounce(*ta, d.idx, {},
+                       dsn::expired_rcpt(ta->rcpt(d.idx).addr(), d.last_error, {}, d.last_attempt_us));
+                continue;
+            }
+            todo.push_back(d.idx);
+        }
+        if (!todo.empty()) schedule(*ta, todo);
+        check_ta(*ta);
+    }
 }
 
-// Unlinks run on the worker pool: removing the files cost as much as the
-// whole run in the sendmail X measurements.
-void Qmgr::unlink_later(const std::string& cdb_id) {
-    if (sweeping_) unlinked_in_sweep_.insert(cdb_id);
-    unlinks_.push_back(sm::cdb_path(spool_, cdb_id, cfg_.queue.cdb_hashed));
-    if (unlinks_.size() > 1) return;
-    asio::post(ex_, [this] {
-        asio::post(workers_, [paths = std::move(unlinks_)] {
-            for (const auto& p : paths)
-                if (::unlink(p.c_str()) != 0 && errno != ENOENT)
-                    spdlog::error("unlink {}: {}", p, std::strerror(errno));
-        });
-        unlinks_.clear();
-    });
+void Qmgr::bounced(const std::string& ta_id, const std::vector<Bouncer::Bounce>& list) {
+    Ta* ta = queue_.find(ta_id);
+    if (!ta) return;
+    for (const auto& b : list) {
+        if (ta->rcpt(b.idx).from_defedb()) deferred_.remove(ta_id, b.idx);
+        else if (!ta->deleted()) ibdb_.rcpt_done(ta_id, b.idx);
+        queue_.bounced(*ta, b.idx);
+    }
+    check_ta(*ta);
+}
+
+// Without a durable DSN the recipients wait in DEFEDB and fail (and bounce)
+// again later.
+void Qmgr::bounce_failed(const std::string& ta_id, const std::vector<Bouncer::Bounce>& list,
+                         const std::string& error) {
+    Ta* ta = queue_.find(ta_id);
+    if (!ta) return;
+    for (const auto& b : list) {
+        queue_.bounce_failed(*ta, b.idx, "4.3.0 " + error);
+        deferred_.park(*ta, b.idx,
+                       sm::now_us() + static_cast<std::uint64_t>(backoff(cfg_.queue, 1).count()));
+    }
 }
 
 void defedb_fatal(const std::string& what) {

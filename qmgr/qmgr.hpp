@@ -1,17 +1,29 @@
-// QMGR's state machine: intake of transactions from SMTPS, scheduling to
-// SMTPC, results, the deferred queue (DEFEDB), bounces, control. Everything
-// here runs on the io_context thread; IBDB and DEFEDB do their blocking work
-// on the worker pool and call back here. Member functions live in files named
-// by role: intake.cpp, results.cpp, deferred.cpp, bounce.cpp, control.cpp,
-// recovery.cpp, qmgr.cpp (routing glue and completion).
+// QMGR: the glue between its components, each owning its own state (see
+// docs/qmgr.md for the map):
+//   ActiveQueue (queue.cpp)      transactions and recipient state, checked transitions
+//   Scheduler (scheduler.cpp)    destination queues, windows, SMTPC links
+//   DeferredQueue (deferred.cpp) DEFEDB batches, due timer and leases
+//   Bouncer (bounce.cpp)         DSNs and delay warnings
+//   Reaper (reaper.cpp)          whether and when a content file goes
+//   OrphanSweeper (sweeper.cpp)  content files nobody names
+//   DefedbStrand                 the order of DEFEDB calls
+// Qmgr itself: intake (intake.cpp), results (results.cpp), control
+// (control.cpp), start-up (recovery.cpp), and the components' answers
+// (qmgr.cpp). Everything here runs on the io_context thread; IBDB and DEFEDB
+// do their blocking work on the worker pool and call back here.
 #pragma once
 
+#include "bounce.hpp"
 #include "defedb.hpp"
+#include "defedb_strand.hpp"
+#include "deferred.hpp"
 #include "dsn.hpp"
 #include "ibdb.hpp"
 #include "queue.hpp"
+#include "reaper.hpp"
 #include "routing.hpp"
 #include "scheduler.hpp"
+#include "sweeper.hpp"
 
 #include "config.hpp"
 #include "messages.hpp"
@@ -22,9 +34,7 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -38,8 +48,6 @@ struct Counters {
     std::uint64_t tempfailed = 0; // TA_COMMITs refused for now (full, I/O error)
     std::uint64_t delivered = 0;  // recipients: status=sent
     std::uint64_t deferred = 0;   // recipient deferrals
-    std::uint64_t bounced = 0;    // recipients: status=bounced
-    std::uint64_t dsn_sent = 0;   // DSNs queued
     std::uint64_t quarantined = 0;  // orphan files and envelopes without content
     unsigned smtps_connections = 0;
 };
@@ -75,24 +83,12 @@ public:
     void control(const sm::msg::CtlRequest& req, CtlDone done);
     std::vector<std::pair<const char*, std::uint64_t>> metrics() const;
 
-    Counters& counters() { return counters_; }
+    // SMTPS links come and go; a TA_COMMIT too large to decode was refused.
+    void smtps_link(bool up) { up ? ++counters_.smtps_connections : --counters_.smtps_connections; }
+    void commit_refused() { ++counters_.rejected; }
     const ActiveQueue& queue() const { return queue_; }
 
 private:
-    // A DEFEDB write waiting for the next batch (deferred.cpp).
-    struct Park {
-        std::shared_ptr<const sm::msg::TaCommit> env;
-        DeferredRcpt rec;
-        bool fresh = false;  // not in DEFEDB yet: put, then IBDB rcpt_deferred
-    };
-    struct Check {
-        std::string ta_id, cdb_id;
-    };
-    struct Bounce {
-        std::uint32_t idx = 0;
-        dsn::FailedRcpt why;
-    };
-
     // intake.cpp
     void committed(const std::string& id, std::uint64_t req_id, const Send& reply, bool ok,
                    const std::string& error);
@@ -100,9 +96,15 @@ private:
     // qmgr.cpp: routes recipients of ta and hands them to the scheduler.
     void schedule(Ta& ta, const std::vector<std::uint32_t>& idx);
     void check_ta(Ta& ta);
-    void finish_ta(const std::string& id, const std::string& cdb_id);
-    void drop_ta(const std::string& id, const std::string& cdb_id);
-    void unlink_later(const std::string& cdb_id);
+    // The deferred queue's answers: parks durable in DEFEDB (and transactions
+    // it holds nothing of any more), due recipients back from it.
+    void parked(std::vector<DeferredQueue::Park> parks, std::vector<DeferredQueue::Check> gone);
+    void got_due(std::vector<DeferredTa> tas);
+    // The bouncer's answers: the report is durable (or not wanted), or it
+    // could not be queued.
+    void bounced(const std::string& ta_id, const std::vector<Bouncer::Bounce>& list);
+    void bounce_failed(const std::string& ta_id, const std::vector<Bouncer::Bounce>& list,
+                       const std::string& error);
     // Takes back deliveries SMTPC has held past queue.max_delivery_time.
     void reclaim_overdue();
     // results.cpp
@@ -111,83 +113,29 @@ private:
     void defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& why,
                std::uint64_t until_us);
     bool expired(const Ta& ta) const;
-    // deferred.cpp
-    void park(Ta& ta, std::uint32_t idx, std::uint64_t until_us);
-    void drop_from_defedb(const Ta& ta, std::uint32_t idx);
-    void kick_db();
-    void write_db();
-    void written(std::vector<Park> parks, std::vector<Check> gone);
-    void refresh_due();
-    void arm_due(std::uint64_t at_us);
-    void fetch_due();
-    void got_due(std::vector<DeferredTa> tas);
-    void maintain();
-    // Runs work(defedb) on the DEFEDB strand, then done(result) here;
-    // result is nullopt when DEFEDB threw (logged; a fatal error exits).
-    template <class T>
-    void db(std::function<T(Defedb&)> work, std::function<void(std::optional<T>)> done);
-    // bounce.cpp
-    void bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why);
-    void warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay);
-    void report(std::map<std::string, std::vector<Bounce>>& to, Ta& ta, std::uint32_t idx,
-                dsn::FailedRcpt why);
-    void flush_reports();
-    void queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kind,
-                   std::function<void(const std::string&)> done);
-    void bounced(const std::string& ta_id, const std::vector<Bounce>& list);
-    // Why the sender of ta gets no DSN (null sender, bounce_untrusted), or
-    // nullptr when it does.
-    const char* no_dsn_reason(const Ta& ta) const;
     // control.cpp
     void ctl_queue(CtlDone done);
     void ctl_flush(CtlDone done);
     void ctl_hold(const std::string& id, bool hold, CtlDone done);
     void ctl_delete(const std::string& id, CtlDone done);
-    // recovery.cpp
-    void sweep_orphans();
-    std::unordered_set<std::string> queued_cdb_ids() const;
-    void quarantine_orphans(const std::vector<std::string>& ids);
 
     const sm::Config& cfg_;
     asio::any_io_executor ex_;
     asio::thread_pool& workers_;
-    // All DEFEDB calls go through one strand, in the order they were made:
-    // a presence check then sees every removal made before it.
-    asio::strand<asio::thread_pool::executor_type> dbq_;
+    DefedbStrand dbq_;
     Ibdb& ibdb_;
-    Defedb& defedb_;
     std::string spool_;
-    // CDB files to remove, handed to the worker pool once per event-loop
-    // turn rather than one task (and one thread wake-up) per message.
-    std::vector<std::string> unlinks_;
     ActiveQueue queue_;
+    Reaper reaper_;
+    OrphanSweeper sweeper_;
+    DeferredQueue deferred_;
+    Bouncer bouncer_;
     Router router_;
     Scheduler sched_;
     Counters counters_;
-    // DEFEDB writes gathered while the previous batch is out: one durable
-    // commit for many deferrals.
-    std::vector<Park> parks_;
-    std::vector<std::pair<std::string, std::uint32_t>> removes_;
-    std::vector<Check> checks_;
-    bool db_posted_ = false, db_busy_ = false;
-    asio::steady_timer db_retry_;
-    // Recipients failed for good (or late), by transaction: one DSN each.
-    std::map<std::string, std::vector<Bounce>> bounces_, delays_;
-    // Ids being deleted: a due() answer that raced the delete skips them.
-    std::set<std::string> deleting_;
-    asio::system_timer due_timer_;
-    std::uint64_t due_at_ = 0;  // 0: no wait pending
-    bool due_busy_ = false, refresh_busy_ = false;
-    std::uint64_t defedb_count_ = 0;
-    asio::steady_timer maint_timer_;
     asio::steady_timer disk_timer_;
     bool disk_low_ = false;
-    asio::steady_timer sweep_timer_;
     asio::steady_timer reclaim_timer_;
-    bool sweeping_ = false;
-    // Content files unlinked while a sweep runs: not orphans, whatever the
-    // sweep saw when it started.
-    std::unordered_set<std::string> unlinked_in_sweep_;
     bool accepting_ = true;
 };
 
@@ -197,29 +145,5 @@ std::string reply_text(const sm::msg::RcptResult& r);
 bool connection_failed(const sm::msg::Result& r);
 // Retry delay after the n-th failed attempt: retry_min doubling to retry_max.
 std::chrono::microseconds backoff(const sm::QueueConfig& q, std::uint32_t attempts);
-// A reply text "451 4.3.0 text" split for a DSN (code, status, text).
-dsn::FailedRcpt failed_rcpt(const std::string& addr, const std::string& reply);
-// The end of the queue lifetime after last_error (status 4.4.7).
-dsn::FailedRcpt expired_rcpt(const std::string& addr, const std::string& last_error,
-                             const std::string& relay, std::uint64_t last_attempt_us);
-
-// A panicked DEFEDB environment: exit, the MCP restarts QMGR and the open
-// runs recovery. Everything acked is durable by then.
-[[noreturn]] void defedb_fatal(const std::string& what);
-
-template <class T>
-void Qmgr::db(std::function<T(Defedb&)> work, std::function<void(std::optional<T>)> done) {
-    // The job captures no `this`: it may still run while QMGR shuts down.
-    asio::post(dbq_, [d = &defedb_, ex = ex_, work = std::move(work), done = std::move(done)]() mutable {
-        std::optional<T> r;
-        try {
-            r = work(*d);
-        } catch (const DefedbError& e) {
-            if (e.fatal()) defedb_fatal(e.what());
-            spdlog::error("defedb: {}", e.what());
-        }
-        asio::post(ex, [done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
-    });
-}
 
 } // namespace smx::qmgr

@@ -1,69 +1,168 @@
 // The active queue (AQ): the transactions QMGR holds in memory, with
 // per-recipient state. A deferred recipient lives in DEFEDB, not here; a
 // transaction leaves memory once no recipient needs it here.
+//
+// This is the one owner of recipient and transaction state: every change goes
+// through a named transition below, which checks the source state and panics
+// on an impossible one (as OpenSMTPD's scheduler_ramqueue.c calls fatalx and
+// postfix's qmgr msg_panic). Everything else reads through const accessors.
 // Single-threaded: only the io_context thread touches it.
+//
+// Recipient transitions (state x event -> state; anything else panics):
+//
+//   from \ event | dispatch requeue sent  defer_begin deferred bounce_begin bounce_failed bounced due    drop
+//   -------------+-------------------------------------------------------------------------------------------
+//   active       | inflight    -     -     moving        -      bouncing       -            -      -     done
+//   inflight     |    -      active done   moving        -      bouncing       -            -      -     done
+//   moving       |    -        -     -       -       deferred     -            -            -      -     done
+//   bouncing     |    -        -     -       -           -        -          moving      bounced   -      -
+//   deferred     |    -        -     -       -           -        -            -            -    active   -
+//   untracked    |    -        -     -       -           -        -            -            -    active   -
+//   done,bounced |    -        -     -       -           -        -            -            -      -      -
+//
+//   dispatch      the scheduler hands it to SMTPC
+//   requeue       its SMTPC link was lost: it waits in its queue again
+//   sent          2xx
+//   defer_begin   failed for now (or held): being written to DEFEDB
+//   deferred      DEFEDB holds it (durable)
+//   bounce_begin  failed for good: waiting for its DSN to be durable
+//   bounce_failed the DSN could not be written: it goes to DEFEDB instead
+//   bounced       the DSN is durable (or none is sent)
+//   due           DEFEDB hands it back (next try reached, leased)
+//   drop          `smx delete`: only on a transaction marked deleted
+//
+// done, bounced, deferred and untracked are closed: nothing in memory waits
+// on them; a transaction with no open recipient may be retired.
 #pragma once
 
+#include "defedb.hpp"
 #include "messages.hpp"
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 namespace smx::qmgr {
 
-// Recipient life cycle in memory:
-//   active → inflight → done | bounced (via bouncing) | deferred (via moving)
-// moving: being written to DEFEDB; deferred: DEFEDB holds it (or it is not
-// ours to track); bouncing: waiting for its DSN to be durable.
-// done, bounced and deferred are closed for memory: nothing here waits on them.
-enum class RcptState : std::uint8_t { active, inflight, moving, deferred, bouncing, done, bounced };
-
-const char* to_string(RcptState s);
-inline bool is_closed(RcptState s) {
-    return s == RcptState::done || s == RcptState::bounced || s == RcptState::deferred;
-}
-
-struct Rcpt {
-    std::string addr;
-    RcptState state = RcptState::active;
-    std::uint32_t attempts = 0;
-    std::string last_error;
-    bool from_defedb = false;  // its durable record is in DEFEDB, not IBDB
-    bool hold = false;         // `smx hold` while in flight: park it held
-    bool warned = false;       // its sender got the delay warning
+// moving: being written to DEFEDB; deferred: DEFEDB holds it; bouncing:
+// waiting for its DSN to be durable; untracked: a transaction rebuilt from
+// DEFEDB knows only the recipients DEFEDB gave it, the others are untracked.
+enum class RcptState : std::uint8_t {
+    active, inflight, moving, deferred, bouncing, done, bounced, untracked
+};
+enum class RcptEvent : std::uint8_t {
+    dispatch, requeue, sent, defer_begin, deferred, bounce_begin, bounce_failed, bounced, due, drop
 };
 
-struct Ta {
-    std::string id;
-    std::shared_ptr<const sm::msg::TaCommit> env;  // for DEFEDB and DSNs
-    std::vector<Rcpt> rcpts;
-    std::uint32_t open = 0;        // recipients not closed
-    bool durable = false;          // its IBDB record is on disk
-    bool touched_defedb = false;   // DEFEDB may hold recipients we don't track
-    bool deleted = false;          // `smx delete`: results are dropped
-    std::uint32_t sched_jobs = 0;  // scheduler jobs waiting that point here
+const char* to_string(RcptState s);
+const char* to_string(RcptEvent e);
+inline bool is_closed(RcptState s) {
+    return s == RcptState::done || s == RcptState::bounced || s == RcptState::deferred ||
+           s == RcptState::untracked;
+}
+// The transition table above: the state `ev` leads to from `from`, or
+// nullopt when the event is impossible there.
+std::optional<RcptState> next_state(RcptState from, RcptEvent ev);
+
+class Rcpt {
+public:
+    explicit Rcpt(std::string addr, RcptState s) : addr_(std::move(addr)), state_(s) {}
+    const std::string& addr() const { return addr_; }
+    RcptState state() const { return state_; }
+    std::uint32_t attempts() const { return attempts_; }
+    const std::string& last_error() const { return last_error_; }
+    bool from_defedb() const { return from_defedb_; }  // its durable record is in DEFEDB
+    bool hold() const { return hold_; }                // `smx hold` while out: park it held
+    bool warned() const { return warned_; }            // its sender got the delay warning
+
+private:
+    friend class ActiveQueue;
+    std::string addr_;
+    RcptState state_;
+    std::uint32_t attempts_ = 0;
+    std::string last_error_;
+    bool from_defedb_ = false;
+    bool hold_ = false;
+    bool warned_ = false;
+};
+
+// The scheduler's count of its jobs that point at a transaction: stored with
+// the transaction (so forgetting one is cheap) but only the scheduler writes it.
+class SchedRefs {
+public:
+    bool any() const { return n_ != 0; }
+
+private:
+    friend class Scheduler;
+    std::uint32_t n_ = 0;
+};
+
+class Ta {
+public:
+    Ta(std::string id, std::shared_ptr<const sm::msg::TaCommit> env)
+        : id(std::move(id)), env(std::move(env)) {}
+    const std::string id;
+    const std::shared_ptr<const sm::msg::TaCommit> env;  // for DEFEDB and DSNs
+    SchedRefs sched;
+
+    const std::vector<Rcpt>& rcpts() const { return rcpts_; }
+    const Rcpt& rcpt(std::uint32_t idx) const { return rcpts_.at(idx); }
+    std::uint32_t open() const { return open_; }  // recipients not closed
+    bool touched_defedb() const { return touched_defedb_; }  // DEFEDB may hold some of it
+    bool deleted() const { return deleted_; }  // `smx delete`: results are dropped
 
     const std::string& sender() const { return env->sender; }
     const std::string& cdb_id() const { return env->cdb_id; }
     std::uint64_t size() const { return env->size; }
     std::uint64_t arrival_us() const { return env->arrival_us; }
+
+private:
+    friend class ActiveQueue;
+    std::vector<Rcpt> rcpts_;
+    std::uint32_t open_ = 0;
+    bool touched_defedb_ = false;
+    bool deleted_ = false;
 };
 
 class ActiveQueue {
 public:
-    // Adds a transaction with every recipient in state `initial`; nullptr
-    // when the id is already queued.
-    Ta* add(const sm::msg::TaCommit& env, RcptState initial = RcptState::active);
-    Ta* find(const std::string& id);
-    void erase(const std::string& id);
+    // New transactions; nullptr when the id is already queued.
+    // From SMTPS (or a DSN): every recipient active.
+    Ta* admit(const sm::msg::TaCommit& env);
+    // From IBDB at start-up: done and deferred (DEFEDB holds it) as IBDB
+    // says, the rest active.
+    Ta* admit_recovered(const sm::msg::TaCommit& env, const std::vector<bool>& done,
+                        const std::vector<bool>& deferred);
+    // From DEFEDB (due): every recipient untracked until `due` reopens it.
+    Ta* admit_untracked(const sm::msg::TaCommit& env);
 
-    // Moves a recipient to a closed state; returns true when it was the last
-    // open one. Reopen brings a closed one back (from DEFEDB).
-    bool close(Ta& ta, std::uint32_t idx, RcptState closed_state);
-    void reopen(Ta& ta, std::uint32_t idx);
+    Ta* find(const std::string& id);
+    // A transaction with no open recipient leaves memory.
+    void retire(Ta& ta);
+    // A transaction whose IBDB record was never written leaves memory; none
+    // of its recipients can have been dispatched or bounced.
+    void abandon(const std::string& id);
+
+    // The transitions of the table above.
+    void dispatch(Ta& ta, std::uint32_t idx);
+    void requeue(Ta& ta, std::uint32_t idx);
+    void sent(Ta& ta, std::uint32_t idx);
+    void defer_begin(Ta& ta, std::uint32_t idx, std::string why);
+    void deferred(Ta& ta, std::uint32_t idx);  // also clears hold, marks from_defedb
+    void bounce_begin(Ta& ta, std::uint32_t idx, std::string why);
+    void bounce_failed(Ta& ta, std::uint32_t idx, std::string why);
+    void bounced(Ta& ta, std::uint32_t idx);
+    void due(Ta& ta, std::uint32_t idx, const DeferredRcpt& rec);
+    void drop(Ta& ta, std::uint32_t idx);
+
+    // Attribute changes, checked like transitions.
+    void count_attempt(Ta& ta, std::uint32_t idx);        // active or inflight
+    void set_hold(Ta& ta, std::uint32_t idx, bool hold);  // active, inflight or moving
+    void mark_warned(Ta& ta, std::uint32_t idx);          // moving, once
+    void mark_deleted(Ta& ta);                            // once
 
     template <class F>
     void for_each(F&& f) const {
@@ -74,6 +173,9 @@ public:
     std::size_t rcpts() const { return rcpts_; }  // open recipients in memory
 
 private:
+    Ta* create(const sm::msg::TaCommit& env, RcptState initial);
+    Rcpt& step(Ta& ta, std::uint32_t idx, RcptEvent ev);
+
     std::unordered_map<std::string, std::unique_ptr<Ta>> tas_;
     std::size_t rcpts_ = 0;
 };

@@ -17,12 +17,12 @@ namespace {
 void log_rcpt(const Ta& ta, std::uint32_t idx, const std::string& relay, const char* status,
               const std::string& text) {
     if (relay.empty()) {
-        spdlog::info("{}: to=<{}>, status={} ({})", ta.id, ta.rcpts[idx].addr, status, text);
+        spdlog::info("{}: to=<{}>, status={} ({})", ta.id, ta.rcpt(idx).addr(), status, text);
         return;
     }
     const double delay = static_cast<double>(sm::now_us() - ta.arrival_us()) / 1e6;
     spdlog::info("{}: to=<{}>, relay={}, delay={:.2f}, status={} ({})", ta.id,
-                 ta.rcpts[idx].addr, relay, delay, status, text);
+                 ta.rcpt(idx).addr(), relay, delay, status, text);
 }
 
 } // namespace
@@ -48,37 +48,6 @@ std::chrono::microseconds backoff(const sm::QueueConfig& q, std::uint32_t attemp
     return std::min(d, max);
 }
 
-dsn::FailedRcpt failed_rcpt(const std::string& addr, const std::string& reply) {
-    dsn::FailedRcpt f;
-    f.addr = addr;
-    std::string_view rest = reply;
-    if (rest.size() >= 3 && std::all_of(rest.begin(), rest.begin() + 3,
-                                        [](unsigned char c) { return std::isdigit(c); })) {
-        f.code = static_cast<unsigned>(std::stoi(std::string(rest.substr(0, 3))));
-        rest.remove_prefix(std::min<std::size_t>(4, rest.size()));
-        // "4.3.0 text": an enhanced status is digit.digits.digits
-        const auto sp = rest.find(' ');
-        const auto st = rest.substr(0, sp);
-        if (st.size() >= 5 && std::isdigit(static_cast<unsigned char>(st[0])) && st[1] == '.' &&
-            std::count(st.begin(), st.end(), '.') == 2) {
-            f.status = std::string(st);
-            rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
-        }
-    }
-    f.text = std::string(rest);
-    return f;
-}
-
-dsn::FailedRcpt expired_rcpt(const std::string& addr, const std::string& last_error,
-                             const std::string& relay, std::uint64_t last_attempt_us) {
-    auto f = failed_rcpt(addr, last_error);
-    f.status = "4.4.7";
-    f.text = "message expired in queue: " + f.text;
-    f.remote_mta = relay;
-    f.last_attempt_us = last_attempt_us;
-    return f;
-}
-
 void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, std::string_view missing) {
     sm::test_panic_point("on_result");
     std::string first_error;
@@ -97,22 +66,22 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, std::string_v
     const std::string id = ta.id;
     // Recipients are few per delivery; a missing answer is a temporary error.
     for (auto idx : job->idx) {
-        Rcpt& rc = ta.rcpts[idx];
-        if (rc.state != RcptState::inflight) continue;
+        const Rcpt& rc = ta.rcpt(idx);
+        if (rc.state() != RcptState::inflight) continue;
         auto it = std::find_if(r.rcpts.begin(), r.rcpts.end(),
                                [&](const auto& x) { return x.idx == idx; });
-        if (ta.deleted) {
+        if (ta.deleted()) {
             // `smx delete` while it was out: whatever happened, drop it.
-            queue_.close(ta, idx, RcptState::done);
+            queue_.drop(ta, idx);
         } else if (it == r.rcpts.end()) {
             retry_later(ta, idx, r.relay, std::string(missing));
         } else if (it->code >= 200 && it->code < 300) {
             sent(ta, idx, r.relay, reply_text(*it));
         } else if (it->code >= 500 && it->code < 600 && !cfg_.queue.soft_bounce) {
-            auto why = failed_rcpt(rc.addr, reply_text(*it));
+            auto why = dsn::failed_rcpt(rc.addr(), *it);
             why.remote_mta = r.relay;
             why.last_attempt_us = sm::now_us();
-            bounce(ta, idx, r.relay, std::move(why));
+            bouncer_.bounce(ta, idx, r.relay, std::move(why));
         } else {
             retry_later(ta, idx, r.relay, reply_text(*it));
         }
@@ -125,9 +94,9 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, std::string_v
 void Qmgr::sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status) {
     log_rcpt(ta, idx, relay, "sent", status);
     ++counters_.delivered;
-    if (ta.rcpts[idx].from_defedb) drop_from_defedb(ta, idx);
+    if (ta.rcpt(idx).from_defedb()) deferred_.remove(ta.id, idx);
     else ibdb_.rcpt_done(ta.id, idx);
-    queue_.close(ta, idx, RcptState::done);
+    queue_.sent(ta, idx);
 }
 
 bool Qmgr::expired(const Ta& ta) const {
@@ -138,9 +107,8 @@ bool Qmgr::expired(const Ta& ta) const {
 
 void Qmgr::retry_later(Ta& ta, std::uint32_t idx, const std::string& relay,
                        const std::string& why) {
-    Rcpt& r = ta.rcpts[idx];
-    ++r.attempts;
-    const auto delay = backoff(cfg_.queue, r.attempts);
+    queue_.count_attempt(ta, idx);
+    const auto delay = backoff(cfg_.queue, ta.rcpt(idx).attempts());
     defer(ta, idx, relay, why, sm::now_us() + static_cast<std::uint64_t>(delay.count()));
 }
 
@@ -148,17 +116,19 @@ void Qmgr::retry_later(Ta& ta, std::uint32_t idx, const std::string& relay,
 // recipient goes to DEFEDB until until_us.
 void Qmgr::defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& why,
                  std::uint64_t until_us) {
-    Rcpt& r = ta.rcpts[idx];
-    if (r.state != RcptState::active && r.state != RcptState::inflight) return;
+    // A job that waited for a dead destination may name recipients that
+    // left meanwhile (held, deleted, bounced): not ours to defer any more.
+    const RcptState st = ta.rcpt(idx).state();
+    if (st != RcptState::active && st != RcptState::inflight) return;
     if (expired(ta)) {
-        bounce(ta, idx, relay, expired_rcpt(r.addr, why, relay, sm::now_us()));
+        bouncer_.bounce(ta, idx, relay, dsn::expired_rcpt(ta.rcpt(idx).addr(), why, relay, sm::now_us()));
         return;
     }
-    r.last_error = why;
+    queue_.defer_begin(ta, idx, why);
     ++counters_.deferred;
     log_rcpt(ta, idx, relay, "deferred", why);
-    warn_if_late(ta, idx, relay);
-    park(ta, idx, until_us);
+    bouncer_.warn_if_late(ta, idx, relay);
+    deferred_.park(ta, idx, until_us);
 }
 
 } // namespace smx::qmgr

@@ -7,8 +7,9 @@
 
 namespace smx::qmgr {
 
-Scheduler::Scheduler(asio::any_io_executor ex, SchedulerOptions opt, Suspend suspend)
-    : ex_(std::move(ex)), opt_(opt), suspend_(std::move(suspend)),
+Scheduler::Scheduler(asio::any_io_executor ex, ActiveQueue& queue, SchedulerOptions opt,
+                     Suspend suspend)
+    : ex_(std::move(ex)), queue_(queue), opt_(opt), suspend_(std::move(suspend)),
       // Unique across restarts too, so a late RESULT can never match.
       next_da_(sm::now_us()) {
     opt_.initial_concurrency = std::max(1u, opt_.initial_concurrency);
@@ -36,12 +37,12 @@ void Scheduler::submit(Ta& ta, const Destination& dest, std::vector<std::uint32_
     const std::size_t per = opt_.max_rcpts_per_delivery;
     if (idx.size() <= per) {
         d.jobs.push_back(Job{&ta, std::move(idx)});
-        ++ta.sched_jobs;
+        ++ta.sched.n_;
     } else {
         for (std::size_t i = 0; i < idx.size(); i += per) {
             auto end = idx.begin() + static_cast<std::ptrdiff_t>(std::min(idx.size(), i + per));
             d.jobs.push_back(Job{&ta, {idx.begin() + static_cast<std::ptrdiff_t>(i), end}});
-            ++ta.sched_jobs;
+            ++ta.sched.n_;
         }
     }
     make_ready(d);
@@ -62,8 +63,8 @@ void Scheduler::remove_link(std::uint64_t link) {
             continue;
         }
         Dest& d = *it->second.dest;
-        for (auto i : it->second.job.idx) it->second.job.ta->rcpts[i].state = RcptState::active;
-        ++it->second.job.ta->sched_jobs;
+        for (auto i : it->second.job.idx) queue_.requeue(*it->second.job.ta, i);
+        ++it->second.job.ta->sched.n_;
         d.jobs.push_front(std::move(it->second.job));
         --d.active;
         make_ready(d);
@@ -72,7 +73,7 @@ void Scheduler::remove_link(std::uint64_t link) {
 }
 
 void Scheduler::forget(const Ta& ta) {
-    if (!ta.sched_jobs) return;
+    if (!ta.sched.any()) return;
     for (auto& [key, d] : dests_)
         std::erase_if(d->jobs, [&](const Job& j) { return j.ta == &ta; });
 }
@@ -157,9 +158,10 @@ void Scheduler::pump() {
 void Scheduler::dispatch(Dest& d, Link& l) {
     Job job = std::move(d.jobs.front());
     d.jobs.pop_front();
-    --job.ta->sched_jobs;
+    --job.ta->sched.n_;
     // Recipients held, deleted or suspended while the job waited are gone.
-    std::erase_if(job.idx, [&](std::uint32_t i) { return job.ta->rcpts[i].state != RcptState::active; });
+    std::erase_if(job.idx,
+                  [&](std::uint32_t i) { return job.ta->rcpt(i).state() != RcptState::active; });
     if (job.idx.empty()) return;
     const Ta& ta = *job.ta;
     sm::msg::Deliver m;
@@ -170,8 +172,8 @@ void Scheduler::dispatch(Dest& d, Link& l) {
     m.size = ta.size();
     m.rcpts.reserve(job.idx.size());
     for (auto i : job.idx) {
-        job.ta->rcpts[i].state = RcptState::inflight;
-        m.rcpts.push_back(sm::msg::DeliverRcpt{i, ta.rcpts[i].addr});
+        queue_.dispatch(*job.ta, i);
+        m.rcpts.push_back(sm::msg::DeliverRcpt{i, ta.rcpt(i).addr()});
     }
     m.nexthops = *d.nexthops;
     l.send(sm::msg::encode(m));
@@ -194,7 +196,7 @@ void Scheduler::on_failure(Dest& d, const std::string& error) {
     std::deque<Job> jobs = std::move(d.jobs);
     d.jobs.clear();
     for (auto& j : jobs) {
-        --j.ta->sched_jobs;
+        --j.ta->sched.n_;
         for (auto i : j.idx)
             suspend_(*j.ta, i, "delivery temporarily suspended: " + error, d.dead_until_us);
     }

@@ -48,7 +48,8 @@ public:
                                        std::uint64_t until_us)>;
     using Send = std::function<void(std::string frame)>;
 
-    Scheduler(asio::any_io_executor ex, SchedulerOptions opt, Suspend suspend);
+    // Recipients change state only through queue (dispatch, requeue).
+    Scheduler(asio::any_io_executor ex, ActiveQueue& queue, SchedulerOptions opt, Suspend suspend);
 
     // Queues recipients of ta (all active) for one destination.
     void submit(Ta& ta, const Destination& dest, std::vector<std::uint32_t> idx);
@@ -116,6 +117,7 @@ private:
     Link* find_link(std::uint64_t id);
 
     asio::any_io_executor ex_;
+    ActiveQueue& queue_;
     SchedulerOptions opt_;
     Suspend suspend_;
     std::unordered_map<std::string, std::unique_ptr<Dest>> dests_;

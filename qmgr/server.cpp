@@ -218,12 +218,11 @@ asio::awaitable<void> Server::session(std::shared_ptr<sm::Channel> ch, Peer peer
 }
 
 asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch) {
-    auto& n = q_.counters().smtps_connections;
-    ++n;
+    q_.smtps_link(true);
     spdlog::info("{}: connected", ch->peer());
     while (auto ta = co_await next<sm::msg::TaCommit>(*ch, sm::msg::TA_COMMIT)) {
         if (!ta->rec) {
-            ++q_.counters().rejected;
+            q_.commit_refused();
             ch->send(sm::msg::encode(
                 sm::msg::TaAck{{}, sm::msg::AckStatus::reject, "5.3.4 envelope too large"},
                 ta->req_id));
@@ -232,7 +231,7 @@ asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch) {
         q_.on_commit(std::move(*ta->rec), ta->req_id,
                      [ch](std::string frame) { ch->send(std::move(frame)); });
     }
-    --n;
+    q_.smtps_link(false);
     spdlog::info("{}: disconnected", ch->peer());
 }
 

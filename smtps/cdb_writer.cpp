@@ -1,10 +1,9 @@
 #include "cdb_writer.hpp"
 
+#include "content_file.hpp"
 #include "ids.hpp"
 
-#include <cerrno>
 #include <cstdint>
-#include <fcntl.h>
 #include <filesystem>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -15,32 +14,6 @@ namespace {
 // Larger messages are written in pieces of this size on the event loop
 // (page-cache writes); small ones go to disk in one write on the pool.
 constexpr std::size_t spill_size = 256 * 1024;
-
-// Opens the temporary file, creating the hashed subdirectory on first use.
-int open_tmp(const std::string& tmp, int& fd) {
-    for (int attempt = 0; attempt < 2; ++attempt) {
-        // Group read: SMTPC and QMGR read it through the shared group.
-        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-        if (fd >= 0) return 0;
-        if (errno != ENOENT || attempt > 0) return errno;
-        std::error_code ec;
-        std::filesystem::create_directories(std::filesystem::path(tmp).parent_path(), ec);
-        if (ec) return ec.value();
-    }
-    return EIO;
-}
-
-int write_all(int fd, std::string_view data) {
-    while (!data.empty()) {
-        const ssize_t n = ::write(fd, data.data(), data.size());
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return errno;
-        }
-        data.remove_prefix(static_cast<std::size_t>(n));
-    }
-    return 0;
-}
 
 } // namespace
 
@@ -94,8 +67,8 @@ void CdbWriter::append(std::string_view bytes) {
 }
 
 void CdbWriter::spill() {
-    if (fd_ < 0 && (err_ = open_tmp(tmp_, fd_)) != 0) return;
-    err_ = write_all(fd_, buf_);
+    if (fd_ < 0 && (err_ = sm::content::open_tmp(tmp_, fd_)) != 0) return;
+    err_ = sm::content::write_all(fd_, buf_);
     buf_.clear();
 }
 
@@ -108,16 +81,12 @@ asio::awaitable<int> CdbWriter::commit() {
     auto job = [fd, buf = std::move(buf_), tmp = tmp_,
                 fin = final_]() mutable -> asio::awaitable<int> {
         int err = 0;
-        if (fd < 0) err = open_tmp(tmp, fd);
-        if (!err) err = write_all(fd, buf);
-        if (!err && ::fdatasync(fd) != 0) err = errno;
-        if (fd >= 0 && ::close(fd) != 0 && !err) err = errno;
+        if (fd < 0) err = sm::content::open_tmp(tmp, fd);
+        if (!err) err = sm::content::write_all(fd, buf);
         // rename after the data is durable; the directory entry becomes
         // durable with the journal commit of QMGR's IBDB fdatasync that
         // precedes any 250, on the same file system.
-        if (!err && ::rename(tmp.c_str(), fin.c_str()) != 0) err = errno;
-        if (err) ::unlink(tmp.c_str());
-        co_return err;
+        co_return sm::content::finish(fd, err, tmp, fin);
     };
     err_ = co_await asio::co_spawn(store_.pool(), std::move(job), asio::use_awaitable);
     committed_ = err_ == 0;

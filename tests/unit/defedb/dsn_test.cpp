@@ -211,3 +211,23 @@ TEST_CASE("dsn: header section of a CDB file") {
     CHECK(err.find("missing") != std::string::npos);
     std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("dsn: a failed recipient from SMTPC's reply or from a kept last error") {
+    const sm::msg::RcptResult r{0, 550, "5.1.1", "no such user here"};
+    const auto a = dsn::failed_rcpt("x@example.org", r);
+    CHECK(a.code == 550);
+    CHECK(a.status == "5.1.1");
+    CHECK(a.text == "no such user here");
+    // The text form (last_error) parses to the same.
+    const auto b = dsn::failed_rcpt("x@example.org", std::string("550 5.1.1 no such user here"));
+    CHECK(b.code == a.code);
+    CHECK(b.status == a.status);
+    CHECK(b.text == a.text);
+    // Without an enhanced code the text is kept whole, never re-split.
+    const auto c = dsn::failed_rcpt("x@example.org", sm::msg::RcptResult{0, 554, "", "5.0.0 x"});
+    CHECK(c.status.empty());
+    CHECK(c.text == "5.0.0 x");
+    const auto e = dsn::expired_rcpt("x@example.org", "451 4.3.0 try later", "mx", 7);
+    CHECK(e.status == "4.4.7");
+    CHECK(e.text == "message expired in queue: try later");
+}

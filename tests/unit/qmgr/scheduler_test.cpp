@@ -5,6 +5,7 @@
 #include "routing.hpp"
 #include "scheduler.hpp"
 
+#include "envelope.hpp"
 #include "ids.hpp"
 
 #include <catch2/catch.hpp>
@@ -13,17 +14,6 @@ namespace asio = boost::asio;
 using namespace smx::qmgr;
 
 namespace {
-
-sm::msg::TaCommit envelope(std::vector<std::string> rcpts) {
-    sm::msg::TaCommit e;
-    e.ta_id = sm::new_ta_id();
-    e.cdb_id = e.ta_id;
-    e.sender = "a@example.org";
-    e.size = 100;
-    e.arrival_us = sm::now_us();
-    for (auto& r : rcpts) e.rcpts.push_back({r, ""});
-    return e;
-}
 
 sm::Route hosts(std::string host, std::uint16_t port) {
     sm::Route r;
@@ -41,14 +31,14 @@ struct Suspended {
 struct Fixture {
     asio::io_context io;
     std::vector<Suspended> suspended;
+    ActiveQueue q;  // before sched, which keeps a reference to it
     Scheduler sched;
     std::vector<std::vector<sm::msg::Deliver>> sent;  // per link index
-    ActiveQueue q;
     std::vector<std::string> nexthops{"[127.0.0.1]:2600"};
     Destination dest{"[127.0.0.1]:2600", &nexthops};
 
     explicit Fixture(SchedulerOptions o = opts())
-        : sched(io.get_executor(), o,
+        : sched(io.get_executor(), q, o,
                 [this](Ta& ta, std::uint32_t idx, const std::string& why, std::uint64_t) {
                     suspended.push_back({ta.id, idx, why});
                 }) {}
@@ -72,9 +62,9 @@ struct Fixture {
         });
     }
     Ta& submit(std::vector<std::string> rcpts) {
-        Ta* ta = q.add(envelope(std::move(rcpts)));
+        Ta* ta = q.admit(envelope(std::move(rcpts)));
         std::vector<std::uint32_t> idx;
-        for (std::uint32_t i = 0; i < ta->rcpts.size(); ++i) idx.push_back(i);
+        for (std::uint32_t i = 0; i < ta->rcpts().size(); ++i) idx.push_back(i);
         sched.submit(*ta, dest, idx);
         return *ta;
     }
@@ -148,7 +138,7 @@ TEST_CASE("recipients of one message to one destination share a DELIVER") {
     CHECK(d.rcpts[2].idx == 2);
     CHECK(d.rcpts[2].addr == "c@example.net");
     CHECK(d.nexthops == f.nexthops);
-    CHECK(ta.rcpts[1].state == RcptState::inflight);
+    CHECK(ta.rcpt(1).state() == RcptState::inflight);
 }
 
 TEST_CASE("large recipient lists are split per delivery") {
@@ -249,7 +239,7 @@ TEST_CASE("work waits without a link; a lost link's deliveries are requeued") {
     REQUIRE(f.sent[0].size() == 1);
     const auto da = f.sent[0][0].da_id;
     f.sched.remove_link(l1);
-    CHECK(ta.rcpts[0].state == RcptState::active);
+    CHECK(ta.rcpt(0).state() == RcptState::active);
     CHECK(f.sched.active_deliveries() == 0);
     // A RESULT for the lost delivery no longer matches.
     CHECK_FALSE(f.sched.complete(l1, da, false, ""));
@@ -270,36 +260,9 @@ TEST_CASE("destinations are served round robin") {
     std::vector<std::string> other{"[127.0.0.2]:25"};
     f.submit({"a@example.net"});
     f.submit({"b@example.net"});
-    Ta* ta = f.q.add(envelope({"c@example.com"}));
+    Ta* ta = f.q.admit(envelope({"c@example.com"}));
     f.sched.submit(*ta, Destination{"[127.0.0.2]:25", &other}, {0});
     f.pump();
     REQUIRE(f.sent[0].size() == 2);
     CHECK(f.sent[0][0].nexthops != f.sent[0][1].nexthops);
-}
-
-TEST_CASE("active queue: ids are unique; closing and reopening keeps the counts") {
-    ActiveQueue q;
-    Ta* ta = q.add(envelope({"a@x", "b@x"}));
-    REQUIRE(ta);
-    sm::msg::TaCommit same;
-    same.ta_id = ta->id;
-    CHECK(q.add(same) == nullptr);
-    CHECK_FALSE(q.add(envelope({"a@x"})) == nullptr);
-    CHECK(q.rcpts() == 3);
-    CHECK_FALSE(q.close(*ta, 0, RcptState::deferred));
-    CHECK_FALSE(q.close(*ta, 0, RcptState::done));  // already closed
-    CHECK(q.rcpts() == 2);
-    q.reopen(*ta, 0);
-    CHECK(ta->rcpts[0].state == RcptState::active);
-    CHECK(q.close(*ta, 0, RcptState::done) == false);
-    CHECK(q.close(*ta, 1, RcptState::bounced));
-    CHECK(q.rcpts() == 1);
-    q.erase(ta->id);
-    CHECK(q.transactions() == 1);
-    // A transaction back from DEFEDB starts closed; only its due ones reopen.
-    Ta* back = q.add(envelope({"c@x", "d@x"}), RcptState::done);
-    REQUIRE(back);
-    CHECK(back->open == 0);
-    q.reopen(*back, 1);
-    CHECK(q.rcpts() == 2);
 }

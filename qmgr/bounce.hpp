@@ -1,0 +1,81 @@
+// The bouncer: recipients that failed for good (5xx, or the end of the queue
+// lifetime) are collected per transaction and reported to the sender in one
+// RFC 3464 DSN, a new transaction from <> queued like any other mail; delay
+// warnings (queue.delay_warning_time) likewise, once per recipient. It owns
+// the reports gathered in this event-loop turn, the DSN files and the
+// bounce counters; the failed recipients' state changes go through the
+// active queue (bounce_begin here; bounced or bounce_failed in its owner's
+// hooks, once the DSN is durable or could not be written).
+#pragma once
+
+#include "dsn.hpp"
+#include "ibdb.hpp"
+#include "queue.hpp"
+#include "reaper.hpp"
+
+#include "config.hpp"
+
+#include <boost/asio.hpp>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace smx::qmgr {
+
+namespace asio = boost::asio;
+
+class Bouncer {
+public:
+    struct Bounce {
+        std::uint32_t idx = 0;
+        dsn::FailedRcpt why;
+    };
+    struct Hooks {
+        // The report is durable (or none is sent): the recipients are final.
+        std::function<void(const std::string& ta_id, const std::vector<Bounce>&)> bounced;
+        // The DSN could not be queued: the recipients wait in DEFEDB.
+        std::function<void(const std::string& ta_id, const std::vector<Bounce>&,
+                           const std::string& error)>
+            failed;
+        // A DSN transaction, durable in IBDB, to be delivered.
+        std::function<void(Ta& dsn)> schedule;
+    };
+
+    Bouncer(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
+            ActiveQueue& queue, Ibdb& ibdb, Reaper& reaper, Hooks hooks);
+
+    // A recipient (active or in flight) failed for good.
+    void bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why);
+    // A recipient just deferred (moving): its sender hears once after
+    // delay_warning_time.
+    void warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay);
+
+    std::uint64_t bounced() const { return bounced_; }    // recipients: status=bounced
+    std::uint64_t dsn_sent() const { return dsn_sent_; }  // DSNs queued
+
+private:
+    void report(std::map<std::string, std::vector<Bounce>>& to, Ta& ta, std::uint32_t idx,
+                dsn::FailedRcpt why);
+    void flush();
+    void queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kind,
+                   std::function<void(const std::string&)> done);
+    // Why the sender of ta gets no DSN (null sender, bounce_untrusted), or
+    // nullptr when it does.
+    const char* no_dsn_reason(const Ta& ta) const;
+
+    const sm::Config& cfg_;
+    asio::any_io_executor ex_;
+    asio::thread_pool& workers_;
+    ActiveQueue& queue_;
+    Ibdb& ibdb_;
+    Reaper& reaper_;
+    Hooks hooks_;
+    std::string spool_;
+    // Recipients failed for good (or late), by transaction: one DSN each.
+    std::map<std::string, std::vector<Bounce>> bounces_, delays_;
+    std::uint64_t bounced_ = 0, dsn_sent_ = 0;
+};
+
+} // namespace smx::qmgr

@@ -1,0 +1,100 @@
+// The deferred queue: recipients that failed for now are written to DEFEDB
+// in batches (one durable commit for many deferrals, one batch out at a
+// time), and a timer on DEFEDB's next-try index hands them back when due,
+// leased so that a later due() skips them while they are out. It owns the
+// batches, the due timer and lease, the maintenance timer and the count of
+// recipients in DEFEDB; recipient state stays with the active queue, which
+// its owner (Qmgr) changes from the hooks.
+#pragma once
+
+#include "defedb_strand.hpp"
+#include "queue.hpp"
+
+#include "config.hpp"
+
+#include <boost/asio.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace smx::qmgr {
+
+namespace asio = boost::asio;
+
+class DeferredQueue {
+public:
+    // A DEFEDB write waiting for the next batch.
+    struct Park {
+        std::shared_ptr<const sm::msg::TaCommit> env;
+        DeferredRcpt rec;
+        bool fresh = false;  // not in DEFEDB yet: put, then IBDB rcpt_deferred
+    };
+    // A transaction that left memory: does DEFEDB still hold some of it?
+    struct Check {
+        std::string ta_id, cdb_id;
+    };
+    struct Hooks {
+        // These parks are durable in DEFEDB; DEFEDB holds nothing of `gone`.
+        std::function<void(std::vector<Park> parks, std::vector<Check> gone)> written;
+        // Due recipients, leased (transactions being deleted left out).
+        std::function<void(std::vector<DeferredTa> tas)> due;
+        // How many recipients the active queue can take now.
+        std::function<std::size_t()> room;
+    };
+
+    DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, DefedbStrand& db, Hooks hooks);
+
+    // Start-up: the due timer and the once-a-minute maintenance.
+    void start();
+    void stop();
+
+    // Queued for the next batch.
+    void park(const Ta& ta, std::uint32_t idx, std::uint64_t until_us);
+    void remove(const std::string& ta_id, std::uint32_t idx);
+    void check(const std::string& ta_id, const std::string& cdb_id);
+    // `smx delete`: parks of ta_id not yet written are not written; returns
+    // their recipient indexes.
+    std::vector<std::uint32_t> cancel_parks(const std::string& ta_id);
+    // `smx delete`: every DEFEDB recipient of ta_id goes; done(removed) or
+    // nullopt on a DEFEDB error. A due() answer meanwhile skips ta_id.
+    void remove_ta(const std::string& ta_id, std::function<void(std::optional<std::size_t>)> done);
+
+    // Re-reads the index head (after a release); due_now: a flush.
+    void refresh();
+    void due_now();
+
+    std::uint64_t count() const { return count_; }  // recipients in DEFEDB
+    std::uint64_t quarantined() const { return quarantined_; }  // due without content
+
+private:
+    void kick();
+    void write();
+    void arm(std::uint64_t at_us);
+    void fetch();
+    void maintain();
+
+    const sm::Config& cfg_;
+    asio::any_io_executor ex_;
+    DefedbStrand& db_;
+    Hooks hooks_;
+    std::string spool_;
+    std::vector<Park> parks_;
+    std::vector<std::pair<std::string, std::uint32_t>> removes_;
+    std::vector<Check> checks_;
+    bool posted_ = false, busy_ = false;
+    asio::steady_timer retry_timer_;
+    std::set<std::string> deleting_;
+    asio::system_timer due_timer_;
+    std::uint64_t due_at_ = 0;  // 0: no wait pending
+    bool due_busy_ = false, refresh_busy_ = false;
+    asio::steady_timer maint_timer_;
+    bool running_ = true;
+    std::uint64_t count_ = 0;
+    std::uint64_t quarantined_ = 0;
+};
+
+} // namespace smx::qmgr

@@ -1,0 +1,17 @@
+// The one writer of QMGR's quarantine directory: corrupt IBDB and DEFEDB
+// records, envelopes whose content is gone. A copy for a human, so every
+// write is checked and a partial copy is not left behind.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace smx::qmgr {
+
+// Writes bytes to dir/name (mode 0600, created or replaced) durably, as a
+// content file is written (sm::content::write_durable, tmp then rename).
+// Returns "" or what failed, for the caller's log line.
+std::string quarantine_write(const std::string& dir, const std::string& name,
+                             std::string_view bytes);
+
+} // namespace smx::qmgr

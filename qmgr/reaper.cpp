@@ -1,0 +1,64 @@
+#include "reaper.hpp"
+
+#include "ids.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace smx::qmgr {
+
+Reaper::Reaper(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
+               Ibdb& ibdb)
+    : cfg_(cfg), ex_(std::move(ex)), workers_(workers), ibdb_(ibdb),
+      spool_(cfg.spool_dir_abs()) {}
+
+Reaper::Verdict Reaper::verdict(const Ta& ta) {
+    const bool parked = std::any_of(ta.rcpts().begin(), ta.rcpts().end(), [](const Rcpt& r) {
+        return r.state() == RcptState::deferred;
+    });
+    if (ta.deleted() || parked) return Verdict::keep;
+    return ta.touched_defedb() ? Verdict::ask_defedb : Verdict::now;
+}
+
+void Reaper::finish(const std::string& id, const std::string& cdb_id) {
+    drop(id, cdb_id);
+    spdlog::info("{}: removed", id);
+}
+
+void Reaper::drop(const std::string& id, const std::string& cdb_id) {
+    if (sweeping_) unlinked_in_sweep_.insert(cdb_id);
+    ibdb_.ta_done(id, [this, cdb_id] { discard(cdb_id); });
+}
+
+// Unlinks run on the worker pool: removing the files cost as much as the
+// whole run in the sendmail X measurements.
+void Reaper::discard(const std::string& cdb_id) {
+    if (sweeping_) unlinked_in_sweep_.insert(cdb_id);
+    unlinks_.push_back(sm::cdb_path(spool_, cdb_id, cfg_.queue.cdb_hashed));
+    if (unlinks_.size() > 1) return;
+    asio::post(ex_, [this] {
+        asio::post(workers_, [paths = std::move(unlinks_)] {
+            for (const auto& p : paths)
+                if (::unlink(p.c_str()) != 0 && errno != ENOENT)
+                    spdlog::error("unlink {}: {}", p, std::strerror(errno));
+        });
+        unlinks_.clear();
+    });
+}
+
+void Reaper::sweep_begin() {
+    sweeping_ = true;
+    unlinked_in_sweep_.clear();
+}
+
+bool Reaper::unlinked_during_sweep(const std::string& cdb_id) const {
+    return unlinked_in_sweep_.count(cdb_id) > 0;
+}
+
+void Reaper::sweep_end() { sweeping_ = false; }
+
+} // namespace smx::qmgr

@@ -1,0 +1,115 @@
+#include "sweeper.hpp"
+
+#include "ids.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <unordered_set>
+
+namespace smx::qmgr {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Ids of the content files under dir last written before cutoff. SMTPS
+// writes <id>.tmp and renames it once durable, so a .tmp is never listed.
+std::vector<std::string> old_content_files(const std::string& dir, fs::file_time_type cutoff) {
+    std::vector<std::string> ids;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        std::string name = it->path().filename().string();
+        std::error_code fec;
+        if (!sm::valid_ta_id(name) || !it->is_regular_file(fec)) continue;
+        const auto t = it->last_write_time(fec);
+        if (!fec && t < cutoff) ids.push_back(std::move(name));
+    }
+    if (ec && ec != std::errc::no_such_file_or_directory)
+        spdlog::error("orphan sweep: {}: {}", dir, ec.message());
+    return ids;
+}
+
+// A CDB id is the id of the transaction that wrote it.
+std::unordered_set<std::string> queued_cdb_ids(const ActiveQueue& queue) {
+    std::unordered_set<std::string> ids;
+    queue.for_each([&](const Ta& ta) { ids.insert(ta.cdb_id()); });
+    return ids;
+}
+
+} // namespace
+
+OrphanSweeper::OrphanSweeper(const sm::Config& cfg, asio::any_io_executor ex,
+                             asio::thread_pool& workers, const ActiveQueue& queue,
+                             DefedbStrand& defedb, Reaper& reaper)
+    : cfg_(cfg), ex_(ex), workers_(workers), queue_(queue), defedb_(defedb), reaper_(reaper),
+      spool_(cfg.spool_dir_abs()), timer_(ex) {}
+
+void OrphanSweeper::start() { sweep(); }
+
+void OrphanSweeper::stop() {
+    stopped_ = true;
+    timer_.cancel();
+}
+
+// No file of a live transaction is touched: the pool lists the old files;
+// those the active queue holds are kept; DEFEDB keeps those it holds (on its
+// strand, after every write asked for before); then those in the queue or
+// unlinked during the sweep are kept again. A TA_COMMIT after the move finds
+// no file and gets a tempfail.
+void OrphanSweeper::sweep() {
+    reaper_.sweep_begin();
+    const auto cutoff = fs::file_time_type::clock::now() - cfg_.queue.orphan_age;
+    asio::post(workers_, [this, ex = ex_, dir = spool_ + "/cdb", cutoff] {
+        asio::post(ex, [this, old = old_content_files(dir, cutoff)]() mutable {
+            listed(std::move(old));
+        });
+    });
+}
+
+void OrphanSweeper::listed(std::vector<std::string> old) {
+    if (stopped_) return;
+    std::erase_if(old, [known = queued_cdb_ids(queue_)](const std::string& id) {
+        return known.count(id) > 0;
+    });
+    defedb_.post<std::vector<std::string>>(
+        [old = std::move(old)](Defedb& db) mutable {
+            std::erase_if(old, [&](const std::string& id) { return db.has_ta(id); });
+            return std::move(old);
+        },
+        [this](std::optional<std::vector<std::string>> left) { checked(std::move(left)); });
+}
+
+void OrphanSweeper::checked(std::optional<std::vector<std::string>> left) {
+    if (left) quarantine(*left);
+    reaper_.sweep_end();
+    if (stopped_) return;
+    timer_.expires_after(
+        std::max<std::chrono::seconds>(cfg_.queue.orphan_age / 2, std::chrono::seconds(1)));
+    timer_.async_wait([this](boost::system::error_code ec) {
+        if (!ec) sweep();
+    });
+}
+
+void OrphanSweeper::quarantine(const std::vector<std::string>& ids) {
+    if (ids.empty()) return;
+    const auto known = queued_cdb_ids(queue_);
+    for (const auto& id : ids) {
+        if (reaper_.unlinked_during_sweep(id) || known.count(id)) continue;
+        const auto from = sm::cdb_path(spool_, id, cfg_.queue.cdb_hashed);
+        const auto to = spool_ + "/quarantine/cdb-" + id;
+        if (::rename(from.c_str(), to.c_str()) != 0) {
+            if (errno != ENOENT)
+                spdlog::error("{}: orphan content file {}: {}", id, from, std::strerror(errno));
+            continue;
+        }
+        spdlog::warn("{}: orphan content file (no transaction names it) moved to {}", id, to);
+        ++quarantined_;
+    }
+}
+
+} // namespace smx::qmgr

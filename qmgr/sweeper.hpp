@@ -1,0 +1,53 @@
+// The orphan sweeper: content files that no transaction names (a crash
+// between SMTPS's write and the IBDB commit, or before an unlink) go to
+// quarantine/ (their senders never got a 250): at start-up and every
+// queue.orphan_age / 2. It owns its timer and its count; it reads the active
+// queue, asks DEFEDB on its strand and the reaper what was unlinked meanwhile.
+#pragma once
+
+#include "defedb_strand.hpp"
+#include "queue.hpp"
+#include "reaper.hpp"
+
+#include "config.hpp"
+
+#include <boost/asio.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace smx::qmgr {
+
+namespace asio = boost::asio;
+
+class OrphanSweeper {
+public:
+    OrphanSweeper(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
+                  const ActiveQueue& queue, DefedbStrand& defedb, Reaper& reaper);
+
+    void start();  // a sweep now, then one every orphan_age / 2
+    void stop();
+    std::uint64_t quarantined() const { return quarantined_; }
+
+private:
+    // Callbacks, not a coroutine: a coroutine suspended on pool work when
+    // QMGR exits would be destroyed after the pool it names.
+    void sweep();
+    void listed(std::vector<std::string> old);
+    void checked(std::optional<std::vector<std::string>> left);
+    void quarantine(const std::vector<std::string>& ids);
+
+    const sm::Config& cfg_;
+    asio::any_io_executor ex_;
+    asio::thread_pool& workers_;
+    const ActiveQueue& queue_;
+    DefedbStrand& defedb_;
+    Reaper& reaper_;
+    std::string spool_;
+    asio::steady_timer timer_;
+    bool stopped_ = false;
+    std::uint64_t quarantined_ = 0;
+};
+
+} // namespace smx::qmgr
