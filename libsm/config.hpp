@@ -135,6 +135,13 @@ struct ClientConfig {
     unsigned initial_concurrency = 5;
     unsigned max_concurrency = 20;
     std::string helo_name;  // default: server.hostname
+    // Name servers for MX and address lookups, "ip" or "ip:port" ("[v6]:port");
+    // empty: the system resolver (/etc/resolv.conf).
+    std::vector<std::string> dns_servers;
+    // The port of hosts found by MX lookup ("mx" routes, implicit MX).
+    std::uint16_t smtp_port = 25;
+    // dns_servers as c-ares takes them ("1.2.3.4:53,[::1]:53").
+    std::string dns_servers_csv() const;
 };
 
 struct LogConfig {
@@ -154,6 +161,8 @@ struct Config {
     LogConfig log;
     StatsConfig stats;
     std::map<std::string, Route> routes;  // lower-case domain → route
+    // Without a [routes] table: "mx" (every domain by its MX, as postfix);
+    // with one but no default key: none (other domains wait, "no route").
     std::optional<Route> default_route;
 
     // Route for a recipient domain: exact match, then parent domains, then
