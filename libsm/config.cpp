@@ -394,7 +394,9 @@ Config load_config(const std::string& path) {
     if (!c.stats.listen.empty()) parse_hostport("stats.listen", c.stats.listen, 9525);
     st.check_unknown();
 
-    if (const toml::table* r = root["routes"].as_table()) {
+    // No routes at all: every domain by its MX (what a postfix user expects);
+    // routes without a default: other domains wait ("no route").
+    if (const toml::table* r = root["routes"].as_table(); r && !r->empty()) {
         TableReader rr(r, "routes");
         for (const auto& [k, v] : *r) {
             const std::string key(k.str());

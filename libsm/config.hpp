@@ -161,8 +161,8 @@ struct Config {
     LogConfig log;
     StatsConfig stats;
     std::map<std::string, Route> routes;  // lower-case domain → route
-    // Without a [routes] table: "mx" (every domain by its MX, as postfix);
-    // with one but no default key: none (other domains wait, "no route").
+    // Without routes (no or an empty [routes] table): "mx", every domain by
+    // its MX, as postfix; routes but no default key: none (others wait).
     std::optional<Route> default_route;
 
     // Route for a recipient domain: exact match, then parent domains, then

@@ -415,7 +415,7 @@ asio::awaitable<Targets> Resolver::mx_targets(const std::string& domain, std::ui
     std::vector<unsigned> prefs;  // of each entry of t.list
     bool self = false;
     for (const auto& [pref, host] : mx.mx) {
-        if (t.list.size() >= max_targets && (prefs.empty() || pref > prefs.back())) break;
+        if (t.list.size() >= max_targets && pref > prefs.back()) break;  // full, worse MX
         Targets h;
         if (host != hostname_) h = co_await addresses(host, port);
         if (is_self(host, h.list)) {

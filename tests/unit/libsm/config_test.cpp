@@ -137,6 +137,9 @@ TEST_CASE("a [routes] table without default routes nothing else") {
     const Config c = load_config(p);
     CHECK_FALSE(c.default_route);
     CHECK_FALSE(c.route_for("example.org"));
+    const auto empty = write_temp("[routes]\n");
+    REQUIRE(load_config(empty).default_route);
+    CHECK(load_config(empty).default_route->mx);
 }
 
 TEST_CASE("client.dns_servers and client.smtp_port") {
