@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <spdlog/spdlog.h>
 
@@ -62,22 +63,30 @@ int skip_name(const unsigned char* p, int len, int off) {
     return -1;
 }
 
+// An IPv4/IPv6 socket address as an asio address (the scope id is left
+// out: addresses are compared with the ones DNS gives, which have none).
+std::optional<asio::ip::address> to_address(const sockaddr* sa) {
+    if (!sa) return std::nullopt;
+    if (sa->sa_family == AF_INET) {
+        const auto* sin = reinterpret_cast<const sockaddr_in*>(sa);
+        return asio::ip::address_v4(ntohl(sin->sin_addr.s_addr));
+    }
+    if (sa->sa_family == AF_INET6) {
+        const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(sa);
+        asio::ip::address_v6::bytes_type b;
+        std::copy_n(sin6->sin6_addr.s6_addr, 16, b.begin());
+        return asio::ip::address_v6(b);
+    }
+    return std::nullopt;
+}
+
 // Every address of the local interfaces (what a wildcard listen means).
 std::vector<asio::ip::address> interface_addresses() {
     std::vector<asio::ip::address> out;
     ifaddrs* ifa = nullptr;
     if (::getifaddrs(&ifa) != 0) return out;
     for (auto* i = ifa; i; i = i->ifa_next) {
-        if (!i->ifa_addr) continue;
-        if (i->ifa_addr->sa_family == AF_INET) {
-            const auto* sin = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
-            out.push_back(asio::ip::address_v4(ntohl(sin->sin_addr.s_addr)));
-        } else if (i->ifa_addr->sa_family == AF_INET6) {
-            const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
-            asio::ip::address_v6::bytes_type b;
-            std::copy_n(sin6->sin6_addr.s6_addr, 16, b.begin());
-            out.push_back(asio::ip::address_v6(b, sin6->sin6_scope_id));
-        }
+        if (auto a = to_address(i->ifa_addr)) out.push_back(*a);
     }
     ::freeifaddrs(ifa);
     return out;
@@ -268,20 +277,10 @@ void Resolver::on_addr(void* arg, int status, int, ares_addrinfo* res) {
     a.status = status;
     std::uint32_t ttl = max_ttl;
     for (auto* n = res ? res->nodes : nullptr; n; n = n->ai_next) {
-        asio::ip::address addr;
-        if (n->ai_family == AF_INET) {
-            const auto* sin = reinterpret_cast<const sockaddr_in*>(n->ai_addr);
-            addr = asio::ip::address_v4(ntohl(sin->sin_addr.s_addr));
-        } else if (n->ai_family == AF_INET6) {
-            const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(n->ai_addr);
-            asio::ip::address_v6::bytes_type b;
-            std::copy_n(sin6->sin6_addr.s6_addr, 16, b.begin());
-            addr = asio::ip::address_v6(b);
-        } else {
-            continue;
-        }
-        if (std::find(a.addrs.begin(), a.addrs.end(), addr) == a.addrs.end())
-            a.addrs.push_back(addr);
+        const auto addr = to_address(n->ai_addr);
+        if (!addr) continue;
+        if (std::find(a.addrs.begin(), a.addrs.end(), *addr) == a.addrs.end())
+            a.addrs.push_back(*addr);
         ttl = std::min(ttl, static_cast<std::uint32_t>(std::max(n->ai_ttl, 0)));
     }
     if (res) ares_freeaddrinfo(res);
