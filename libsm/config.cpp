@@ -20,6 +20,11 @@ std::string lower(std::string s) {
     return s;
 }
 
+bool ip_address(const std::string& s) {
+    unsigned char buf[16];
+    return ::inet_pton(AF_INET, s.c_str(), buf) == 1 || ::inet_pton(AF_INET6, s.c_str(), buf) == 1;
+}
+
 std::string system_hostname() {
     char buf[256] = {};
     if (::gethostname(buf, sizeof buf - 1) != 0 || !buf[0]) return "localhost";
@@ -110,6 +115,17 @@ Route parse_route(const std::string& key, const std::vector<std::string>& vals) 
 }
 
 } // namespace
+
+std::string ClientConfig::dns_servers_csv() const {
+    std::string csv;
+    for (const auto& d : dns_servers) {
+        const HostPort hp = parse_hostport("client.dns_servers", d, 53);
+        if (!csv.empty()) csv += ',';
+        csv += (hp.host.find(':') != std::string::npos ? "[" + hp.host + "]" : hp.host) + ":" +
+               std::to_string(hp.port);
+    }
+    return csv;
+}
 
 std::string HostPort::str() const {
     const bool v6 = host.find(':') != std::string::npos;
@@ -387,6 +403,15 @@ Config load_config(const std::string& path) {
     if (auto l = cl.get<std::string>("tls_security_level"))
         c.client.tls_security_level = parse_client_tls("client.tls_security_level", *l);
     c.client.tls_ca_file = cl.get<std::string>("tls_ca_file").value_or("");
+    c.client.smtp_port = static_cast<std::uint16_t>(cl.small("smtp_port", 25, 65535));
+    if (auto v = cl.strings("dns_servers")) {
+        for (const auto& d : *v) {
+            const HostPort hp = parse_hostport("client.dns_servers", d, 53);
+            if (!ip_address(hp.host))
+                throw ConfigError("client.dns_servers", "'" + d + "' is not an IP address[:port]");
+            c.client.dns_servers.push_back(d);
+        }
+    }
     cl.check_unknown();
     if (c.queue.max_delivery_time <= c.client.delivery_timeout)
         throw ConfigError("queue.max_delivery_time",
@@ -418,7 +443,9 @@ Config load_config(const std::string& path) {
     if (!c.stats.listen.empty()) parse_hostport("stats.listen", c.stats.listen, 9525);
     st.check_unknown();
 
-    if (const toml::table* r = root["routes"].as_table()) {
+    // No routes at all: every domain by its MX (what a postfix user expects);
+    // routes without a default: other domains wait ("no route").
+    if (const toml::table* r = root["routes"].as_table(); r && !r->empty()) {
         TableReader rr(r, "routes");
         for (const auto& [k, v] : *r) {
             const std::string key(k.str());
@@ -427,6 +454,8 @@ Config load_config(const std::string& path) {
             if (key == "default") c.default_route = route;
             else c.routes[lower(key)] = route;
         }
+    } else {
+        c.default_route = Route{.mx = true, .hosts = {}};
     }
     if (const toml::table* t = root["tls_policy"].as_table()) {
         TableReader tr(t, "tls_policy");

@@ -148,6 +148,13 @@ struct ClientConfig {
     std::string helo_name;  // default: server.hostname
     ClientTls tls_security_level = ClientTls::may;
     std::string tls_ca_file;  // PEM CAs for verify; empty: the system's
+    // Name servers for MX and address lookups, "ip" or "ip:port" ("[v6]:port");
+    // empty: the system resolver (/etc/resolv.conf).
+    std::vector<std::string> dns_servers;
+    // The port of hosts found by MX lookup ("mx" routes, implicit MX).
+    std::uint16_t smtp_port = 25;
+    // dns_servers as c-ares takes them ("1.2.3.4:53,[::1]:53").
+    std::string dns_servers_csv() const;
 };
 
 struct LogConfig {
@@ -171,6 +178,8 @@ struct Config {
     LogConfig log;
     StatsConfig stats;
     std::map<std::string, Route> routes;  // lower-case domain → route
+    // Without routes (no or an empty [routes] table): "mx", every domain by
+    // its MX, as postfix; routes but no default key: none (others wait).
     std::optional<Route> default_route;
     std::map<std::string, ClientTls> tls_policy;  // lower-case domain → level
 

@@ -80,6 +80,10 @@ int main(int argc, char** argv) {
     {
         asio::io_context io(1);
         smtpc::Resolver dns(io.get_executor());
+        if (!dns.configure(cfg)) {
+            spdlog::critical("client.dns_servers: c-ares refused '{}'", cfg.client.dns_servers_csv());
+            return exit_config;
+        }
         smtpc::ConnectionCache cache(cfg.client);
         smtpc::Deliverer deliverer(cfg, dns, cache, tls.get());
 

@@ -3,9 +3,12 @@
 #include "config.hpp"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <optional>
+#include <random>
 #include <spdlog/spdlog.h>
 
 namespace smtpc {
@@ -15,7 +18,7 @@ using namespace std::chrono_literals;
 
 // TTLs are clamped: a zero TTL (hosts file) must not mean a query per
 // message, and an hour bounds how long a changed record is ignored.
-constexpr std::uint32_t min_ttl = 10, max_ttl = 3600, negative_ttl = 60;
+constexpr std::uint32_t min_ttl = 1, max_ttl = 3600, negative_ttl = 60;
 constexpr std::size_t max_cache_entries = 10000;
 // Addresses tried per nexthop, like postfix's smtp_mx_address_limit.
 constexpr std::size_t max_targets = 5;
@@ -37,8 +40,10 @@ Failure dns_failure(const std::string& name, const char* type, int status) {
     Failure f;
     const std::string where = "name service error for name=" + name + " type=" + type + ": ";
     if (status == ARES_ENOTFOUND || status == ARES_ENODATA) {
+        // NXDOMAIN: the domain does not exist (bad destination system
+        // address); NODATA: it exists but has no address (unable to route).
         f.code = 550;
-        f.enhanced = "5.4.4";
+        f.enhanced = status == ARES_ENOTFOUND ? "5.1.2" : "5.4.4";
         f.text = "Host or domain name not found. " + where + "Host not found";
     } else {
         f.text = "Temporary failure: " + where + ares_strerror(status);
@@ -56,6 +61,35 @@ int skip_name(const unsigned char* p, int len, int off) {
         off += b + 1;
     }
     return -1;
+}
+
+// An IPv4/IPv6 socket address as an asio address (the scope id is left
+// out: addresses are compared with the ones DNS gives, which have none).
+std::optional<asio::ip::address> to_address(const sockaddr* sa) {
+    if (!sa) return std::nullopt;
+    if (sa->sa_family == AF_INET) {
+        const auto* sin = reinterpret_cast<const sockaddr_in*>(sa);
+        return asio::ip::address_v4(ntohl(sin->sin_addr.s_addr));
+    }
+    if (sa->sa_family == AF_INET6) {
+        const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(sa);
+        asio::ip::address_v6::bytes_type b;
+        std::copy_n(sin6->sin6_addr.s6_addr, 16, b.begin());
+        return asio::ip::address_v6(b);
+    }
+    return std::nullopt;
+}
+
+// Every address of the local interfaces (what a wildcard listen means).
+std::vector<asio::ip::address> interface_addresses() {
+    std::vector<asio::ip::address> out;
+    ifaddrs* ifa = nullptr;
+    if (::getifaddrs(&ifa) != 0) return out;
+    for (auto* i = ifa; i; i = i->ifa_next) {
+        if (auto a = to_address(i->ifa_addr)) out.push_back(*a);
+    }
+    ::freeifaddrs(ifa);
+    return out;
 }
 
 } // namespace
@@ -103,8 +137,11 @@ Resolver::Resolver(asio::any_io_executor ex) : ex_(ex), timer_(ex) {
     opt.sock_state_cb_data = this;
     opt.timeout = 2000;  // ms per try, with ARES_OPT_TIMEOUTMS
     opt.tries = 2;
+    // Mail domains are absolute: no resolv.conf search list appended.
+    opt.flags = ARES_FLAG_NOSEARCH;
     const int rc = ares_init_options(
-        &chan_, &opt, ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES);
+        &chan_, &opt,
+        ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES | ARES_OPT_FLAGS);
     if (rc != ARES_SUCCESS) {
         // Without a channel every lookup fails as a temporary DNS error;
         // literal next hops still work.
@@ -120,6 +157,23 @@ Resolver::~Resolver() {
 
 bool Resolver::set_servers(const std::string& csv) {
     return chan_ && ares_set_servers_ports_csv(chan_, csv.c_str()) == ARES_SUCCESS;
+}
+
+bool Resolver::configure(const sm::Config& cfg) {
+    smtp_port_ = cfg.client.smtp_port;
+    hostname_ = lower(cfg.server.hostname);
+    self_addrs_.clear();
+    for (const auto& l : cfg.server.listen) {
+        boost::system::error_code ec;
+        const auto a = asio::ip::make_address(l.host, ec);
+        if (ec) continue;
+        if (a.is_unspecified()) {
+            for (const auto& i : interface_addresses()) self_addrs_.push_back(i);
+        } else {
+            self_addrs_.push_back(a);
+        }
+    }
+    return cfg.client.dns_servers.empty() || set_servers(cfg.client.dns_servers_csv());
 }
 
 void Resolver::on_sock_state(void* data, ares_socket_t fd, int readable, int writable) {
@@ -223,20 +277,10 @@ void Resolver::on_addr(void* arg, int status, int, ares_addrinfo* res) {
     a.status = status;
     std::uint32_t ttl = max_ttl;
     for (auto* n = res ? res->nodes : nullptr; n; n = n->ai_next) {
-        asio::ip::address addr;
-        if (n->ai_family == AF_INET) {
-            const auto* sin = reinterpret_cast<const sockaddr_in*>(n->ai_addr);
-            addr = asio::ip::address_v4(ntohl(sin->sin_addr.s_addr));
-        } else if (n->ai_family == AF_INET6) {
-            const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(n->ai_addr);
-            asio::ip::address_v6::bytes_type b;
-            std::copy_n(sin6->sin6_addr.s6_addr, 16, b.begin());
-            addr = asio::ip::address_v6(b);
-        } else {
-            continue;
-        }
-        if (std::find(a.addrs.begin(), a.addrs.end(), addr) == a.addrs.end())
-            a.addrs.push_back(addr);
+        const auto addr = to_address(n->ai_addr);
+        if (!addr) continue;
+        if (std::find(a.addrs.begin(), a.addrs.end(), *addr) == a.addrs.end())
+            a.addrs.push_back(*addr);
         ttl = std::min(ttl, static_cast<std::uint32_t>(std::max(n->ai_ttl, 0)));
     }
     if (res) ares_freeaddrinfo(res);
@@ -293,12 +337,21 @@ asio::awaitable<Targets> Resolver::addresses(const std::string& host, std::uint1
     co_return t;
 }
 
+bool Resolver::is_self(const std::string& host, const std::vector<Target>& addrs) const {
+    if (!hostname_.empty() && host == hostname_) return true;
+    return std::any_of(addrs.begin(), addrs.end(), [&](const Target& t) {
+        return std::find(self_addrs_.begin(), self_addrs_.end(), t.ep.address()) !=
+               self_addrs_.end();
+    });
+}
+
 asio::awaitable<Targets> Resolver::targets(const std::string& nexthop,
                                            const std::string& rcpt_domain) {
     Targets t;
     sm::HostPort hp;
     if (nexthop == "mx") {
         hp.host = rcpt_domain;
+        hp.port = smtp_port_;
         // A domain literal user@[1.2.3.4] names the address itself.
         if (hp.host.size() > 2 && hp.host.front() == '[' && hp.host.back() == ']') {
             hp.host = hp.host.substr(1, hp.host.size() - 2);
@@ -306,7 +359,7 @@ asio::awaitable<Targets> Resolver::targets(const std::string& nexthop,
         }
     } else {
         try {
-            hp = sm::parse_hostport("nexthop", nexthop, 25);
+            hp = sm::parse_hostport("nexthop", nexthop, smtp_port_);
         } catch (const sm::ConfigError& e) {
             t.err = {451, "4.3.5", std::string("bad nexthop: ") + e.what()};
             co_return t;
@@ -324,33 +377,65 @@ asio::awaitable<Targets> Resolver::targets(const std::string& nexthop,
         t = co_await addresses(hp.host, hp.port);
         co_return t;
     }
+    t = co_await mx_targets(lower(hp.host), hp.port);
+    co_return t;
+}
 
-    Answer mx = co_await lookup(Kind::mx, hp.host);
+asio::awaitable<Targets> Resolver::mx_targets(const std::string& domain, std::uint16_t port) {
+    Targets t;
+    const Failure loop{554, "5.4.6", "mail for " + domain + " loops back to myself"};
+    Answer mx = co_await lookup(Kind::mx, domain);
     if (mx.status == ARES_ENODATA || mx.status == ARES_ENOTFOUND) {
         // No MX: the host itself (RFC 5321 5.1). NXDOMAIN still gets an
         // address lookup, which also consults the hosts file.
-        t = co_await addresses(hp.host, hp.port);
+        t = co_await addresses(domain, port);
+        if (!t.list.empty() && is_self(domain, t.list)) t = {{}, loop};
         co_return t;
     }
     if (mx.status != ARES_SUCCESS) {
-        t.err = dns_failure(hp.host, "MX", mx.status);
+        t.err = dns_failure(domain, "MX", mx.status);
         co_return t;
     }
     if (mx.mx.size() == 1 && (mx.mx[0].second.empty() || mx.mx[0].second == ".")) {
-        t.err = {556, "5.1.10", "Domain " + hp.host + " does not accept mail (nullMX)"};
+        t.err = {556, "5.1.10", "Domain " + domain + " does not accept mail (nullMX)"};
         co_return t;
     }
+    // Equal preferences in random order (RFC 5321 5.1), new for each
+    // delivery so that the load spreads even while the answer is cached.
+    static thread_local std::mt19937 rng{std::random_device{}()};
+    for (auto first = mx.mx.begin(); first != mx.mx.end();) {
+        auto last = std::find_if(first, mx.mx.end(),
+                                 [&](const auto& m) { return m.first != first->first; });
+        std::shuffle(first, last, rng);
+        first = last;
+    }
+    // As postfix: when we are one of the MX hosts, only the ones preferred
+    // to us are tried; none left means the mail would come back to us.
+    std::vector<unsigned> prefs;  // of each entry of t.list
+    bool self = false;
     for (const auto& [pref, host] : mx.mx) {
-        Targets h = co_await addresses(host, hp.port);
+        if (t.list.size() >= max_targets && pref > prefs.back()) break;  // full, worse MX
+        Targets h;
+        if (host != hostname_) h = co_await addresses(host, port);
+        if (is_self(host, h.list)) {
+            while (!prefs.empty() && prefs.back() >= pref) {
+                prefs.pop_back();
+                t.list.pop_back();
+            }
+            self = true;
+            break;
+        }
         if (h.list.empty()) {
             t.err = h.err;
             continue;
         }
         for (auto& x : h.list) {
-            if (t.list.size() < max_targets) t.list.push_back(std::move(x));
+            if (t.list.size() >= max_targets) break;
+            t.list.push_back(std::move(x));
+            prefs.push_back(pref);
         }
-        if (t.list.size() >= max_targets) break;
     }
+    if (t.list.empty() && self) t.err = loop;
     // Some MX host had addresses: earlier failures do not matter.
     co_return t;
 }

@@ -4,6 +4,8 @@
 // lookups of one name share a single query.
 #pragma once
 
+#include "config.hpp"
+
 #include <ares.h>
 #include <boost/asio.hpp>
 
@@ -47,6 +49,10 @@ public:
 
     // Overrides the name servers of /etc/resolv.conf ("127.0.0.1:5353,...").
     bool set_servers(const std::string& csv);
+    // Takes [client] dns_servers and smtp_port, and who we are for loop
+    // detection: server.hostname and the listen addresses (a wildcard listen
+    // address stands for every interface address). False: bad dns_servers.
+    bool configure(const sm::Config& cfg);
 
     // The addresses to try for one nexthop of a DELIVER; rcpt_domain is the
     // recipients' domain, used by "mx".
@@ -80,6 +86,8 @@ private:
     struct Watch;
 
     asio::awaitable<Targets> addresses(const std::string& host, std::uint16_t port);
+    asio::awaitable<Targets> mx_targets(const std::string& domain, std::uint16_t port);
+    bool is_self(const std::string& host, const std::vector<Target>& addrs) const;
     void finish(Query& q, Answer a, std::uint32_t ttl);
     static void on_mx(void* arg, int status, int timeouts, unsigned char* abuf, int alen);
     static void on_addr(void* arg, int status, int timeouts, struct ares_addrinfo* res);
@@ -95,6 +103,9 @@ private:
     std::map<ares_socket_t, std::shared_ptr<Watch>> watches_;
     std::unordered_map<std::string, Answer> cache_;
     std::unordered_map<std::string, std::shared_ptr<Pending>> pending_;
+    std::uint16_t smtp_port_ = 25;
+    std::string hostname_;                       // lower case; empty: no name check
+    std::vector<asio::ip::address> self_addrs_;  // our addresses (loop detection)
 };
 
 // The minimum TTL of the answer records of a DNS response; 0 when none.

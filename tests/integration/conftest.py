@@ -115,7 +115,7 @@ class Relay:
     tmp is a directory they can reach: test_privsep.py), they all stay root
     through `[server] user`, as they would all run as an ordinary user."""
 
-    def __init__(self, tmp, sink_port, extra="", separate_users=False):
+    def __init__(self, tmp, sink_port, extra="", separate_users=False, routes=True):
         self.tmp = tmp
         self.port = free_port()
         self.spool = os.path.join(tmp, "spool")
@@ -124,11 +124,12 @@ class Relay:
         self.log_path = os.path.join(tmp, "smx.log")
         self.one_user = os.geteuid() == 0 and not separate_users
         with open(self.config, "w") as f:
-            f.write(self.config_text(sink_port, extra))
+            f.write(self.config_text(sink_port, extra, routes))
         self.proc = None
 
-    def config_text(self, sink_port, extra):
+    def config_text(self, sink_port, extra, routes=True):
         # extra may add keys; sections named in it are merged by the caller.
+        # routes=False: no [routes] table at all (delivery by MX).
         sections = {
             "server": {"listen": '["127.0.0.1:%d"]' % self.port, "hostname": '"smx.test"'},
             "queue": {"spool_dir": '"%s"' % self.spool, "run_dir": '"%s"' % self.run_dir,
@@ -136,6 +137,8 @@ class Relay:
             "client": {"idle_timeout": "2"},
             "routes": {"default": '"[127.0.0.1]:%d"' % sink_port},
         }
+        if not routes:
+            del sections["routes"]
         if self.one_user:
             sections["server"]["user"] = '"root"'
         section = None
@@ -251,8 +254,8 @@ def make_sink(tmp_path):
 def make_relay(tmp_path):
     made = []
 
-    def make(sink_port, extra="", start=True, tmp=None, separate_users=False):
-        r = Relay(tmp or str(tmp_path), sink_port, extra, separate_users)
+    def make(sink_port, extra="", start=True, tmp=None, separate_users=False, routes=True):
+        r = Relay(tmp or str(tmp_path), sink_port, extra, separate_users, routes)
         made.append(r)
         return r.start() if start else r
     yield make

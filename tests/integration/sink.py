@@ -31,6 +31,7 @@ class Sink:
             self.tls.load_cert_chain(cert, key)
         self.require_tls = args.require_tls
         self.broken_tls = args.broken_tls
+        self.busy = args.busy
 
     async def session(self, reader, writer):
         async def reply(text):
@@ -38,6 +39,9 @@ class Sink:
             await writer.drain()
 
         try:
+            if self.busy:
+                await reply("421 4.3.2 sink.test busy, closing")
+                return
             await reply("220 sink.test ESMTP test sink")
             sender, rcpts, tls = None, [], None
             while True:
@@ -131,6 +135,8 @@ class Sink:
 async def main():
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--busy", action="store_true", help="greet every client with 421")
     p.add_argument("--dir", required=True)
     p.add_argument("--tempfail-first", type=int, default=0,
                    help="answer 451 to the first N DATA attempts of each message")
@@ -145,7 +151,7 @@ async def main():
     args = p.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     sink = Sink(args)
-    server = await asyncio.start_server(sink.session, "127.0.0.1", args.port,
+    server = await asyncio.start_server(sink.session, args.host, args.port,
                                         backlog=1024, limit=1 << 22)
     print(server.sockets[0].getsockname()[1], flush=True)
     stop = asyncio.Event()

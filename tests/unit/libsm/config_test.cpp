@@ -41,7 +41,11 @@ TEST_CASE("built-in defaults never make an open relay") {
     CHECK(c.server.relay_networks[1].contains("::1"));
     CHECK_FALSE(c.server.relay_networks[0].contains("10.0.0.1"));
     CHECK(c.server.relay_domains.empty());
-    CHECK_FALSE(c.default_route);
+    // No [routes]: every domain by its MX, as postfix does.
+    REQUIRE(c.default_route);
+    CHECK(c.default_route->mx);
+    CHECK(c.client.dns_servers.empty());
+    CHECK(c.client.smtp_port == 25);
     CHECK(c.queue.commit_interval.count() == 1000);
     CHECK(c.queue.spool_dir == "./var/spool");
 }
@@ -126,6 +130,34 @@ TEST_CASE("limits whose worst-case envelope cannot be encoded are refused") {
     CHECK(error_key("[server]\nmax_recipients = 10000\n") == "server.max_recipients");
     CHECK(error_key("[server]\nmax_recipients = 2000\nmax_line_length = 4096\n") ==
           "server.max_recipients");
+}
+
+TEST_CASE("a [routes] table without default routes nothing else") {
+    const auto p = write_temp("[routes]\n\"example.net\" = \"[127.0.0.1]:2600\"\n");
+    const Config c = load_config(p);
+    CHECK_FALSE(c.default_route);
+    CHECK_FALSE(c.route_for("example.org"));
+    const auto empty = write_temp("[routes]\n");
+    REQUIRE(load_config(empty).default_route);
+    CHECK(load_config(empty).default_route->mx);
+}
+
+TEST_CASE("client.dns_servers and client.smtp_port") {
+    const auto p = write_temp(
+        "[client]\ndns_servers = [\"127.0.0.1\", \"127.0.0.2:5353\", \"[::1]:53\", \"::1\"]\n"
+        "smtp_port = 2525\n");
+    const Config c = load_config(p);
+    CHECK(c.client.dns_servers.size() == 4);
+    CHECK(c.client.dns_servers_csv() == "127.0.0.1:53,127.0.0.2:5353,[::1]:53,[::1]:53");
+    CHECK(c.client.smtp_port == 2525);
+    CHECK(error_key("[client]\ndns_servers = \"127.0.0.1\"\n") == "<no error>");
+    CHECK(error_key("[client]\ndns_servers = [\"ns.example.com\"]\n") == "client.dns_servers");
+    CHECK(error_key("[client]\ndns_servers = [\"127.0.0.1:0\"]\n") == "client.dns_servers");
+    CHECK(error_key("[client]\ndns_servers = [\"127.0.0.1:x\"]\n") == "client.dns_servers");
+    CHECK(error_key("[client]\ndns_servers = [\"\"]\n") == "client.dns_servers");
+    CHECK(error_key("[client]\ndns_servers = [1]\n") == "client.dns_servers");
+    CHECK(error_key("[client]\nsmtp_port = 0\n") == "client.smtp_port");
+    CHECK(error_key("[client]\nsmtp_port = 65536\n") == "client.smtp_port");
 }
 
 TEST_CASE("hardening keys and their bounds") {

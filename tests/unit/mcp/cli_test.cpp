@@ -170,7 +170,13 @@ TEST_CASE("the example config loads and matches the built-in defaults") {
     CHECK(ex->queue.retry_max == def->queue.retry_max);
     CHECK(ex->client.max_concurrency == def->client.max_concurrency);
     CHECK(ex->log.level == def->log.level);
-    CHECK_FALSE(ex->default_route);
+    CHECK(ex->client.smtp_port == def->client.smtp_port);
+    CHECK(ex->client.dns_servers == def->client.dns_servers);
+    // No routes in either: every domain by its MX.
+    REQUIRE(ex->default_route);
+    REQUIRE(def->default_route);
+    CHECK(ex->default_route->mx);
+    CHECK(def->default_route->mx);
 }
 
 TEST_CASE("stats --json: numbers stay numbers, the rest are strings") {
