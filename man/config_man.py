@@ -67,6 +67,9 @@ def convert(lines):
             out.append("# DESCRIPTION")
         elif line.startswith("## "):
             out.append("# " + inline(line[3:]))
+        elif line.startswith("### "):
+            # scdoc has two heading levels; a subsection is the second.
+            out.append("## " + inline(line[4:]))
         elif line.startswith("| key ") or line.startswith("|---"):
             continue
         elif line.startswith("| "):
@@ -76,7 +79,9 @@ def convert(lines):
             out.append("\t" + inline(meaning))
             out.append("")
         else:
-            out.append(inline(line))
+            text = inline(line)
+            # A line starting with [, | or ] would open an scdoc table.
+            out.append("\\" + text if text[:1] in "[|]" and text else text)
     if code:
         sys.exit("config.md: a code block does not end")
     return "\n".join(out).strip() + "\n"
