@@ -1,4 +1,4 @@
-// The SMTP command parser: verb, MAIL/RCPT path and parameters, address
+// The SMTP command parser: verb, BDAT size, MAIL/RCPT path and parameters, address
 // syntax, routing in the local part. Every line of the input is a command.
 #include "command.hpp"
 #include "policy.hpp"
@@ -16,6 +16,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::string_view arg;
         const smtps::Verb v = smtps::parse_verb(line, arg);
         if (arg.size() > line.size()) std::abort();
+        if (v == smtps::Verb::bdat) {
+            // A size is taken only when all of it is digits that fit.
+            if (const auto b = smtps::parse_bdat(arg); b && arg.substr(0, arg.find(' ')).size() > 19)
+                std::abort();
+            continue;
+        }
         if (v != smtps::Verb::mail && v != smtps::Verb::rcpt) continue;
         const auto p = smtps::parse_path(arg, v == smtps::Verb::mail ? "FROM:" : "TO:");
         if (!p) continue;

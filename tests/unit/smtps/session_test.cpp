@@ -68,7 +68,7 @@ TEST_CASE("greeting and EHLO keywords") {
     Client c(h.port());
     CHECK(c.reply() == "220 mx.test ESMTP smx");
     const std::string e = c.cmd("EHLO client.test");
-    CHECK(e == "250-mx.test\n250-PIPELINING\n250-SIZE 12345\n250-8BITMIME\n"
+    CHECK(e == "250-mx.test\n250-PIPELINING\n250-SIZE 12345\n250-8BITMIME\n250-CHUNKING\n"
                "250 ENHANCEDSTATUSCODES");
     CHECK(c.cmd("HELO client.test") == "250 mx.test");
     CHECK(starts(c.cmd("NOOP"), "250 2.0.0"));
@@ -77,7 +77,7 @@ TEST_CASE("greeting and EHLO keywords") {
     CHECK(starts(c.cmd("RSET"), "250 2.0.0"));
     CHECK(starts(c.cmd("EHLO"), "501 5.5.4"));
     CHECK(starts(c.cmd("EHLO a\rb"), "501 5.5.4"));
-    CHECK(starts(c.cmd("BDAT 10"), "500 5.5.2"));
+    CHECK(starts(c.cmd("XBDAT 10"), "500 5.5.2"));
     CHECK(starts(c.cmd("quit"), "221 2.0.0"));
     CHECK(c.closed());
 }
@@ -507,4 +507,23 @@ TEST_CASE("a command line dripped byte by byte ends at command_timeout") {
     }
     CHECK(r == "421 4.4.2 mx.test Error: timeout exceeded\r\n");
     CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+}
+
+TEST_CASE("a recipient named twice is stored once, the domain in any case") {
+    Harness h([](sm::Config& c) { c.server.max_recipients = 2; });
+    Client c(h.port());
+    ehlo(c);
+    REQUIRE(starts(c.cmd("MAIL FROM:<a@a.test>"), "250 "));
+    CHECK(starts(c.cmd("RCPT TO:<b@b.test>"), "250 2.1.5"));
+    CHECK(starts(c.cmd("RCPT TO:<b@B.Test>"), "250 2.1.5"));
+    CHECK(starts(c.cmd("RCPT TO:<b@b.test>"), "250 2.1.5"));
+    CHECK(starts(c.cmd("RCPT TO:<B@b.test>"), "250 2.1.5"));  // another local part
+    CHECK(starts(c.cmd("RCPT TO:<c@b.test>"), "452 4.5.3"));  // duplicates did not count
+    REQUIRE(starts(c.cmd("DATA"), "354"));
+    REQUIRE(starts(c.cmd("x\r\n."), "250 2.0.0"));
+    const auto commits = h.commits();
+    REQUIRE(commits.size() == 1);
+    REQUIRE(commits[0].rcpts.size() == 2);
+    CHECK(commits[0].rcpts[0].addr == "b@b.test");
+    CHECK(commits[0].rcpts[1].addr == "B@b.test");
 }
