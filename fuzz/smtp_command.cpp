@@ -18,8 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (arg.size() > line.size()) std::abort();
         if (v == smtps::Verb::bdat) {
             // A size is taken only when all of it is digits that fit.
-            if (const auto b = smtps::parse_bdat(arg); b && arg.substr(0, arg.find(' ')).size() > 19)
-                std::abort();
+            const auto b = smtps::parse_bdat(arg);
+            if (b && arg.substr(0, arg.find(' ')).size() > 19) std::abort();
             continue;
         }
         if (v != smtps::Verb::mail && v != smtps::Verb::rcpt) continue;

@@ -400,10 +400,11 @@ asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const Message
     co_return true;
 }
 
-// Streams the CDB file in large blocks, dot-stuffed, and ends with CRLF.CRLF
+// Streams the CDB file in large blocks, dot-stuffed and with long lines
+// broken (encode_body), and ends with CRLF.CRLF
 // in the same write as the last block.
 asio::awaitable<bool> Session::send_body(const MessageFile& f) {
-    bool bol = true;
+    BodyState st;
     std::uint64_t off = 0;
     for (;;) {
         out_.clear();
@@ -419,9 +420,9 @@ asio::awaitable<bool> Session::send_body(const MessageFile& f) {
             }
             off += in_.size();
             last = in_.empty() || off >= f.size();
-            dot_stuff(in_, bol, out_);
+            encode_body(in_, st, out_);
         }
-        if (last) out_ += bol ? ".\r\n" : "\r\n.\r\n";
+        if (last) out_ += st.cr ? "\n.\r\n" : st.col == 0 ? ".\r\n" : "\r\n.\r\n";
         bool ok = co_await write(out_, "sending message body");
         if (!ok) co_return false;
         if (last) co_return true;
