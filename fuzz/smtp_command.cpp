@@ -1,5 +1,5 @@
 // The SMTP command parser: verb, BDAT size, MAIL/RCPT path and parameters, address
-// syntax, routing in the local part. Every line of the input is a command.
+// syntax (ASCII and SMTPUTF8), routing in the local part. Every line of the input is a command.
 #include "command.hpp"
 #include "policy.hpp"
 
@@ -29,6 +29,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             // What SMTPS passes on must be safe to put into a command line.
             if (p->addr.find_first_of("\r\n<>") != std::string_view::npos) std::abort();
             if (p->addr.size() > 254) std::abort();
+        }
+        // With SMTPUTF8 the address must still be safe, and well-formed UTF-8.
+        if (smtps::valid_address(p->addr, v == smtps::Verb::mail, true)) {
+            if (p->addr.find_first_of("\r\n<>") != std::string_view::npos) std::abort();
+            if (!smtps::valid_utf8(p->addr)) std::abort();
         }
         (void)smtps::routes_in_local_part(p->addr);
         (void)smtps::domain_of(p->addr);

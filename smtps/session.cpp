@@ -128,6 +128,7 @@ private:
     asio::awaitable<std::string> commit(CdbWriter& w);
     void reset() {
         in_mail_ = false;
+        smtputf8_ = false;
         sender_.clear();
         mail_params_.clear();
         rcpts_.clear();
@@ -150,6 +151,7 @@ private:
     std::string tls_info_;  // "TLSv1.3 with cipher ..." once TLS is on
     bool esmtp_ = false;
     bool in_mail_ = false;
+    bool smtputf8_ = false;  // MAIL ... SMTPUTF8: UTF-8 addresses allowed
     std::string ta_id_;
     std::string sender_;
     std::string mail_params_;
@@ -336,9 +338,9 @@ void Session::mail(std::string_view arg) {
     if (in_mail_) return error("503 5.5.1 Error: nested MAIL command");
     const auto p = parse_path(arg, "FROM:");
     if (!p) return error("501 5.5.4 Syntax: MAIL FROM:<address>");
-    if (!valid_address(p->addr, true)) return error("501 5.1.7 Bad sender address syntax");
     std::string_view params = p->params;
     std::uint64_t size = 0;
+    bool utf8 = false;
     while (!params.empty()) {
         const auto sp = params.find(' ');
         const std::string_view kv = params.substr(0, sp);
@@ -353,16 +355,22 @@ void Session::mail(std::string_view arg) {
             if (size > cfg_.max_message_size)
                 return error("552 5.3.4 Message size exceeds fixed limit");
         } else if (iequals(kv, "BODY=8BITMIME") || iequals(kv, "BODY=7BIT")) {
+        } else if (iequals(kv, "SMTPUTF8")) {
+            utf8 = true;
         } else {
             return error("555 5.5.4 Unsupported option: " + std::string(kv));
         }
     }
+    if (has_8bit(p->addr) && !utf8)
+        return error("553 5.6.7 Must declare SMTPUTF8 to send unicode address");
+    if (!valid_address(p->addr, true, utf8)) return error("501 5.1.7 Bad sender address syntax");
     if (!srv_.cdb().has_room(size)) {
         spdlog::warn("NOQUEUE: reject: MAIL from {}: 452 4.3.1 Insufficient system storage; "
                      "spool below min_free_space", client());
         return reply("452 4.3.1 Insufficient system storage");
     }
     in_mail_ = true;
+    smtputf8_ = utf8;
     ta_id_ = sm::new_ta_id();
     sender_.assign(p->addr);
     mail_params_.assign(p->params);
@@ -375,7 +383,10 @@ void Session::rcpt(std::string_view arg) {
     if (!in_mail_) return error("503 5.5.1 Error: need MAIL command");
     const auto p = parse_path(arg, "TO:");
     if (!p || p->addr.empty()) return error("501 5.5.4 Syntax: RCPT TO:<address>");
-    if (!valid_address(p->addr, false)) return error("501 5.1.3 Bad recipient address syntax");
+    if (has_8bit(p->addr) && !smtputf8_)
+        return error("553 5.6.7 Must declare SMTPUTF8 to send unicode address");
+    if (!valid_address(p->addr, false, smtputf8_))
+        return error("501 5.1.3 Bad recipient address syntax");
     if (!p->params.empty())
         return error("555 5.5.4 Unsupported option: " + std::string(p->params));
     // A recipient named twice gets one copy (postfix's duplicate filter):
