@@ -1,5 +1,5 @@
-// The SMTP command parser: verb, MAIL/RCPT path and parameters, address
-// syntax, routing in the local part. Every line of the input is a command.
+// The SMTP command parser: verb, BDAT size, MAIL/RCPT path and parameters, address
+// syntax (ASCII and SMTPUTF8), routing in the local part. Every line of the input is a command.
 #include "command.hpp"
 #include "policy.hpp"
 
@@ -16,6 +16,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::string_view arg;
         const smtps::Verb v = smtps::parse_verb(line, arg);
         if (arg.size() > line.size()) std::abort();
+        if (v == smtps::Verb::bdat) {
+            // A size is taken only when all of it is digits that fit.
+            const auto b = smtps::parse_bdat(arg);
+            if (b && arg.substr(0, arg.find(' ')).size() > 19) std::abort();
+            continue;
+        }
         if (v != smtps::Verb::mail && v != smtps::Verb::rcpt) continue;
         const auto p = smtps::parse_path(arg, v == smtps::Verb::mail ? "FROM:" : "TO:");
         if (!p) continue;
@@ -23,6 +29,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             // What SMTPS passes on must be safe to put into a command line.
             if (p->addr.find_first_of("\r\n<>") != std::string_view::npos) std::abort();
             if (p->addr.size() > 254) std::abort();
+        }
+        // With SMTPUTF8 the address must still be safe, and well-formed UTF-8.
+        if (smtps::valid_address(p->addr, v == smtps::Verb::mail, true)) {
+            if (p->addr.find_first_of("\r\n<>") != std::string_view::npos) std::abort();
+            if (!smtps::valid_utf8(p->addr)) std::abort();
         }
         (void)smtps::routes_in_local_part(p->addr);
         (void)smtps::domain_of(p->addr);

@@ -54,6 +54,11 @@ public:
     // (max_line counts the text without its CRLF).
     asio::awaitable<Line> read_line(std::chrono::steady_clock::duration timeout);
 
+    // Up to max raw octets (a BDAT chunk, whatever lines it holds): what is
+    // buffered, else what one read brings. text is empty only when status
+    // is not ok.
+    asio::awaitable<Line> read_bytes(std::size_t max, std::chrono::steady_clock::duration timeout);
+
     // Skips the rest of an over-long line; ok when LF was found.
     asio::awaitable<ReadStatus> skip_line(std::chrono::steady_clock::duration timeout);
 

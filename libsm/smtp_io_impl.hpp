@@ -109,6 +109,24 @@ asio::awaitable<Line> LineReader<Stream>::read_line(
 }
 
 template <class Stream>
+asio::awaitable<Line> LineReader<Stream>::read_bytes(
+    std::size_t max, std::chrono::steady_clock::duration timeout) {
+    Line l;
+    if (pos_ == end_) {
+        l.status = co_await fill(timeout);
+        if (l.status != ReadStatus::ok) co_return l;
+        if (pos_ == end_) {  // a read that brought nothing and no error
+            l.status = ReadStatus::error;
+            co_return l;
+        }
+    }
+    const std::size_t n = std::min(max, end_ - pos_);
+    l.text = std::string_view(buf_.data() + pos_, n);
+    pos_ += n;
+    co_return l;
+}
+
+template <class Stream>
 asio::awaitable<ReadStatus> LineReader<Stream>::skip_line(
     std::chrono::steady_clock::duration timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -9,25 +9,39 @@
 
 namespace smtpc {
 
-void dot_stuff(std::string_view in, bool& bol, std::string& out) {
-    if (in.empty()) return;
-    std::size_t copied = 0;  // in[0, copied) is already in out
-    if (bol && in[0] == '.') out += '.';
-    const char* base = in.data();
-    std::size_t pos = 0;
-    while (pos < in.size()) {
-        const void* lf = std::memchr(base + pos, '\n', in.size() - pos);
-        if (!lf) break;
-        const std::size_t next = static_cast<const char*>(lf) - base + 1;
-        if (next < in.size() && in[next] == '.') {
-            out.append(base + copied, next - copied);
-            out += '.';
-            copied = next;
+void encode_body(std::string_view in, BodyState& st, std::string& out) {
+    const char* p = in.data();
+    const char* const end = p + in.size();
+    if (p < end && st.cr && *p != '\n') ++st.col;  // the CR was a bare one
+    st.cr = false;
+    while (p < end) {
+        if (st.col == 0 && *p == '.') out += '.';
+        const void* found = std::memchr(p, '\n', static_cast<std::size_t>(end - p));
+        const char* lf = static_cast<const char*>(found);
+        const char* stop = lf ? lf + 1 : end;
+        // The line's bytes in this block, without its CRLF (or LF); a CR at
+        // the end of the block is left for the next block to decide.
+        std::size_t text = static_cast<std::size_t>(stop - p);
+        if (lf) {
+            text -= (lf > p && lf[-1] == '\r') ? 2 : 1;
+        } else if (end[-1] == '\r') {
+            text -= 1;
+            st.cr = true;
         }
-        pos = next;
+        // Break only where more of the line follows, as postfix does: a line
+        // of exactly the limit goes out whole.
+        while (st.col + text > line_length_limit) {
+            const std::size_t room = line_length_limit - std::min(st.col, line_length_limit);
+            out.append(p, room);
+            out += "\r\n ";
+            p += room;
+            text -= room;
+            st.col = 1;
+        }
+        out.append(p, static_cast<std::size_t>(stop - p));
+        st.col = lf ? 0 : st.col + text;
+        p = stop;
     }
-    out.append(base + copied, in.size() - copied);
-    bol = in.back() == '\n';
 }
 
 MessageFile::~MessageFile() {

@@ -1,16 +1,31 @@
 // The message body as SMTPC sends it: the CDB file read in large blocks and
-// dot-stuffed on the way out (RFC 5321 4.5.2).
+// dot-stuffed and with over-long lines broken on the way out (RFC 5321
+// 4.5.2, 4.5.3.1.6).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace smtpc {
 
-// Appends `in` to `out`, doubling a '.' at the start of every line. `bol`
-// carries "the previous block ended with LF" from one block to the next.
-void dot_stuff(std::string_view in, bool& bol, std::string& out);
+// Longer lines go out broken by CRLF SPACE (postfix's
+// smtp_line_length_limit = 998, RFC 5321 4.5.3.1.6), which does the least
+// harm to MIME; the limit does not count the CRLF.
+inline constexpr std::size_t line_length_limit = 998;
+
+// Where the previous block left off: bytes of the current line already
+// sent (0: at the start of a line), and whether it ended in a CR that the
+// next block's LF may complete.
+struct BodyState {
+    std::size_t col = 0;
+    bool cr = false;
+};
+
+// Appends `in` to `out`, doubling a '.' at the start of every line and
+// breaking lines over line_length_limit; blocks may be cut anywhere.
+void encode_body(std::string_view in, BodyState& st, std::string& out);
 
 // An open CDB file; read with pread so that a retry on another connection
 // starts from the beginning again.

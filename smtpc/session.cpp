@@ -22,6 +22,11 @@ void set_result(sm::msg::RcptResult& r, const Failure& f) {
     r.text = f.text;
 }
 
+bool has_8bit(const std::string& s) {
+    return std::any_of(s.begin(), s.end(),
+                       [](char c) { return static_cast<unsigned char>(c) >= 0x80; });
+}
+
 // Addresses go into command lines: a CR or LF would inject commands.
 bool clean_address(const std::string& a) {
     return a.find_first_of("\r\n<>", 0, 5) == std::string::npos;
@@ -236,7 +241,7 @@ asio::awaitable<std::optional<Failure>> Session::starttls(const Target& t,
 }
 
 void Session::parse_ehlo() {
-    pipelining_ = size_offered_ = starttls_offered_ = false;
+    pipelining_ = size_offered_ = starttls_offered_ = smtputf8_offered_ = false;
     size_limit_ = 0;
     for (std::size_t i = 1; i < rep_.lines.size(); ++i) {
         std::string kw = rep_.lines[i].substr(0, rep_.lines[i].find(' '));
@@ -245,6 +250,8 @@ void Session::parse_ehlo() {
             pipelining_ = true;
         } else if (kw == "STARTTLS") {
             starttls_offered_ = true;
+        } else if (kw == "SMTPUTF8") {
+            smtputf8_offered_ = true;
         } else if (kw == "SIZE") {
             size_offered_ = true;
             const auto sp = rep_.lines[i].find(' ');
@@ -308,6 +315,18 @@ asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const Message
             if (r.code == 0) set_result(r, big);
         co_return true;
     }
+    // UTF-8 in the envelope needs SMTPUTF8 (RFC 6531); a next hop without it
+    // gets no such message: a bounce, as postfix does.
+    bool utf8 = has_8bit(d.sender);
+    for (std::size_t i = 0; i < n; ++i)
+        if (res[i].code == 0 && has_8bit(d.rcpts[i].addr)) utf8 = true;
+    if (utf8 && !smtputf8_offered_) {
+        const Failure no{550, "5.6.7",
+                         "SMTPUTF8 is required, but was not offered by host " + relay_};
+        for (auto& r : res)
+            if (r.code == 0) set_result(r, no);
+        co_return true;
+    }
     if (needs_rset_) {
         bool ok = co_await command("RSET\r\n", "sending RSET");
         if (!ok) co_return false;
@@ -327,6 +346,7 @@ asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const Message
         cmd_ += " SIZE=";
         cmd_ += std::to_string(f.size());
     }
+    if (utf8) cmd_ += " SMTPUTF8";
     cmd_ += "\r\n";
     // From here on the server holds transaction state until end of data.
     needs_rset_ = true;
@@ -400,10 +420,11 @@ asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const Message
     co_return true;
 }
 
-// Streams the CDB file in large blocks, dot-stuffed, and ends with CRLF.CRLF
+// Streams the CDB file in large blocks, dot-stuffed and with long lines
+// broken (encode_body), and ends with CRLF.CRLF
 // in the same write as the last block.
 asio::awaitable<bool> Session::send_body(const MessageFile& f) {
-    bool bol = true;
+    BodyState st;
     std::uint64_t off = 0;
     for (;;) {
         out_.clear();
@@ -419,9 +440,9 @@ asio::awaitable<bool> Session::send_body(const MessageFile& f) {
             }
             off += in_.size();
             last = in_.empty() || off >= f.size();
-            dot_stuff(in_, bol, out_);
+            encode_body(in_, st, out_);
         }
-        if (last) out_ += bol ? ".\r\n" : "\r\n.\r\n";
+        if (last) out_ += st.cr ? "\n.\r\n" : st.col == 0 ? ".\r\n" : "\r\n.\r\n";
         bool ok = co_await write(out_, "sending message body");
         if (!ok) co_return false;
         if (last) co_return true;

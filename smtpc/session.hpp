@@ -87,6 +87,7 @@ private:
     bool pipelining_ = false;
     bool size_offered_ = false;
     bool starttls_offered_ = false;
+    bool smtputf8_offered_ = false;
     bool tls_fallback_ = false;
     std::uint64_t size_limit_ = 0;  // 0: none announced
     bool needs_rset_ = false;       // the last transaction stopped half-way

@@ -15,10 +15,27 @@ Verb parse_verb(std::string_view line, std::string_view& arg) {
         {"MAIL", Verb::mail}, {"RCPT", Verb::rcpt}, {"DATA", Verb::data},
         {"EHLO", Verb::ehlo}, {"HELO", Verb::helo}, {"RSET", Verb::rset},
         {"NOOP", Verb::noop}, {"QUIT", Verb::quit}, {"VRFY", Verb::vrfy},
-        {"HELP", Verb::help}, {"STARTTLS", Verb::starttls}};
+        {"HELP", Verb::help}, {"STARTTLS", Verb::starttls}, {"BDAT", Verb::bdat}};
     for (const auto& [name, verb] : verbs)
         if (iequals(v, name)) return verb;
     return Verb::unknown;
+}
+
+std::optional<Bdat> parse_bdat(std::string_view arg) {
+    const auto sp = arg.find(' ');
+    const std::string_view n = arg.substr(0, sp);
+    Bdat b;
+    if (sp != std::string_view::npos) {
+        if (!iequals(arg.substr(sp + 1), "LAST")) return std::nullopt;
+        b.last = true;
+    }
+    // 19 digits always fit in 64 bits.
+    if (n.empty() || n.size() > 19) return std::nullopt;
+    for (char c : n) {
+        if (c < '0' || c > '9') return std::nullopt;
+        b.size = b.size * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    return b;
 }
 
 } // namespace smtps

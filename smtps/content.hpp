@@ -1,7 +1,9 @@
 // The message content of DATA, line by line as the LineReader hands it out:
 // the end-of-data line, dot-unstuffing, bare CR / bare LF (rejected, or
-// normalised to CRLF), the size limit and the Received: hop count. Pure: no
-// I/O, so that it is unit-tested and fuzzed on its own.
+// normalised to CRLF), the size limit and the Received: hop count; and of
+// BDAT (RFC 3030), whose chunks are raw octets that BdatContent cuts into
+// the same lines, without the dot. Pure: no I/O, so that it is unit-tested
+// and fuzzed on its own.
 #pragma once
 
 #include "policy.hpp"
@@ -21,8 +23,9 @@ struct Content {
 
 class ContentReader {
 public:
-    ContentReader(bool normalize_bare_eol, std::uint64_t max_size)
-        : normalize_(normalize_bare_eol), max_size_(max_size) {}
+    // dots: DATA's end-of-data line and dot-stuffing; BDAT has neither.
+    ContentReader(bool normalize_bare_eol, std::uint64_t max_size, bool dots = true)
+        : normalize_(normalize_bare_eol), dots_(dots), max_size_(max_size) {}
 
     // One line or piece of a long line. Passes the message bytes it holds to
     // out(std::string_view) and returns true when it is the end-of-data dot
@@ -34,6 +37,7 @@ public:
 
 private:
     bool normalize_;
+    bool dots_;
     std::uint64_t max_size_;
     Content c_;
     // line_start: this piece begins a line. after_crlf: the previous line
@@ -45,8 +49,10 @@ private:
 template <class Out>
 bool ContentReader::feed(const sm::smtp::Line& l, Out&& out) {
     std::string_view t = l.text;
-    if (after_crlf_ && l.complete && !l.bare_lf && t == ".") return true;
-    if (line_start_ && !t.empty() && t.front() == '.') t.remove_prefix(1);
+    if (dots_) {
+        if (after_crlf_ && l.complete && !l.bare_lf && t == ".") return true;
+        if (line_start_ && !t.empty() && t.front() == '.') t.remove_prefix(1);
+    }
     if (line_start_ && in_header_) {
         if (t.empty()) in_header_ = false;
         else if (istarts_with(t, "Received:")) ++c_.hops;
@@ -69,6 +75,71 @@ bool ContentReader::feed(const sm::smtp::Line& l, Out&& out) {
     line_start_ = l.complete;
     after_crlf_ = l.complete && !l.bare_lf;
     return false;
+}
+
+// BDAT content: chunks of any size and any cut, as they arrive, turned into
+// the lines ContentReader checks. A CR at the end of a piece is held until
+// the next byte shows whether it begins a CRLF, so that a CRLF split across
+// chunks is one, and a CR then LF in separate chunks is not two bare ones.
+class BdatContent {
+public:
+    BdatContent(bool normalize_bare_eol, std::uint64_t max_size)
+        : reader_(normalize_bare_eol, max_size, false) {}
+
+    template <class Out>
+    void feed(std::string_view bytes, Out&& out);
+    // After the LAST chunk: a held CR is a bare one, and a last line without
+    // CRLF gets one (the stored message ends in CRLF, as after DATA).
+    template <class Out>
+    void finish(Out&& out);
+
+    const Content& result() const { return reader_.result(); }
+
+private:
+    template <class Out>
+    void line(std::string_view text, bool complete, bool bare_lf, Out& out) {
+        sm::smtp::Line l;
+        l.text = text;
+        l.complete = complete;
+        l.bare_lf = bare_lf;
+        reader_.feed(l, out);
+        open_ = !complete;
+    }
+
+    ContentReader reader_;
+    bool held_cr_ = false;  // the last piece ended in a CR not yet passed on
+    bool open_ = false;     // a line has begun and not ended
+};
+
+template <class Out>
+void BdatContent::feed(std::string_view b, Out&& out) {
+    if (b.empty()) return;
+    if (held_cr_) {
+        held_cr_ = false;
+        if (b.front() == '\n') {
+            line({}, true, false, out);
+            b.remove_prefix(1);
+        } else {
+            line("\r", false, false, out);
+        }
+    }
+    for (std::size_t lf; (lf = b.find('\n')) != std::string_view::npos;) {
+        const bool crlf = lf > 0 && b[lf - 1] == '\r';
+        line(b.substr(0, crlf ? lf - 1 : lf), true, !crlf, out);
+        b.remove_prefix(lf + 1);
+    }
+    if (!b.empty() && b.back() == '\r') {
+        held_cr_ = true;
+        b.remove_suffix(1);
+    }
+    if (!b.empty()) line(b, false, false, out);
+}
+
+template <class Out>
+void BdatContent::finish(Out&& out) {
+    if (held_cr_) line("\r", false, false, out);
+    held_cr_ = false;
+    if (open_) line({}, true, false, out);
 }
 
 } // namespace smtps

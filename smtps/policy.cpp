@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <string>
 
 namespace smtps {
@@ -15,7 +17,10 @@ void trim(std::string_view& s) {
     while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
 }
 
-bool atext(char c) {
+// utf8: octets of UTF-8 sequences are letters too (RFC 6531 3.3); that the
+// sequences are well-formed is checked once, for the whole address.
+bool atext(char c, bool utf8) {
+    if (utf8 && static_cast<unsigned char>(c) >= 0x80) return true;
     if (c <= ' ' || c >= 127) return false;
     switch (c) {
     case '(': case ')': case '<': case '>': case '[': case ']':
@@ -26,7 +31,7 @@ bool atext(char c) {
     }
 }
 
-bool valid_local(std::string_view l) {
+bool valid_local(std::string_view l, bool utf8) {
     if (l.empty() || l.size() > 64) return false;
     if (l.front() == '"') {
         if (l.size() < 2 || l.back() != '"') return false;
@@ -35,7 +40,8 @@ bool valid_local(std::string_view l) {
             if (c == '\\') {
                 if (++i + 1 >= l.size()) return false;
                 if (l[i] < ' ' || l[i] >= 127) return false;
-            } else if (c < ' ' || c >= 127 || c == '"') {
+            } else if (!(utf8 && static_cast<unsigned char>(c) >= 0x80) &&
+                       (c < ' ' || c >= 127 || c == '"')) {
                 return false;
             }
         }
@@ -44,11 +50,11 @@ bool valid_local(std::string_view l) {
     // Dot-string; consecutive or edge dots occur in real mail and are
     // harmless to relay, so only the character set is enforced.
     for (char c : l)
-        if (!atext(c) && c != '.') return false;
+        if (!atext(c, utf8) && c != '.') return false;
     return true;
 }
 
-bool valid_domain(std::string_view d) {
+bool valid_domain(std::string_view d, bool utf8) {
     if (d.empty() || d.size() > 255) return false;
     if (d.front() == '[') {
         // Address literals: [IPv4] or [IPv6:...] only (RFC 5321 4.1.3); a
@@ -65,7 +71,8 @@ bool valid_domain(std::string_view d) {
         if (c == '.') {
             if (label == 0) return false;
             label = 0;
-        } else if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') {
+        } else if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ||
+                   (utf8 && static_cast<unsigned char>(c) >= 0x80)) {
             if (++label > 63) return false;
         } else {
             return false;
@@ -124,15 +131,46 @@ std::optional<PathArg> parse_path(std::string_view arg, std::string_view keyword
     return p;
 }
 
-bool valid_address(std::string_view addr, bool allow_empty) {
+bool has_8bit(std::string_view s) {
+    return std::any_of(s.begin(), s.end(),
+                       [](char c) { return static_cast<unsigned char>(c) >= 0x80; });
+}
+
+bool valid_utf8(std::string_view s) {
+    for (std::size_t i = 0; i < s.size();) {
+        const auto b = static_cast<unsigned char>(s[i]);
+        std::size_t n;
+        std::uint32_t cp;
+        if (b < 0x80) n = 0, cp = b;
+        else if (b >= 0xC2 && b <= 0xDF) n = 1, cp = b & 0x1Fu;
+        else if (b >= 0xE0 && b <= 0xEF) n = 2, cp = b & 0x0Fu;
+        else if (b >= 0xF0 && b <= 0xF4) n = 3, cp = b & 0x07u;
+        else return false;
+        if (i + n >= s.size() && n > 0) return false;
+        for (std::size_t k = 1; k <= n; ++k) {
+            const auto c = static_cast<unsigned char>(s[i + k]);
+            if ((c & 0xC0) != 0x80) return false;
+            cp = cp << 6 | (c & 0x3Fu);
+        }
+        // Overlong forms, UTF-16 surrogates and beyond U+10FFFF.
+        if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+            (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
+            return false;
+        i += n + 1;
+    }
+    return true;
+}
+
+bool valid_address(std::string_view addr, bool allow_empty, bool utf8) {
     if (addr.empty()) return allow_empty;
     if (addr.size() > 254) return false;
+    if (utf8 && !valid_utf8(addr)) return false;
     // Legal inside a quoted local part, but it goes between < > in every
     // command SMTPC sends: refused here rather than bounced there.
     if (addr.find_first_of("<>") != std::string_view::npos) return false;
     const auto at = addr.rfind('@');
     if (at == std::string_view::npos) return false;
-    return valid_local(addr.substr(0, at)) && valid_domain(addr.substr(at + 1));
+    return valid_local(addr.substr(0, at), utf8) && valid_domain(addr.substr(at + 1), utf8);
 }
 
 bool routes_in_local_part(std::string_view addr) {

@@ -21,7 +21,12 @@ std::optional<PathArg> parse_path(std::string_view arg, std::string_view keyword
 
 // local@domain with an RFC 5321 dot-string or quoted local part and a host
 // name or address literal. The null sender is valid only when allow_empty.
-bool valid_address(std::string_view addr, bool allow_empty);
+// utf8 (MAIL ... SMTPUTF8, RFC 6531): UTF-8 is allowed in both parts and
+// must be well-formed.
+bool valid_address(std::string_view addr, bool allow_empty, bool utf8 = false);
+// Any octet over 127: an address that needs SMTPUTF8.
+bool has_8bit(std::string_view s);
+bool valid_utf8(std::string_view s);
 
 // The part after the last '@', or empty.
 std::string_view domain_of(std::string_view addr);

@@ -21,7 +21,8 @@ Server::Server(asio::any_io_executor ex, const sm::Config& cfg, QmgrClient& qmgr
     : ex_(std::move(ex)), cfg_(cfg), qmgr_(qmgr), cdb_(cdb), policy_(cfg.server), tls_(tls) {
     const auto& s = cfg.server;
     const std::string head = "250-" + s.hostname + "\r\n250-PIPELINING\r\n250-SIZE " +
-                             std::to_string(s.max_message_size) + "\r\n250-8BITMIME\r\n";
+                             std::to_string(s.max_message_size) +
+                             "\r\n250-8BITMIME\r\n250-CHUNKING\r\n250-SMTPUTF8\r\n";
     ehlo_reply_ = head + "250 ENHANCEDSTATUSCODES\r\n";
     ehlo_reply_tls_ = head + "250-STARTTLS\r\n250 ENHANCEDSTATUSCODES\r\n";
 }

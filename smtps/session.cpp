@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 namespace smtps {
 namespace {
@@ -33,6 +34,37 @@ constexpr std::size_t max_pending_output = 4096;
 struct DataOutcome {
     ReadStatus status = ReadStatus::ok;
     Content content;
+};
+
+// The bound on reading message content (DATA, or one BDAT chunk):
+// data_timeout, plus the time its bytes may take at min_data_rate. Each
+// read also has data_timeout.
+class DataClock {
+public:
+    explicit DataClock(const sm::ServerConfig& cfg) : cfg_(cfg) {}
+    void received(std::size_t n) { received_ += n; }
+    std::chrono::steady_clock::duration left() const {
+        using std::chrono::steady_clock;
+        if (cfg_.min_data_rate == 0) return cfg_.data_timeout;
+        const auto allowed = std::chrono::duration_cast<steady_clock::duration>(
+            cfg_.data_timeout + std::chrono::milliseconds(received_ * 1000 / cfg_.min_data_rate));
+        return std::min<steady_clock::duration>(cfg_.data_timeout,
+                                                start_ + allowed - steady_clock::now());
+    }
+
+private:
+    const sm::ServerConfig& cfg_;
+    const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+    std::uint64_t received_ = 0;
+};
+
+// A BDAT transaction under way: the content so far, across commands.
+struct Chunking {
+    Chunking(CdbStore& store, const std::string& ta_id, bool normalize, std::uint64_t max)
+        : w(store, ta_id), content(normalize, max) {}
+    CdbWriter w;
+    BdatContent content;
+    std::uint64_t header_size = 0;
 };
 
 class Session {
@@ -61,32 +93,48 @@ private:
         }
     }
     asio::awaitable<bool> flush();
-    // The next line, flushing pending replies first when no input waits or
-    // too many are pending.
+    // Flushes pending replies when no input waits or too many are pending.
+    asio::awaitable<bool> flush_if_idle();
+    // The next line, or raw octets of a BDAT chunk, after flush_if_idle().
     asio::awaitable<Line> next_line(std::chrono::steady_clock::duration timeout);
+    asio::awaitable<Line> next_bytes(std::size_t max,
+                                     std::chrono::steady_clock::duration timeout);
 
     void helo(std::string_view arg, bool esmtp);
     // STARTTLS: false when the connection must close (failed handshake).
     asio::awaitable<bool> starttls(std::string_view arg);
     // server.tls_security_level = encrypt and no TLS yet: refuses the command.
     bool needs_tls() {
-        if (cfg_.tls_security_level != sm::TlsLevel::encrypt || stream_.tls()) return false;
-        error("530 5.7.0 Must issue a STARTTLS command first");
+        if (!tls_required()) return false;
+        error(tls_required_reply);
         return true;
     }
+    bool tls_required() const {
+        return cfg_.tls_security_level == sm::TlsLevel::encrypt && !stream_.tls();
+    }
+    static constexpr std::string_view tls_required_reply =
+        "530 5.7.0 Must issue a STARTTLS command first";
     void mail(std::string_view arg);
     void rcpt(std::string_view arg);
     asio::awaitable<bool> data(std::string_view arg);
     asio::awaitable<DataOutcome> read_content(CdbWriter& w);
+    // BDAT: false when the connection must close (timeout, lost client).
+    asio::awaitable<bool> bdat(std::string_view arg);
+    // Why a BDAT chunk is refused; empty when it is taken.
+    std::string bdat_refusal();
+    // The checks after a chunk; false when the transaction ended in an error.
+    bool bdat_accepted();
     asio::awaitable<void> queue(CdbWriter& w);
     asio::awaitable<std::string> commit(CdbWriter& w);
     void reset() {
         in_mail_ = false;
+        smtputf8_ = false;
         sender_.clear();
         mail_params_.clear();
         rcpts_.clear();
         envelope_size_ = 0;
         ta_id_.clear();
+        chunking_.reset();
     }
     std::string client() const { return "unknown[" + ip_ + "]"; }
     std::string received_header() const;
@@ -103,11 +151,13 @@ private:
     std::string tls_info_;  // "TLSv1.3 with cipher ..." once TLS is on
     bool esmtp_ = false;
     bool in_mail_ = false;
+    bool smtputf8_ = false;  // MAIL ... SMTPUTF8: UTF-8 addresses allowed
     std::string ta_id_;
     std::string sender_;
     std::string mail_params_;
     std::vector<sm::msg::Recipient> rcpts_;
     std::size_t envelope_size_ = 0;  // what rcpts_ add to the TA_COMMIT
+    std::unique_ptr<Chunking> chunking_;  // after the first BDAT of a transaction
     unsigned errors_ = 0;
     unsigned commands_ = 0;
     bool closing_ = false;
@@ -128,17 +178,32 @@ asio::awaitable<bool> Session::flush() {
     co_return ok;
 }
 
+asio::awaitable<bool> Session::flush_if_idle() {
+    if (!out_.empty() && (reader_.buffered() == 0 || out_.size() >= max_pending_output))
+        co_return co_await flush();
+    co_return true;
+}
+
 asio::awaitable<Line> Session::next_line(std::chrono::steady_clock::duration timeout) {
     // Awaited into locals: GCC 12 miscompiles co_await inside conditions.
-    if (!out_.empty() && (reader_.buffered() == 0 || out_.size() >= max_pending_output)) {
-        const bool flushed = co_await flush();
-        if (!flushed) {
-            Line l;
-            l.status = ReadStatus::error;
-            co_return l;
-        }
+    const bool flushed = co_await flush_if_idle();
+    if (!flushed) {
+        Line l;
+        l.status = ReadStatus::error;
+        co_return l;
     }
     co_return co_await reader_.read_line(timeout);
+}
+
+asio::awaitable<Line> Session::next_bytes(std::size_t max,
+                                          std::chrono::steady_clock::duration timeout) {
+    const bool flushed = co_await flush_if_idle();
+    if (!flushed) {
+        Line l;
+        l.status = ReadStatus::error;
+        co_return l;
+    }
+    co_return co_await reader_.read_bytes(max, timeout);
 }
 
 asio::awaitable<void> Session::run() {
@@ -184,6 +249,11 @@ asio::awaitable<void> Session::run() {
             if (!go_on) closing_ = true;
             break;
         }
+        case Verb::bdat: {
+            const bool go_on = co_await bdat(arg);
+            if (!go_on) closing_ = true;
+            break;
+        }
         case Verb::rset:
             reset();
             reply("250 2.0.0 Ok");
@@ -193,7 +263,7 @@ asio::awaitable<void> Session::run() {
             reply("252 2.5.2 Cannot VRFY user, but will accept message and attempt delivery");
             break;
         case Verb::help:
-            reply("214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA RSET NOOP QUIT VRFY HELP" +
+            reply("214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP" +
                   std::string(srv_.tls() ? " STARTTLS" : ""));
             break;
         case Verb::quit:
@@ -268,9 +338,9 @@ void Session::mail(std::string_view arg) {
     if (in_mail_) return error("503 5.5.1 Error: nested MAIL command");
     const auto p = parse_path(arg, "FROM:");
     if (!p) return error("501 5.5.4 Syntax: MAIL FROM:<address>");
-    if (!valid_address(p->addr, true)) return error("501 5.1.7 Bad sender address syntax");
     std::string_view params = p->params;
     std::uint64_t size = 0;
+    bool utf8 = false;
     while (!params.empty()) {
         const auto sp = params.find(' ');
         const std::string_view kv = params.substr(0, sp);
@@ -285,16 +355,22 @@ void Session::mail(std::string_view arg) {
             if (size > cfg_.max_message_size)
                 return error("552 5.3.4 Message size exceeds fixed limit");
         } else if (iequals(kv, "BODY=8BITMIME") || iequals(kv, "BODY=7BIT")) {
+        } else if (iequals(kv, "SMTPUTF8")) {
+            utf8 = true;
         } else {
             return error("555 5.5.4 Unsupported option: " + std::string(kv));
         }
     }
+    if (has_8bit(p->addr) && !utf8)
+        return error("553 5.6.7 Must declare SMTPUTF8 to send unicode address");
+    if (!valid_address(p->addr, true, utf8)) return error("501 5.1.7 Bad sender address syntax");
     if (!srv_.cdb().has_room(size)) {
         spdlog::warn("NOQUEUE: reject: MAIL from {}: 452 4.3.1 Insufficient system storage; "
                      "spool below min_free_space", client());
         return reply("452 4.3.1 Insufficient system storage");
     }
     in_mail_ = true;
+    smtputf8_ = utf8;
     ta_id_ = sm::new_ta_id();
     sender_.assign(p->addr);
     mail_params_.assign(p->params);
@@ -307,9 +383,24 @@ void Session::rcpt(std::string_view arg) {
     if (!in_mail_) return error("503 5.5.1 Error: need MAIL command");
     const auto p = parse_path(arg, "TO:");
     if (!p || p->addr.empty()) return error("501 5.5.4 Syntax: RCPT TO:<address>");
-    if (!valid_address(p->addr, false)) return error("501 5.1.3 Bad recipient address syntax");
+    if (has_8bit(p->addr) && !smtputf8_)
+        return error("553 5.6.7 Must declare SMTPUTF8 to send unicode address");
+    if (!valid_address(p->addr, false, smtputf8_))
+        return error("501 5.1.3 Bad recipient address syntax");
     if (!p->params.empty())
         return error("555 5.5.4 Unsupported option: " + std::string(p->params));
+    // A recipient named twice gets one copy (postfix's duplicate filter):
+    // the same local part, the domain in any case.
+    const auto same = [&](const sm::msg::Recipient& r) {
+        const std::string_view a = r.addr, b = p->addr;
+        const std::size_t local = a.size() - domain_of(a).size();
+        return a.size() == b.size() && a.substr(0, local) == b.substr(0, local) &&
+               iequals(a.substr(local), b.substr(local));
+    };
+    if (std::any_of(rcpts_.begin(), rcpts_.end(), same)) {
+        spdlog::info("{}: duplicate recipient <{}> stored once", ta_id_, p->addr);
+        return reply("250 2.1.5 Ok");
+    }
     if (rcpts_.size() >= cfg_.max_recipients) return reply("452 4.5.3 Error: too many recipients");
     const std::size_t grows = p->addr.size() + sm::msg::rcpt_overhead;
     if (envelope_size_ + sender_.size() + mail_params_.size() + helo_.size() + grows >
@@ -348,6 +439,10 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
     if (needs_tls()) co_return true;
     if (!in_mail_) {
         error("503 5.5.1 Error: need MAIL command");
+        co_return true;
+    }
+    if (chunking_) {  // RFC 3030 2: no DATA in a BDAT transaction
+        error("503 5.5.1 Error: DATA after BDAT");
         co_return true;
     }
     if (rcpts_.empty()) {
@@ -397,32 +492,110 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
 }
 
 asio::awaitable<DataOutcome> Session::read_content(CdbWriter& w) {
-    using std::chrono::steady_clock;
     DataOutcome d;
-    // One bound for the whole DATA phase: data_timeout, plus the time its
-    // bytes may take at min_data_rate. Each line also has data_timeout.
-    const auto start = steady_clock::now();
-    std::uint64_t received = 0;
-    auto left = [&]() -> steady_clock::duration {
-        if (cfg_.min_data_rate == 0) return cfg_.data_timeout;
-        const auto allowed = std::chrono::duration_cast<steady_clock::duration>(
-            cfg_.data_timeout + std::chrono::milliseconds(received * 1000 / cfg_.min_data_rate));
-        return std::min<steady_clock::duration>(cfg_.data_timeout,
-                                                start + allowed - steady_clock::now());
-    };
+    DataClock clock(cfg_);  // one bound for the whole DATA phase
     ContentReader reader(!cfg_.reject_bare_lf, cfg_.max_message_size);
     for (;;) {
-        const Line l = co_await next_line(left());
+        const Line l = co_await next_line(clock.left());
         if (l.status != ReadStatus::ok) {
             d.status = l.status;
             co_return d;
         }
-        received += l.text.size() + (l.complete ? 2 : 0);
+        clock.received(l.text.size() + (l.complete ? 2 : 0));
         if (reader.feed(l, [&w](std::string_view bytes) { w.append(bytes); })) {
             d.content = reader.result();
             co_return d;
         }
     }
+}
+
+// RFC 3030: each chunk's octets are read whether it is taken or refused, so
+// that the next command is found where it begins.
+asio::awaitable<bool> Session::bdat(std::string_view arg) {
+    const auto b = parse_bdat(arg);
+    if (!b) {
+        // The chunk's length is unknown: what follows is read as commands.
+        error("501 5.5.4 Syntax: BDAT count [LAST]");
+        co_return true;
+    }
+    const std::string refused = bdat_refusal();
+    if (refused.empty() && !chunking_) {
+        chunking_ = std::make_unique<Chunking>(srv_.cdb(), ta_id_, !cfg_.reject_bare_lf,
+                                               cfg_.max_message_size);
+        chunking_->w.append(received_header());
+        chunking_->header_size = chunking_->w.size();
+    }
+    DataClock clock(cfg_);  // one bound per chunk
+    for (std::uint64_t left = b->size; left > 0;) {
+        const Line l = co_await next_bytes(std::min<std::uint64_t>(left, data_chunk),
+                                           clock.left());
+        if (l.status != ReadStatus::ok) {
+            spdlog::info("{}: {} after BDAT ({} of {} bytes) from {}",
+                         ta_id_.empty() ? "NOQUEUE" : ta_id_,
+                         l.status == ReadStatus::timeout ? "timeout" : "lost connection",
+                         b->size - left, b->size, client());
+            if (l.status == ReadStatus::timeout) timeout_reply();
+            reset();
+            co_return false;
+        }
+        left -= l.text.size();
+        clock.received(l.text.size());
+        if (refused.empty())
+            chunking_->content.feed(l.text, [this](std::string_view x) { chunking_->w.append(x); });
+    }
+    if (!refused.empty()) {
+        if (refused.starts_with("451")) {
+            reply(refused);
+            reset();
+        } else {
+            error(refused);
+        }
+        co_return true;
+    }
+    if (b->last)
+        chunking_->content.finish([this](std::string_view x) { chunking_->w.append(x); });
+    if (!bdat_accepted()) {
+        reset();
+        co_return true;
+    }
+    if (!b->last) {
+        reply("250 2.0.0 Ok: " + std::to_string(b->size) + " octets received");
+        co_return true;
+    }
+    co_await queue(chunking_->w);
+    reset();
+    co_return true;
+}
+
+std::string Session::bdat_refusal() {
+    if (tls_required()) return std::string(tls_required_reply);
+    if (!in_mail_) return "503 5.5.1 Error: need MAIL command";
+    if (rcpts_.empty()) return "554 5.5.1 Error: no valid recipients";
+    if (!chunking_ && !srv_.qmgr().connected()) return "451 4.3.0 Error: queue manager unavailable";
+    return {};
+}
+
+bool Session::bdat_accepted() {
+    const Content& c = chunking_->content.result();
+    const std::uint64_t size = chunking_->w.size() - chunking_->header_size;
+    if (c.too_big) {
+        spdlog::info("{}: reject: BDAT from {}: message size exceeds limit {}", ta_id_, client(),
+                     cfg_.max_message_size);
+        reply("552 5.3.4 Error: message file too big");
+        return false;
+    }
+    if (c.bare_eol) {
+        spdlog::info("{}: reject: BDAT from {}: bare LF/CR in message content", ta_id_, client());
+        error("550 5.6.11 Error: bare LF/CR not allowed");
+        return false;
+    }
+    if (c.hops > cfg_.max_hops) {
+        spdlog::info("{}: reject: BDAT from {}: too many hops ({}), {} bytes", ta_id_, client(),
+                     c.hops, size);
+        reply("554 5.4.6 Error: too many hops");
+        return false;
+    }
+    return true;
 }
 
 asio::awaitable<void> Session::queue(CdbWriter& w) {

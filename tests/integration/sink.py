@@ -32,6 +32,7 @@ class Sink:
         self.require_tls = args.require_tls
         self.broken_tls = args.broken_tls
         self.busy = args.busy
+        self.smtputf8 = args.smtputf8
 
     async def session(self, reader, writer):
         async def reply(text):
@@ -43,7 +44,7 @@ class Sink:
                 await reply("421 4.3.2 sink.test busy, closing")
                 return
             await reply("220 sink.test ESMTP test sink")
-            sender, rcpts, tls = None, [], None
+            sender, rcpts, tls, params = None, [], None, ""
             while True:
                 line = await asyncio.wait_for(reader.readline(), 60)
                 if not line:
@@ -53,6 +54,8 @@ class Sink:
                 if verb == "EHLO":
                     offer = b"250-STARTTLS\r\n" if (self.tls or self.broken_tls) and not tls \
                         else b""
+                    if self.smtputf8:
+                        offer += b"250-SMTPUTF8\r\n"
                     writer.write(b"250-sink.test\r\n250-PIPELINING\r\n250-8BITMIME\r\n" +
                                  offer + b"250-SIZE 104857600\r\n250 ENHANCEDSTATUSCODES\r\n")
                     await writer.drain()
@@ -72,8 +75,9 @@ class Sink:
                 elif verb == "HELO":
                     await reply("250 sink.test")
                 elif verb == "MAIL":
-                    m = re.match(r"(?i)MAIL FROM:<([^>]*)>", cmd)
+                    m = re.match(r"(?i)MAIL FROM:<([^>]*)>(.*)", cmd)
                     sender, rcpts = (m.group(1) if m else ""), []
+                    params = m.group(2).strip() if m else ""
                     await reply("250 2.1.0 Ok")
                 elif verb == "RCPT":
                     m = re.match(r"(?i)RCPT TO:<([^>]*)>", cmd)
@@ -111,8 +115,8 @@ class Sink:
                     self.count += 1
                     name = os.path.join(self.dir, "%d.msg" % self.count)
                     with open(name + ".tmp", "wb") as f:
-                        f.write(json.dumps({"from": sender, "rcpts": rcpts,
-                                            "tls": tls}).encode() + b"\n")
+                        f.write(json.dumps({"from": sender, "rcpts": rcpts, "tls": tls,
+                                            "params": params}).encode() + b"\n")
                         f.write(data)
                     os.rename(name + ".tmp", name)
                     await reply("250 2.0.0 Ok: queued as %d" % self.count)
@@ -148,6 +152,7 @@ async def main():
                    help="answer 530 to MAIL, RCPT and DATA before STARTTLS")
     p.add_argument("--broken-tls", action="store_true",
                    help="offer STARTTLS, then send garbage instead of a handshake")
+    p.add_argument("--smtputf8", action="store_true", help="offer SMTPUTF8")
     args = p.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     sink = Sink(args)

@@ -95,19 +95,41 @@ const std::string simple = "Received: by test\r\nSubject: hi\r\n\r\nhello\r\n";
 
 } // namespace
 
-TEST_CASE("dot_stuff doubles leading dots across block boundaries") {
+TEST_CASE("encode_body doubles leading dots across block boundaries") {
     std::string out;
-    bool bol = true;
-    smtpc::dot_stuff(".a\r\n..b\r\nc.d\r\n.", bol, out);
+    smtpc::BodyState st;
+    smtpc::encode_body(".a\r\n..b\r\nc.d\r\n.", st, out);
     CHECK(out == "..a\r\n...b\r\nc.d\r\n..");
-    CHECK_FALSE(bol);
+    CHECK(st.col == 1);
     out.clear();
-    bol = true;
-    smtpc::dot_stuff("x\r\n", bol, out);
-    CHECK(bol);
-    smtpc::dot_stuff(".y\r", bol, out);  // block starts a line
-    smtpc::dot_stuff("\n.z", bol, out);  // LF at the start of a block
+    st = {};
+    smtpc::encode_body("x\r\n", st, out);
+    CHECK(st.col == 0);
+    smtpc::encode_body(".y\r", st, out);  // block starts a line
+    smtpc::encode_body("\n.z", st, out);  // LF at the start of a block
     CHECK(out == "x\r\n..y\r\n..z");
+}
+
+TEST_CASE("encode_body breaks lines over 998 octets with CRLF SPACE, as postfix") {
+    const std::string a998(998, 'a');
+    std::string out;
+    smtpc::BodyState st;
+    smtpc::encode_body(a998 + "\r\n" + a998 + "b\r\n", st, out);
+    CHECK(out == a998 + "\r\n" + a998 + "\r\n b\r\n");
+    // 998 + 997 + 997 + 1: the space counts towards the continuation line;
+    // blocks cut anywhere, also between CR and LF at the limit.
+    const std::string line = "." + std::string(2992, 'x');
+    for (std::size_t cut : {std::size_t(1), std::size_t(998), std::size_t(999),
+                            std::size_t(1995), std::size_t(2993), std::size_t(2994)}) {
+        const std::string in = line + "\r\n.\r\n";
+        out.clear();
+        st = {};
+        smtpc::encode_body(std::string_view(in).substr(0, cut), st, out);
+        smtpc::encode_body(std::string_view(in).substr(cut), st, out);
+        CHECK(out == ".." + line.substr(1, 997) + "\r\n " + line.substr(998, 997) + "\r\n " +
+                         line.substr(1995, 997) + "\r\n " + line.substr(2992) + "\r\n..\r\n");
+        CHECK(st.col == 0);
+    }
 }
 
 TEST_CASE("answer_ttl takes the smallest TTL of the answers") {
@@ -165,6 +187,23 @@ TEST_CASE("PIPELINING is used when offered, and only then") {
     }
 }
 
+// What a next hop gets of CRLF lines: those over 998 octets broken by CRLF
+// SPACE every 998 octets, the space counted (postfix's smtp_line_length_limit).
+std::string broken_lines(const std::string& body) {
+    std::string out;
+    for (std::size_t pos = 0; pos < body.size();) {
+        const std::size_t end = body.find("\r\n", pos);
+        std::string line = body.substr(pos, end - pos);
+        pos = end + 2;
+        while (line.size() > 998) {
+            out += line.substr(0, 998) + "\r\n";
+            line = " " + line.substr(998);
+        }
+        out += line + "\r\n";
+    }
+    return out;
+}
+
 TEST_CASE("dot-stuffing is exact, also at 64 KiB block boundaries") {
     Harness h;
     Sink sink(h.io);
@@ -180,7 +219,7 @@ TEST_CASE("dot-stuffing is exact, also at 64 KiB block boundaries") {
         CHECK(r.rcpts[0].code == 250);
     }
     REQUIRE(sink.msgs.size() == 3);
-    CHECK(sink.msgs[0].data == body);
+    CHECK(sink.msgs[0].data == broken_lines(body));
     CHECK(sink.msgs[0].wire.find("\r\n..after boundary\r\n") != std::string::npos);
     CHECK(sink.msgs[0].wire.rfind("\r\n..\r\n...\r\nend\r\n") != std::string::npos);
     CHECK(sink.msgs[1].data == "no final newline\r\n.x\r\n");

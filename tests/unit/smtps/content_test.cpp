@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+using smtps::BdatContent;
 using smtps::ContentReader;
 using sm::smtp::Line;
 
@@ -48,4 +49,49 @@ TEST_CASE("bare CR and bare LF are flagged in reject mode, hops are counted") {
     feed(c, {{"Received: a", false}, {"received: b", false}, {"x\ry", false}});
     CHECK(c.result().bare_eol);
     CHECK(c.result().hops == 2);
+}
+
+namespace {
+
+// Feeds BDAT chunks as cut; returns what was stored.
+std::string chunks(BdatContent& c, std::initializer_list<std::string_view> pieces) {
+    std::string out;
+    auto put = [&](std::string_view b) { out.append(b); };
+    for (auto p : pieces) c.feed(p, put);
+    c.finish(put);
+    return out;
+}
+
+} // namespace
+
+TEST_CASE("BDAT content: no dots, CRLF split across chunks is one CRLF") {
+    BdatContent c(false, 1000);
+    CHECK(chunks(c, {"Received: a\r", "\nSubject: x\r\n\r\n.\r\n", "..b\r", "\n", "end"}) ==
+          "Received: a\r\nSubject: x\r\n\r\n.\r\n..b\r\nend\r\n");
+    CHECK_FALSE(c.result().bare_eol);
+    CHECK(c.result().hops == 1);
+}
+
+TEST_CASE("BDAT content: bare LF and bare CR, however cut, are seen") {
+    for (auto pieces : {std::initializer_list<std::string_view>{"a\nb"},
+                        std::initializer_list<std::string_view>{"a\r", "b\r\n"},
+                        std::initializer_list<std::string_view>{"a\r\n.\r", "MAIL\r\n"},
+                        std::initializer_list<std::string_view>{"a\r\n", "\n.\r\n"},
+                        std::initializer_list<std::string_view>{"a\r\n", "x\r"}}) {
+        BdatContent c(false, 1000);
+        chunks(c, pieces);
+        CHECK(c.result().bare_eol);
+    }
+}
+
+TEST_CASE("BDAT content: bare LF and CR normalised when configured") {
+    BdatContent c(true, 1000);
+    CHECK(chunks(c, {"a\nb\r", "c\r", "\n", "d\r"}) == "a\r\nb\r\nc\r\nd\r\n\r\n");
+    CHECK_FALSE(c.result().bare_eol);
+}
+
+TEST_CASE("BDAT content: the size limit counts what is stored") {
+    BdatContent c(false, 10);
+    chunks(c, {"0123456789"});  // 10 bytes sent, 12 stored with the final CRLF
+    CHECK(c.result().too_big);
 }

@@ -68,8 +68,8 @@ TEST_CASE("greeting and EHLO keywords") {
     Client c(h.port());
     CHECK(c.reply() == "220 mx.test ESMTP smx");
     const std::string e = c.cmd("EHLO client.test");
-    CHECK(e == "250-mx.test\n250-PIPELINING\n250-SIZE 12345\n250-8BITMIME\n"
-               "250 ENHANCEDSTATUSCODES");
+    CHECK(e == "250-mx.test\n250-PIPELINING\n250-SIZE 12345\n250-8BITMIME\n250-CHUNKING\n"
+               "250-SMTPUTF8\n250 ENHANCEDSTATUSCODES");
     CHECK(c.cmd("HELO client.test") == "250 mx.test");
     CHECK(starts(c.cmd("NOOP"), "250 2.0.0"));
     CHECK(starts(c.cmd("VRFY someone"), "252 2.5.2"));
@@ -77,7 +77,7 @@ TEST_CASE("greeting and EHLO keywords") {
     CHECK(starts(c.cmd("RSET"), "250 2.0.0"));
     CHECK(starts(c.cmd("EHLO"), "501 5.5.4"));
     CHECK(starts(c.cmd("EHLO a\rb"), "501 5.5.4"));
-    CHECK(starts(c.cmd("BDAT 10"), "500 5.5.2"));
+    CHECK(starts(c.cmd("XBDAT 10"), "500 5.5.2"));
     CHECK(starts(c.cmd("quit"), "221 2.0.0"));
     CHECK(c.closed());
 }
@@ -507,4 +507,43 @@ TEST_CASE("a command line dripped byte by byte ends at command_timeout") {
     }
     CHECK(r == "421 4.4.2 mx.test Error: timeout exceeded\r\n");
     CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+}
+
+TEST_CASE("a recipient named twice is stored once, the domain in any case") {
+    Harness h([](sm::Config& c) { c.server.max_recipients = 2; });
+    Client c(h.port());
+    ehlo(c);
+    REQUIRE(starts(c.cmd("MAIL FROM:<a@a.test>"), "250 "));
+    CHECK(starts(c.cmd("RCPT TO:<b@b.test>"), "250 2.1.5"));
+    CHECK(starts(c.cmd("RCPT TO:<b@B.Test>"), "250 2.1.5"));
+    CHECK(starts(c.cmd("RCPT TO:<b@b.test>"), "250 2.1.5"));
+    CHECK(starts(c.cmd("RCPT TO:<B@b.test>"), "250 2.1.5"));  // another local part
+    CHECK(starts(c.cmd("RCPT TO:<c@b.test>"), "452 4.5.3"));  // duplicates did not count
+    REQUIRE(starts(c.cmd("DATA"), "354"));
+    REQUIRE(starts(c.cmd("x\r\n."), "250 2.0.0"));
+    const auto commits = h.commits();
+    REQUIRE(commits.size() == 1);
+    REQUIRE(commits[0].rcpts.size() == 2);
+    CHECK(commits[0].rcpts[0].addr == "b@b.test");
+    CHECK(commits[0].rcpts[1].addr == "B@b.test");
+}
+
+TEST_CASE("SMTPUTF8: UTF-8 addresses only with the parameter, and well-formed") {
+    Harness h;
+    Client c(h.port());
+    ehlo(c);
+    CHECK(starts(c.cmd("MAIL FROM:<s\xc3\xa9@a.test>"), "553 5.6.7"));
+    CHECK(starts(c.cmd("MAIL FROM:<s\xc3@a.test> SMTPUTF8"), "501 5.1.7"));
+    CHECK(starts(c.cmd("MAIL FROM:<s\xc0\xaf@a.test> SMTPUTF8"), "501 5.1.7"));  // overlong
+    REQUIRE(starts(c.cmd("MAIL FROM:<s\xc3\xa9@\xc3\xa4.test> SMTPUTF8"), "250 "));
+    CHECK(starts(c.cmd("RCPT TO:<\xe2\x82\xac@b.test>"), "250 "));
+    CHECK(starts(c.cmd("RCPT TO:<x@\xed\xa0\x80.test>"), "501 5.1.3"));  // a surrogate
+    REQUIRE(starts(c.cmd("DATA"), "354"));
+    REQUIRE(starts(c.cmd("Subject: gr\xc3\xbc\xc3\x9f" "e\r\n\r\nx\r\n."), "250 2.0.0"));
+    REQUIRE(starts(c.cmd("MAIL FROM:<a@a.test>"), "250 "));
+    CHECK(starts(c.cmd("RCPT TO:<\xe2\x82\xac@b.test>"), "553 5.6.7"));
+    const auto commits = h.commits();
+    REQUIRE(commits.size() == 1);
+    CHECK(commits[0].params == "SMTPUTF8");
+    CHECK(commits[0].rcpts.at(0).addr == "\xe2\x82\xac@b.test");
 }
