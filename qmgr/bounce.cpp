@@ -11,8 +11,9 @@
 namespace smx::qmgr {
 
 Bouncer::Bouncer(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
-                 ActiveQueue& queue, Ibdb& ibdb, Reaper& reaper, Hooks hooks)
-    : cfg_(cfg), ex_(std::move(ex)), workers_(workers), queue_(queue), ibdb_(ibdb),
+                 ActiveQueue& queue, Ibdb& ibdb, Reaper& reaper, Hooks hooks,
+                 const sm::Clock& clock)
+    : cfg_(cfg), clock_(clock), ex_(std::move(ex)), workers_(workers), queue_(queue), ibdb_(ibdb),
       reaper_(reaper), hooks_(std::move(hooks)), spool_(cfg.spool_dir_abs()) {}
 
 void Bouncer::bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why) {
@@ -23,7 +24,7 @@ void Bouncer::bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::F
         spdlog::info("{}: to=<{}>, status=bounced ({})", ta.id, addr, text);
     else
         spdlog::info("{}: to=<{}>, relay={}, delay={:.2f}, status=bounced ({})", ta.id, addr,
-                     relay, static_cast<double>(sm::now_us() - ta.arrival_us()) / 1e6, text);
+                     relay, static_cast<double>(clock_.now_us() - ta.arrival_us()) / 1e6, text);
     ++bounced_;
     queue_.bounce_begin(ta, idx, text);
     report(bounces_, ta, idx, std::move(why));
@@ -38,13 +39,13 @@ void Bouncer::warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay) 
         cfg_.queue.delay_warning_time);
     const Rcpt& r = ta.rcpt(idx);
     if (after.count() == 0 || r.warned() || no_dsn_reason(ta) ||
-        sm::now_us() - ta.arrival_us() < static_cast<std::uint64_t>(after.count()))
+        clock_.now_us() - ta.arrival_us() < static_cast<std::uint64_t>(after.count()))
         return;
     queue_.mark_warned(ta, idx);
     auto why = dsn::failed_rcpt(r.addr(), r.last_error());
     why.action = dsn::Action::delayed;
     why.remote_mta = relay;
-    why.last_attempt_us = sm::now_us();
+    why.last_attempt_us = clock_.now_us();
     report(delays_, ta, idx, std::move(why));
 }
 
@@ -102,6 +103,7 @@ void Bouncer::queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kin
     dsn::Report rep;
     rep.reporting_mta = cfg_.server.hostname;
     rep.dsn_id = dsn_id;
+    rep.now_us = clock_.now_us();
     auto env = ta.env;
     struct Written {
         int err = 0;
@@ -109,7 +111,6 @@ void Bouncer::queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kin
     };
     auto job = [env, rcpts = std::move(rcpts), rep, orig_path, path]() mutable {
         std::string err;
-        rep.now_us = sm::now_us();
         // Without the original headers the report still says what failed.
         if (auto h = dsn::read_header_section(orig_path, err)) rep.original_headers = *h;
         const std::string msg = dsn::build(*env, rcpts, rep);
@@ -127,7 +128,7 @@ void Bouncer::queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kin
         d.helo = cfg_.server.hostname;
         d.rcpts.push_back(sm::msg::Recipient{env->sender, {}});
         d.size = w.size;
-        d.arrival_us = sm::now_us();
+        d.arrival_us = clock_.now_us();
         queue_.admit(d);
         ibdb_.append_transaction(d, [this, id, dsn_id, kind, done = std::move(done)](
                                         bool ok, const std::string& error) {

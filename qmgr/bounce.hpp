@@ -15,6 +15,8 @@
 
 #include "config.hpp"
 
+#include "clock.hpp"
+
 #include <boost/asio.hpp>
 #include <cstdint>
 #include <functional>
@@ -44,7 +46,8 @@ public:
     };
 
     Bouncer(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
-            ActiveQueue& queue, Ibdb& ibdb, Reaper& reaper, Hooks hooks);
+            ActiveQueue& queue, Ibdb& ibdb, Reaper& reaper, Hooks hooks,
+            const sm::Clock& clock = sm::system_clock());
 
     // A recipient (active or in flight) failed for good.
     void bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why);
@@ -66,6 +69,7 @@ private:
     const char* no_dsn_reason(const Ta& ta) const;
 
     const sm::Config& cfg_;
+    const sm::Clock& clock_;
     asio::any_io_executor ex_;
     asio::thread_pool& workers_;
     ActiveQueue& queue_;

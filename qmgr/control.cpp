@@ -159,7 +159,7 @@ void Qmgr::ctl_queue(CtlDone done) {
 }
 
 void Qmgr::ctl_flush(CtlDone done) {
-    dbq_.post<std::size_t>([](Defedb& db) { return db.flush_all(sm::now_us()); },
+    dbq_.post<std::size_t>([now = clock_.now_us()](Defedb& db) { return db.flush_all(now); },
                     [this, done = std::move(done)](std::optional<std::size_t> n) {
                         if (!n) return done({1, "flush failed (see the log)"});
                         spdlog::info("flush: {} deferred recipients due now", *n);
@@ -182,7 +182,7 @@ void Qmgr::ctl_hold(const std::string& id, bool hold, CtlDone done) {
             if (hold && r.state() == RcptState::active) {
                 queue_.defer_begin(*ta, i,
                                    r.last_error().empty() ? "held by operator" : r.last_error());
-                deferred_.park(*ta, i, sm::now_us());
+                deferred_.park(*ta, i, clock_.now_us());
             }
         }
     }

@@ -24,8 +24,8 @@ constexpr auto retry_after = std::chrono::seconds(5);
 } // namespace
 
 DeferredQueue::DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, DefedbStrand& db,
-                             Hooks hooks)
-    : cfg_(cfg), ex_(ex), db_(db), hooks_(std::move(hooks)), spool_(cfg.spool_dir_abs()),
+                             Hooks hooks, const sm::Clock& clock)
+    : cfg_(cfg), clock_(clock), ex_(ex), db_(db), hooks_(std::move(hooks)), spool_(cfg.spool_dir_abs()),
       retry_timer_(ex), due_timer_(ex), maint_timer_(ex) {}
 
 void DeferredQueue::start() {
@@ -50,7 +50,7 @@ void DeferredQueue::park(const Ta& ta, std::uint32_t idx, std::uint64_t until_us
     d.addr = r.addr();
     d.attempts = r.attempts();
     d.first_arrival_us = ta.arrival_us();
-    d.last_attempt_us = sm::now_us();
+    d.last_attempt_us = clock_.now_us();
     d.next_try_us = until_us;
     d.last_error = r.last_error();
     d.held = r.hold();
@@ -172,13 +172,15 @@ void DeferredQueue::refresh() {
                                           });
 }
 
-void DeferredQueue::due_now() { arm(sm::now_us()); }
+void DeferredQueue::due_now() { arm(clock_.now_us()); }
 
 void DeferredQueue::arm(std::uint64_t at_us) {
     if (!running_ || (due_at_ && due_at_ <= at_us)) return;
     due_at_ = at_us;
     // Re-arming cancels the later wait; its handler sees operation_aborted.
-    due_timer_.expires_at(asio::system_timer::time_point(std::chrono::microseconds(at_us)));
+    // A wait measured on the clock, so a test clock that jumps ahead is due at once.
+    const std::uint64_t now = clock_.now_us();
+    due_timer_.expires_after(std::chrono::microseconds(at_us > now ? at_us - now : 0));
     due_timer_.async_wait([this](boost::system::error_code ec) {
         if (ec) return;
         due_at_ = 0;
@@ -193,7 +195,7 @@ void DeferredQueue::fetch() {
     if (due_busy_ || !running_) return;
     const std::size_t room = hooks_.room();
     if (room == 0) {
-        arm(sm::now_us() + 1'000'000);
+        arm(clock_.now_us() + 1'000'000);
         return;
     }
     due_busy_ = true;
@@ -207,8 +209,8 @@ void DeferredQueue::fetch() {
         std::uint64_t quarantined = 0;
     };
     db_.post<Due>(
-        [=](Defedb& db) {
-            const auto now = sm::now_us();
+        [=, &clock = clock_](Defedb& db) {
+            const auto now = clock.now_us();
             Due out;
             out.tas = db.due(now, limit,
                              now + static_cast<std::uint64_t>(
@@ -238,7 +240,7 @@ void DeferredQueue::fetch() {
             if (!due) {
                 // The leases were not written (e.g. ENOSPC): the index still
                 // says "due", so asking again now would spin. Try later.
-                arm(sm::now_us() + static_cast<std::uint64_t>(
+                arm(clock_.now_us() + static_cast<std::uint64_t>(
                                        std::chrono::microseconds(retry_after).count()));
                 return;
             }

@@ -12,6 +12,8 @@
 
 #include "config.hpp"
 
+#include "clock.hpp"
+
 #include <boost/asio.hpp>
 #include <cstdint>
 #include <functional>
@@ -46,7 +48,8 @@ public:
         std::function<std::size_t()> room;
     };
 
-    DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, DefedbStrand& db, Hooks hooks);
+    DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, DefedbStrand& db, Hooks hooks,
+                  const sm::Clock& clock = sm::system_clock());
 
     // Start-up: the due timer and the once-a-minute maintenance.
     void start();
@@ -78,6 +81,7 @@ private:
     void maintain();
 
     const sm::Config& cfg_;
+    const sm::Clock& clock_;
     asio::any_io_executor ex_;
     DefedbStrand& db_;
     Hooks hooks_;

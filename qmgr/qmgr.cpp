@@ -24,8 +24,8 @@ SchedulerOptions scheduler_options(const sm::Config& cfg) {
 } // namespace
 
 Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
-           Ibdb& ibdb, Defedb& defedb)
-    : cfg_(cfg), ex_(ex), workers_(workers), dbq_(ex, workers, defedb), ibdb_(ibdb),
+           Ibdb& ibdb, Defedb& defedb, const sm::Clock& clock)
+    : cfg_(cfg), clock_(clock), ex_(ex), workers_(workers), dbq_(ex, workers, defedb), ibdb_(ibdb),
       spool_(cfg.spool_dir_abs()), reaper_(cfg, ex, workers, ibdb),
       sweeper_(cfg, ex, workers, queue_, dbq_, reaper_),
       deferred_(cfg, ex, dbq_,
@@ -34,18 +34,21 @@ Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& w
                  [this] {
                      const std::size_t max = cfg_.queue.aq_max_entries;
                      return queue_.rcpts() < max ? max - queue_.rcpts() : 0;
-                 }}),
+                 }},
+                clock),
       bouncer_(cfg, ex, workers, queue_, ibdb, reaper_,
                {[this](const auto& id, const auto& list) { bounced(id, list); },
                 [this](const auto& id, const auto& list, const auto& error) {
                     bounce_failed(id, list, error);
                 },
-                [this](Ta& dsn) { schedule(dsn, {0}); }}),
+                [this](Ta& dsn) { schedule(dsn, {0}); }},
+               clock),
       router_(cfg),
       sched_(ex, queue_, scheduler_options(cfg),
              [this](Ta& ta, std::uint32_t idx, const std::string& why, std::uint64_t until) {
                  defer(ta, idx, {}, why, until);
-             }),
+             },
+             clock),
       disk_timer_(ex), reclaim_timer_(ex) {
     check_disk();
     reclaim_overdue();
@@ -55,7 +58,7 @@ void Qmgr::reclaim_overdue() {
     const auto limit = std::chrono::duration_cast<std::chrono::microseconds>(
         cfg_.queue.max_delivery_time);
     for (const auto& [link, da_id] :
-         sched_.overdue(sm::now_us(), static_cast<std::uint64_t>(limit.count()))) {
+         sched_.overdue(clock_.now_us(), static_cast<std::uint64_t>(limit.count()))) {
         spdlog::warn("delivery {} reclaimed: smtpc gave no result within {}s", da_id,
                      cfg_.queue.max_delivery_time.count());
         on_result(link, sm::msg::Result{da_id, {}, {}},
@@ -179,7 +182,7 @@ void Qmgr::bounce_failed(const std::string& ta_id, const std::vector<Bouncer::Bo
     for (const auto& b : list) {
         queue_.bounce_failed(*ta, b.idx, "4.3.0 " + error);
         deferred_.park(*ta, b.idx,
-                       sm::now_us() + static_cast<std::uint64_t>(backoff(cfg_.queue, 1).count()));
+                       clock_.now_us() + static_cast<std::uint64_t>(backoff(cfg_.queue, 1).count()));
     }
 }
 

@@ -28,6 +28,8 @@
 #include "config.hpp"
 #include "messages.hpp"
 
+#include "clock.hpp"
+
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
 #include <cstdint>
@@ -59,7 +61,7 @@ public:
     using CtlDone = std::function<void(sm::msg::CtlReply)>;
 
     Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers, Ibdb& ibdb,
-         Defedb& defedb);
+         Defedb& defedb, const sm::Clock& clock = sm::system_clock());
 
     // Start-up: puts the transactions IBDB recovered back in the queue,
     // starts the DEFEDB timer and checkpoints, and the orphan CDB sweep
@@ -120,6 +122,7 @@ private:
     void ctl_delete(const std::string& id, CtlDone done);
 
     const sm::Config& cfg_;
+    const sm::Clock& clock_;
     asio::any_io_executor ex_;
     asio::thread_pool& workers_;
     DefedbStrand dbq_;

@@ -15,12 +15,12 @@ namespace smx::qmgr {
 namespace {
 
 void log_rcpt(const Ta& ta, std::uint32_t idx, const std::string& relay, const char* status,
-              const std::string& text) {
+              const std::string& text, std::uint64_t now_us) {
     if (relay.empty()) {
         spdlog::info("{}: to=<{}>, status={} ({})", ta.id, ta.rcpt(idx).addr(), status, text);
         return;
     }
-    const double delay = static_cast<double>(sm::now_us() - ta.arrival_us()) / 1e6;
+    const double delay = static_cast<double>(now_us - ta.arrival_us()) / 1e6;
     spdlog::info("{}: to=<{}>, relay={}, delay={:.2f}, status={} ({})", ta.id,
                  ta.rcpt(idx).addr(), relay, delay, status, text);
 }
@@ -80,7 +80,7 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, std::string_v
         } else if (it->code >= 500 && it->code < 600 && !cfg_.queue.soft_bounce) {
             auto why = dsn::failed_rcpt(rc.addr(), *it);
             why.remote_mta = r.relay;
-            why.last_attempt_us = sm::now_us();
+            why.last_attempt_us = clock_.now_us();
             bouncer_.bounce(ta, idx, r.relay, std::move(why));
         } else {
             retry_later(ta, idx, r.relay, reply_text(*it));
@@ -92,7 +92,7 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, std::string_v
 }
 
 void Qmgr::sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status) {
-    log_rcpt(ta, idx, relay, "sent", status);
+    log_rcpt(ta, idx, relay, "sent", status, clock_.now_us());
     ++counters_.delivered;
     if (ta.rcpt(idx).from_defedb()) deferred_.remove(ta.id, idx);
     else ibdb_.rcpt_done(ta.id, idx);
@@ -102,14 +102,14 @@ void Qmgr::sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::
 bool Qmgr::expired(const Ta& ta) const {
     const auto lifetime =
         std::chrono::duration_cast<std::chrono::microseconds>(cfg_.queue.max_queue_lifetime);
-    return sm::now_us() - ta.arrival_us() >= static_cast<std::uint64_t>(lifetime.count());
+    return clock_.now_us() - ta.arrival_us() >= static_cast<std::uint64_t>(lifetime.count());
 }
 
 void Qmgr::retry_later(Ta& ta, std::uint32_t idx, const std::string& relay,
                        const std::string& why) {
     queue_.count_attempt(ta, idx);
     const auto delay = backoff(cfg_.queue, ta.rcpt(idx).attempts());
-    defer(ta, idx, relay, why, sm::now_us() + static_cast<std::uint64_t>(delay.count()));
+    defer(ta, idx, relay, why, clock_.now_us() + static_cast<std::uint64_t>(delay.count()));
 }
 
 // A temporary failure: past the queue lifetime it bounces, else the
@@ -121,12 +121,12 @@ void Qmgr::defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std:
     const RcptState st = ta.rcpt(idx).state();
     if (st != RcptState::active && st != RcptState::inflight) return;
     if (expired(ta)) {
-        bouncer_.bounce(ta, idx, relay, dsn::expired_rcpt(ta.rcpt(idx).addr(), why, relay, sm::now_us()));
+        bouncer_.bounce(ta, idx, relay, dsn::expired_rcpt(ta.rcpt(idx).addr(), why, relay, clock_.now_us()));
         return;
     }
     queue_.defer_begin(ta, idx, why);
     ++counters_.deferred;
-    log_rcpt(ta, idx, relay, "deferred", why);
+    log_rcpt(ta, idx, relay, "deferred", why, clock_.now_us());
     bouncer_.warn_if_late(ta, idx, relay);
     deferred_.park(ta, idx, until_us);
 }

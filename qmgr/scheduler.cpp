@@ -8,8 +8,8 @@
 namespace smx::qmgr {
 
 Scheduler::Scheduler(asio::any_io_executor ex, ActiveQueue& queue, SchedulerOptions opt,
-                     Suspend suspend)
-    : ex_(std::move(ex)), queue_(queue), opt_(opt), suspend_(std::move(suspend)),
+                     Suspend suspend, const sm::Clock& clock)
+    : ex_(std::move(ex)), queue_(queue), opt_(opt), clock_(clock), suspend_(std::move(suspend)),
       // Unique across restarts too, so a late RESULT can never match.
       next_da_(sm::now_us()) {
     opt_.initial_concurrency = std::max(1u, opt_.initial_concurrency);
@@ -27,7 +27,7 @@ void Scheduler::submit(Ta& ta, const Destination& dest, std::vector<std::uint32_
     }
     Dest& d = *slot;
     d.nexthops = dest.nexthops;
-    const std::uint64_t now = sm::now_us();
+    const std::uint64_t now = clock_.now_us();
     revive_if_due(d, now);
     if (d.dead_until_us) {
         for (auto i : idx)
@@ -179,7 +179,7 @@ void Scheduler::dispatch(Dest& d, Link& l) {
     l.send(sm::msg::encode(m));
     ++l.inflight;
     ++d.active;
-    inflight_.emplace(m.da_id, Delivery{std::move(job), &d, l.id, sm::now_us()});
+    inflight_.emplace(m.da_id, Delivery{std::move(job), &d, l.id, clock_.now_us()});
 }
 
 // Postfix's feedback: each failure costs one unit of concurrency and 1/window
@@ -190,7 +190,7 @@ void Scheduler::on_failure(Dest& d, const std::string& error) {
     d.failed_cohorts += 1.0 / d.window;
     d.window = std::max(1.0, d.window - 1.0);
     if (d.failed_cohorts < 1.0 || d.dead_until_us) return;
-    d.dead_until_us = sm::now_us() + static_cast<std::uint64_t>(opt_.dead_time.count());
+    d.dead_until_us = clock_.now_us() + static_cast<std::uint64_t>(opt_.dead_time.count());
     spdlog::warn("destination {} marked dead for {}s: {}", d.key,
                  std::chrono::duration_cast<std::chrono::seconds>(opt_.dead_time).count(), error);
     std::deque<Job> jobs = std::move(d.jobs);

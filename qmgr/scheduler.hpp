@@ -12,6 +12,8 @@
 #include "queue.hpp"
 #include "routing.hpp"
 
+#include "clock.hpp"
+
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdint>
@@ -49,7 +51,8 @@ public:
     using Send = std::function<void(std::string frame)>;
 
     // Recipients change state only through queue (dispatch, requeue).
-    Scheduler(asio::any_io_executor ex, ActiveQueue& queue, SchedulerOptions opt, Suspend suspend);
+    Scheduler(asio::any_io_executor ex, ActiveQueue& queue, SchedulerOptions opt, Suspend suspend,
+              const sm::Clock& clock = sm::system_clock());
 
     // Queues recipients of ta (all active) for one destination.
     void submit(Ta& ta, const Destination& dest, std::vector<std::uint32_t> idx);
@@ -119,6 +122,7 @@ private:
     asio::any_io_executor ex_;
     ActiveQueue& queue_;
     SchedulerOptions opt_;
+    const sm::Clock& clock_;
     Suspend suspend_;
     std::unordered_map<std::string, std::unique_ptr<Dest>> dests_;
     std::deque<Dest*> ready_;

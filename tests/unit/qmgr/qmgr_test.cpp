@@ -1,154 +1,14 @@
 // Qmgr end to end without sockets: TA_COMMIT → IBDB (real files, no fsync)
 // → TA_ACK → DELIVER → RESULT → CDB file removed; deferrals through a real
 // DEFEDB, bounces with DSNs, boundary checks, recovery and control.
-#include "qmgr.hpp"
-
-#include "ids.hpp"
+#include "harness.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
 
-namespace asio = boost::asio;
-namespace fs = std::filesystem;
-using namespace smx::qmgr;
-using namespace std::chrono_literals;
-
-namespace {
-
-template <class T>
-T decode_frame(const std::string& frame) {
-    sm::rec::Frame f{*sm::rec::parse_header(frame.substr(0, sm::rec::header_size)),
-                     frame.substr(sm::rec::header_size)};
-    std::string err;
-    auto v = sm::msg::decode<T>(f, err);
-    REQUIRE(v);
-    return *v;
-}
-
-struct Harness {
-    fs::path dir;
-    sm::Config cfg;
-    // DEFEDB outlives the pool (a job may run until join), the pool
-    // outlives Qmgr and IBDB; a restart makes all of them anew.
-    std::unique_ptr<Defedb> defedb;
-    std::unique_ptr<asio::io_context> io_;
-    std::unique_ptr<asio::thread_pool> pool_;
-    std::unique_ptr<Ibdb> ibdb;
-    std::unique_ptr<Qmgr> q;
-    std::vector<sm::msg::TaAck> acks;
-    std::vector<sm::msg::Deliver> delivers;
-    std::uint64_t link = 0;
-
-    Harness() {
-        char tmpl[] = "/tmp/qmgr-test-XXXXXX";
-        REQUIRE(::mkdtemp(tmpl));
-        dir = tmpl;
-        cfg.queue.spool_dir = dir.string();
-        cfg.queue.run_dir = dir.string();
-        cfg.queue.min_free_space = 0;
-        sm::Route r;
-        r.hosts.push_back(sm::HostPort{"127.0.0.1", 2600, true});
-        cfg.routes["example.net"] = r;
-        fs::create_directories(dir / "ibdb");
-        fs::create_directories(dir / "defedb");
-        fs::create_directories(dir / "quarantine");
-        start();
-    }
-    ~Harness() {
-        stop();
-        std::error_code ec;
-        fs::remove_all(dir, ec);
-    }
-    asio::io_context& io() { return *io_; }
-    // Like a QMGR exit: pending IBDB records are written, pool jobs finish,
-    // and callbacks still queued for the event loop are dropped.
-    void stop() {
-        if (!q) return;
-        q->stop();
-        ibdb->flush_sync();
-        pool_->join();
-        q.reset();
-        ibdb.reset();
-        pool_.reset();
-        io_.reset();
-        defedb.reset();
-    }
-    void start() {
-        defedb = std::make_unique<Defedb>();
-        std::string err;
-        REQUIRE(defedb->open((dir / "defedb").string(), (dir / "quarantine").string(), err));
-        io_ = std::make_unique<asio::io_context>();
-        pool_ = std::make_unique<asio::thread_pool>(2);
-        IbdbOptions o;
-        o.dir = (dir / "ibdb").string();
-        o.quarantine_dir = (dir / "quarantine").string();
-        o.commit_interval = 200us;
-        o.fsync = false;
-        ibdb = std::make_unique<Ibdb>(io().get_executor(), *pool_, o);
-        q = std::make_unique<Qmgr>(cfg, io().get_executor(), *pool_, *ibdb, *defedb);
-        q->restore(ibdb->recover());
-    }
-    void connect_smtpc() {
-        link = q->add_smtpc([this](std::string f) {
-            delivers.push_back(decode_frame<sm::msg::Deliver>(f));
-        });
-    }
-    template <class Pred>
-    bool run_until(Pred p, std::chrono::milliseconds limit = 3000ms) {
-        const auto end = std::chrono::steady_clock::now() + limit;
-        while (!p() && std::chrono::steady_clock::now() < end) {
-            io().run_for(2ms);
-            io().restart();
-        }
-        return p();
-    }
-    std::string cdb(const std::string& id) {
-        return sm::cdb_path(dir.string(), id, cfg.queue.cdb_hashed);
-    }
-    sm::msg::TaCommit commit(std::vector<std::string> rcpts, bool with_file = true) {
-        sm::msg::TaCommit e;
-        e.ta_id = sm::new_ta_id();
-        e.cdb_id = e.ta_id;
-        e.sender = "s@example.org";
-        e.client_addr = "127.0.0.1";
-        e.arrival_us = sm::now_us();
-        for (auto& r : rcpts) e.rcpts.push_back({r, ""});
-        if (with_file) {
-            fs::create_directories(fs::path(cdb(e.ta_id)).parent_path());
-            std::ofstream(cdb(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
-            e.size = fs::file_size(cdb(e.ta_id));
-        }
-        const std::size_t before = acks.size();
-        q->on_commit(e, 7, [this](std::string f) { acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
-        REQUIRE(run_until([&] { return acks.size() > before; }));
-        return e;
-    }
-    void result(const sm::msg::Deliver& d, std::vector<std::uint32_t> codes,
-                std::string relay = "sink[127.0.0.1]:2600") {
-        sm::msg::Result r;
-        r.da_id = d.da_id;
-        r.relay = std::move(relay);
-        for (std::size_t i = 0; i < d.rcpts.size() && i < codes.size(); ++i)
-            r.rcpts.push_back({d.rcpts[i].idx, codes[i], "", "reply"});
-        q->on_result(link, r);
-    }
-    sm::msg::CtlReply ctl(std::string cmd, std::vector<std::string> args = {}) {
-        std::optional<sm::msg::CtlReply> r;
-        q->control({std::move(cmd), std::move(args)}, [&](sm::msg::CtlReply x) { r = std::move(x); });
-        REQUIRE(run_until([&] { return r.has_value(); }));
-        return *r;
-    }
-    std::uint64_t stat(const std::string& name) {
-        for (const auto& [n, v] : q->metrics())
-            if (name == n) return v;
-        FAIL("no metric " << name);
-        return 0;
-    }
-};
-
-} // namespace
+using namespace qmgr_test;
 
 TEST_CASE("a committed transaction is acked, delivered and removed") {
     Harness h;
@@ -495,4 +355,94 @@ TEST_CASE("control: stats and unknown commands") {
     auto bad = h.ctl("frobnicate");
     CHECK(bad.status == 1);
     CHECK(bad.text.find("frobnicate") != std::string::npos);
+}
+
+// The clock seam: what QMGR decides from time, with time moved by the test.
+namespace {
+// A harness on a test clock with one message delivered once (not answered).
+struct Timed : Harness {
+    explicit Timed(std::function<void(sm::QueueConfig&)> set) {
+        stop();
+        fake_time = true;
+        set(cfg.queue);
+        start();
+        connect_smtpc();
+        commit({"a@example.net"});
+        REQUIRE(run_until([&] { return delivers.size() == 1; }));
+    }
+    void settle() { run_until([] { return false; }, 200ms); }
+};
+} // namespace
+
+TEST_CASE("clock: a temporary failure past max_queue_lifetime bounces, before it defers") {
+    Timed h([](sm::QueueConfig& q) { q.max_queue_lifetime = std::chrono::hours(24); });
+    h.cfg.routes["example.org"] = h.cfg.routes["example.net"];
+    SECTION("a minute before the lifetime ends: deferred") {
+        h.fake_clock.advance(std::chrono::hours(24) - std::chrono::minutes(1));
+        h.result(h.delivers[0], {451});
+        h.settle();
+        CHECK(h.stat("deferred") == 1);
+        CHECK(h.stat("bounced") == 0);
+    }
+    SECTION("at the end of the lifetime: bounced with 4.4.7") {
+        h.fake_clock.advance(std::chrono::hours(24));
+        h.result(h.delivers[0], {451});
+        REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }));
+        CHECK(h.stat("deferred") == 0);
+        CHECK(h.stat("bounced") == 1);
+        CHECK(h.delivers[1].sender.empty());
+        std::ifstream in(h.cdb(h.delivers[1].cdb_id), std::ios::binary);
+        const std::string body((std::istreambuf_iterator<char>(in)), {});
+        CHECK(body.find("Status: 4.4.7") != std::string::npos);
+    }
+}
+
+TEST_CASE("clock: a delay warning only once delay_warning_time has passed") {
+    Timed h([](sm::QueueConfig& q) { q.delay_warning_time = std::chrono::hours(4); });
+    SECTION("deferred before delay_warning_time: no warning") {
+        h.fake_clock.advance(std::chrono::hours(3));
+        h.result(h.delivers[0], {451});
+        h.settle();
+        CHECK(h.stat("deferred") == 1);
+        CHECK(h.stat("dsn_sent") == 0);
+    }
+    SECTION("deferred after it: one warning") {
+        h.fake_clock.advance(std::chrono::hours(4));
+        h.result(h.delivers[0], {451});
+        REQUIRE(h.run_until([&] { return h.stat("dsn_sent") == 1; }));
+        CHECK(h.stat("bounced") == 0);  // the warning itself waits: no route to the sender
+    }
+}
+
+TEST_CASE("clock: a deferred recipient comes back when its backoff has passed, not before") {
+    Timed h([](sm::QueueConfig& q) {
+        q.retry_min = std::chrono::hours(1);
+        q.retry_max = std::chrono::hours(8);
+    });
+    h.result(h.delivers[0], {451});
+    REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1 && h.stat("queue_size") == 0; }));
+    // A restart arms the due timer against the clock afresh.
+    const auto restart = [&] {
+        h.stop();
+        h.start();
+        h.connect_smtpc();
+    };
+    h.fake_clock.advance(std::chrono::minutes(59));
+    restart();
+    h.settle();
+    CHECK(h.delivers.size() == 1);
+    h.fake_clock.advance(std::chrono::minutes(1));
+    restart();
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }));
+    h.result(h.delivers[1], {451});  // attempt 2: two hours (retry_min doubled)
+    REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1 && h.stat("queue_size") == 0; }));
+    h.fake_clock.advance(std::chrono::minutes(119));
+    restart();
+    h.settle();
+    CHECK(h.delivers.size() == 2);
+    h.fake_clock.advance(std::chrono::minutes(1));
+    restart();
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 3; }));
+    h.result(h.delivers[2], {250});
+    CHECK(h.stat("delivered") == 1);
 }

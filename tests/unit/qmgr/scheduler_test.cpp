@@ -6,6 +6,7 @@
 #include "scheduler.hpp"
 
 #include "envelope.hpp"
+#include "fake_clock.hpp"
 #include "ids.hpp"
 
 #include <catch2/catch.hpp>
@@ -30,6 +31,7 @@ struct Suspended {
 // A scheduler with captured DELIVERs per link.
 struct Fixture {
     asio::io_context io;
+    FakeClock clock;
     std::vector<Suspended> suspended;
     ActiveQueue q;  // before sched, which keeps a reference to it
     Scheduler sched;
@@ -41,7 +43,8 @@ struct Fixture {
         : sched(io.get_executor(), q, o,
                 [this](Ta& ta, std::uint32_t idx, const std::string& why, std::uint64_t) {
                     suspended.push_back({ta.id, idx, why});
-                }) {}
+                },
+                clock) {}
 
     static SchedulerOptions opts() {
         SchedulerOptions o;
@@ -201,6 +204,32 @@ TEST_CASE("failures shrink the window; a failed cohort marks the destination dea
     f.pump();
     CHECK(f.suspended.size() == 5);
     CHECK(f.sent[0].size() == 2);
+}
+
+TEST_CASE("a dead destination is tried again once dead_time has passed") {
+    auto o = Fixture::opts();
+    o.dead_time = std::chrono::hours(1);
+    Fixture f(o);
+    auto l = f.link();
+    f.submit({"a@example.net"});
+    f.submit({"b@example.net"});
+    f.pump();
+    REQUIRE(f.sent[0].size() == 2);
+    REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, "451 4.4.1 connect refused"));
+    REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, true, "451 4.4.1 connect refused"));
+    REQUIRE(f.sched.dead(f.dest.key));
+    f.clock.advance(std::chrono::minutes(59));
+    f.submit({"c@example.net"});
+    f.pump();
+    CHECK(f.suspended.size() == 1);  // still dead a minute before dead_time
+    CHECK(f.sent[0].size() == 2);
+    f.clock.advance(std::chrono::minutes(1));
+    f.submit({"d@example.net"});
+    f.pump();
+    CHECK_FALSE(f.sched.dead(f.dest.key));
+    CHECK(f.suspended.size() == 1);
+    REQUIRE(f.sent[0].size() == 3);
+    CHECK(f.sent[0][2].rcpts[0].addr == "d@example.net");
 }
 
 TEST_CASE("a success resets the failure count") {

@@ -1,0 +1,31 @@
+// The clock QMGR's components read: backoff, expiry (max_queue_lifetime),
+// delay warnings and dead destinations all compare against now_us() from
+// here, so unit tests can pass a clock they advance instead of waiting.
+// Times are wall-clock microseconds since the epoch, as stored in IBDB and
+// DEFEDB. now_us() may be called from pool threads.
+#pragma once
+
+#include "ids.hpp"
+
+#include <cstdint>
+
+namespace sm {
+
+class Clock {
+public:
+    virtual ~Clock() = default;
+    virtual std::uint64_t now_us() const = 0;
+};
+
+// The daemon's clock: the system's.
+class SystemClock final : public Clock {
+public:
+    std::uint64_t now_us() const override { return sm::now_us(); }
+};
+
+inline const Clock& system_clock() {
+    static const SystemClock clock;
+    return clock;
+}
+
+} // namespace sm

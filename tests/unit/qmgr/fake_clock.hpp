@@ -1,0 +1,17 @@
+// A clock the test moves: QMGR's components see time pass without the test
+// waiting. Starts at the real time, so arrival times from sm::now_us() fit.
+#pragma once
+
+#include "clock.hpp"
+
+#include <atomic>
+#include <chrono>
+
+class FakeClock final : public sm::Clock {
+public:
+    std::uint64_t now_us() const override { return now_.load(); }
+    void advance(std::chrono::microseconds d) { now_ += static_cast<std::uint64_t>(d.count()); }
+
+private:
+    std::atomic<std::uint64_t> now_{sm::now_us()};
+};

@@ -1,0 +1,146 @@
+// QMGR's socket server over its real Unix socket: a peer that breaks the
+// HELLO rules is refused (HELLO_ACK with the reason, then closed) or dropped,
+// and the server goes on serving the next peer.
+#include "harness.hpp"
+#include "server.hpp"
+
+#include <catch2/catch.hpp>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+using namespace qmgr_test;
+
+namespace {
+
+// A raw client: writes bytes as given, reads without blocking so the test
+// thread can run QMGR's event loop meanwhile.
+struct Client {
+    int fd = -1;
+    std::string in;
+    bool eof = false;
+
+    explicit Client(const std::string& path) {
+        fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        REQUIRE(fd >= 0);
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        REQUIRE(path.size() < sizeof a.sun_path);
+        std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+        REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    }
+    ~Client() { ::close(fd); }
+    void send(const std::string& bytes) {
+        REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+                static_cast<ssize_t>(bytes.size()));
+    }
+    void poll() {
+        char buf[4096];
+        for (;;) {
+            const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+            if (n > 0) in.append(buf, static_cast<std::size_t>(n));
+            else {
+                if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) eof = true;
+                return;
+            }
+        }
+    }
+    bool has_frame() {
+        poll();
+        if (in.size() < sm::rec::header_size) return false;
+        const auto h = sm::rec::parse_header(in.substr(0, sm::rec::header_size));
+        return h && in.size() >= sm::rec::header_size + h->length;
+    }
+    template <class T>
+    T take() {
+        REQUIRE(has_frame());
+        const auto h = *sm::rec::parse_header(in.substr(0, sm::rec::header_size));
+        const std::size_t n = sm::rec::header_size + h.length;
+        T v = decode_frame<T>(in.substr(0, n));
+        in.erase(0, n);
+        return v;
+    }
+};
+
+struct Served : Harness {
+    Server srv{io(), cfg, *q};
+    std::string path;
+    Served() {
+        std::string err;
+        REQUIRE(srv.listen(err));
+        path = cfg.qmgr_socket();
+    }
+    ~Served() { srv.stop(); }
+    // The HELLO_ACK a peer gets for its first bytes.
+    sm::msg::HelloAck hello(Client& c, const std::string& bytes) {
+        c.send(bytes);
+        REQUIRE(run_until([&] { return c.has_frame(); }));
+        return c.take<sm::msg::HelloAck>();
+    }
+    // A well-behaved CLI peer still gets its HELLO_ACK and a stats reply.
+    void still_serving() {
+        Client c(path);
+        CHECK(hello(c, sm::msg::encode(sm::msg::Hello{"cli", sm::msg::protocol_version, 1})).status == 0);
+        c.send(sm::msg::encode(sm::msg::CtlRequest{"stats", {}}, 3));
+        REQUIRE(run_until([&] { return c.has_frame(); }));
+        const auto r = c.take<sm::msg::CtlReply>();
+        CHECK(r.status == 0);
+        CHECK(r.text.find("received") != std::string::npos);
+    }
+};
+
+} // namespace
+
+TEST_CASE("server: a HELLO with an unknown role is refused and the peer closed") {
+    Served s;
+    Client bad(s.path);
+    const auto ack = s.hello(bad, sm::msg::encode(sm::msg::Hello{"mta", sm::msg::protocol_version, 1}));
+    CHECK(ack.status == 1);
+    CHECK(ack.text == "unknown role");
+    // The server waits briefly for the peer to hang up, then closes itself.
+    CHECK(s.run_until([&] { bad.poll(); return bad.eof; }, 4000ms));
+    s.still_serving();
+}
+
+TEST_CASE("server: a HELLO with another protocol version is refused") {
+    Served s;
+    Client bad(s.path);
+    const auto ack = s.hello(bad, sm::msg::encode(sm::msg::Hello{"smtps", sm::msg::protocol_version + 1, 1}));
+    CHECK(ack.status == 1);
+    CHECK(ack.text == "protocol version " + std::to_string(sm::msg::protocol_version + 1) +
+                          " not supported (qmgr speaks " + std::to_string(sm::msg::protocol_version) + ")");
+    s.still_serving();
+}
+
+TEST_CASE("server: a first record that is not HELLO is a protocol error") {
+    Served s;
+    Client bad(s.path);
+    const auto ack = s.hello(bad, sm::msg::encode(sm::msg::CtlRequest{"stats", {}}, 1));
+    CHECK(ack.status == 1);
+    CHECK(ack.text == "protocol error: expected HELLO, got record type " +
+                          std::to_string(sm::msg::CTL_REQ));
+    s.still_serving();
+}
+
+TEST_CASE("server: a frame cut short by EOF gets no answer, only a close") {
+    Served s;
+    Client bad(s.path);
+    const std::string hello = sm::msg::encode(sm::msg::Hello{"cli", sm::msg::protocol_version, 1});
+    bad.send(hello.substr(0, hello.size() - 2));
+    ::shutdown(bad.fd, SHUT_WR);
+    REQUIRE(s.run_until([&] { bad.poll(); return bad.eof; }));
+    CHECK(bad.in.empty());
+    s.still_serving();
+}
+
+TEST_CASE("server: a peer that stays silent does not hold up others") {
+    Served s;
+    Client silent(s.path);
+    s.still_serving();
+    silent.poll();
+    CHECK(silent.in.empty());
+    CHECK_FALSE(silent.eof);
+}
