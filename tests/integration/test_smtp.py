@@ -150,7 +150,16 @@ def test_too_many_errors_disconnects(relay):
 
 def test_connection_limit(sink, make_relay):
     relay = make_relay(sink.port, "[server]\nmax_connections = 2")
-    a, b = Raw(relay.port), Raw(relay.port)
-    assert a.greeting.startswith("220") and b.greeting.startswith("220")
+
+    # make_relay's start-up probe counts until SMTPS has seen it close.
+    def two_sessions():
+        a, b = Raw(relay.port), Raw(relay.port)
+        if a.greeting.startswith("220") and b.greeting.startswith("220"):
+            return a, b
+        a.close()
+        b.close()
+        time.sleep(0.1)
+        return None
+    a, b = wait_until(two_sessions, 10, "two sessions greeted")
     c = Raw(relay.port)
     assert c.greeting.startswith("421"), c.greeting
