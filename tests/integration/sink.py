@@ -61,6 +61,10 @@ class Sink:
                     await writer.drain()
                 elif cmd.upper() == "STARTTLS" and self.broken_tls and not tls:
                     await reply("220 2.0.0 go ahead")
+                    # Garbage as the answer to the ClientHello: sent with the
+                    # 220 it would be (rightly) refused as data after the 220.
+                    if not await reader.read(1):
+                        return
                     writer.write(b"this is not TLS\r\n" * 4)
                     await writer.drain()
                     return
