@@ -1,6 +1,13 @@
 #include "smtp_io.hpp"
 
+#include <algorithm>
+
 namespace sm::smtp {
+
+bool has_8bit(std::string_view s) {
+    return std::any_of(s.begin(), s.end(),
+                       [](char c) { return static_cast<unsigned char>(c) >= 0x80; });
+}
 
 std::pair<std::string, std::string> split_enhanced(std::string_view text) {
     // class.subject.detail: class 2/4/5, subject 1-3 digits, detail 1-3 digits

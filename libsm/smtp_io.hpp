@@ -114,6 +114,9 @@ asio::awaitable<Reply> read_reply(LineReader<Stream>& r,
 // Splits "X.Y.Z rest" into the enhanced code and rest; empty code when absent.
 std::pair<std::string, std::string> split_enhanced(std::string_view text);
 
+// Any octet over 127: an address that needs SMTPUTF8 (RFC 6531).
+bool has_8bit(std::string_view s);
+
 // Writes all of `data` with a deadline; false on error or timeout.
 template <class Stream>
 asio::awaitable<bool> write_all(Stream& s, std::string_view data,

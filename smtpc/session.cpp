@@ -22,11 +22,6 @@ void set_result(sm::msg::RcptResult& r, const Failure& f) {
     r.text = f.text;
 }
 
-bool has_8bit(const std::string& s) {
-    return std::any_of(s.begin(), s.end(),
-                       [](char c) { return static_cast<unsigned char>(c) >= 0x80; });
-}
-
 // Addresses go into command lines: a CR or LF would inject commands.
 bool clean_address(const std::string& a) {
     return a.find_first_of("\r\n<>", 0, 5) == std::string::npos;
@@ -317,9 +312,9 @@ asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const Message
     }
     // UTF-8 in the envelope needs SMTPUTF8 (RFC 6531); a next hop without it
     // gets no such message: a bounce, as postfix does.
-    bool utf8 = has_8bit(d.sender);
+    bool utf8 = sm::smtp::has_8bit(d.sender);
     for (std::size_t i = 0; i < n; ++i)
-        if (res[i].code == 0 && has_8bit(d.rcpts[i].addr)) utf8 = true;
+        if (res[i].code == 0 && sm::smtp::has_8bit(d.rcpts[i].addr)) utf8 = true;
     if (utf8 && !smtputf8_offered_) {
         const Failure no{550, "5.6.7",
                          "SMTPUTF8 is required, but was not offered by host " + relay_};

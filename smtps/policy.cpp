@@ -131,11 +131,6 @@ std::optional<PathArg> parse_path(std::string_view arg, std::string_view keyword
     return p;
 }
 
-bool has_8bit(std::string_view s) {
-    return std::any_of(s.begin(), s.end(),
-                       [](char c) { return static_cast<unsigned char>(c) >= 0x80; });
-}
-
 bool valid_utf8(std::string_view s) {
     for (std::size_t i = 0; i < s.size();) {
         const auto b = static_cast<unsigned char>(s[i]);

@@ -24,8 +24,6 @@ std::optional<PathArg> parse_path(std::string_view arg, std::string_view keyword
 // utf8 (MAIL ... SMTPUTF8, RFC 6531): UTF-8 is allowed in both parts and
 // must be well-formed.
 bool valid_address(std::string_view addr, bool allow_empty, bool utf8 = false);
-// Any octet over 127: an address that needs SMTPUTF8.
-bool has_8bit(std::string_view s);
 bool valid_utf8(std::string_view s);
 
 // The part after the last '@', or empty.

@@ -361,7 +361,7 @@ void Session::mail(std::string_view arg) {
             return error("555 5.5.4 Unsupported option: " + std::string(kv));
         }
     }
-    if (has_8bit(p->addr) && !utf8)
+    if (sm::smtp::has_8bit(p->addr) && !utf8)
         return error("553 5.6.7 Must declare SMTPUTF8 to send unicode address");
     if (!valid_address(p->addr, true, utf8)) return error("501 5.1.7 Bad sender address syntax");
     if (!srv_.cdb().has_room(size)) {
@@ -383,7 +383,7 @@ void Session::rcpt(std::string_view arg) {
     if (!in_mail_) return error("503 5.5.1 Error: need MAIL command");
     const auto p = parse_path(arg, "TO:");
     if (!p || p->addr.empty()) return error("501 5.5.4 Syntax: RCPT TO:<address>");
-    if (has_8bit(p->addr) && !smtputf8_)
+    if (sm::smtp::has_8bit(p->addr) && !smtputf8_)
         return error("553 5.6.7 Must declare SMTPUTF8 to send unicode address");
     if (!valid_address(p->addr, false, smtputf8_))
         return error("501 5.1.3 Bad recipient address syntax");
