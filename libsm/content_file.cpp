@@ -1,5 +1,7 @@
 #include "content_file.hpp"
 
+#include "ids.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -46,6 +48,33 @@ int write_durable(const std::string& path, std::string_view data, mode_t mode) {
     int err = open_tmp(tmp, fd, mode);
     if (!err) err = write_all(fd, data);
     return finish(fd, err, tmp, path);
+}
+
+int open_read(const std::string& spool_dir, std::string_view id, bool hashed, int& fd) {
+    fd = -1;
+    if (!valid_ta_id(id)) return EINVAL;
+    fd = ::open(cdb_path(spool_dir, id, hashed).c_str(), O_RDONLY | O_CLOEXEC);
+    return fd < 0 ? errno : 0;
+}
+
+int remove(const std::string& spool_dir, std::string_view id, bool hashed) {
+    if (!valid_ta_id(id)) return EINVAL;
+    return ::unlink(cdb_path(spool_dir, id, hashed).c_str()) == 0 ? 0 : errno;
+}
+
+int list(const std::string& spool_dir, std::filesystem::file_time_type cutoff,
+         std::vector<std::string>& ids) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(spool_dir + "/cdb", ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        std::string name = it->path().filename().string();
+        std::error_code fec;
+        if (!valid_ta_id(name) || !it->is_regular_file(fec)) continue;
+        const auto t = it->last_write_time(fec);
+        if (!fec && t < cutoff) ids.push_back(std::move(name));
+    }
+    return ec && ec != std::errc::no_such_file_or_directory ? ec.value() : 0;
 }
 
 } // namespace sm::content

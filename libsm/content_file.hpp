@@ -1,14 +1,19 @@
-// Content files (the CDB): how one is made durable, for SMTPS's writer and
-// QMGR's DSNs (and its quarantine copies). Postfix keeps this discipline in
-// mail_queue.c; here: write <path>.tmp, fdatasync, rename to <path>, and on
-// any error remove the .tmp, so a reader never sees a partial file under the
-// final name. Names and paths: sm::valid_ta_id and sm::cdb_path (ids.hpp).
-// Every function returns 0 or an errno value.
+// Content files (the CDB), the one owner of how they are made, read, removed
+// and found, as postfix's mail_queue.c is: SMTPS's writer and QMGR's DSNs
+// create them (and QMGR its quarantine copies), SMTPC reads them, the reaper
+// removes them, the orphan sweeper lists them. Durable creation: write
+// <path>.tmp, fdatasync, rename to <path>, and on any error remove the .tmp,
+// so a reader never sees a partial file under the final name. Names and
+// paths: sm::valid_ta_id and sm::cdb_path (ids.hpp); every operation that
+// takes an id refuses one valid_ta_id rejects (EINVAL), since ids become
+// file names. Every function returns 0 or an errno value.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <sys/types.h>
+#include <vector>
 
 namespace sm::content {
 
@@ -27,5 +32,17 @@ int write_all(int fd, std::string_view data);
 int finish(int fd, int err, const std::string& tmp, const std::string& path);
 // open_tmp + write_all + finish for data held whole in memory.
 int write_durable(const std::string& path, std::string_view data, mode_t mode = file_mode);
+
+// Opens content file id under spool_dir for reading (fd: a new descriptor
+// the caller closes); ENOENT when it is gone.
+int open_read(const std::string& spool_dir, std::string_view id, bool hashed, int& fd);
+// Unlinks content file id under spool_dir; ENOENT when it was not there.
+int remove(const std::string& spool_dir, std::string_view id, bool hashed);
+// Appends to ids the ids of the content files under spool_dir (flat or
+// hashed) last written before cutoff. Anything else is skipped: .tmp files
+// (not durable yet), names that are not ids, what is not a regular file. A
+// spool without cdb/ yet holds none.
+int list(const std::string& spool_dir, std::filesystem::file_time_type cutoff,
+         std::vector<std::string>& ids);
 
 } // namespace sm::content

@@ -1,9 +1,8 @@
 #include "reaper.hpp"
 
-#include "ids.hpp"
+#include "content_file.hpp"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -38,13 +37,14 @@ void Reaper::drop(const std::string& id, const std::string& cdb_id) {
 // whole run in the sendmail X measurements.
 void Reaper::discard(const std::string& cdb_id) {
     if (sweeping_) unlinked_in_sweep_.insert(cdb_id);
-    unlinks_.push_back(sm::cdb_path(spool_, cdb_id, cfg_.queue.cdb_hashed));
+    unlinks_.push_back(cdb_id);
     if (unlinks_.size() > 1) return;
     asio::post(ex_, [this] {
-        asio::post(workers_, [paths = std::move(unlinks_)] {
-            for (const auto& p : paths)
-                if (::unlink(p.c_str()) != 0 && errno != ENOENT)
-                    spdlog::error("unlink {}: {}", p, std::strerror(errno));
+        asio::post(workers_, [spool = spool_, hashed = cfg_.queue.cdb_hashed,
+                              ids = std::move(unlinks_)] {
+            for (const auto& id : ids)
+                if (const int err = sm::content::remove(spool, id, hashed); err && err != ENOENT)
+                    spdlog::error("{}: remove content file: {}", id, std::strerror(err));
         });
         unlinks_.clear();
     });

@@ -57,7 +57,7 @@ private:
     asio::thread_pool& workers_;
     Ibdb& ibdb_;
     std::string spool_;
-    std::vector<std::string> unlinks_;  // paths for the next pool job
+    std::vector<std::string> unlinks_;  // content ids for the next pool job
     bool sweeping_ = false;
     std::unordered_set<std::string> unlinked_in_sweep_;
 };

@@ -1,5 +1,6 @@
 #include "sweeper.hpp"
 
+#include "content_file.hpp"
 #include "ids.hpp"
 
 #include <spdlog/spdlog.h>
@@ -16,21 +17,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Ids of the content files under dir last written before cutoff. SMTPS
-// writes <id>.tmp and renames it once durable, so a .tmp is never listed.
-std::vector<std::string> old_content_files(const std::string& dir, fs::file_time_type cutoff) {
+// Ids of the content files last written before cutoff (sm::content::list:
+// a .tmp, not yet durable, is never listed).
+std::vector<std::string> old_content_files(const std::string& spool, fs::file_time_type cutoff) {
     std::vector<std::string> ids;
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(dir, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        std::string name = it->path().filename().string();
-        std::error_code fec;
-        if (!sm::valid_ta_id(name) || !it->is_regular_file(fec)) continue;
-        const auto t = it->last_write_time(fec);
-        if (!fec && t < cutoff) ids.push_back(std::move(name));
-    }
-    if (ec && ec != std::errc::no_such_file_or_directory)
-        spdlog::error("orphan sweep: {}: {}", dir, ec.message());
+    if (const int err = sm::content::list(spool, cutoff, ids))
+        spdlog::error("orphan sweep: {}/cdb: {}", spool, std::strerror(err));
     return ids;
 }
 
@@ -64,8 +56,8 @@ void OrphanSweeper::stop() {
 void OrphanSweeper::sweep() {
     reaper_.sweep_begin();
     const auto cutoff = fs::file_time_type::clock::now() - cfg_.queue.orphan_age;
-    asio::post(workers_, [this, ex = ex_, dir = spool_ + "/cdb", cutoff] {
-        asio::post(ex, [this, old = old_content_files(dir, cutoff)]() mutable {
+    asio::post(workers_, [this, ex = ex_, spool = spool_, cutoff] {
+        asio::post(ex, [this, old = old_content_files(spool, cutoff)]() mutable {
             listed(std::move(old));
         });
     });

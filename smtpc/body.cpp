@@ -1,6 +1,8 @@
 #include "body.hpp"
 
-#include <fcntl.h>
+#include "content_file.hpp"
+#include "ids.hpp"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,14 +50,14 @@ MessageFile::~MessageFile() {
     if (fd_ >= 0) ::close(fd_);
 }
 
-std::string MessageFile::open(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) {
-        if (errno == ENOENT) return "queue file missing";
-        return "queue file " + path + ": " + std::strerror(errno);
+std::string MessageFile::open(const std::string& spool_dir, std::string_view id, bool hashed) {
+    if (const int err = sm::content::open_read(spool_dir, id, hashed, fd_)) {
+        if (err == ENOENT) return "queue file missing";
+        if (!sm::valid_ta_id(id)) return "bad queue file id";  // not echoed: any bytes
+        return "queue file " + std::string(id) + ": " + std::strerror(err);
     }
     struct stat st {};
-    if (::fstat(fd_, &st) != 0) return "queue file " + path + ": " + std::strerror(errno);
+    if (::fstat(fd_, &st) != 0) return "queue file " + std::string(id) + ": " + std::strerror(errno);
     size_ = static_cast<std::uint64_t>(st.st_size);
     return {};
 }

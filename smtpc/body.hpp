@@ -36,8 +36,9 @@ public:
     MessageFile(const MessageFile&) = delete;
     MessageFile& operator=(const MessageFile&) = delete;
 
-    // Empty string on success, else the reason ("queue file missing").
-    std::string open(const std::string& path);
+    // Opens content file id (sm::content::open_read). Empty string on
+    // success, else the reason ("queue file missing").
+    std::string open(const std::string& spool_dir, std::string_view id, bool hashed);
     std::uint64_t size() const { return size_; }
     // Reads up to `max` bytes at `offset` into buf (resized); false on an
     // I/O error.

@@ -58,10 +58,8 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     sm::msg::Result r;
     r.da_id = d.da_id;
     if (d.rcpts.empty()) co_return r;
-    if (!sm::valid_ta_id(d.cdb_id)) co_return fail_all(d, {451, "4.3.0", "bad queue file id"});
     MessageFile file;
-    if (auto err = file.open(sm::cdb_path(spool_, d.cdb_id, cfg_.queue.cdb_hashed));
-        !err.empty())
+    if (auto err = file.open(spool_, d.cdb_id, cfg_.queue.cdb_hashed); !err.empty())
         co_return fail_all(d, {451, "4.3.0", err});
     r.rcpts.reserve(d.rcpts.size());
     for (const auto& rc : d.rcpts) r.rcpts.push_back({rc.idx, 0, {}, {}});

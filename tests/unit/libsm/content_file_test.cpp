@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -56,4 +57,62 @@ TEST_CASE("content files: durable write, tmp then rename, nothing left on failur
     CHECK(sm::content::write_durable((dir / "plain" / "d").string(), "data") == ENOTDIR);
     CHECK(sm::content::write_all(-1, "x") == EBADF);
     fs::remove_all(dir);
+}
+
+TEST_CASE("content files: open, remove and list by id; bad ids refused") {
+    const fs::path spool = fs::temp_directory_path() / ("smx-content-" + sm::new_ta_id());
+    for (const bool hashed : {false, true}) {
+        const std::string dir = (spool / (hashed ? "hashed" : "flat")).string();
+        std::vector<std::string> ids;
+        // A spool without cdb/ yet holds no content files.
+        CHECK(sm::content::list(dir, fs::file_time_type::max(), ids) == 0);
+        CHECK(ids.empty());
+
+        const std::string id = sm::new_ta_id();
+        const std::string path = sm::cdb_path(dir, id, hashed);
+        REQUIRE(sm::content::write_durable(path, "message") == 0);
+
+        int fd = -1;
+        REQUIRE(sm::content::open_read(dir, id, hashed, fd) == 0);
+        char buf[16] = {};
+        CHECK(::read(fd, buf, sizeof buf) == 7);
+        CHECK(std::string(buf) == "message");
+        ::close(fd);
+
+        // Ids become file names: nothing that is not one is opened or removed.
+        for (const std::string& bad : std::vector<std::string>{
+                 "", "../../etc/passwd", "0123456789abcdef0", id + ".tmp", id.substr(1),
+                 "/" + id.substr(1)}) {
+            CHECK(sm::content::open_read(dir, bad, hashed, fd) == EINVAL);
+            CHECK(fd == -1);
+            CHECK(sm::content::remove(dir, bad, hashed) == EINVAL);
+        }
+
+        // Foreign files beside it: a .tmp (not durable yet), a name that is
+        // not an id, a directory named like an id, a file in the spool root.
+        const fs::path cdb_dir = fs::path(path).parent_path();
+        std::ofstream(cdb_dir / (sm::new_ta_id() + ".tmp")) << "x";
+        std::ofstream(cdb_dir / "README") << "x";
+        fs::create_directories(cdb_dir / sm::new_ta_id());
+        std::ofstream(fs::path(dir) / sm::new_ta_id()) << "x";
+        REQUIRE(sm::content::list(dir, fs::file_time_type::max(), ids) == 0);
+        CHECK(ids == std::vector<std::string>{id});
+
+        // The cutoff: a file written after it is not old.
+        ids.clear();
+        REQUIRE(sm::content::list(dir, fs::file_time_type::min(), ids) == 0);
+        CHECK(ids.empty());
+
+        CHECK(sm::content::remove(dir, id, hashed) == 0);
+        CHECK_FALSE(fs::exists(path));
+        CHECK(sm::content::remove(dir, id, hashed) == ENOENT);
+        CHECK(sm::content::open_read(dir, id, hashed, fd) == ENOENT);
+    }
+    // A cdb/ that is a file cannot be listed: an error value, not a crash.
+    const std::string odd = (spool / "odd").string();
+    fs::create_directories(odd);
+    std::ofstream(odd + "/cdb") << "x";
+    std::vector<std::string> ids;
+    CHECK(sm::content::list(odd, fs::file_time_type::max(), ids) == ENOTDIR);
+    fs::remove_all(spool);
 }

@@ -378,6 +378,17 @@ TEST_CASE("missing queue file gives 4xx without connecting") {
     CHECK(sink.connections == 0);
 }
 
+TEST_CASE("a queue file id that is not an id gives 4xx without connecting") {
+    Harness h;
+    Sink sink(h.io);
+    auto d = h.message(simple, {"a@x.test"}, sink.nexthop());
+    d.cdb_id = "../" + d.cdb_id.substr(3);
+    auto r = h.deliver(d);
+    CHECK(r.rcpts[0].code == 451);
+    CHECK(r.rcpts[0].text == "bad queue file id");
+    CHECK(sink.connections == 0);
+}
+
 TEST_CASE("a named literal next hop is looked up (hosts file) without MX") {
     Harness h;
     Sink sink(h.io);
