@@ -1,5 +1,6 @@
 #include "config.hpp"
 
+#include "domain.hpp"
 #include "messages.hpp"
 
 #include <arpa/inet.h>
@@ -13,12 +14,6 @@
 
 namespace sm {
 namespace {
-
-std::string lower(std::string s) {
-    std::transform(s.begin(), s.end(), s.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return s;
-}
 
 bool ip_address(const std::string& s) {
     unsigned char buf[16];

@@ -1,5 +1,6 @@
 #include "qmgr.hpp"
 
+#include "domain.hpp"
 #include "ids.hpp"
 #include "panic.hpp"
 
@@ -87,7 +88,7 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
     std::vector<std::pair<Destination, std::vector<std::uint32_t>>> groups;
     Destination d;
     for (auto i : idx) {
-        const std::string domain = domain_of(ta.rcpt(i).addr());
+        const std::string domain = sm::domain_of(ta.rcpt(i).addr());
         if (!router_.route(domain, d)) {
             retry_later(ta, i, {}, "no route to " + (domain.empty() ? ta.rcpt(i).addr() : domain));
             continue;

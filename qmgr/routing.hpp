@@ -13,9 +13,6 @@
 
 namespace smx::qmgr {
 
-// The domain part of an address, lower-cased ("" when there is no '@').
-std::string domain_of(std::string_view addr);
-
 struct Destination {
     std::string key;                     // scheduler queue key
     const std::vector<std::string>* nexthops = nullptr;  // for DELIVER

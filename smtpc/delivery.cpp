@@ -1,5 +1,6 @@
 #include "delivery.hpp"
 
+#include "domain.hpp"
 #include "ids.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -10,13 +11,7 @@
 namespace smtpc {
 namespace {
 
-std::string rcpt_domain(const sm::msg::Deliver& d) {
-    const std::string& a = d.rcpts.front().addr;
-    const auto at = a.rfind('@');
-    std::string dom = at == std::string::npos ? std::string() : a.substr(at + 1);
-    for (auto& c : dom) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return dom;
-}
+std::string rcpt_domain(const sm::msg::Deliver& d) { return sm::domain_of(d.rcpts.front().addr); }
 
 } // namespace
 

@@ -1,6 +1,7 @@
 #include "nexthop.hpp"
 
 #include "config.hpp"
+#include "domain.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -23,13 +24,8 @@ constexpr std::size_t max_cache_entries = 10000;
 // Addresses tried per nexthop, like postfix's smtp_mx_address_limit.
 constexpr std::size_t max_targets = 5;
 
-std::string lower(std::string s) {
-    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-}
-
 std::optional<asio::ip::address> ip_literal(std::string host) {
-    if (host.size() > 5 && lower(host.substr(0, 5)) == "ipv6:") host.erase(0, 5);
+    if (host.size() > 5 && sm::lower(host.substr(0, 5)) == "ipv6:") host.erase(0, 5);
     boost::system::error_code ec;
     auto a = asio::ip::make_address(host, ec);
     if (ec) return std::nullopt;
@@ -161,7 +157,7 @@ bool Resolver::set_servers(const std::string& csv) {
 
 bool Resolver::configure(const sm::Config& cfg) {
     smtp_port_ = cfg.client.smtp_port;
-    hostname_ = lower(cfg.server.hostname);
+    hostname_ = sm::lower(cfg.server.hostname);
     self_addrs_.clear();
     for (const auto& l : cfg.server.listen) {
         boost::system::error_code ec;
@@ -257,7 +253,7 @@ void Resolver::on_mx(void* arg, int status, int, unsigned char* abuf, int alen) 
     if (status == ARES_SUCCESS) {
         ares_mx_reply* mx = nullptr;
         a.status = ares_parse_mx_reply(abuf, alen, &mx);
-        for (auto* m = mx; m; m = m->next) a.mx.emplace_back(m->priority, lower(m->host));
+        for (auto* m = mx; m; m = m->next) a.mx.emplace_back(m->priority, sm::lower(m->host));
         if (mx) ares_free_data(mx);
         if (a.status == ARES_SUCCESS && a.mx.empty()) a.status = ARES_ENODATA;
         if (a.status == ARES_SUCCESS) ttl = answer_ttl(abuf, alen);
@@ -290,7 +286,7 @@ void Resolver::on_addr(void* arg, int status, int, ares_addrinfo* res) {
 }
 
 asio::awaitable<Resolver::Answer> Resolver::lookup(Kind kind, const std::string& name_in) {
-    const std::string name = lower(name_in);
+    const std::string name = sm::lower(name_in);
     const std::string key = (kind == Kind::mx ? "MX " : "A ") + name;
     if (auto it = cache_.find(key); it != cache_.end()) {
         if (it->second.expires > std::chrono::steady_clock::now()) co_return it->second;
@@ -377,7 +373,7 @@ asio::awaitable<Targets> Resolver::targets(const std::string& nexthop,
         t = co_await addresses(hp.host, hp.port);
         co_return t;
     }
-    t = co_await mx_targets(lower(hp.host), hp.port);
+    t = co_await mx_targets(sm::lower(hp.host), hp.port);
     co_return t;
 }
 

@@ -3,14 +3,11 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <string>
 
 namespace smtps {
 namespace {
-
-char lower(char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
 
 void trim(std::string_view& s) {
     while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
@@ -82,13 +79,6 @@ bool valid_domain(std::string_view d, bool utf8) {
 }
 
 } // namespace
-
-bool iequals(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i)
-        if (lower(a[i]) != lower(b[i])) return false;
-    return true;
-}
 
 bool istarts_with(std::string_view s, std::string_view prefix) {
     return s.size() >= prefix.size() && iequals(s.substr(0, prefix.size()), prefix);
@@ -172,11 +162,6 @@ bool routes_in_local_part(std::string_view addr) {
     const auto at = addr.rfind('@');
     const std::string_view local = addr.substr(0, at == std::string_view::npos ? addr.size() : at);
     return local.find_first_of("@%!") != std::string_view::npos;
-}
-
-std::string_view domain_of(std::string_view addr) {
-    const auto at = addr.rfind('@');
-    return at == std::string_view::npos ? std::string_view{} : addr.substr(at + 1);
 }
 
 bool RelayPolicy::trusted_client(const std::string& ip) const {

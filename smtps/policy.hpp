@@ -2,6 +2,7 @@
 #pragma once
 
 #include "config.hpp"
+#include "domain.hpp"
 
 #include <optional>
 #include <string>
@@ -26,14 +27,11 @@ std::optional<PathArg> parse_path(std::string_view arg, std::string_view keyword
 bool valid_address(std::string_view addr, bool allow_empty, bool utf8 = false);
 bool valid_utf8(std::string_view s);
 
-// The part after the last '@', or empty.
-std::string_view domain_of(std::string_view addr);
-
 // The local part (before the last '@') holds '@', '%' or '!': source routing
 // that would make the next hop relay elsewhere.
 bool routes_in_local_part(std::string_view addr);
 
-bool iequals(std::string_view a, std::string_view b);
+using sm::iequals;
 bool istarts_with(std::string_view s, std::string_view prefix);
 
 class RelayPolicy {

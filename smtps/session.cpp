@@ -393,7 +393,7 @@ void Session::rcpt(std::string_view arg) {
     // the same local part, the domain in any case.
     const auto same = [&](const sm::msg::Recipient& r) {
         const std::string_view a = r.addr, b = p->addr;
-        const std::size_t local = a.size() - domain_of(a).size();
+        const std::size_t local = a.size() - sm::domain_part(a).size();
         return a.size() == b.size() && a.substr(0, local) == b.substr(0, local) &&
                iequals(a.substr(local), b.substr(local));
     };
@@ -409,7 +409,7 @@ void Session::rcpt(std::string_view arg) {
     // Untrusted clients may not route through us in the local part
     // ("u@evil"@relay, u%evil@relay, evil!u@relay), as postfix refuses.
     const bool routed = !trusted_ && !cfg_.allow_untrusted_routing && routes_in_local_part(p->addr);
-    if (routed || (!trusted_ && !srv_.policy().relay_domain(domain_of(p->addr)))) {
+    if (routed || (!trusted_ && !srv_.policy().relay_domain(sm::domain_part(p->addr)))) {
         const std::string r = "554 5.7.1 <" + std::string(p->addr) + ">: Relay access denied";
         spdlog::info("{}: reject: RCPT from {}: {}; from=<{}> to=<{}> helo=<{}>", ta_id_,
                      client(), r, sender_, p->addr, helo_);

@@ -76,12 +76,6 @@ struct Fixture {
 
 } // namespace
 
-TEST_CASE("domain_of lower-cases the domain part") {
-    CHECK(domain_of("User@Example.ORG") == "example.org");
-    CHECK(domain_of("a@b@c.net") == "c.net");
-    CHECK(domain_of("postmaster") == "");
-}
-
 TEST_CASE("router: exact, parent domain, default, mx per domain, none") {
     sm::Config cfg;
     cfg.routes["example.net"] = hosts("127.0.0.1", 2600);

@@ -1,0 +1,25 @@
+#include "domain.hpp"
+
+namespace sm {
+
+std::string lower(std::string_view s) {
+    std::string out(s);
+    for (char& c : out) c = lower(c);
+    return out;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+        if (lower(a[i]) != lower(b[i])) return false;
+    return true;
+}
+
+std::string_view domain_part(std::string_view addr) {
+    const auto at = addr.rfind('@');
+    return at == std::string_view::npos ? std::string_view{} : addr.substr(at + 1);
+}
+
+std::string domain_of(std::string_view addr) { return lower(domain_part(addr)); }
+
+} // namespace sm
