@@ -5,6 +5,7 @@
 #include "qmgr.hpp"
 
 #include "ids.hpp"
+#include "quarantine.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -78,6 +79,7 @@ std::vector<std::pair<const char*, std::uint64_t>> Qmgr::metrics() const {
         {"bounced", bouncer_.bounced()},
         {"dsn_sent", bouncer_.dsn_sent()},
         {"quarantined", counters_.quarantined + sweeper_.quarantined() + deferred_.quarantined()},
+        {"quarantine_write_failures", quarantine_write_failures()},
         {"ibdb_commits", s.commits},
         {"ibdb_transactions", s.transactions},
         {"ibdb_records", s.records},

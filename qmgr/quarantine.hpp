@@ -3,6 +3,7 @@
 // write is checked and a partial copy is not left behind.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -10,8 +11,12 @@ namespace smx::qmgr {
 
 // Writes bytes to dir/name (mode 0600, created or replaced) durably, as a
 // content file is written (sm::content::write_durable, tmp then rename).
-// Returns "" or what failed, for the caller's log line.
+// Returns "" or what failed, for the caller's log line; failures are also
+// counted.
 std::string quarantine_write(const std::string& dir, const std::string& name,
                              std::string_view bytes);
+// Failed quarantine writes since start (`smx stats` quarantine_write_failures).
+// Callers run on the event loop, IBDB's thread and the pool.
+std::uint64_t quarantine_write_failures();
 
 } // namespace smx::qmgr

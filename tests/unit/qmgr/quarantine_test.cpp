@@ -28,8 +28,10 @@ TEST_CASE("quarantine_write writes the whole copy, private, and reports failures
 
     // A directory that cannot be one (a file is in the way): an error, no copy.
     std::ofstream(dir / "file") << "x";
+    const auto failures = smx::qmgr::quarantine_write_failures();
     const std::string err = quarantine_write((dir / "file").string(), "b", "data");
     CHECK(err.find((dir / "file" / "b").string()) == 0);
     CHECK_FALSE(fs::exists(dir / "file" / "b"));
+    CHECK(smx::qmgr::quarantine_write_failures() == failures + 1);
     fs::remove_all(dir);
 }
