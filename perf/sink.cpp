@@ -5,6 +5,7 @@
 #include "sink_session.hpp"
 
 #include <smtp_io.hpp>
+#include <tls.hpp>
 
 #include <unistd.h>
 
@@ -21,11 +22,12 @@ const char* usage =
     "usage: smx-sink [--port P (0 = ephemeral)] [--bind ADDR] [-C DIR]\n"
     "                [--tempfail-rcpt PCT] [--permfail-rcpt PCT] [--no-pipelining]\n"
     "                [--expect N | --expect-rcpts N] [--hostname NAME] [--idle-timeout SEC]\n"
-    "                [--control]\n"
+    "                [--control] [--tls-cert PEM --tls-key PEM]\n"
     "prints {\"event\":\"listening\",\"port\":P}, {\"event\":\"expected\",...} when N arrived\n"
     "(then exits), and a final stats line on exit or SIGTERM.\n"
     "--control: stay up and read commands on stdin, one per line: \"expect-rcpts N\"\n"
-    "(report when N more recipients arrived), \"stats\"; EOF exits.\n";
+    "(report when N more recipients arrived), \"stats\"; EOF exits.\n"
+    "--tls-cert/--tls-key: offer STARTTLS with that certificate (smx's server TLS policy).\n";
 
 SinkOptions parse(int argc, char** argv) {
     SinkOptions o;
@@ -42,9 +44,12 @@ SinkOptions parse(int argc, char** argv) {
         else if (k == "--no-pipelining") o.pipelining = false;
         else if (k == "--control") o.control = true;
         else if (k == "--hostname") o.hostname = a.value();
+        else if (k == "--tls-cert") o.tls_cert = a.value();
+        else if (k == "--tls-key") o.tls_key = a.value();
         else if (k == "--idle-timeout") o.idle_timeout = std::chrono::milliseconds(static_cast<long>(a.real(0.001, 86400) * 1000));
         else throw std::invalid_argument("unknown option " + k);
     }
+    if (o.tls_cert.empty() != o.tls_key.empty()) throw std::invalid_argument("--tls-cert needs --tls-key");
     if (o.tempfail_pct + o.permfail_pct > 100) throw std::invalid_argument("failure shares exceed 100%");
     return o;
 }
@@ -55,6 +60,7 @@ std::string stats_line(const SinkStats& s, const char* event) {
            ",\"rcpt_tempfail\":" + std::to_string(s.rcpt_tempfail) +
            ",\"rcpt_permfail\":" + std::to_string(s.rcpt_permfail) +
            ",\"sessions\":" + std::to_string(s.sessions) + ",\"bytes\":" + std::to_string(s.bytes) +
+           ",\"tls_sessions\":" + std::to_string(s.tls_sessions) +
            ",\"t_first\":" + fixed(s.t_first, 4) + ",\"t_last\":" + fixed(s.t_last, 4) +
            ",\"t_now\":" + fixed(epoch_seconds(), 4) + ",\"errors\":" + json_counts(s.errors) + "}";
 }
@@ -108,6 +114,17 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
         std::cerr << "smx-sink: " << e.what() << "\n" << usage;
         return 2;
+    }
+    if (!sink.opt.tls_cert.empty()) {
+        try {
+            sm::ServerConfig tls;
+            tls.tls_cert = sink.opt.tls_cert;
+            tls.tls_key = sink.opt.tls_key;
+            sink.tls = sm::tls::server_context(tls);
+        } catch (const std::exception& e) {
+            std::cerr << "smx-sink: " << e.what() << "\n";
+            return 2;
+        }
     }
     raise_fd_limit();
     asio::io_context ctx(1);

@@ -2,7 +2,9 @@
 
 #include "common.hpp"
 
+#include <domain.hpp>
 #include <smtp_io.hpp>
+#include <smtp_stream.hpp>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -18,7 +20,7 @@ namespace {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
-using Reader = sm::smtp::LineReader<tcp::socket>;
+using Reader = sm::smtp::LineReader<sm::smtp::Stream>;
 using Duration = std::chrono::steady_clock::duration;
 
 constexpr int max_errors = 20;  // then 421 and close, like a real server
@@ -35,9 +37,7 @@ std::string address_of(std::string_view arg) {
     const auto gt = arg.find('>', lt == std::string_view::npos ? 0 : lt);
     if (lt != std::string_view::npos && gt != std::string_view::npos)
         arg = arg.substr(lt + 1, gt - lt - 1);
-    std::string o(arg);
-    for (auto& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return o;
+    return sm::lower(arg);
 }
 
 // Recipients fail by hash of the address: the same recipient always gets the
@@ -98,12 +98,18 @@ struct Transaction {
 
 } // namespace
 
-asio::awaitable<void> serve(Sink& sink, tcp::socket s) {
+// GCC 12 warns falsely that this coroutine's frame is freed with a
+// mismatched operator delete once it holds an sm::smtp::Stream (GCC PR
+// 109224, fixed in GCC 13); Boost.Asio allocates and frees the frame itself.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+asio::awaitable<void> serve(Sink& sink, tcp::socket sock) {
     const auto t = sink.opt.idle_timeout;
     auto& st = sink.stats;
     ++st.sessions;
     boost::system::error_code ignored;
-    s.set_option(tcp::no_delay(true), ignored);
+    sock.set_option(tcp::no_delay(true), ignored);
+    sm::smtp::Stream s(std::move(sock));
     Reader rd(s);
     std::string out = "220 " + sink.opt.hostname + " ESMTP smx-sink\r\n";
     Transaction ta;
@@ -134,6 +140,7 @@ asio::awaitable<void> serve(Sink& sink, tcp::socket s) {
         if (verb == "EHLO") {
             out += "250-" + sink.opt.hostname + "\r\n";
             if (sink.opt.pipelining) out += "250-PIPELINING\r\n";
+            if (sink.tls && !s.tls()) out += "250-STARTTLS\r\n";
             out += "250-SIZE 0\r\n250-8BITMIME\r\n250 ENHANCEDSTATUSCODES\r\n";
             ta = {};
         } else if (verb == "HELO") {
@@ -194,6 +201,18 @@ asio::awaitable<void> serve(Sink& sink, tcp::socket s) {
             out += "250 2.0.0 Ok: queued as " + std::to_string(st.msgs) + "\r\n";
             ta = {};
             sink.on_message();
+        } else if (verb == "STARTTLS" && sink.tls && !s.tls()) {
+            const auto ready = co_await sm::smtp::write_all(s, out + "220 2.0.0 Ready to start TLS\r\n", t);
+            if (!ready) break;
+            out.clear();
+            rd.discard();  // nothing sent in plaintext counts after TLS (RFC 3207)
+            const std::string err = co_await s.start_tls(*sink.tls, asio::ssl::stream_base::server, t);
+            if (!err.empty()) {
+                ++st.errors["tls_handshake"];
+                break;
+            }
+            ++st.tls_sessions;
+            ta = {};  // the session starts over: EHLO again
         } else if (verb == "RSET") {
             ta = {};
             out += "250 2.0.0 Ok\r\n";
@@ -219,7 +238,9 @@ asio::awaitable<void> serve(Sink& sink, tcp::socket s) {
     // side, where connect() handles it. A server-side TIME_WAIT makes the
     // client's next SYN on a reused port wait for a 1 s retransmit.
     if (quit) co_await rd.read_line(std::chrono::seconds(2));
-    s.close(ignored);
+    s.socket().close(ignored);
 }
+
+#pragma GCC diagnostic pop
 
 } // namespace smx::perf

@@ -7,6 +7,7 @@
 #include "source_run.hpp"
 
 #include <smtp_io.hpp>
+#include <smtp_stream.hpp>
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
@@ -14,20 +15,24 @@
 #include <cctype>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 namespace {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using namespace smx::perf;
-using Reader = sm::smtp::LineReader<tcp::socket>;
+using Reader = sm::smtp::LineReader<sm::smtp::Stream>;
+using Stream = sm::smtp::Stream;
 using sm::smtp::Reply;
 
 const char* usage =
     "usage: smx-source [--host H] --port P [-s sessions] [-n messages] [-S size|MIN:MAX|A,B]\n"
     "                  [-r recipients] [-m msgs-per-connection (0 = unlimited)] [-P]\n"
     "                  [--from-domain D] [--rcpt-domain D] [--helo NAME]\n"
-    "                  [--timeout SEC] [--deadline SEC] [--max-connect-failures N]\n";
+    "                  [--timeout SEC] [--deadline SEC] [--max-connect-failures N]\n"
+    "                  [--starttls]\n"
+    "--starttls: STARTTLS after EHLO on every connection (any certificate), EHLO again.\n";
 
 asio::awaitable<bool> connect(tcp::socket& s, const tcp::endpoint& ep,
                               std::chrono::steady_clock::duration timeout) {
@@ -55,7 +60,7 @@ bool offers(const Reply& ehlo, std::string_view ext) {
 }
 
 // One mail transaction; false when the connection is no longer usable.
-asio::awaitable<bool> transaction(Run& run, tcp::socket& s, Reader& rd, std::size_t idx,
+asio::awaitable<bool> transaction(Run& run, Stream& s, Reader& rd, std::size_t idx,
                                   bool pipelining) {
     const auto t = run.opt.timeout;
     const Envelope env = run.envelope(idx);
@@ -119,21 +124,49 @@ asio::awaitable<bool> transaction(Run& run, tcp::socket& s, Reader& rd, std::siz
     co_return true;
 }
 
-asio::awaitable<void> session(Run& run, tcp::endpoint ep) {
+// EHLO; with --starttls then STARTTLS and EHLO again over TLS. The EHLO
+// reply that counts, or an empty reply with `failed` set to what went wrong.
+asio::awaitable<Reply> hello(Run& run, Stream& s, Reader& rd, asio::ssl::context* tls,
+                             std::string& failed) {
+    const auto t = run.opt.timeout;
+    Reply ehlo;
+    const auto ehlo_sent = co_await sm::smtp::write_all(s, "EHLO " + run.opt.helo + "\r\n", t);
+    if (ehlo_sent) ehlo = co_await sm::smtp::read_reply(rd, t);
+    if (ehlo.code != 250 || !tls) {
+        if (ehlo.code != 250) failed = "ehlo";
+        co_return ehlo;
+    }
+    failed = "starttls";
+    if (!offers(ehlo, "STARTTLS")) co_return Reply{};
+    const auto asked = co_await sm::smtp::write_all(s, "STARTTLS\r\n", t);
+    if (!asked) co_return Reply{};
+    const Reply ready = co_await sm::smtp::read_reply(rd, t);
+    if (ready.code != 220 || rd.buffered()) co_return Reply{};
+    const std::string err = co_await s.start_tls(*tls, asio::ssl::stream_base::client, t);
+    if (!err.empty()) co_return Reply{};
+    failed = "ehlo";
+    ehlo = Reply{};
+    const auto again = co_await sm::smtp::write_all(s, "EHLO " + run.opt.helo + "\r\n", t);
+    if (again) ehlo = co_await sm::smtp::read_reply(rd, t);
+    if (ehlo.code == 250) failed.clear();
+    co_return ehlo;
+}
+
+asio::awaitable<void> session(Run& run, tcp::endpoint ep, asio::ssl::context* tls) {
     const auto ex = co_await asio::this_coro::executor;
     const auto t = run.opt.timeout;
     int backoff = 0;
     while (run.more()) {
         if (backoff) co_await pause(std::min(50 * backoff, 1000) * std::chrono::milliseconds(1));
-        tcp::socket s(ex);
-        const auto connected = co_await connect(s, ep, t);
+        Stream s{tcp::socket(ex)};
+        const auto connected = co_await connect(s.socket(), ep, t);
         if (!connected) {
             ++backoff;
             run.connect_failed("connect");
             continue;
         }
         boost::system::error_code ignored;
-        s.set_option(tcp::no_delay(true), ignored);  // a reset peer shows up at the first read
+        s.socket().set_option(tcp::no_delay(true), ignored);  // a reset peer shows up at the first read
         Reader rd(s);
         const Reply greet = co_await sm::smtp::read_reply(rd, t);
         if (greet.code != 220) {
@@ -142,15 +175,11 @@ asio::awaitable<void> session(Run& run, tcp::endpoint ep) {
                                           : "greeting_io");
             continue;
         }
-        // Not "asked ? co_await … : Reply{}": GCC 12 miscompiles co_await
-        // inside a conditional expression.
-        Reply ehlo;
-        const auto ehlo_sent = co_await sm::smtp::write_all(s, "EHLO " + run.opt.helo + "\r\n", t);
-        if (ehlo_sent)
-            ehlo = co_await sm::smtp::read_reply(rd, t);
-        if (ehlo.code != 250) {
+        std::string failed;
+        const Reply ehlo = co_await hello(run, s, rd, tls, failed);
+        if (!failed.empty()) {
             ++backoff;
-            run.connect_failed("ehlo");
+            run.connect_failed(failed);
             continue;
         }
         backoff = 0;
@@ -167,7 +196,7 @@ asio::awaitable<void> session(Run& run, tcp::endpoint ep) {
             const bool quit_sent = co_await sm::smtp::write_all(s, "QUIT\r\n", t);
             if (quit_sent) co_await sm::smtp::read_reply(rd, quit_wait);
         }
-        s.close(ignored);
+        s.socket().close(ignored);
     }
     run.session_done();
 }
@@ -190,6 +219,7 @@ Options parse(int argc, char** argv) {
         else if (k == "--helo") o.helo = a.value();
         else if (k == "--timeout") o.timeout = std::chrono::milliseconds(static_cast<long>(a.real(0.001, 86400) * 1000));
         else if (k == "--deadline") o.deadline = std::chrono::milliseconds(static_cast<long>(a.real(0.001, 864000) * 1000));
+        else if (k == "--starttls") o.starttls = true;
         else if (k == "--max-connect-failures") o.max_connect_failures = static_cast<std::uint64_t>(a.number(0, 1000000000));
         else throw std::invalid_argument("unknown option " + k);
     }
@@ -218,8 +248,17 @@ int main(int argc, char** argv) {
         std::cerr << "smx-source: " << opt.host << ": " << e.what() << "\n";
         return 2;
     }
+    // A benchmark client: any certificate will do, the cost is the handshake
+    // and the encryption. TLS 1.2 at least, as smx and postfix require.
+    std::unique_ptr<asio::ssl::context> tls;
+    if (opt.starttls) {
+        tls = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_client);
+        SSL_CTX_set_min_proto_version(tls->native_handle(), TLS1_2_VERSION);
+        tls->set_verify_mode(asio::ssl::verify_none);
+    }
     Run run(opt, ctx);
-    for (long i = 0; i < opt.sessions; ++i) asio::co_spawn(ctx, session(run, ep), asio::detached);
+    for (long i = 0; i < opt.sessions; ++i)
+        asio::co_spawn(ctx, session(run, ep, tls.get()), asio::detached);
     ctx.run();
     std::cout << run.report() << std::endl;
     return run.all_delivered() ? 0 : 1;

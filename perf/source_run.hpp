@@ -25,6 +25,7 @@ struct Options {
     long recipients = 1;
     long per_connection = 1;  // like smtp-source: one message per connection
     bool pipelining = false;
+    bool starttls = false;  // STARTTLS before the first message (relay-bench --tls)
     std::string from_domain = "source.example";
     std::string rcpt_domain = "sink.example";
     std::string helo = "smx-source.example";

@@ -1,0 +1,81 @@
+"""The benchmark tools' TLS (perf/relay-bench --tls): smx-sink offers
+STARTTLS with --tls-cert/--tls-key, smx-source uses it with --starttls;
+checked against each other and against Python's smtplib."""
+import json
+import os
+import smtplib
+import ssl
+import subprocess
+
+import pytest
+
+from conftest import BUILD
+from test_tls import make_cert
+
+SINK = os.path.join(BUILD, "perf", "smx-sink")
+SOURCE = os.path.join(BUILD, "perf", "smx-source")
+
+
+def start_sink(args):
+    proc = subprocess.Popen([SINK, "--port", "0"] + args, stdout=subprocess.PIPE, text=True)
+    first = json.loads(proc.stdout.readline())
+    assert first["event"] == "listening"
+    return proc, first["port"]
+
+
+def stop_sink(proc):
+    proc.terminate()
+    out = proc.communicate(timeout=10)[0]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def source(port, *args):
+    res = subprocess.run([SOURCE, "--port", str(port), "--timeout", "10", "--deadline", "60"] + list(args),
+                         capture_output=True, text=True, timeout=90)
+    return res.returncode, json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def cert(tmp_path):
+    return make_cert(str(tmp_path), "bench")
+
+
+def test_source_starttls_to_sink(cert):
+    proc, port = start_sink(["--tls-cert", cert[0], "--tls-key", cert[1]])
+    try:
+        rc, rep = source(port, "-n", "20", "-s", "4", "--starttls")
+        assert rc == 0 and rep["msgs"] == 20 and rep["errors"] == {}
+    finally:
+        stats = stop_sink(proc)
+    # One message per connection: every session went through TLS.
+    assert stats["msgs"] == 20 and stats["tls_sessions"] == 20 == stats["sessions"]
+
+
+def test_source_refuses_a_sink_without_starttls():
+    proc, port = start_sink([])
+    try:
+        rc, rep = source(port, "-n", "5", "-s", "1", "--starttls", "--max-connect-failures", "2")
+    finally:
+        stats = stop_sink(proc)
+    assert rc == 1 and rep["msgs"] == 0 and rep["errors"].get("starttls") == 3
+    assert stats["msgs"] == 0 and stats["tls_sessions"] == 0
+
+
+def test_sink_starttls_with_smtplib(cert):
+    proc, port = start_sink(["--tls-cert", cert[0], "--tls-key", cert[1]])
+    try:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        with smtplib.SMTP("127.0.0.1", port, timeout=10) as c:
+            c.ehlo("client.test")
+            assert c.has_extn("starttls")
+            c.starttls(context=ctx)
+            assert c.sock.version() in ("TLSv1.2", "TLSv1.3")
+            c.ehlo("client.test")
+            assert not c.has_extn("starttls")  # offered once, before TLS
+            assert c.docmd("STARTTLS")[0] == 502
+            c.sendmail("a@source.test", ["b@sink.test"], b"Subject: t\r\n\r\nbody\r\n")
+    finally:
+        stats = stop_sink(proc)
+    assert stats["msgs"] == 1 and stats["tls_sessions"] == 1
