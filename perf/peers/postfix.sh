@@ -1,6 +1,9 @@
 #!/bin/sh
 # Private postfix instance for the relay benchmark.
-#   postfix.sh setup DIR PORT SINK_PORT   write configs, create the queue
+#   postfix.sh setup DIR PORT SINK_PORT [CERT KEY]
+#                                         write configs, create the queue;
+#                                         with CERT and KEY: STARTTLS in
+#                                         (offered) and out (required)
 #   postfix.sh start DIR | stop DIR       start / stop (by the master's PID)
 #   postfix.sh pids DIR                   PIDs of the master and its children
 #   postfix.sh version
@@ -14,7 +17,7 @@ cmd=${1:?usage: postfix.sh setup|start|stop|pids|version ...}
 
 case "$cmd" in
 setup)
-    dir=$2 port=$3 sink=$4
+    dir=$2 port=$3 sink=$4 cert=${5:-} key=${6:-}
     mkdir -p "$dir/etc" "$dir/spool" "$dir/data"
     maillog="# maillog_file: off"
     [ "${PEER_LOG:-0}" = 1 ] && maillog="maillog_file = $dir/maillog"
@@ -22,6 +25,11 @@ setup)
         sed -e "s|@DIR@|$dir|g" -e "s|@PORT@|$port|g" -e "s|@SINK_PORT@|$sink|g" \
             -e "s|@MAILLOG@|$maillog|" "$here/postfix/$f.in" > "$dir/etc/$f"
     done
+    if [ -n "$cert" ]; then
+        cat "$here/postfix/tls.cf.in" >> "$dir/etc/main.cf"
+        postconf -c "$dir/etc" -e "smtpd_tls_cert_file = $cert" "smtpd_tls_key_file = $key"
+        cat "$here/postfix/tls-master.cf.in" >> "$dir/etc/master.cf"
+    fi
     chown postfix "$dir/data"
     # Creates the queue subdirectories with postfix's own owners and modes.
     postfix -c "$dir/etc" set-permissions >/dev/null 2>&1 || true

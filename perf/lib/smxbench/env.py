@@ -67,6 +67,16 @@ def ensure_build(build):
         log("ninja failed: using the perf tools already built")
 
 
+def make_cert(workdir):
+    """A self-signed RSA 2048 certificate and its key, made with openssl in
+    workdir, for relay-bench --tls: every system and the sink use it."""
+    cert, key = os.path.join(workdir, "tls-cert.pem"), os.path.join(workdir, "tls-key.pem")
+    sh(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+        "/CN=relay.perf.example", "-keyout", key, "-out", cert], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.chmod(key, 0o600)
+    return {"cert": cert, "key": key}
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

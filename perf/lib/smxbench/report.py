@@ -84,7 +84,9 @@ def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck
                 fmt(s["writes"], 2), fmt(s["kb"], 1), fmt(s["cpu"], 2), fmt(s["pss"]), s["errors"]))
         lines.append("")
         pairs = [(a, b) for a, b in (("smx", "postfix"), ("smx", "sendmail"), ("smx", "direct"),
-                                     ("postfix", "sendmail"), ("postfix", "direct"))
+                                     ("postfix", "sendmail"), ("postfix", "direct"),
+                                     ("smx+tls", "postfix+tls"), ("smx+tls", "smx"),
+                                     ("postfix+tls", "postfix"))
                  if ratio(per_sys, a, b) != "n/a"]
         if pairs:
             lines += ["Ratios of delivered msgs/s: " + ", ".join(

@@ -18,7 +18,7 @@ class Bench:
     def source_args(self, system, cfg):
         return [self.source, "--port", str(system.port), "-s", str(cfg["sessions"]), "-n", str(cfg["msgs"]),
                 "-S", cfg["size"], "-r", str(cfg["rcpts"]), "-m", str(cfg.get("per_conn", 1)),
-                "--deadline", str(cfg.get("deadline", 600))]
+                "--deadline", str(cfg.get("deadline", 600))] + (["--starttls"] if system.tls else [])
 
     def run(self, system, cfg):
         """One timed run; returns the figures of PERF.md as a dict."""

@@ -6,8 +6,12 @@ import threading
 
 
 class Sink:
-    def __init__(self, binary, port):
-        self.proc = subprocess.Popen([binary, "--port", str(port), "--control"], stdin=subprocess.PIPE,
+    def __init__(self, binary, port, tls=None):
+        """tls: {"cert", "key"}: the sink offers STARTTLS with them."""
+        args = [binary, "--port", str(port), "--control"]
+        if tls:
+            args += ["--tls-cert", tls["cert"], "--tls-key", tls["key"]]
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1)
         self.events = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

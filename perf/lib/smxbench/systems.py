@@ -15,7 +15,12 @@ class System:
     name = "?"
     relay = True
 
-    def __init__(self, workdir, sink_port):
+    def __init__(self, workdir, sink_port, tls=None, label=None):
+        """tls: {"cert": PEM, "key": PEM} for STARTTLS in and out (the
+        source's connections and the relay's to the sink), else None."""
+        if label:
+            self.name = label
+        self.tls = tls
         self.dir = os.path.join(workdir, self.name)
         self.sink_port = sink_port
         self.port = None
@@ -56,7 +61,8 @@ class Postfix(System):
     def setup(self, port):
         self.port = port
         shutil.rmtree(self.dir, ignore_errors=True)
-        subprocess.run([os.path.join(PEERS, "postfix.sh"), "setup", self.dir, str(port), str(self.sink_port)],
+        tls = [self.tls["cert"], self.tls["key"]] if self.tls else []
+        subprocess.run([os.path.join(PEERS, "postfix.sh"), "setup", self.dir, str(port), str(self.sink_port)] + tls,
                        check=True)
 
     def start(self):
@@ -138,13 +144,10 @@ def toml_value(v):
 class Smx(System):
     name = "smx"
 
-    def __init__(self, workdir, sink_port, build, overrides=None, label=None):
-        super().__init__(workdir, sink_port)
+    def __init__(self, workdir, sink_port, build, overrides=None, label=None, tls=None):
+        super().__init__(workdir, sink_port, tls, label)
         self.binary = os.path.join(build, "mcp", "smx")
         self.overrides = overrides or {}
-        if label:
-            self.name = label
-            self.dir = os.path.join(workdir, label)
         self.proc = None
 
     def skip_reason(self):
@@ -166,6 +169,12 @@ class Smx(System):
             # Logging on, to a file: what an admin runs with.
             "log": {"level": "info", "file": os.path.join(self.dir, "smx.log")},
         }
+        if self.tls:
+            cfg["server"].update(tls_cert=self.tls["cert"], tls_key=self.tls["key"])
+            cfg["client"]["tls_security_level"] = "encrypt"
+        else:
+            # The sink may offer STARTTLS (relay-bench --tls): not used here.
+            cfg["client"]["tls_security_level"] = "none"
         if os.geteuid() == 0:
             # The children stay root, as before there were smxs/smxq/smxc: the
             # work directory may be out of their accounts' reach.
