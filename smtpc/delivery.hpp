@@ -7,6 +7,7 @@
 #include "nexthop.hpp"
 
 #include "config.hpp"
+#include "credentials.hpp"
 #include "messages.hpp"
 
 namespace smtpc {
@@ -14,10 +15,12 @@ namespace smtpc {
 class Deliverer {
 public:
     // tls: the client context (sm::tls::client_context), built once at
-    // start; null: no STARTTLS.
+    // start; null: no STARTTLS. creds: client.sasl_password_file (null:
+    // none).
     Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cache,
-              asio::ssl::context* tls = nullptr)
-        : cfg_(cfg), spool_(cfg.spool_dir_abs()), dns_(dns), cache_(cache), tls_(tls) {}
+              asio::ssl::context* tls = nullptr, const sm::CredentialMap* creds = nullptr)
+        : cfg_(cfg), spool_(cfg.spool_dir_abs()), dns_(dns), cache_(cache), tls_(tls),
+          creds_(creds) {}
 
     // Never takes longer than client.delivery_timeout; every recipient of d
     // has a result, and the RESULT fits in a record.
@@ -28,11 +31,15 @@ private:
     asio::awaitable<void> attempt(const sm::msg::Deliver& d, const MessageFile& file,
                                   sm::msg::Result& r);
 
+    // The credentials for one next hop of a DELIVER, or null.
+    const sm::Credentials* credentials_for(const std::string& nexthop) const;
+
     const sm::Config& cfg_;
     const std::string spool_;
     Resolver& dns_;
     ConnectionCache& cache_;
     asio::ssl::context* tls_;
+    const sm::CredentialMap* creds_;
 };
 
 // Every recipient gets the same failure (queue file, DNS, connection).

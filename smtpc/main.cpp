@@ -9,6 +9,7 @@
 
 #include "channel.hpp"
 #include "config.hpp"
+#include "credentials.hpp"
 #include "limits.hpp"
 #include "log.hpp"
 #include "panic.hpp"
@@ -63,9 +64,13 @@ int main(int argc, char** argv) {
     }
     sm::Config cfg;
     std::unique_ptr<asio::ssl::context> tls;  // one for every connection
+    sm::CredentialMap creds;
     try {
         cfg = sm::load_config(cfg_path);
         tls = sm::tls::client_context(cfg.client);
+        if (!cfg.client.sasl_password_file.empty())
+            creds = sm::load_credentials("client.sasl_password_file",
+                                         cfg.client.sasl_password_file);
     } catch (const std::exception& e) {
         std::cerr << "smx-smtpc: bad config: " << e.what() << "\n";
         return exit_config;
@@ -85,7 +90,7 @@ int main(int argc, char** argv) {
             return exit_config;
         }
         smtpc::ConnectionCache cache(cfg.client);
-        smtpc::Deliverer deliverer(cfg, dns, cache, tls.get());
+        smtpc::Deliverer deliverer(cfg, dns, cache, tls.get(), &creds);
 
         asio::signal_set signals(io, SIGTERM, SIGINT);
         signals.async_wait([&](boost::system::error_code ec, int sig) {

@@ -5,8 +5,12 @@
 
 #include "tls.hpp"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <cctype>
+#include <sstream>
 
 namespace smtpc {
 namespace {
@@ -32,6 +36,20 @@ std::string connect_label(const Target& t) {
     const std::string ip = t.ep.address().to_string();
     if (t.host == ip) return "[" + ip + "]:" + std::to_string(t.ep.port());
     return t.relay();
+}
+
+std::string base64(std::string_view in) {
+    std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');  // EVP_EncodeBlock adds a NUL
+    const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                  reinterpret_cast<const unsigned char*>(in.data()),
+                                  static_cast<int>(in.size()));
+    out.resize(static_cast<std::size_t>(n));
+    return out;
+}
+
+void wipe(std::string& s) {
+    OPENSSL_cleanse(s.data(), s.size());
+    s.clear();
 }
 
 } // namespace
@@ -85,8 +103,9 @@ bool Session::has_unread() {
 // has no business in its place (a protocol error).
 asio::awaitable<bool> Session::read(const char* stage, Expect e) {
     rep_ = co_await sm::smtp::read_reply(reader_, cfg_.command_timeout);
-    const bool in_place = e == Expect::data ? rep_.code == 354 || rep_.code >= 400
-                                            : rep_.code / 100 != 3;
+    const bool in_place = e == Expect::data   ? rep_.code == 354 || rep_.code >= 400
+                          : e == Expect::auth ? rep_.code == 334 || rep_.code / 100 != 3
+                                              : rep_.code / 100 != 3;
     if (rep_.status == ReadStatus::ok && rep_.code != 421 && in_place) {
         replied_ = true;
         co_return true;
@@ -121,7 +140,8 @@ asio::awaitable<bool> Session::command(std::string_view data, const char* stage)
     co_return ok;
 }
 
-asio::awaitable<std::optional<Failure>> Session::open(const Target& t, sm::ClientTls tls) {
+asio::awaitable<std::optional<Failure>> Session::open(const Target& t, sm::ClientTls tls,
+                                                      const sm::Credentials* auth) {
     using namespace asio::experimental::awaitable_operators;
     relay_ = t.relay();
     const std::string where = "connect to " + connect_label(t);
@@ -160,7 +180,9 @@ asio::awaitable<std::optional<Failure>> Session::open(const Target& t, sm::Clien
     }
     if (rep_.code / 100 == 2) {
         parse_ehlo();
-        co_return co_await starttls(t, tls);
+        auto err = co_await starttls(t, tls);
+        if (!err && auth) err = co_await authenticate(*auth);
+        co_return err;
     }
     if (tls == sm::ClientTls::encrypt || tls == sm::ClientTls::verify) {
         co_await quit();
@@ -235,8 +257,75 @@ asio::awaitable<std::optional<Failure>> Session::starttls(const Target& t,
     co_return std::nullopt;
 }
 
+asio::awaitable<bool> Session::auth_step(std::string line) {
+    bool ok = co_await write(line, "sending AUTH");
+    wipe(line);
+    if (ok) {
+        ok = co_await read("sending AUTH", Expect::auth);
+    }
+    co_return ok;
+}
+
+// AUTH PLAIN (RFC 4616, with the initial response of RFC 4954), or LOGIN
+// when the server offers only that. Each step has the reply deadline and
+// there are at most three, so the exchange is bounded.
+asio::awaitable<std::optional<Failure>> Session::authenticate(const sm::Credentials& c) {
+    // Never a secret in plaintext, whatever level the caller asked for.
+    if (!stream_.tls()) {
+        co_await quit();
+        co_return Failure{451, "4.7.4", "TLS is required for AUTH to host " + relay_ +
+                                            ", and is not in use"};
+    }
+    if (!auth_plain_ && !auth_login_) {
+        co_await quit();
+        co_return Failure{451, "4.7.0", "host " + relay_ +
+                                            " offers no AUTH mechanism smx has (PLAIN, LOGIN), "
+                                            "and credentials are configured for it"};
+    }
+    const char* mech = auth_plain_ ? "PLAIN" : "LOGIN";
+    bool ok = false;
+    if (auth_plain_) {
+        std::string id;
+        id += '\0';
+        id += c.user;
+        id += '\0';
+        id += c.password;
+        ok = co_await auth_step("AUTH PLAIN " + base64(id) + "\r\n");
+        wipe(id);
+    } else {
+        ok = co_await auth_step("AUTH LOGIN\r\n");
+        if (ok && rep_.code == 334) {
+            ok = co_await auth_step(base64(c.user) + "\r\n");
+        }
+        if (ok && rep_.code == 334) {
+            ok = co_await auth_step(base64(c.password) + "\r\n");
+        }
+    }
+    if (!ok) {
+        close();
+        co_return fail_;
+    }
+    if (rep_.code == 235) {
+        spdlog::info("SASL authentication to {} succeeded as {} (AUTH {})", relay_, c.user, mech);
+        co_return std::nullopt;
+    }
+    if (rep_.code == 334) {
+        // Neither mechanism has a further challenge: out of step.
+        close();
+        co_return Failure{451, "4.7.0", "host " + relay_ + " sent an unexpected challenge in AUTH " +
+                                            mech};
+    }
+    // A refusal (535 bad credentials, 454 temporary, ...) is this route's
+    // problem, not the message's: the recipients wait.
+    Failure f{451, rep_.enhanced.empty() ? "4.7.0" : "4" + rep_.enhanced.substr(1),
+              "SASL authentication failed; host " + relay_ + " said: " + rep_.summary()};
+    co_await quit();
+    co_return f;
+}
+
 void Session::parse_ehlo() {
     pipelining_ = size_offered_ = starttls_offered_ = smtputf8_offered_ = false;
+    auth_plain_ = auth_login_ = false;
     size_limit_ = 0;
     for (std::size_t i = 1; i < rep_.lines.size(); ++i) {
         std::string kw = rep_.lines[i].substr(0, rep_.lines[i].find(' '));
@@ -247,6 +336,15 @@ void Session::parse_ehlo() {
             starttls_offered_ = true;
         } else if (kw == "SMTPUTF8") {
             smtputf8_offered_ = true;
+        } else if (kw == "AUTH" || kw.starts_with("AUTH=")) {
+            // "AUTH PLAIN LOGIN", or the old "AUTH=PLAIN LOGIN" some servers add.
+            std::string mechs = rep_.lines[i].substr(std::min<std::size_t>(5, kw.size()));
+            for (auto& c : mechs) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+            std::istringstream words(mechs);
+            for (std::string m; words >> m;) {
+                auth_plain_ = auth_plain_ || m == "PLAIN";
+                auth_login_ = auth_login_ || m == "LOGIN";
+            }
         } else if (kw == "SIZE") {
             size_offered_ = true;
             const auto sp = rep_.lines[i].find(' ');
