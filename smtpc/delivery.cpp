@@ -129,10 +129,10 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
         const sm::Credentials* auth = credentials_for(nh);
         const sm::ClientTls level = auth ? std::max(tls, sm::ClientTls::encrypt) : tls;
         for (const auto& target : t.list) {
-            auto s = std::make_shared<Session>(ex, cfg_.client, tls_);
+            auto s = std::make_shared<Session>(ex, cfg_.client, tls_, resume_);
             auto err = co_await s->open(target, level, auth);
             if (err && s->tls_fallback()) {
-                s = std::make_shared<Session>(ex, cfg_.client, tls_);
+                s = std::make_shared<Session>(ex, cfg_.client, tls_, resume_);
                 err = co_await s->open(target, sm::ClientTls::none);
             }
             if (err) {

@@ -5,6 +5,7 @@
 
 #include "connection_cache.hpp"
 #include "nexthop.hpp"
+#include "tls_sessions.hpp"
 
 #include "config.hpp"
 #include "credentials.hpp"
@@ -16,11 +17,12 @@ class Deliverer {
 public:
     // tls: the client context (sm::tls::client_context), built once at
     // start; null: no STARTTLS. creds: client.sasl_password_file (null:
-    // none).
+    // none). resume: TLS sessions per next hop (null: no resumption).
     Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cache,
-              asio::ssl::context* tls = nullptr, const sm::CredentialMap* creds = nullptr)
+              asio::ssl::context* tls = nullptr, const sm::CredentialMap* creds = nullptr,
+              TlsSessions* resume = nullptr)
         : cfg_(cfg), spool_(cfg.spool_dir_abs()), dns_(dns), cache_(cache), tls_(tls),
-          creds_(creds) {}
+          creds_(creds), resume_(resume) {}
 
     // Never takes longer than client.delivery_timeout; every recipient of d
     // has a result, and the RESULT fits in a record.
@@ -40,6 +42,7 @@ private:
     ConnectionCache& cache_;
     asio::ssl::context* tls_;
     const sm::CredentialMap* creds_;
+    TlsSessions* resume_;
 };
 
 // Every recipient gets the same failure (queue file, DNS, connection).

@@ -6,6 +6,7 @@
 #include "connection_cache.hpp"
 #include "delivery.hpp"
 #include "nexthop.hpp"
+#include "tls_sessions.hpp"
 
 #include "channel.hpp"
 #include "config.hpp"
@@ -90,7 +91,10 @@ int main(int argc, char** argv) {
             return exit_config;
         }
         smtpc::ConnectionCache cache(cfg.client);
-        smtpc::Deliverer deliverer(cfg, dns, cache, tls.get(), &creds);
+        // Sessions of about as many next hops as postfix's default
+        // smtp_tls_session_cache keeps in practice; each is a few KB.
+        smtpc::TlsSessions resume(*tls, 1000);
+        smtpc::Deliverer deliverer(cfg, dns, cache, tls.get(), &creds, &resume);
 
         asio::signal_set signals(io, SIGTERM, SIGINT);
         signals.async_wait([&](boost::system::error_code ec, int sig) {

@@ -68,8 +68,9 @@ Failure from_reply(const sm::smtp::Reply& r) {
 }
 
 Session::Session(asio::any_io_executor ex, const sm::ClientConfig& cfg,
-                 asio::ssl::context* tls)
-    : cfg_(cfg), tls_(tls), stream_(tcp::socket(ex)), reader_(stream_), idle_timer_(ex) {}
+                 asio::ssl::context* tls, TlsSessions* resume)
+    : cfg_(cfg), tls_(tls), resume_(resume), stream_(tcp::socket(ex)), reader_(stream_),
+      idle_timer_(ex) {}
 
 void Session::close() {
     open_ = false;
@@ -230,19 +231,27 @@ asio::awaitable<std::optional<Failure>> Session::starttls(const Target& t,
         close();
         co_return Failure{451, "4.5.0", "host " + relay_ + " sent data after its 220 to STARTTLS"};
     }
-    const std::string err =
-        co_await stream_.start_tls(*tls_, asio::ssl::stream_base::client, cfg_.command_timeout,
-                                   t.host, level == sm::ClientTls::verify);
+    // A verified session resumes only where verification is asked for
+    // again: a resumed handshake skips the certificate check.
+    const std::string resume_key =
+        relay_ + (level == sm::ClientTls::verify ? " verify " + t.host : " unverified");
+    const std::string err = co_await stream_.start_tls(
+        *tls_, asio::ssl::stream_base::client, cfg_.command_timeout, t.host,
+        level == sm::ClientTls::verify, [&](SSL* ssl) {
+            if (resume_) resume_->prepare(ssl, resume_key);
+        });
     if (!err.empty()) {
+        if (resume_) resume_->forget(resume_key);
         close();
         tls_fallback_ = !required;
         spdlog::info("TLS handshake with {} failed: {}{}", relay_, err,
                      tls_fallback_ ? "; trying again without TLS" : "");
         co_return Failure{451, "4.7.5", "TLS handshake with " + relay_ + " failed: " + err};
     }
-    spdlog::info("{} TLS connection established to {}: {}",
+    spdlog::info("{} TLS connection established to {}: {}{}",
                  level == sm::ClientTls::verify ? "Verified" : "Untrusted", relay_,
-                 sm::tls::describe(stream_.ssl()));
+                 sm::tls::describe(stream_.ssl()),
+                 SSL_session_reused(stream_.ssl()) ? " (session resumed)" : "");
     // RFC 3207 4.2: forget what the server said before TLS and ask again.
     cmd_ = "EHLO " + cfg_.helo_name + "\r\n";
     ok = co_await command(cmd_, "sending EHLO after STARTTLS");
@@ -364,7 +373,11 @@ asio::awaitable<void> Session::quit() {
     const auto t = std::min<std::chrono::steady_clock::duration>(cfg_.command_timeout, 5s);
     bool ok = co_await write_all("QUIT\r\n", t);
     if (ok) {
-        co_await sm::smtp::read_reply(reader_, t);
+        const auto rep = co_await sm::smtp::read_reply(reader_, t);
+        ok = rep.status == ReadStatus::ok;
+    }
+    if (ok && stream_.tls()) {
+        co_await stream_.close_tls(std::min<std::chrono::steady_clock::duration>(t, 2s));
     }
     close();
 }

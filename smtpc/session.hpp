@@ -11,6 +11,7 @@
 #include "nexthop.hpp"
 #include "smtp_io.hpp"
 #include "smtp_stream.hpp"
+#include "tls_sessions.hpp"
 
 #include <boost/asio.hpp>
 #include <optional>
@@ -24,8 +25,10 @@ using Results = std::vector<sm::msg::RcptResult>;
 
 class Session {
 public:
-    // tls: SMTPC's client context (null: no TLS at all).
-    Session(asio::any_io_executor ex, const sm::ClientConfig& cfg, asio::ssl::context* tls);
+    // tls: SMTPC's client context (null: no TLS at all); resume: the TLS
+    // sessions to offer and keep (null: every handshake is a full one).
+    Session(asio::any_io_executor ex, const sm::ClientConfig& cfg, asio::ssl::context* tls,
+            TlsSessions* resume = nullptr);
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
 
@@ -86,6 +89,7 @@ private:
 
     const sm::ClientConfig& cfg_;
     asio::ssl::context* tls_;
+    TlsSessions* resume_;
     sm::smtp::Stream stream_;
     sm::smtp::LineReader<sm::smtp::Stream> reader_;
     asio::steady_timer idle_timer_;
