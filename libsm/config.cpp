@@ -398,6 +398,7 @@ Config load_config(const std::string& path) {
     if (auto l = cl.get<std::string>("tls_security_level"))
         c.client.tls_security_level = parse_client_tls("client.tls_security_level", *l);
     c.client.tls_ca_file = cl.get<std::string>("tls_ca_file").value_or("");
+    c.client.sasl_password_file = cl.get<std::string>("sasl_password_file").value_or("");
     c.client.smtp_port = static_cast<std::uint16_t>(cl.small("smtp_port", 25, 65535));
     if (auto v = cl.strings("dns_servers")) {
         for (const auto& d : *v) {

@@ -148,6 +148,9 @@ struct ClientConfig {
     std::string helo_name;  // default: server.hostname
     ClientTls tls_security_level = ClientTls::may;
     std::string tls_ca_file;  // PEM CAs for verify; empty: the system's
+    // Smart-host credentials per next hop (sm::load_credentials); empty: no
+    // AUTH. Only SMTPC and check-config read the file.
+    std::string sasl_password_file;
     // Name servers for MX and address lookups, "ip" or "ip:port" ("[v6]:port");
     // empty: the system resolver (/etc/resolv.conf).
     std::vector<std::string> dns_servers;

@@ -3,11 +3,43 @@
 #include "tls.hpp"
 
 namespace sm::smtp {
+namespace {
+
+// Cancels the socket's I/O at `timeout`, which ends a TLS operation under
+// way. Its state is shared with the timer's handler, which may run after
+// the operation has ended (and must then leave the socket alone).
+class Deadline {
+public:
+    Deadline(asio::ip::tcp::socket& s, std::chrono::steady_clock::duration timeout)
+        : state_(std::make_shared<State>()), timer_(s.get_executor(), timeout) {
+        timer_.async_wait([st = state_, s = &s](const boost::system::error_code& ec) {
+            if (ec || st->done) return;
+            st->fired = true;
+            boost::system::error_code ignored;
+            s->cancel(ignored);
+        });
+    }
+    ~Deadline() {
+        state_->done = true;
+        timer_.cancel();
+    }
+    bool fired() const { return state_->fired; }
+
+private:
+    struct State {
+        bool done = false, fired = false;
+    };
+    std::shared_ptr<State> state_;
+    asio::steady_timer timer_;
+};
+
+} // namespace
 
 asio::awaitable<std::string> Stream::start_tls(asio::ssl::context& ctx,
                                                asio::ssl::stream_base::handshake_type type,
                                                std::chrono::steady_clock::duration timeout,
-                                               const std::string& peer, bool verify) {
+                                               const std::string& peer, bool verify,
+                                               const std::function<void(SSL*)>& prepare) {
     tls_ = std::make_unique<asio::ssl::stream<asio::ip::tcp::socket&>>(sock_, ctx);
     boost::system::error_code not_ip;
     asio::ip::make_address(peer, not_ip);
@@ -16,26 +48,21 @@ asio::awaitable<std::string> Stream::start_tls(asio::ssl::context& ctx,
         tls_->set_verify_mode(asio::ssl::verify_peer);
         tls_->set_verify_callback(asio::ssl::host_name_verification(peer));
     }
-    // The deadline cancels the socket's I/O, which ends the handshake. Its
-    // state is shared with the timer's handler, which may run after the
-    // handshake has ended (and must then leave the socket alone).
-    struct Deadline {
-        bool done = false, fired = false;
-    };
-    auto d = std::make_shared<Deadline>();
-    asio::steady_timer timer(sock_.get_executor(), timeout);
-    timer.async_wait([d, s = &sock_](const boost::system::error_code& ec) {
-        if (ec || d->done) return;
-        d->fired = true;
-        boost::system::error_code ignored;
-        s->cancel(ignored);
-    });
+    if (prepare) prepare(tls_->native_handle());
+    Deadline deadline(sock_, timeout);
     auto [ec] = co_await tls_->async_handshake(type, asio::as_tuple(asio::use_awaitable));
-    d->done = true;
-    timer.cancel();
-    if (d->fired) co_return "timed out";
+    if (deadline.fired()) co_return "timed out";
     if (ec) co_return tls::reason(ec);
     co_return std::string();
+}
+
+asio::awaitable<void> Stream::close_tls(std::chrono::steady_clock::duration timeout) {
+    if (!tls_) co_return;
+    Deadline deadline(sock_, timeout);
+    // An error (the peer closed first, the deadline) changes nothing: ours
+    // went out first, and the connection closes either way.
+    auto [ec] = co_await tls_->async_shutdown(asio::as_tuple(asio::use_awaitable));
+    (void)ec;
 }
 
 } // namespace sm::smtp

@@ -7,6 +7,7 @@
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -34,11 +35,17 @@ public:
     // "timed out"); after a failure the connection is good only for closing.
     // A client names the server `peer` (SNI, unless an IP address) and with
     // `verify` requires a certificate that chains to the context's trust
-    // anchors and names `peer`.
+    // anchors and names `peer`. `prepare`, when given, is called with the
+    // new OpenSSL object before the handshake (SMTPC offers a session there).
     asio::awaitable<std::string> start_tls(asio::ssl::context& ctx,
                                            asio::ssl::stream_base::handshake_type type,
                                            std::chrono::steady_clock::duration timeout,
-                                           const std::string& peer = {}, bool verify = false);
+                                           const std::string& peer = {}, bool verify = false,
+                                           const std::function<void(SSL*)>& prepare = {});
+
+    // Ends TLS (RFC 8446 6.1): sends close_notify, then waits for the
+    // peer's until `timeout`. The TCP connection is left to the caller.
+    asio::awaitable<void> close_tls(std::chrono::steady_clock::duration timeout);
 
     template <class Buffers, class Token>
     auto async_read_some(const Buffers& b, Token&& token) {

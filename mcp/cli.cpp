@@ -1,6 +1,7 @@
 #include "cli.hpp"
 
 #include "channel.hpp"
+#include "credentials.hpp"
 
 #include "limits.hpp"
 #include "tls.hpp"
@@ -174,6 +175,8 @@ std::optional<sm::Config> load_checked(const std::string& path, std::ostream& er
         // The certificate and key are read as SMTPS will read them.
         if (cfg.server.tls_security_level != sm::TlsLevel::none) sm::tls::server_context(cfg.server);
         sm::tls::client_context(cfg.client);
+        if (!cfg.client.sasl_password_file.empty())
+            sm::load_credentials("client.sasl_password_file", cfg.client.sasl_password_file);
         return cfg;
     } catch (const std::exception& e) {
         err << "smx: config error: " << e.what() << '\n';

@@ -77,6 +77,19 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     co_return r;
 }
 
+const sm::Credentials* Deliverer::credentials_for(const std::string& nexthop) const {
+    if (!creds_ || creds_->empty() || nexthop == "mx") return nullptr;
+    sm::HostPort hp;
+    try {
+        hp = sm::parse_hostport("nexthop", nexthop, cfg_.client.smtp_port);
+    } catch (const sm::ConfigError&) {
+        return nullptr;  // Resolver::targets reports the bad next hop
+    }
+    for (auto& c : hp.host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const auto it = creds_->find(hp.str());
+    return it == creds_->end() ? nullptr : &it->second;
+}
+
 asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const MessageFile& file,
                                          sm::msg::Result& r) {
     const sm::ClientTls tls =
@@ -104,11 +117,15 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
             last = t.err;
             continue;
         }
+        // A next hop with credentials gets them only over TLS: it needs
+        // TLS as encrypt does, or its recipients wait.
+        const sm::Credentials* auth = credentials_for(nh);
+        const sm::ClientTls level = auth ? std::max(tls, sm::ClientTls::encrypt) : tls;
         for (const auto& target : t.list) {
-            auto s = std::make_shared<Session>(ex, cfg_.client, tls_);
-            auto err = co_await s->open(target, tls);
+            auto s = std::make_shared<Session>(ex, cfg_.client, tls_, resume_);
+            auto err = co_await s->open(target, level, auth);
             if (err && s->tls_fallback()) {
-                s = std::make_shared<Session>(ex, cfg_.client, tls_);
+                s = std::make_shared<Session>(ex, cfg_.client, tls_, resume_);
                 err = co_await s->open(target, sm::ClientTls::none);
             }
             if (err) {

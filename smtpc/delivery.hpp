@@ -5,8 +5,10 @@
 
 #include "connection_cache.hpp"
 #include "nexthop.hpp"
+#include "tls_sessions.hpp"
 
 #include "config.hpp"
+#include "credentials.hpp"
 #include "messages.hpp"
 
 namespace smtpc {
@@ -14,10 +16,13 @@ namespace smtpc {
 class Deliverer {
 public:
     // tls: the client context (sm::tls::client_context), built once at
-    // start; null: no STARTTLS.
+    // start; null: no STARTTLS. creds: client.sasl_password_file (null:
+    // none). resume: TLS sessions per next hop (null: no resumption).
     Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cache,
-              asio::ssl::context* tls = nullptr)
-        : cfg_(cfg), spool_(cfg.spool_dir_abs()), dns_(dns), cache_(cache), tls_(tls) {}
+              asio::ssl::context* tls = nullptr, const sm::CredentialMap* creds = nullptr,
+              TlsSessions* resume = nullptr)
+        : cfg_(cfg), spool_(cfg.spool_dir_abs()), dns_(dns), cache_(cache), tls_(tls),
+          creds_(creds), resume_(resume) {}
 
     // Never takes longer than client.delivery_timeout; every recipient of d
     // has a result, and the RESULT fits in a record.
@@ -28,11 +33,16 @@ private:
     asio::awaitable<void> attempt(const sm::msg::Deliver& d, const MessageFile& file,
                                   sm::msg::Result& r);
 
+    // The credentials for one next hop of a DELIVER, or null.
+    const sm::Credentials* credentials_for(const std::string& nexthop) const;
+
     const sm::Config& cfg_;
     const std::string spool_;
     Resolver& dns_;
     ConnectionCache& cache_;
     asio::ssl::context* tls_;
+    const sm::CredentialMap* creds_;
+    TlsSessions* resume_;
 };
 
 // Every recipient gets the same failure (queue file, DNS, connection).

@@ -6,9 +6,11 @@
 #include "connection_cache.hpp"
 #include "delivery.hpp"
 #include "nexthop.hpp"
+#include "tls_sessions.hpp"
 
 #include "channel.hpp"
 #include "config.hpp"
+#include "credentials.hpp"
 #include "limits.hpp"
 #include "log.hpp"
 #include "panic.hpp"
@@ -63,9 +65,13 @@ int main(int argc, char** argv) {
     }
     sm::Config cfg;
     std::unique_ptr<asio::ssl::context> tls;  // one for every connection
+    sm::CredentialMap creds;
     try {
         cfg = sm::load_config(cfg_path);
         tls = sm::tls::client_context(cfg.client);
+        if (!cfg.client.sasl_password_file.empty())
+            creds = sm::load_credentials("client.sasl_password_file",
+                                         cfg.client.sasl_password_file);
     } catch (const std::exception& e) {
         std::cerr << "smx-smtpc: bad config: " << e.what() << "\n";
         return exit_config;
@@ -85,7 +91,10 @@ int main(int argc, char** argv) {
             return exit_config;
         }
         smtpc::ConnectionCache cache(cfg.client);
-        smtpc::Deliverer deliverer(cfg, dns, cache, tls.get());
+        // Sessions of about as many next hops as postfix's default
+        // smtp_tls_session_cache keeps in practice; each is a few KB.
+        smtpc::TlsSessions resume(*tls, 1000);
+        smtpc::Deliverer deliverer(cfg, dns, cache, tls.get(), &creds, &resume);
 
         asio::signal_set signals(io, SIGTERM, SIGINT);
         signals.async_wait([&](boost::system::error_code ec, int sig) {

@@ -5,8 +5,12 @@
 
 #include "tls.hpp"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <cctype>
+#include <sstream>
 
 namespace smtpc {
 namespace {
@@ -34,6 +38,20 @@ std::string connect_label(const Target& t) {
     return t.relay();
 }
 
+std::string base64(std::string_view in) {
+    std::string out(4 * ((in.size() + 2) / 3) + 1, '\0');  // EVP_EncodeBlock adds a NUL
+    const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                  reinterpret_cast<const unsigned char*>(in.data()),
+                                  static_cast<int>(in.size()));
+    out.resize(static_cast<std::size_t>(n));
+    return out;
+}
+
+void wipe(std::string& s) {
+    OPENSSL_cleanse(s.data(), s.size());
+    s.clear();
+}
+
 } // namespace
 
 Failure from_reply(const sm::smtp::Reply& r) {
@@ -50,8 +68,9 @@ Failure from_reply(const sm::smtp::Reply& r) {
 }
 
 Session::Session(asio::any_io_executor ex, const sm::ClientConfig& cfg,
-                 asio::ssl::context* tls)
-    : cfg_(cfg), tls_(tls), stream_(tcp::socket(ex)), reader_(stream_), idle_timer_(ex) {}
+                 asio::ssl::context* tls, TlsSessions* resume)
+    : cfg_(cfg), tls_(tls), resume_(resume), stream_(tcp::socket(ex)), reader_(stream_),
+      idle_timer_(ex) {}
 
 void Session::close() {
     open_ = false;
@@ -85,8 +104,9 @@ bool Session::has_unread() {
 // has no business in its place (a protocol error).
 asio::awaitable<bool> Session::read(const char* stage, Expect e) {
     rep_ = co_await sm::smtp::read_reply(reader_, cfg_.command_timeout);
-    const bool in_place = e == Expect::data ? rep_.code == 354 || rep_.code >= 400
-                                            : rep_.code / 100 != 3;
+    const bool in_place = e == Expect::data   ? rep_.code == 354 || rep_.code >= 400
+                          : e == Expect::auth ? rep_.code == 334 || rep_.code / 100 != 3
+                                              : rep_.code / 100 != 3;
     if (rep_.status == ReadStatus::ok && rep_.code != 421 && in_place) {
         replied_ = true;
         co_return true;
@@ -121,7 +141,8 @@ asio::awaitable<bool> Session::command(std::string_view data, const char* stage)
     co_return ok;
 }
 
-asio::awaitable<std::optional<Failure>> Session::open(const Target& t, sm::ClientTls tls) {
+asio::awaitable<std::optional<Failure>> Session::open(const Target& t, sm::ClientTls tls,
+                                                      const sm::Credentials* auth) {
     using namespace asio::experimental::awaitable_operators;
     relay_ = t.relay();
     const std::string where = "connect to " + connect_label(t);
@@ -160,7 +181,9 @@ asio::awaitable<std::optional<Failure>> Session::open(const Target& t, sm::Clien
     }
     if (rep_.code / 100 == 2) {
         parse_ehlo();
-        co_return co_await starttls(t, tls);
+        auto err = co_await starttls(t, tls);
+        if (!err && auth) err = co_await authenticate(*auth);
+        co_return err;
     }
     if (tls == sm::ClientTls::encrypt || tls == sm::ClientTls::verify) {
         co_await quit();
@@ -208,19 +231,27 @@ asio::awaitable<std::optional<Failure>> Session::starttls(const Target& t,
         close();
         co_return Failure{451, "4.5.0", "host " + relay_ + " sent data after its 220 to STARTTLS"};
     }
-    const std::string err =
-        co_await stream_.start_tls(*tls_, asio::ssl::stream_base::client, cfg_.command_timeout,
-                                   t.host, level == sm::ClientTls::verify);
+    // A verified session resumes only where verification is asked for
+    // again: a resumed handshake skips the certificate check.
+    const std::string resume_key =
+        relay_ + (level == sm::ClientTls::verify ? " verify " + t.host : " unverified");
+    const std::string err = co_await stream_.start_tls(
+        *tls_, asio::ssl::stream_base::client, cfg_.command_timeout, t.host,
+        level == sm::ClientTls::verify, [&](SSL* ssl) {
+            if (resume_) resume_->prepare(ssl, resume_key);
+        });
     if (!err.empty()) {
+        if (resume_) resume_->forget(resume_key);
         close();
         tls_fallback_ = !required;
         spdlog::info("TLS handshake with {} failed: {}{}", relay_, err,
                      tls_fallback_ ? "; trying again without TLS" : "");
         co_return Failure{451, "4.7.5", "TLS handshake with " + relay_ + " failed: " + err};
     }
-    spdlog::info("{} TLS connection established to {}: {}",
+    spdlog::info("{} TLS connection established to {}: {}{}",
                  level == sm::ClientTls::verify ? "Verified" : "Untrusted", relay_,
-                 sm::tls::describe(stream_.ssl()));
+                 sm::tls::describe(stream_.ssl()),
+                 SSL_session_reused(stream_.ssl()) ? " (session resumed)" : "");
     // RFC 3207 4.2: forget what the server said before TLS and ask again.
     cmd_ = "EHLO " + cfg_.helo_name + "\r\n";
     ok = co_await command(cmd_, "sending EHLO after STARTTLS");
@@ -235,8 +266,75 @@ asio::awaitable<std::optional<Failure>> Session::starttls(const Target& t,
     co_return std::nullopt;
 }
 
+asio::awaitable<bool> Session::auth_step(std::string line) {
+    bool ok = co_await write(line, "sending AUTH");
+    wipe(line);
+    if (ok) {
+        ok = co_await read("sending AUTH", Expect::auth);
+    }
+    co_return ok;
+}
+
+// AUTH PLAIN (RFC 4616, with the initial response of RFC 4954), or LOGIN
+// when the server offers only that. Each step has the reply deadline and
+// there are at most three, so the exchange is bounded.
+asio::awaitable<std::optional<Failure>> Session::authenticate(const sm::Credentials& c) {
+    // Never a secret in plaintext, whatever level the caller asked for.
+    if (!stream_.tls()) {
+        co_await quit();
+        co_return Failure{451, "4.7.4", "TLS is required for AUTH to host " + relay_ +
+                                            ", and is not in use"};
+    }
+    if (!auth_plain_ && !auth_login_) {
+        co_await quit();
+        co_return Failure{451, "4.7.0", "host " + relay_ +
+                                            " offers no AUTH mechanism smx has (PLAIN, LOGIN), "
+                                            "and credentials are configured for it"};
+    }
+    const char* mech = auth_plain_ ? "PLAIN" : "LOGIN";
+    bool ok = false;
+    if (auth_plain_) {
+        std::string id;
+        id += '\0';
+        id += c.user;
+        id += '\0';
+        id += c.password;
+        ok = co_await auth_step("AUTH PLAIN " + base64(id) + "\r\n");
+        wipe(id);
+    } else {
+        ok = co_await auth_step("AUTH LOGIN\r\n");
+        if (ok && rep_.code == 334) {
+            ok = co_await auth_step(base64(c.user) + "\r\n");
+        }
+        if (ok && rep_.code == 334) {
+            ok = co_await auth_step(base64(c.password) + "\r\n");
+        }
+    }
+    if (!ok) {
+        close();
+        co_return fail_;
+    }
+    if (rep_.code == 235) {
+        spdlog::info("SASL authentication to {} succeeded as {} (AUTH {})", relay_, c.user, mech);
+        co_return std::nullopt;
+    }
+    if (rep_.code == 334) {
+        // Neither mechanism has a further challenge: out of step.
+        close();
+        co_return Failure{451, "4.7.0", "host " + relay_ + " sent an unexpected challenge in AUTH " +
+                                            mech};
+    }
+    // A refusal (535 bad credentials, 454 temporary, ...) is this route's
+    // problem, not the message's: the recipients wait.
+    Failure f{451, rep_.enhanced.empty() ? "4.7.0" : "4" + rep_.enhanced.substr(1),
+              "SASL authentication failed; host " + relay_ + " said: " + rep_.summary()};
+    co_await quit();
+    co_return f;
+}
+
 void Session::parse_ehlo() {
     pipelining_ = size_offered_ = starttls_offered_ = smtputf8_offered_ = false;
+    auth_plain_ = auth_login_ = false;
     size_limit_ = 0;
     for (std::size_t i = 1; i < rep_.lines.size(); ++i) {
         std::string kw = rep_.lines[i].substr(0, rep_.lines[i].find(' '));
@@ -247,6 +345,15 @@ void Session::parse_ehlo() {
             starttls_offered_ = true;
         } else if (kw == "SMTPUTF8") {
             smtputf8_offered_ = true;
+        } else if (kw == "AUTH" || kw.starts_with("AUTH=")) {
+            // "AUTH PLAIN LOGIN", or the old "AUTH=PLAIN LOGIN" some servers add.
+            std::string mechs = rep_.lines[i].substr(std::min<std::size_t>(5, kw.size()));
+            for (auto& c : mechs) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+            std::istringstream words(mechs);
+            for (std::string m; words >> m;) {
+                auth_plain_ = auth_plain_ || m == "PLAIN";
+                auth_login_ = auth_login_ || m == "LOGIN";
+            }
         } else if (kw == "SIZE") {
             size_offered_ = true;
             const auto sp = rep_.lines[i].find(' ');
@@ -266,7 +373,11 @@ asio::awaitable<void> Session::quit() {
     const auto t = std::min<std::chrono::steady_clock::duration>(cfg_.command_timeout, 5s);
     bool ok = co_await write_all("QUIT\r\n", t);
     if (ok) {
-        co_await sm::smtp::read_reply(reader_, t);
+        const auto rep = co_await sm::smtp::read_reply(reader_, t);
+        ok = rep.status == ReadStatus::ok;
+    }
+    if (ok && stream_.tls()) {
+        co_await stream_.close_tls(std::min<std::chrono::steady_clock::duration>(t, 2s));
     }
     close();
 }

@@ -6,10 +6,12 @@
 
 #include "body.hpp"
 #include "config.hpp"
+#include "credentials.hpp"
 #include "messages.hpp"
 #include "nexthop.hpp"
 #include "smtp_io.hpp"
 #include "smtp_stream.hpp"
+#include "tls_sessions.hpp"
 
 #include <boost/asio.hpp>
 #include <optional>
@@ -23,15 +25,19 @@ using Results = std::vector<sm::msg::RcptResult>;
 
 class Session {
 public:
-    // tls: SMTPC's client context (null: no TLS at all).
-    Session(asio::any_io_executor ex, const sm::ClientConfig& cfg, asio::ssl::context* tls);
+    // tls: SMTPC's client context (null: no TLS at all); resume: the TLS
+    // sessions to offer and keep (null: every handshake is a full one).
+    Session(asio::any_io_executor ex, const sm::ClientConfig& cfg, asio::ssl::context* tls,
+            TlsSessions* resume = nullptr);
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
 
     // Connects, reads the greeting and says EHLO (HELO when EHLO is
-    // refused), then STARTTLS and EHLO again as `tls` asks. nullopt: ready
-    // for transactions; else why not.
-    asio::awaitable<std::optional<Failure>> open(const Target& t, sm::ClientTls tls);
+    // refused), then STARTTLS and EHLO again as `tls` asks, then AUTH with
+    // `auth` when given (only over TLS). nullopt: ready for transactions;
+    // else why not.
+    asio::awaitable<std::optional<Failure>> open(const Target& t, sm::ClientTls tls,
+                                                 const sm::Credentials* auth = nullptr);
     // open() failed in the TLS handshake at level may: the caller connects
     // again without TLS, as postfix does.
     bool tls_fallback() const { return tls_fallback_; }
@@ -67,8 +73,9 @@ private:
     // What a reply may be in its place (RFC 5321 4.3.2): `reply` is 2xx, 4xx
     // or 5xx; `data` (the reply to DATA) is 354, 4xx or 5xx. Anything else
     // is a protocol error: the transaction fails for now and the connection
-    // is closed. Only a 2xx after the end of data means delivered.
-    enum class Expect { reply, data };
+    // is closed. Only a 2xx after the end of data means delivered. `auth`
+    // (a step of AUTH) may also be 334.
+    enum class Expect { reply, data, auth };
     asio::awaitable<bool> write_all(std::string_view data,
                                     std::chrono::steady_clock::duration timeout);
     asio::awaitable<bool> write(std::string_view data, const char* stage);
@@ -76,9 +83,13 @@ private:
     asio::awaitable<bool> command(std::string_view data, const char* stage);
     void parse_ehlo();
     asio::awaitable<std::optional<Failure>> starttls(const Target& t, sm::ClientTls level);
+    asio::awaitable<std::optional<Failure>> authenticate(const sm::Credentials& c);
+    // A step of AUTH carrying a secret; cmd_ is wiped after the write.
+    asio::awaitable<bool> auth_step(std::string secret_line);
 
     const sm::ClientConfig& cfg_;
     asio::ssl::context* tls_;
+    TlsSessions* resume_;
     sm::smtp::Stream stream_;
     sm::smtp::LineReader<sm::smtp::Stream> reader_;
     asio::steady_timer idle_timer_;
@@ -88,6 +99,7 @@ private:
     bool size_offered_ = false;
     bool starttls_offered_ = false;
     bool smtputf8_offered_ = false;
+    bool auth_plain_ = false, auth_login_ = false;  // mechanisms in EHLO's AUTH
     bool tls_fallback_ = false;
     std::uint64_t size_limit_ = 0;  // 0: none announced
     bool needs_rset_ = false;       // the last transaction stopped half-way

@@ -29,6 +29,8 @@ constexpr std::size_t data_chunk = 64 * 1024;
 // pipelined input waits: a client that sends without reading then meets the
 // write deadline instead of growing our buffer.
 constexpr std::size_t max_pending_output = 4096;
+// How long to wait for the client's close_notify after ours.
+constexpr auto close_notify_timeout = std::chrono::seconds(2);
 
 // What reading the message content found.
 struct DataOutcome {
@@ -161,6 +163,7 @@ private:
     unsigned errors_ = 0;
     unsigned commands_ = 0;
     bool closing_ = false;
+    bool quit_ = false;  // the client said QUIT (a TLS session then ends cleanly)
 };
 
 asio::awaitable<bool> Session::flush() {
@@ -264,16 +267,17 @@ asio::awaitable<void> Session::run() {
             break;
         case Verb::help:
             reply("214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP" +
-                  std::string(srv_.tls() ? " STARTTLS" : ""));
+                  std::string(srv_.tls() && !stream_.tls() ? " STARTTLS" : ""));
             break;
         case Verb::quit:
             reply("221 2.0.0 Bye");
-            closing_ = true;
+            closing_ = quit_ = true;
             break;
         case Verb::unknown: error("500 5.5.2 Error: command not recognized"); break;
         }
     }
-    co_await flush();
+    const bool flushed = co_await flush();
+    if (flushed && quit_ && stream_.tls()) co_await stream_.close_tls(close_notify_timeout);
     stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
     spdlog::info("disconnect from {} commands={} errors={}", client(), commands_, errors_);
 }

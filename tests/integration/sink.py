@@ -44,7 +44,7 @@ class Sink:
                 await reply("421 4.3.2 sink.test busy, closing")
                 return
             await reply("220 sink.test ESMTP test sink")
-            sender, rcpts, tls, params = None, [], None, ""
+            sender, rcpts, tls, params, resumed = None, [], None, "", False
             while True:
                 line = await asyncio.wait_for(reader.readline(), 60)
                 if not line:
@@ -73,6 +73,7 @@ class Sink:
                     await writer.start_tls(self.tls)
                     obj = writer.get_extra_info("ssl_object")
                     tls = "%s %s" % (obj.version(), obj.cipher()[0])
+                    resumed = obj.session_reused
                     sender, rcpts = None, []
                 elif verb in ("MAIL", "RCPT", "DATA") and self.require_tls and not tls:
                     await reply("530 5.7.0 Must issue a STARTTLS command first")
@@ -120,6 +121,7 @@ class Sink:
                     name = os.path.join(self.dir, "%d.msg" % self.count)
                     with open(name + ".tmp", "wb") as f:
                         f.write(json.dumps({"from": sender, "rcpts": rcpts, "tls": tls,
+                                            "resumed": resumed,
                                             "params": params}).encode() + b"\n")
                         f.write(data)
                     os.rename(name + ".tmp", name)

@@ -187,6 +187,30 @@ def test_garbage_instead_of_client_hello_is_logged_and_closed(tls_relay):
     assert tls_relay.greets()
 
 
+def test_help_names_starttls_only_while_it_is_offered(tls_relay):
+    c = Conn(tls_relay.port)
+    assert "STARTTLS" in c.cmd("HELP")
+    c.cmd("EHLO client.test")
+    assert c.cmd("STARTTLS").startswith("220 ")
+    c.start_tls()
+    help_text = c.cmd("HELP")
+    assert help_text.startswith("214 ") and "STARTTLS" not in help_text, help_text
+    c.close()
+
+
+def test_smtps_sends_close_notify_after_quit(tls_relay):
+    c = Conn(tls_relay.port)
+    c.cmd("EHLO client.test")
+    assert c.cmd("STARTTLS").startswith("220 ")
+    # Ragged EOFs not suppressed: a close without close_notify raises.
+    c.s = CLIENT_CONTEXT.wrap_socket(c.s, suppress_ragged_eofs=False)
+    assert c.cmd("EHLO client.test").startswith("250")
+    assert c.cmd("QUIT").startswith("221 ")
+    c.s.settimeout(10)
+    assert c.s.recv(100) == b""
+    c.close()
+
+
 def test_session_resumption(tls_relay):
     def session(resume):
         c = Conn(tls_relay.port)
@@ -304,6 +328,22 @@ def test_smtpc_uses_starttls_when_offered_and_keeps_the_connection(make_sink, ma
     # The second message went over the cached TLS connection.
     time.sleep(1.5)  # info lines are flushed once a second
     assert r.log_text().count("TLS connection established to") == 1
+
+
+def test_smtpc_resumes_its_tls_session_on_the_next_connection(make_sink, make_relay, certs):
+    s = tls_sink(make_sink, certs)
+    # One message per connection: each one is a new TLS handshake.
+    r = make_relay(s.port, "[client]\nmax_msgs_per_connection = 1\n")
+    for i in range(3):
+        send(r.port, "a@client.test", ["b@example.org"], b"Subject: %d\r\n\r\nbody\r\n" % i)
+        wait_until(lambda: s.count() == i + 1, 30, "message %d at the sink" % i)
+    msgs = sorted(s.messages(), key=lambda m: int(m["name"].split(".")[0]))
+    # TLS 1.3: the session came as a ticket after the first handshake.
+    assert all(m["tls"].startswith("TLSv1.3 ") for m in msgs), msgs
+    assert [m["resumed"] for m in msgs] == [False, True, True], msgs
+    in_log(r, "Untrusted TLS connection established to 127.0.0.1[127.0.0.1]:%d: TLSv1.3 "
+              "with cipher TLS_" % s.port)
+    in_log(r, "(session resumed)")
 
 
 def test_smtpc_encrypt_to_a_next_hop_that_requires_tls(make_sink, make_relay, certs):
