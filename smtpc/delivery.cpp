@@ -93,6 +93,7 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
     // says retry, and the next one (or a new connection) is tried.
     while (auto s = cache_.take(key)) {
         r.relay = s->relay();
+        r.peer_dsn = s->dsn_offered();
         auto outcome = co_await s->transaction(d, file, r.rcpts);
         if (outcome == Session::Outcome::retry) continue;
         spdlog::debug("{}: sent over cached connection to {}", d.ta_id, s->relay());
@@ -100,6 +101,7 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
         co_return;
     }
     r.relay.clear();
+    r.peer_dsn = false;
 
     const std::string domain = rcpt_domain(d);
     Failure last{451, "4.4.3", "no next hop for domain " + domain};
@@ -124,6 +126,7 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
                 continue;
             }
             r.relay = s->relay();
+            r.peer_dsn = s->dsn_offered();
             co_await s->transaction(d, file, r.rcpts);  // a new session never says retry
             cache_.put(key, std::move(s));
             co_return;

@@ -54,6 +54,8 @@ public:
     bool has_unread();
     unsigned transactions() const { return transactions_; }
     const std::string& relay() const { return relay_; }
+    // Its EHLO offered DSN: NOTIFY, ORCPT, RET and ENVID went on with the mail.
+    bool dsn_offered() const { return dsn_offered_; }
     tcp::socket& socket() { return stream_.socket(); }
     asio::steady_timer& idle_timer() { return idle_timer_; }
     // Bumped each time the cache hands the session out, so that stale idle
@@ -75,6 +77,8 @@ private:
     asio::awaitable<bool> read(const char* stage, Expect e = Expect::reply);
     asio::awaitable<bool> command(std::string_view data, const char* stage);
     void parse_ehlo();
+    // The MAIL parameters passed on from the client's (" KEY=VALUE ...").
+    std::string mail_params(std::string_view received) const;
     asio::awaitable<std::optional<Failure>> starttls(const Target& t, sm::ClientTls level);
 
     const sm::ClientConfig& cfg_;
@@ -88,6 +92,8 @@ private:
     bool size_offered_ = false;
     bool starttls_offered_ = false;
     bool smtputf8_offered_ = false;
+    bool dsn_offered_ = false;
+    bool eightbit_offered_ = false;
     bool tls_fallback_ = false;
     std::uint64_t size_limit_ = 0;  // 0: none announced
     bool needs_rset_ = false;       // the last transaction stopped half-way
