@@ -78,6 +78,14 @@ class Postfix:
         self.dir = tempfile.mkdtemp(prefix="smx-dsn-postfix-", dir="/tmp")
         os.chmod(self.dir, 0o755)
         self.port = free_port()
+        self.pid_file = os.path.join(self.dir, "spool", "pid", "master.pid")
+        try:
+            self.start(sink_port)
+        except BaseException:
+            self.stop()  # whatever started, stopped by its PID; the directory goes
+            raise
+
+    def start(self, sink_port):
         for sub in ("etc", "spool", "data"):
             os.makedirs(os.path.join(self.dir, sub))
         shutil.chown(os.path.join(self.dir, "data"), "postfix")
@@ -94,7 +102,6 @@ class Postfix:
         subprocess.run(["postfix", "-c", etc, "set-permissions"], capture_output=True, timeout=60)
         subprocess.run(["postfix", "-c", etc, "check"], check=True, capture_output=True, timeout=60)
         subprocess.run(["postfix", "-c", etc, "start"], check=True, capture_output=True, timeout=60)
-        self.pid_file = os.path.join(self.dir, "spool", "pid", "master.pid")
         wait_until(self.pid, 20, "postfix's master.pid")
         wait_until(self.greets, 20, "postfix to answer")
 
