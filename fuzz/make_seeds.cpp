@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
     r.next_try_us = ta.arrival_us + 600'000'000;
     r.first_arrival_us = ta.arrival_us;
     r.last_attempt_us = ta.arrival_us + 300'000'000;
-    r.last_error = "451 4.3.0 try later";
+    r.last_reply = {451, "4.3.0", "try later"};
+    r.last_relay = "mx.example.net[192.0.2.1]:25";
     r.warned = true;
     const std::string key = d::rcpt_key(r.ta_id, r.idx);
     put(out / "defedb_record", "rcpt",

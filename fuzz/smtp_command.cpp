@@ -1,10 +1,12 @@
 // The SMTP command parser: verb, BDAT size, MAIL/RCPT path and parameters, address
-// syntax (ASCII and SMTPUTF8), routing in the local part. Every line of the input is a command.
+// syntax (ASCII and SMTPUTF8), routing in the local part, the DSN parameters. Every line of the input is a command.
 #include "command.hpp"
+#include "dsn_params.hpp"
 #include "policy.hpp"
 
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -37,6 +39,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         (void)smtps::routes_in_local_part(p->addr);
         (void)smtps::domain_of(p->addr);
+        // DSN parameters (RFC 3461) that pass the check go on to a next hop:
+        // they must be safe on a command line, and their xtext must decode.
+        const bool rcpt = v == smtps::Verb::rcpt;
+        if (sm::dsn::check_params(p->params, rcpt).empty()) {
+            const std::string on = rcpt ? sm::dsn::pass_on_rcpt(p->params) : sm::dsn::pass_on_mail(p->params);
+            if (on.find_first_of("\r\n") != std::string::npos || on.size() > p->params.size() + 1) std::abort();
+            if (auto envid = sm::dsn::param(p->params, "ENVID");
+                envid && sm::dsn::xtext_decode(*envid).size() > sm::dsn::max_envid)
+                std::abort();
+            (void)sm::dsn::notify(p->params);
+        }
     }
     return 0;
 }

@@ -1,6 +1,7 @@
 #include "credentials.hpp"
 
 #include "config.hpp"
+#include "domain.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -84,7 +85,7 @@ CredentialMap load_credentials(const std::string& key, const std::string& path) 
         } catch (const ConfigError& e) {
             throw ConfigError(key, where + "bad next hop '" + nexthop + "'");
         }
-        for (auto& c : hp.host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        hp.host = sm::lower(hp.host);
         Credentials cred{value.substr(0, colon), value.substr(colon + 1)};
         if (!out.emplace(hp.str(), std::move(cred)).second)
             throw ConfigError(key, where + "a second entry for " + hp.str());

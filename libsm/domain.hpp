@@ -12,6 +12,8 @@ namespace sm {
 
 constexpr char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 std::string lower(std::string_view s);
+// For SMTP keywords (EHLO extensions, AUTH mechanisms), ASCII only as well.
+std::string upper(std::string_view s);
 // Equal but for the case of ASCII letters.
 bool iequals(std::string_view a, std::string_view b);
 

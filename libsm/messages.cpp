@@ -9,7 +9,7 @@ enum Tag : std::uint16_t {
     T_ROLE = 1, T_VERSION, T_PID, T_STATUS, T_TEXT, T_TA_ID, T_CLIENT_ADDR,
     T_CLIENT_NAME, T_HELO, T_SENDER, T_PARAMS, T_RCPT, T_CDB_ID, T_SIZE,
     T_ARRIVAL, T_DA_ID, T_IDX, T_ADDR, T_NEXTHOP, T_RELAY, T_CODE, T_ENHANCED,
-    T_COMMAND, T_ARG,
+    T_COMMAND, T_ARG, T_PEER_DSN,
 };
 
 // How one tag of a record is read: required or not, may it repeat, and the
@@ -140,13 +140,21 @@ std::string encode(const Deliver& m, std::uint64_t id) {
     w.u64(T_DA_ID, m.da_id).str(T_TA_ID, m.ta_id).str(T_CDB_ID, m.cdb_id)
         .str(T_SENDER, m.sender).u64(T_SIZE, m.size);
     for (const auto& r : m.rcpts)
-        w.nested(T_RCPT, rec::Writer().u32(T_IDX, r.idx).str(T_ADDR, r.addr));
+        w.nested(T_RCPT, rec::Writer().u32(T_IDX, r.idx).str(T_ADDR, r.addr).str(T_PARAMS, r.params));
     for (const auto& h : m.nexthops) w.str(T_NEXTHOP, h);
+    w.str(T_PARAMS, m.params);
     return w.frame(DELIVER, id);
 }
+std::string to_string(const Reply& r) {
+    std::string s = r.code ? std::to_string(r.code) : std::string();
+    for (const std::string* part : {&r.enhanced, &r.text})
+        if (!part->empty()) s += (s.empty() ? "" : " ") + *part;
+    return s;
+}
+
 std::string encode(const Result& m, std::uint64_t id) {
     rec::Writer w;
-    w.u64(T_DA_ID, m.da_id).str(T_RELAY, m.relay);
+    w.u64(T_DA_ID, m.da_id).str(T_RELAY, m.relay).u32(T_PEER_DSN, m.peer_dsn ? 1 : 0);
     for (const auto& r : m.rcpts)
         w.nested(T_RCPT, rec::Writer().u32(T_IDX, r.idx).u32(T_CODE, r.code)
                              .str(T_ENHANCED, r.enhanced).str(T_TEXT, r.text));
@@ -216,7 +224,8 @@ std::optional<Deliver> decode<Deliver>(const rec::Frame& f, std::string& err) {
     auto rcpt = [&m, &err](std::string_view v) {
         DeliverRcpt r;
         if (!apply(v, {{T_IDX, true, false, num(r.idx)},
-                       {T_ADDR, true, false, str(r.addr)}}, err))
+                       {T_ADDR, true, false, str(r.addr)},
+                       {T_PARAMS, false, false, str(r.params)}}, err))
             return false;
         m.rcpts.push_back(std::move(r));
         return true;
@@ -228,7 +237,8 @@ std::optional<Deliver> decode<Deliver>(const rec::Frame& f, std::string& err) {
                         {T_SENDER, true, false, str(m.sender)},
                         {T_SIZE, false, false, num(m.size)},
                         {T_RCPT, true, true, rcpt},
-                        {T_NEXTHOP, true, true, push(m.nexthops)}}, err))
+                        {T_NEXTHOP, true, true, push(m.nexthops)},
+                        {T_PARAMS, false, false, str(m.params)}}, err))
         return std::nullopt;
     return m;
 }
@@ -252,6 +262,7 @@ std::optional<Result> decode<Result>(const rec::Frame& f, std::string& err) {
     if (!type_is(f, RESULT, err) ||
         !apply(f.body, {{T_DA_ID, true, false, num(m.da_id)},
                         {T_RELAY, false, false, str(m.relay)},
+                        {T_PEER_DSN, false, false, num(m.peer_dsn)},
                         {T_RCPT, true, true, rcpt}}, err))
         return std::nullopt;
     return m;

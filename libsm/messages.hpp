@@ -65,6 +65,7 @@ struct TaAck {
 struct DeliverRcpt {
     std::uint32_t idx = 0;  // recipient index within the transaction
     std::string addr;
+    std::string params;  // its RCPT parameters as received (NOTIFY, ORCPT)
 };
 
 struct Deliver {
@@ -77,19 +78,35 @@ struct Deliver {
     // Next hops in order: "[host]:port" (no MX lookup), "host:port" (MX
     // lookup of host), or "mx" (MX lookup of the recipient domain).
     std::vector<std::string> nexthops;
+    std::string params;  // the MAIL parameters as received (BODY, SMTPUTF8, RET, ENVID)
 };
+
+// An SMTP reply kept structured from SMTPC to the DSN, so nothing flattens
+// it into text and parses it again. Whether a server gave it is known by
+// the relay kept beside it (empty: SMTPC's own reply for a failed
+// connection); code 0 is a reason of QMGR's own (no route, suspended).
+struct Reply {
+    std::uint32_t code = 0;
+    std::string enhanced;  // "4.4.1" or empty
+    std::string text;
+    bool operator==(const Reply&) const = default;
+};
+// "451 4.3.0 text"; without a code "4.4.1 text".
+std::string to_string(const Reply& r);
 
 struct RcptResult {
     std::uint32_t idx = 0;
     std::uint32_t code = 0;  // SMTP reply code; 4xx also for connection failures
     std::string enhanced;    // "2.0.0" or empty
     std::string text;
+    Reply reply() const { return {code, enhanced, text}; }
 };
 
 struct Result {
     std::uint64_t da_id = 0;
     std::string relay;  // "host[ip]:port" of the server that answered, or empty
     std::vector<RcptResult> rcpts;
+    bool peer_dsn = false;  // that server offered DSN: NOTIFY went on with the mail
 };
 
 struct CtlRequest {

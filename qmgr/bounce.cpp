@@ -2,6 +2,7 @@
 #include "bounce.hpp"
 
 #include "content_file.hpp"
+#include "dsn_params.hpp"
 #include "ids.hpp"
 
 #include <spdlog/spdlog.h>
@@ -18,15 +19,14 @@ Bouncer::Bouncer(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_p
 
 void Bouncer::bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why) {
     const std::string& addr = ta.rcpt(idx).addr();
-    const std::string text = why.code ? std::to_string(why.code) + " " + why.status + " " + why.text
-                                      : why.status + " " + why.text;
+    const std::string text = sm::msg::to_string(why.reply);
     if (relay.empty())
         spdlog::info("{}: to=<{}>, status=bounced ({})", ta.id, addr, text);
     else
         spdlog::info("{}: to=<{}>, relay={}, delay={:.2f}, status=bounced ({})", ta.id, addr,
                      relay, static_cast<double>(clock_.now_us() - ta.arrival_us()) / 1e6, text);
     ++bounced_;
-    queue_.bounce_begin(ta, idx, text);
+    queue_.bounce_begin(ta, idx, why.reply, relay);
     report(bounces_, ta, idx, std::move(why));
 }
 
@@ -38,15 +38,30 @@ void Bouncer::warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay) 
     const auto after = std::chrono::duration_cast<std::chrono::microseconds>(
         cfg_.queue.delay_warning_time);
     const Rcpt& r = ta.rcpt(idx);
-    if (after.count() == 0 || r.warned() || no_dsn_reason(ta) ||
+    if (after.count() == 0 || r.warned() || no_dsn_reason(ta) || !notify(ta, idx).delay ||
         clock_.now_us() - ta.arrival_us() < static_cast<std::uint64_t>(after.count()))
         return;
     queue_.mark_warned(ta, idx);
-    auto why = dsn::failed_rcpt(r.addr(), r.last_error());
+    auto why = dsn::failed_rcpt(r.addr(), r.last_reply(), relay);
     why.action = dsn::Action::delayed;
-    why.remote_mta = relay;
     why.last_attempt_us = clock_.now_us();
     report(delays_, ta, idx, std::move(why));
+}
+
+void Bouncer::relayed(Ta& ta, std::uint32_t idx, const std::string& relay,
+                      const sm::msg::Reply& reply, bool peer_dsn) {
+    if (peer_dsn || !notify(ta, idx).success || no_dsn_reason(ta)) return;
+    auto why = dsn::failed_rcpt(ta.rcpt(idx).addr(), reply, relay);
+    why.action = dsn::Action::relayed;
+    why.params = ta.env->rcpts.at(idx).params;
+    why.last_attempt_us = clock_.now_us();
+    // Now, not at the end of the turn: once sent, the transaction may leave
+    // memory. Its content is read on the pool before the reaper may take it.
+    queue_dsn(ta, {Bounce{idx, std::move(why)}}, "success", [](const std::string&) {});
+}
+
+sm::dsn::Notify Bouncer::notify(const Ta& ta, std::uint32_t idx) {
+    return idx < ta.env->rcpts.size() ? sm::dsn::notify(ta.env->rcpts[idx].params) : sm::dsn::Notify{};
 }
 
 const char* Bouncer::no_dsn_reason(const Ta& ta) const {
@@ -79,14 +94,23 @@ void Bouncer::flush() {
             spdlog::info("{}: no bounce: {}", id, why);
             hooks_.bounced(id, list);
         } else {
+            // NOTIFY without FAILURE (or NEVER): that recipient is final now.
+            std::vector<Bounce> quiet, loud;
+            for (auto& b : list) (notify(*ta, b.idx).failure ? loud : quiet).push_back(std::move(b));
             // Only when the DSN is durable are the failed recipients closed;
             // else they wait in DEFEDB and fail (and bounce) again later.
             // Named copies: clang 14 cannot capture structured bindings.
-            queue_dsn(*ta, list, "non-delivery",
-                      [this, id = id, list = list](const std::string& error) {
-                          if (error.empty()) hooks_.bounced(id, list);
-                          else hooks_.failed(id, list, error);
-                      });
+            if (!loud.empty())
+                queue_dsn(*ta, loud, "non-delivery",
+                          [this, id = id, loud](const std::string& error) {
+                              if (error.empty()) hooks_.bounced(id, loud);
+                              else hooks_.failed(id, loud, error);
+                          });
+            if (!quiet.empty()) {
+                spdlog::info("{}: no bounce for {} recipient(s): NOTIFY without FAILURE", id,
+                             quiet.size());
+                hooks_.bounced(id, quiet);
+            }
         }
     }
 }
@@ -105,14 +129,20 @@ void Bouncer::queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kin
     rep.dsn_id = dsn_id;
     rep.now_us = clock_.now_us();
     auto env = ta.env;
+    // RET=FULL returns the whole message on failure, but only to a client we
+    // relay for: others (anyone can forge their sender) get headers only.
+    const bool full = std::string_view(kind) == "non-delivery" && sm::dsn::ret_full(env->params) &&
+                      cfg_.server.in_relay_networks(env->client_addr);
     struct Written {
         int err = 0;
         std::uint64_t size = 0;
     };
-    auto job = [env, rcpts = std::move(rcpts), rep, orig_path, path]() mutable {
+    auto job = [env, rcpts = std::move(rcpts), rep, orig_path, path, full]() mutable {
         std::string err;
+        // Over max_returned_message only the headers go back.
+        if (auto m = full ? dsn::read_message(orig_path, err) : std::nullopt) rep.original_message = *m;
         // Without the original headers the report still says what failed.
-        if (auto h = dsn::read_header_section(orig_path, err)) rep.original_headers = *h;
+        else if (auto h = dsn::read_header_section(orig_path, err)) rep.original_headers = *h;
         const std::string msg = dsn::build(*env, rcpts, rep);
         return Written{sm::content::write_durable(path, msg), msg.size()};
     };

@@ -1,7 +1,10 @@
 // The bouncer: recipients that failed for good (5xx, or the end of the queue
 // lifetime) are collected per transaction and reported to the sender in one
 // RFC 3464 DSN, a new transaction from <> queued like any other mail; delay
-// warnings (queue.delay_warning_time) likewise, once per recipient. It owns
+// warnings (queue.delay_warning_time) likewise, once per recipient, and
+// success notices for NOTIFY=SUCCESS mail relayed to a next hop without DSN.
+// Each recipient's NOTIFY (RFC 3461) is honoured: NEVER gives none, a list
+// without FAILURE no bounce, without DELAY no warning. It owns
 // the reports gathered in this event-loop turn, the DSN files and the
 // bounce counters; the failed recipients' state changes go through the
 // active queue (bounce_begin here; bounced or bounce_failed in its owner's
@@ -9,6 +12,7 @@
 #pragma once
 
 #include "dsn.hpp"
+#include "dsn_params.hpp"
 #include "ibdb.hpp"
 #include "queue.hpp"
 #include "reaper.hpp"
@@ -54,6 +58,11 @@ public:
     // A recipient just deferred (moving): its sender hears once after
     // delay_warning_time.
     void warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay);
+    // A recipient was just delivered (before it is marked sent): with
+    // NOTIFY=SUCCESS and a next hop that did not take the NOTIFY on, its
+    // sender gets an "Action: relayed" notice (RFC 3461 5.2.2.1).
+    void relayed(Ta& ta, std::uint32_t idx, const std::string& relay, const sm::msg::Reply& reply,
+                 bool peer_dsn);
 
     std::uint64_t bounced() const { return bounced_; }    // recipients: status=bounced
     std::uint64_t dsn_sent() const { return dsn_sent_; }  // DSNs queued
@@ -67,6 +76,8 @@ private:
     // Why the sender of ta gets no DSN (null sender, bounce_untrusted), or
     // nullptr when it does.
     const char* no_dsn_reason(const Ta& ta) const;
+    // The recipient's NOTIFY (the default without one).
+    static sm::dsn::Notify notify(const Ta& ta, std::uint32_t idx);
 
     const sm::Config& cfg_;
     const sm::Clock& clock_;

@@ -136,7 +136,8 @@ void Qmgr::ctl_queue(CtlDone done) {
         for (std::uint32_t i = 0; i < ta.rcpts().size(); ++i) {
             const Rcpt& r = ta.rcpt(i);
             if (is_closed(r.state())) continue;
-            e.rcpts[i] = Line{r.addr(), to_string(r.state()), r.last_error(), r.attempts(), 0};
+            e.rcpts[i] = Line{r.addr(), to_string(r.state()), sm::msg::to_string(r.last_reply()),
+                              r.attempts(), 0};
         }
     });
     dbq_.post<std::string>(
@@ -148,7 +149,7 @@ void Qmgr::ctl_queue(CtlDone done) {
                 e.sender = t.envelope.sender;
                 for (const auto& r : t.rcpts)
                     e.rcpts.try_emplace(r.idx, Line{r.addr, r.held ? "held" : "deferred",
-                                                    r.last_error, r.attempts,
+                                                    sm::msg::to_string(r.last_reply), r.attempts,
                                                     r.held ? 0 : r.next_try_us});
             });
             std::erase_if(*all, [](const auto& kv) { return kv.second.rcpts.empty(); });
@@ -182,8 +183,9 @@ void Qmgr::ctl_hold(const std::string& id, bool hold, CtlDone done) {
             queue_.set_hold(*ta, i, hold);
             ++here;
             if (hold && r.state() == RcptState::active) {
-                queue_.defer_begin(*ta, i,
-                                   r.last_error().empty() ? "held by operator" : r.last_error());
+                const bool failed = r.last_reply() != sm::msg::Reply{};
+                queue_.defer_begin(*ta, i, failed ? r.last_reply() : sm::msg::Reply{0, {}, "held by operator"},
+                                   failed ? r.last_relay() : std::string());
                 deferred_.park(*ta, i, clock_.now_us());
             }
         }

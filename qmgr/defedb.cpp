@@ -346,7 +346,8 @@ bool Defedb::update(const DeferredRcpt& r) {
         stored->attempts = r.attempts;
         stored->last_attempt_us = r.last_attempt_us;
         stored->next_try_us = r.next_try_us;
-        stored->last_error = r.last_error;
+        stored->last_reply = r.last_reply;
+        stored->last_relay = r.last_relay;
         stored->warned = stored->warned || r.warned;
         m.put(t, *stored);
         return true;

@@ -49,9 +49,11 @@ struct DeferredRcpt {
     std::uint64_t first_arrival_us = 0;  // the transaction's arrival
     std::uint64_t last_attempt_us = 0;
     std::uint64_t next_try_us = 0;
-    std::string last_error;  // e.g. "451 4.3.0 try later" or a connect failure
+    sm::msg::Reply last_reply;  // e.g. {451, "4.3.0", "try later"}, or {0, "4.4.1", "connect to ..."}
+    std::string last_relay;     // the server that gave it; empty when none replied
     bool held = false;
     bool warned = false;  // its sender got the delay warning
+    bool operator==(const DeferredRcpt&) const = default;
 };
 
 // Recipients of one transaction with its envelope.
@@ -83,7 +85,7 @@ public:
     void put_deferred(const sm::msg::TaCommit& envelope, const DeferredRcpt& rcpt);
 
     // After another failed attempt: stores attempts, last_attempt_us,
-    // next_try_us and last_error of r, and sets warned if r has it; address,
+    // next_try_us, last_reply and last_relay of r, and sets warned if r has it; address,
     // first arrival and the held flag stay as stored (an operator may have
     // held it meanwhile). False when the recipient is not in DEFEDB.
     bool update(const DeferredRcpt& r);

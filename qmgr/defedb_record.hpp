@@ -14,13 +14,16 @@ class Dbt;
 
 namespace smx::qmgr::defedb {
 
-inline constexpr std::uint8_t format_version = 1;
+// Version 2 keeps the last reply structured (issue 9); version 1 records
+// are still read.
+inline constexpr std::uint8_t format_version = 2;
 
 // ta-id | u32 BE idx: the recipients of a transaction are adjacent.
 std::string rcpt_key(const std::string& ta_id, std::uint32_t idx);
 
 std::string encode_rcpt(const DeferredRcpt& r);
 // nullopt when the record is not one we wrote (version, lengths, ta-id).
+// A version 1 record decodes too; encode_rcpt always writes the current one.
 std::optional<DeferredRcpt> decode_rcpt(std::string_view key, std::string_view data);
 
 // version u8 | sm::msg::envelope_bytes()

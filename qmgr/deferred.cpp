@@ -52,7 +52,8 @@ void DeferredQueue::park(const Ta& ta, std::uint32_t idx, std::uint64_t until_us
     d.first_arrival_us = ta.arrival_us();
     d.last_attempt_us = clock_.now_us();
     d.next_try_us = until_us;
-    d.last_error = r.last_error();
+    d.last_reply = r.last_reply();
+    d.last_relay = r.last_relay();
     d.held = r.hold();
     d.warned = r.warned();
     parks_.push_back(Park{ta.env, std::move(d), !r.from_defedb()});

@@ -1,5 +1,6 @@
 #include "dsn.hpp"
 
+#include "dsn_params.hpp"
 #include "ids.hpp"
 
 #include <algorithm>
@@ -63,48 +64,22 @@ void field(std::string& out, std::string_view name, std::string_view value) {
     wrap(out, std::string(name) + ": " + ascii(value), " ");
 }
 
-// xtext (RFC 3461): "+XX" stands for the byte with hex value XX.
-std::string xtext_decode(std::string_view s) {
-    std::string out;
-    for (std::size_t i = 0; i < s.size(); ++i) {
-        if (s[i] == '+' && i + 2 < s.size()) {
-            char hex[3] = {s[i + 1], s[i + 2], 0};
-            char* end = nullptr;
-            long v = std::strtol(hex, &end, 16);
-            if (end == hex + 2) {
-                out += static_cast<char>(v);
-                i += 2;
-                continue;
-            }
-        }
-        out += s[i];
-    }
-    return out;
-}
-
-// Value of an ESMTP parameter (case-insensitive keyword), xtext-decoded.
-std::optional<std::string> esmtp_param(std::string_view params, std::string_view keyword) {
-    std::size_t pos = 0;
-    while (pos < params.size()) {
-        std::size_t sp = params.find(' ', pos);
-        std::string_view p = params.substr(pos, sp == std::string_view::npos ? sp : sp - pos);
-        pos = sp == std::string_view::npos ? params.size() : sp + 1;
-        if (p.size() <= keyword.size() || p[keyword.size()] != '=') continue;
-        bool same = true;
-        for (std::size_t i = 0; i < keyword.size(); ++i)
-            same = same && std::toupper(static_cast<unsigned char>(p[i])) == keyword[i];
-        if (same) return xtext_decode(p.substr(keyword.size() + 1));
-    }
-    return std::nullopt;
-}
-
 // "Original-Recipient: rfc822; a@b" from ORCPT=rfc822;a@b.
 std::optional<std::string> original_recipient(std::string_view params) {
-    auto v = esmtp_param(params, "ORCPT");
+    auto v = sm::dsn::param(params, "ORCPT");
     if (!v) return std::nullopt;
     std::size_t semi = v->find(';');
     if (semi == std::string::npos || semi + 1 == v->size()) return std::nullopt;
-    return v->substr(0, semi) + "; " + v->substr(semi + 1);
+    return std::string(v->substr(0, semi)) + "; " + sm::dsn::xtext_decode(v->substr(semi + 1));
+}
+
+const char* action_name(Action a) {
+    switch (a) {
+    case Action::failed: return "failed";
+    case Action::delayed: return "delayed";
+    case Action::relayed: return "relayed";
+    }
+    return "failed";
 }
 
 // "mx.example.net[192.0.2.1]:25" → "mx.example.net"; a bare "[192.0.2.1]"
@@ -118,18 +93,16 @@ std::string remote_host(std::string_view relay) {
     return std::string(relay.substr(0, br));
 }
 
+// Without an enhanced status the reply code gives the class; a reason of
+// our own without one is temporary.
 std::string status_of(const FailedRcpt& r) {
-    if (!r.status.empty()) return r.status;
-    return r.code >= 500 ? "5.0.0" : "4.0.0";
+    if (!r.reply.enhanced.empty()) return r.reply.enhanced;
+    return r.reply.code >= 500 ? "5.0.0" : "4.0.0";
 }
 
-std::string reply_of(const FailedRcpt& r) {
-    std::string s = r.code ? std::to_string(r.code) + " " : "";
-    if (!r.status.empty()) s += r.status + " ";
-    return s + r.text;
-}
-
-void human_part(std::string& out, const Report& rep, const std::vector<FailedRcpt>& rcpts, bool failed) {
+void human_part(std::string& out, const Report& rep, const std::vector<FailedRcpt>& rcpts,
+                Action kind) {
+    const bool failed = kind == Action::failed;
     out += "Content-Description: Notification\r\n"
            "Content-Type: text/plain; charset=us-ascii\r\n\r\n";
     wrap(out, "This is the mail system at host " + ascii(rep.reporting_mta) + ".", "");
@@ -137,6 +110,9 @@ void human_part(std::string& out, const Report& rep, const std::vector<FailedRcp
     if (failed) {
         wrap(out, "I'm sorry to have to inform you that your message could not be delivered to one "
                   "or more recipients. Its headers are attached below.", "");
+    } else if (kind == Action::relayed) {
+        wrap(out, "Your message was successfully relayed to the destinations listed below. They "
+                  "do not send delivery notifications, so you will hear no more of it from here.", "");
     } else {
         wrap(out, "####### THIS IS A WARNING ONLY. YOU DO NOT NEED TO RESEND YOUR MESSAGE. #######", "");
         out += "\r\n";
@@ -150,8 +126,10 @@ void human_part(std::string& out, const Report& rep, const std::vector<FailedRcp
     out += "\r\n                   The mail system\r\n\r\n";
     for (const auto& r : rcpts) {
         std::string line = "<" + ascii(r.addr) + ">: ";
-        if (!r.remote_mta.empty()) line += "host " + ascii(remote_host(r.remote_mta)) + " said: ";
-        line += ascii(reply_of(r));
+        if (!r.remote_mta.empty())
+            line += (r.action == Action::relayed ? "relayed via " : "host ") +
+                    ascii(remote_host(r.remote_mta)) + (r.action == Action::relayed ? ": " : " said: ");
+        line += ascii(sm::msg::to_string(r.reply));
         if (r.action == Action::delayed) line += " (still being retried)";
         wrap(out, line, "    ");
         out += "\r\n";
@@ -164,23 +142,28 @@ void status_part(std::string& out, const sm::msg::TaCommit& ta, const Report& re
            "Content-Type: message/delivery-status\r\n\r\n";
     field(out, "Reporting-MTA", "dns; " + rep.reporting_mta);
     field(out, "X-Smx-Queue-ID", ta.ta_id);
-    if (auto envid = esmtp_param(ta.params, "ENVID")) field(out, "Original-Envelope-Id", *envid);
+    if (auto envid = sm::dsn::param(ta.params, "ENVID"))
+        field(out, "Original-Envelope-Id", sm::dsn::xtext_decode(*envid));
     if (ta.arrival_us) field(out, "Arrival-Date", sm::rfc5322_date(ta.arrival_us));
     for (const auto& r : rcpts) {
         out += "\r\n";
         field(out, "Final-Recipient", "rfc822; " + r.addr);
         if (auto orig = original_recipient(r.params)) field(out, "Original-Recipient", *orig);
-        field(out, "Action", r.action == Action::failed ? "failed" : "delayed");
+        field(out, "Action", action_name(r.action));
         field(out, "Status", status_of(r));
         if (!r.remote_mta.empty()) field(out, "Remote-MTA", "dns; " + remote_host(r.remote_mta));
-        if (r.code) field(out, "Diagnostic-Code", "smtp; " + reply_of(r));
-        else field(out, "Diagnostic-Code", "X-smx; " + r.text);
+        // Only a server's reply is an "smtp" diagnostic (RFC 3464 2.3.6):
+        // without a remote MTA the code is SMTPC's own (a connection failure).
+        if (r.reply.code && !r.remote_mta.empty())
+            field(out, "Diagnostic-Code", "smtp; " + sm::msg::to_string(r.reply));
+        else field(out, "Diagnostic-Code", "X-smx; " + r.reply.text);
         if (r.last_attempt_us) field(out, "Last-Attempt-Date", sm::rfc5322_date(r.last_attempt_us));
     }
 }
 
-// The original header section with CRLF line ends; lines over max_line are cut.
-std::string header_lines(std::string_view h) {
+// The original header section (whole: the message) with CRLF line ends;
+// lines over max_line are cut.
+std::string crlf_lines(std::string_view h, bool whole) {
     std::string out;
     std::size_t pos = 0;
     while (pos < h.size()) {
@@ -188,7 +171,7 @@ std::string header_lines(std::string_view h) {
         std::string_view line = h.substr(pos, lf == std::string_view::npos ? lf : lf - pos);
         pos = lf == std::string_view::npos ? h.size() : lf + 1;
         if (line.ends_with('\r')) line.remove_suffix(1);
-        if (line.empty()) break;  // end of the header section
+        if (line.empty() && !whole) break;  // end of the header section
         out += line.substr(0, max_line);
         out += "\r\n";
     }
@@ -207,12 +190,19 @@ bool should_bounce(const sm::msg::TaCommit& original) { return !original.sender.
 
 std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcpt>& rcpts,
                   const Report& rep) {
-    bool failed = false;
-    for (const auto& r : rcpts) failed = failed || r.action == Action::failed;
-    std::string headers = header_lines(rep.original_headers);
+    // The report is about failures if any recipient failed, else delays if
+    // any is delayed, else successes.
+    Action kind = Action::relayed;
+    for (const auto& r : rcpts)
+        if (r.action == Action::failed || (r.action == Action::delayed && kind == Action::relayed))
+            kind = r.action;
+    const bool failed = kind == Action::failed;
+    // RFC 3461 4.3: only a report of failures returns more than the headers.
+    const bool full = failed && !rep.original_message.empty();
+    std::string headers = full ? crlf_lines(rep.original_message, true) : crlf_lines(rep.original_headers, false);
 
     std::string human, status;
-    human_part(human, rep, rcpts, failed);
+    human_part(human, rep, rcpts, kind);
     status_part(status, original, rep, rcpts);
 
     // The boundary must not occur in any part (RFC 2046 5.1.1).
@@ -225,7 +215,9 @@ std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcp
     std::string out;
     field(out, "From", "Mail Delivery System <MAILER-DAEMON@" + rep.reporting_mta + ">");
     field(out, "To", "<" + original.sender + ">");
-    field(out, "Subject", failed ? "Undelivered Mail Returned to Sender" : "Delayed Mail (still being retried)");
+    field(out, "Subject", failed                    ? "Undelivered Mail Returned to Sender"
+                          : kind == Action::delayed ? "Delayed Mail (still being retried)"
+                                                    : "Successful Mail Delivery Report");
     field(out, "Date", sm::rfc5322_date(rep.now_us));
     field(out, "Message-ID", "<" + rep.dsn_id + "@" + rep.reporting_mta + ">");
     field(out, "Auto-Submitted", "auto-replied");
@@ -236,8 +228,10 @@ std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcp
     out += "--" + boundary + "\r\n" + human + "\r\n";
     out += "--" + boundary + "\r\n" + status + "\r\n";
     out += "--" + boundary + "\r\n";
-    out += "Content-Description: Undelivered Message Headers\r\n"
-           "Content-Type: text/rfc822-headers\r\n";
+    out += full ? "Content-Description: Undelivered Message\r\n"
+                  "Content-Type: message/rfc822\r\n"
+                : "Content-Description: Undelivered Message Headers\r\n"
+                  "Content-Type: text/rfc822-headers\r\n";
     if (has_8bit(headers)) out += "Content-Transfer-Encoding: 8bit\r\n";
     out += "\r\n" + headers + "\r\n";
     out += "--" + boundary + "--\r\n";
@@ -271,42 +265,39 @@ std::optional<std::string> read_header_section(const std::string& path, std::str
     return buf.substr(0, whole_file ? buf.size() : pos);
 }
 
-FailedRcpt failed_rcpt(const std::string& addr, const std::string& reply) {
-    FailedRcpt f;
-    f.addr = addr;
-    std::string_view rest = reply;
-    if (rest.size() >= 3 && std::all_of(rest.begin(), rest.begin() + 3,
-                                        [](unsigned char c) { return std::isdigit(c); })) {
-        f.code = static_cast<unsigned>(std::stoi(std::string(rest.substr(0, 3))));
-        rest.remove_prefix(std::min<std::size_t>(4, rest.size()));
-        // "4.3.0 text": an enhanced status is digit.digits.digits
-        const auto sp = rest.find(' ');
-        const auto st = rest.substr(0, sp);
-        if (st.size() >= 5 && std::isdigit(static_cast<unsigned char>(st[0])) && st[1] == '.' &&
-            std::count(st.begin(), st.end(), '.') == 2) {
-            f.status = std::string(st);
-            rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
-        }
+std::optional<std::string> read_message(const std::string& path, std::string& err, std::size_t cap) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        err = path + ": " + std::strerror(errno);
+        return std::nullopt;
     }
-    f.text = std::string(rest);
-    return f;
+    std::string buf(cap + 1, '\0');
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (in.bad()) {
+        err = path + ": read error";
+        return std::nullopt;
+    }
+    buf.resize(static_cast<std::size_t>(in.gcount()));
+    if (buf.size() > cap) {
+        err = path + ": larger than " + std::to_string(cap) + " bytes";
+        return std::nullopt;
+    }
+    return buf;
 }
 
-FailedRcpt failed_rcpt(const std::string& addr, const sm::msg::RcptResult& reply) {
+FailedRcpt failed_rcpt(const std::string& addr, sm::msg::Reply reply, std::string relay) {
     FailedRcpt f;
     f.addr = addr;
-    f.code = reply.code;
-    f.status = reply.enhanced;
-    f.text = reply.text;
+    f.reply = std::move(reply);
+    f.remote_mta = std::move(relay);
     return f;
 }
 
-FailedRcpt expired_rcpt(const std::string& addr, const std::string& last_error,
-                             const std::string& relay, std::uint64_t last_attempt_us) {
-    auto f = failed_rcpt(addr, last_error);
-    f.status = "4.4.7";
-    f.text = "message expired in queue: " + f.text;
-    f.remote_mta = relay;
+FailedRcpt expired_rcpt(const std::string& addr, const sm::msg::Reply& last, std::string relay,
+                        std::uint64_t last_attempt_us) {
+    auto f = failed_rcpt(addr, last, std::move(relay));
+    f.reply.enhanced = "4.4.7";
+    f.reply.text = "message expired in queue: " + last.text;
     f.last_attempt_us = last_attempt_us;
     return f;
 }

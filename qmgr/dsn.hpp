@@ -3,7 +3,10 @@
 // lifetime), or a delay warning while they are still being retried.
 //
 // The DSN is a new transaction from the null sender <> to the original
-// sender, queued and delivered like any other mail. Rules for the caller:
+// sender, queued and delivered like any other mail. It honours the RFC 3461
+// parameters the client gave (sm::dsn): ENVID and ORCPT are reported, RET
+// (through Report::original_message) says what is returned; NOTIFY decides
+// whether the caller builds one at all. Rules for the caller:
 //   - never build a DSN for a message from the null sender (should_bounce()
 //     is false): that is how bounce loops are prevented (RFC 5321 4.5.5);
 //     log the failure and drop it instead;
@@ -12,7 +15,8 @@
 // The message is plain bytes with CRLF line ends and no line longer than 998
 // bytes: multipart/report with a text/plain explanation (like postfix's
 // bounce), a message/delivery-status part and the original header section
-// as text/rfc822-headers (the body is never returned).
+// as text/rfc822-headers, or the whole original as message/rfc822 when the
+// caller gives it (RET=FULL from a trusted client, failures only).
 #pragma once
 
 #include "messages.hpp"
@@ -26,15 +30,15 @@
 
 namespace smx::qmgr::dsn {
 
-enum class Action { failed, delayed };
+// relayed: delivered to a next hop that does not offer DSN, for a recipient
+// with NOTIFY=SUCCESS (RFC 3461 5.2.2.1).
+enum class Action { failed, delayed, relayed };
 
 struct FailedRcpt {
     std::string addr;             // Final-Recipient
     std::string params;           // RCPT parameters as received (ORCPT=... gives Original-Recipient)
-    unsigned code = 0;            // SMTP reply code (4xx also for connection failures)
-    std::string status;           // enhanced status "5.1.1"; empty: derived from code
-    std::string text;             // diagnostic text without code and status
-    std::string remote_mta;       // "host[ip]" or "host[ip]:port" of the server that answered, or empty
+    sm::msg::Reply reply;         // Diagnostic-Code and Status, as SMTPC (or QMGR) gave it
+    std::string remote_mta;       // "host[ip]" or "host[ip]:port" of the server that answered; empty: none did
     Action action = Action::failed;
     std::uint64_t last_attempt_us = 0;  // 0: not reported
 };
@@ -44,6 +48,7 @@ struct Report {
     std::string dsn_id;           // ta-id of the DSN transaction (Message-ID, boundary)
     std::uint64_t now_us = 0;     // Date:
     std::string original_headers; // read_header_section() of the original CDB file
+    std::string original_message; // not empty: the whole original, returned instead of its headers
 };
 
 // False for the null sender: such a message is never bounced.
@@ -55,6 +60,9 @@ std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcp
                   const Report& report);
 
 inline constexpr std::size_t max_header_section = 64 * 1024;
+// RET=FULL returns a message up to this size; a larger one only its headers
+// (as postfix's bounce_size_limit, which is 50000 bytes).
+inline constexpr std::size_t max_returned_message = 1 << 20;
 
 // The header section of the message in a CDB file: the bytes before the first
 // empty line, at most `cap` bytes (cut after the last whole line). nullopt
@@ -63,13 +71,14 @@ std::optional<std::string> read_header_section(const std::string& path, std::str
                                                std::size_t cap = max_header_section);
 
 
-// A reply text "451 4.3.0 text" split for a DSN (code, status, text): for
-// a last error kept as text (memory, DEFEDB).
-FailedRcpt failed_rcpt(const std::string& addr, const std::string& reply);
-// SMTPC's reply as it came, already split: nothing to parse again.
-FailedRcpt failed_rcpt(const std::string& addr, const sm::msg::RcptResult& reply);
-// The end of the queue lifetime after last_error (status 4.4.7).
-FailedRcpt expired_rcpt(const std::string& addr, const std::string& last_error,
-                        const std::string& relay, std::uint64_t last_attempt_us);
+// The whole message in a CDB file if it has at most `cap` bytes; nullopt
+// with err when it is larger or cannot be read.
+std::optional<std::string> read_message(const std::string& path, std::string& err,
+                                        std::size_t cap = max_returned_message);
+
+FailedRcpt failed_rcpt(const std::string& addr, sm::msg::Reply reply, std::string relay);
+// The end of the queue lifetime after the last reply (status 4.4.7).
+FailedRcpt expired_rcpt(const std::string& addr, const sm::msg::Reply& last, std::string relay,
+                        std::uint64_t last_attempt_us);
 
 } // namespace smx::qmgr::dsn

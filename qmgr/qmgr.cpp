@@ -46,7 +46,7 @@ Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& w
                clock),
       router_(cfg),
       sched_(ex, queue_, scheduler_options(cfg),
-             [this](Ta& ta, std::uint32_t idx, const std::string& why, std::uint64_t until) {
+             [this](Ta& ta, std::uint32_t idx, const sm::msg::Reply& why, std::uint64_t until) {
                  defer(ta, idx, {}, why, until);
              },
              clock),
@@ -63,7 +63,7 @@ void Qmgr::reclaim_overdue() {
         spdlog::warn("delivery {} reclaimed: smtpc gave no result within {}s", da_id,
                      cfg_.queue.max_delivery_time.count());
         on_result(link, sm::msg::Result{da_id, {}, {}},
-                  "4.4.1 delivery reclaimed: no result from smtpc in time");
+                  {0, "4.4.1", "delivery reclaimed: no result from smtpc in time"});
     }
     // Checked a few times per limit, at most once a second.
     reclaim_timer_.expires_after(std::max<std::chrono::milliseconds>(
@@ -90,7 +90,8 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
     for (auto i : idx) {
         const std::string domain = sm::domain_of(ta.rcpt(i).addr());
         if (!router_.route(domain, d)) {
-            retry_later(ta, i, {}, "no route to " + (domain.empty() ? ta.rcpt(i).addr() : domain));
+            retry_later(ta, i, {},
+                        {0, "4.4.4", "no route to " + (domain.empty() ? ta.rcpt(i).addr() : domain)});
             continue;
         }
         auto g = std::find_if(groups.begin(), groups.end(),
@@ -153,7 +154,8 @@ void Qmgr::got_due(std::vector<DeferredTa> tas) {
             queue_.due(*ta, d.idx, d);
             if (expired(*ta)) {
                 bouncer_.bounce(*ta, d.idx, {},
-                       dsn::expired_rcpt(ta->rcpt(d.idx).addr(), d.last_error, {}, d.last_attempt_us));
+                       dsn::expired_rcpt(ta->rcpt(d.idx).addr(), d.last_reply, d.last_relay,
+                                         d.last_attempt_us));
                 continue;
             }
             todo.push_back(d.idx);
@@ -181,7 +183,7 @@ void Qmgr::bounce_failed(const std::string& ta_id, const std::vector<Bouncer::Bo
     Ta* ta = queue_.find(ta_id);
     if (!ta) return;
     for (const auto& b : list) {
-        queue_.bounce_failed(*ta, b.idx, "4.3.0 " + error);
+        queue_.bounce_failed(*ta, b.idx, {0, "4.3.0", error});
         deferred_.park(*ta, b.idx,
                        clock_.now_us() + static_cast<std::uint64_t>(backoff(cfg_.queue, 1).count()));
     }

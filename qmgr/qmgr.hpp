@@ -78,7 +78,7 @@ public:
     void remove_smtpc(std::uint64_t link) { sched_.remove_link(link); }
     // `missing` is the retry reason of recipients the RESULT does not name.
     void on_result(std::uint64_t link, const sm::msg::Result& r,
-                   std::string_view missing = "4.4.0 smtpc returned no result for this recipient");
+                   const sm::msg::Reply& missing = {0, "4.4.0", "smtpc returned no result for this recipient"});
 
     // CLI requests (answered through done, possibly after DEFEDB work on
     // the pool); and the counters for `smx stats` and Prometheus.
@@ -111,8 +111,8 @@ private:
     void reclaim_overdue();
     // results.cpp
     void sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status);
-    void retry_later(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& why);
-    void defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& why,
+    void retry_later(Ta& ta, std::uint32_t idx, const std::string& relay, sm::msg::Reply why);
+    void defer(Ta& ta, std::uint32_t idx, const std::string& relay, sm::msg::Reply why,
                std::uint64_t until_us);
     bool expired(const Ta& ta) const;
     // control.cpp
@@ -142,8 +142,6 @@ private:
     bool accepting_ = true;
 };
 
-// "250 2.0.0 Ok" from a per-recipient result.
-std::string reply_text(const sm::msg::RcptResult& r);
 // True when no server took part: connect failures, timeouts, a 421 greeting.
 bool connection_failed(const sm::msg::Result& r);
 // Retry delay after the n-th failed attempt: retry_min doubling to retry_max.

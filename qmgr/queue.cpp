@@ -179,8 +179,10 @@ void ActiveQueue::requeue(Ta& ta, std::uint32_t idx) { step(ta, idx, RcptEvent::
 
 void ActiveQueue::sent(Ta& ta, std::uint32_t idx) { step(ta, idx, RcptEvent::sent); }
 
-void ActiveQueue::defer_begin(Ta& ta, std::uint32_t idx, std::string why) {
-    step(ta, idx, RcptEvent::defer_begin).last_error_ = std::move(why);
+void ActiveQueue::defer_begin(Ta& ta, std::uint32_t idx, sm::msg::Reply why, std::string relay) {
+    Rcpt& r = step(ta, idx, RcptEvent::defer_begin);
+    r.last_reply_ = std::move(why);
+    r.last_relay_ = std::move(relay);
 }
 
 void ActiveQueue::deferred(Ta& ta, std::uint32_t idx) {
@@ -190,12 +192,16 @@ void ActiveQueue::deferred(Ta& ta, std::uint32_t idx) {
     ta.touched_defedb_ = true;
 }
 
-void ActiveQueue::bounce_begin(Ta& ta, std::uint32_t idx, std::string why) {
-    step(ta, idx, RcptEvent::bounce_begin).last_error_ = std::move(why);
+void ActiveQueue::bounce_begin(Ta& ta, std::uint32_t idx, sm::msg::Reply why, std::string relay) {
+    Rcpt& r = step(ta, idx, RcptEvent::bounce_begin);
+    r.last_reply_ = std::move(why);
+    r.last_relay_ = std::move(relay);
 }
 
-void ActiveQueue::bounce_failed(Ta& ta, std::uint32_t idx, std::string why) {
-    step(ta, idx, RcptEvent::bounce_failed).last_error_ = std::move(why);
+void ActiveQueue::bounce_failed(Ta& ta, std::uint32_t idx, sm::msg::Reply why) {
+    Rcpt& r = step(ta, idx, RcptEvent::bounce_failed);
+    r.last_reply_ = std::move(why);
+    r.last_relay_.clear();
 }
 
 void ActiveQueue::bounced(Ta& ta, std::uint32_t idx) { step(ta, idx, RcptEvent::bounced); }
@@ -204,7 +210,8 @@ void ActiveQueue::due(Ta& ta, std::uint32_t idx, const DeferredRcpt& rec) {
     Rcpt& r = step(ta, idx, RcptEvent::due);
     r.from_defedb_ = true;
     r.attempts_ = rec.attempts;
-    r.last_error_ = rec.last_error;
+    r.last_reply_ = rec.last_reply;
+    r.last_relay_ = rec.last_relay;
     r.warned_ = rec.warned;
 }
 

@@ -73,7 +73,10 @@ public:
     const std::string& addr() const { return addr_; }
     RcptState state() const { return state_; }
     std::uint32_t attempts() const { return attempts_; }
-    const std::string& last_error() const { return last_error_; }
+    // The last failure: the server's reply (or our own reason) and the
+    // "host[ip]:port" that gave it (empty: no server replied).
+    const sm::msg::Reply& last_reply() const { return last_reply_; }
+    const std::string& last_relay() const { return last_relay_; }
     bool from_defedb() const { return from_defedb_; }  // its durable record is in DEFEDB
     bool hold() const { return hold_; }                // `smx hold` while out: park it held
     bool warned() const { return warned_; }            // its sender got the delay warning
@@ -83,7 +86,8 @@ private:
     std::string addr_;
     RcptState state_;
     std::uint32_t attempts_ = 0;
-    std::string last_error_;
+    sm::msg::Reply last_reply_;
+    std::string last_relay_;
     bool from_defedb_ = false;
     bool hold_ = false;
     bool warned_ = false;
@@ -150,10 +154,10 @@ public:
     void dispatch(Ta& ta, std::uint32_t idx);
     void requeue(Ta& ta, std::uint32_t idx);
     void sent(Ta& ta, std::uint32_t idx);
-    void defer_begin(Ta& ta, std::uint32_t idx, std::string why);
+    void defer_begin(Ta& ta, std::uint32_t idx, sm::msg::Reply why, std::string relay);
     void deferred(Ta& ta, std::uint32_t idx);  // also clears hold, marks from_defedb
-    void bounce_begin(Ta& ta, std::uint32_t idx, std::string why);
-    void bounce_failed(Ta& ta, std::uint32_t idx, std::string why);
+    void bounce_begin(Ta& ta, std::uint32_t idx, sm::msg::Reply why, std::string relay);
+    void bounce_failed(Ta& ta, std::uint32_t idx, sm::msg::Reply why);
     void bounced(Ta& ta, std::uint32_t idx);
     void due(Ta& ta, std::uint32_t idx, const DeferredRcpt& rec);
     void drop(Ta& ta, std::uint32_t idx);

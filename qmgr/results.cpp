@@ -27,13 +27,6 @@ void log_rcpt(const Ta& ta, std::uint32_t idx, const std::string& relay, const c
 
 } // namespace
 
-std::string reply_text(const sm::msg::RcptResult& r) {
-    std::string s = std::to_string(r.code);
-    if (!r.enhanced.empty()) s += ' ' + r.enhanced;
-    if (!r.text.empty()) s += ' ' + r.text;
-    return s;
-}
-
 bool connection_failed(const sm::msg::Result& r) {
     if (r.relay.empty()) return true;
     return !r.rcpts.empty() &&
@@ -48,12 +41,12 @@ std::chrono::microseconds backoff(const sm::QueueConfig& q, std::uint32_t attemp
     return std::min(d, max);
 }
 
-void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, std::string_view missing) {
+void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, const sm::msg::Reply& missing) {
     sm::test_panic_point("on_result");
-    std::string first_error;
+    sm::msg::Reply first_error;
     for (const auto& x : r.rcpts)
         if (x.code < 200 || x.code >= 300) {
-            first_error = reply_text(x);
+            first_error = x.reply();
             break;
         }
     const bool failed = connection_failed(r);
@@ -74,16 +67,16 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, std::string_v
             // `smx delete` while it was out: whatever happened, drop it.
             queue_.drop(ta, idx);
         } else if (it == r.rcpts.end()) {
-            retry_later(ta, idx, r.relay, std::string(missing));
+            retry_later(ta, idx, r.relay, missing);
         } else if (it->code >= 200 && it->code < 300) {
-            sent(ta, idx, r.relay, reply_text(*it));
+            bouncer_.relayed(ta, idx, r.relay, it->reply(), r.peer_dsn);
+            sent(ta, idx, r.relay, sm::msg::to_string(it->reply()));
         } else if (it->code >= 500 && it->code < 600 && !cfg_.queue.soft_bounce) {
-            auto why = dsn::failed_rcpt(rc.addr(), *it);
-            why.remote_mta = r.relay;
+            auto why = dsn::failed_rcpt(rc.addr(), it->reply(), r.relay);
             why.last_attempt_us = clock_.now_us();
             bouncer_.bounce(ta, idx, r.relay, std::move(why));
         } else {
-            retry_later(ta, idx, r.relay, reply_text(*it));
+            retry_later(ta, idx, r.relay, it->reply());
         }
     }
     // Closing the last recipient takes ta out of memory, so check once at
@@ -106,15 +99,15 @@ bool Qmgr::expired(const Ta& ta) const {
 }
 
 void Qmgr::retry_later(Ta& ta, std::uint32_t idx, const std::string& relay,
-                       const std::string& why) {
+                       sm::msg::Reply why) {
     queue_.count_attempt(ta, idx);
     const auto delay = backoff(cfg_.queue, ta.rcpt(idx).attempts());
-    defer(ta, idx, relay, why, clock_.now_us() + static_cast<std::uint64_t>(delay.count()));
+    defer(ta, idx, relay, std::move(why), clock_.now_us() + static_cast<std::uint64_t>(delay.count()));
 }
 
 // A temporary failure: past the queue lifetime it bounces, else the
 // recipient goes to DEFEDB until until_us.
-void Qmgr::defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& why,
+void Qmgr::defer(Ta& ta, std::uint32_t idx, const std::string& relay, sm::msg::Reply why,
                  std::uint64_t until_us) {
     // A job that waited for a dead destination may name recipients that
     // left meanwhile (held, deleted, bounced): not ours to defer any more.
@@ -124,9 +117,10 @@ void Qmgr::defer(Ta& ta, std::uint32_t idx, const std::string& relay, const std:
         bouncer_.bounce(ta, idx, relay, dsn::expired_rcpt(ta.rcpt(idx).addr(), why, relay, clock_.now_us()));
         return;
     }
-    queue_.defer_begin(ta, idx, why);
+    const std::string text = sm::msg::to_string(why);
+    queue_.defer_begin(ta, idx, std::move(why), relay);
     ++counters_.deferred;
-    log_rcpt(ta, idx, relay, "deferred", why, clock_.now_us());
+    log_rcpt(ta, idx, relay, "deferred", text, clock_.now_us());
     bouncer_.warn_if_late(ta, idx, relay);
     deferred_.park(ta, idx, until_us);
 }

@@ -6,6 +6,15 @@
 #include <spdlog/spdlog.h>
 
 namespace smx::qmgr {
+namespace {
+
+// Our own reason, not a server's reply (code 0), keeping the status class of
+// the failure that made the destination dead.
+sm::msg::Reply suspended(const sm::msg::Reply& why) {
+    return {0, why.enhanced, "delivery temporarily suspended: " + sm::msg::to_string(why)};
+}
+
+} // namespace
 
 Scheduler::Scheduler(asio::any_io_executor ex, ActiveQueue& queue, SchedulerOptions opt,
                      Suspend suspend, const sm::Clock& clock)
@@ -31,7 +40,7 @@ void Scheduler::submit(Ta& ta, const Destination& dest, std::vector<std::uint32_
     revive_if_due(d, now);
     if (d.dead_until_us) {
         for (auto i : idx)
-            suspend_(ta, i, "delivery temporarily suspended: " + d.last_error, d.dead_until_us);
+            suspend_(ta, i, suspended(d.last_error), d.dead_until_us);
         return;
     }
     const std::size_t per = opt_.max_rcpts_per_delivery;
@@ -79,7 +88,7 @@ void Scheduler::forget(const Ta& ta) {
 }
 
 std::optional<Job> Scheduler::complete(std::uint64_t link, std::uint64_t da_id,
-                                       bool connection_failed, const std::string& error) {
+                                       bool connection_failed, const sm::msg::Reply& error) {
     auto it = inflight_.find(da_id);
     if (it == inflight_.end() || it->second.link != link) return std::nullopt;
     Delivery dl = std::move(it->second);
@@ -170,10 +179,11 @@ void Scheduler::dispatch(Dest& d, Link& l) {
     m.cdb_id = ta.cdb_id();
     m.sender = ta.sender();
     m.size = ta.size();
+    m.params = ta.env->params;
     m.rcpts.reserve(job.idx.size());
     for (auto i : job.idx) {
         queue_.dispatch(*job.ta, i);
-        m.rcpts.push_back(sm::msg::DeliverRcpt{i, ta.rcpt(i).addr()});
+        m.rcpts.push_back(sm::msg::DeliverRcpt{i, ta.rcpt(i).addr(), ta.env->rcpts[i].params});
     }
     m.nexthops = *d.nexthops;
     l.send(sm::msg::encode(m));
@@ -185,20 +195,21 @@ void Scheduler::dispatch(Dest& d, Link& l) {
 // Postfix's feedback: each failure costs one unit of concurrency and 1/window
 // of a failed cohort; a whole cohort without a success marks the destination
 // dead, and what waits for it is deferred instead of tried one by one.
-void Scheduler::on_failure(Dest& d, const std::string& error) {
+void Scheduler::on_failure(Dest& d, const sm::msg::Reply& error) {
     d.last_error = error;
     d.failed_cohorts += 1.0 / d.window;
     d.window = std::max(1.0, d.window - 1.0);
     if (d.failed_cohorts < 1.0 || d.dead_until_us) return;
     d.dead_until_us = clock_.now_us() + static_cast<std::uint64_t>(opt_.dead_time.count());
     spdlog::warn("destination {} marked dead for {}s: {}", d.key,
-                 std::chrono::duration_cast<std::chrono::seconds>(opt_.dead_time).count(), error);
+                 std::chrono::duration_cast<std::chrono::seconds>(opt_.dead_time).count(),
+                 sm::msg::to_string(error));
     std::deque<Job> jobs = std::move(d.jobs);
     d.jobs.clear();
     for (auto& j : jobs) {
         --j.ta->sched.n_;
         for (auto i : j.idx)
-            suspend_(*j.ta, i, "delivery temporarily suspended: " + error, d.dead_until_us);
+            suspend_(*j.ta, i, suspended(error), d.dead_until_us);
     }
 }
 

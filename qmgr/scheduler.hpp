@@ -46,7 +46,7 @@ class Scheduler {
 public:
     // Recipients the scheduler will not try now because their destination is
     // dead; the owner defers them until until_us.
-    using Suspend = std::function<void(Ta&, std::uint32_t idx, const std::string& why,
+    using Suspend = std::function<void(Ta&, std::uint32_t idx, const sm::msg::Reply& why,
                                        std::uint64_t until_us)>;
     using Send = std::function<void(std::string frame)>;
 
@@ -67,10 +67,10 @@ public:
     void remove_link(std::uint64_t link);
 
     // Takes the delivery a RESULT answers off the in-flight table and feeds
-    // its outcome back into the window; error is the failure text.
+    // its outcome back into the window; error is the failure's reply.
     // nullopt when da_id is unknown or was sent on another link.
     std::optional<Job> complete(std::uint64_t link, std::uint64_t da_id,
-                                bool connection_failed, const std::string& error);
+                                bool connection_failed, const sm::msg::Reply& error);
 
     // Deliveries out longer than max_us at now_us, as (link, da_id): SMTPC
     // bounds every delivery itself, so these are lost in a stuck SMTPC.
@@ -93,7 +93,7 @@ private:
         unsigned active = 0;
         double failed_cohorts = 0;
         std::uint64_t dead_until_us = 0;
-        std::string last_error;
+        sm::msg::Reply last_error;
         bool ready = false;  // in ready_
     };
     struct Link {
@@ -113,7 +113,7 @@ private:
     void kick();
     void pump();
     void dispatch(Dest& d, Link& l);
-    void on_failure(Dest& d, const std::string& error);
+    void on_failure(Dest& d, const sm::msg::Reply& error);
     void revive_if_due(Dest& d, std::uint64_t now);
     void collect(Dest& d);
     Link* pick_link();

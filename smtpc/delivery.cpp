@@ -85,7 +85,7 @@ const sm::Credentials* Deliverer::credentials_for(const std::string& nexthop) co
     } catch (const sm::ConfigError&) {
         return nullptr;  // Resolver::targets reports the bad next hop
     }
-    for (auto& c : hp.host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    hp.host = sm::lower(hp.host);
     const auto it = creds_->find(hp.str());
     return it == creds_->end() ? nullptr : &it->second;
 }
@@ -99,6 +99,7 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
     // says retry, and the next one (or a new connection) is tried.
     while (auto s = cache_.take(key)) {
         r.relay = s->relay();
+        r.peer_dsn = s->dsn_offered();
         auto outcome = co_await s->transaction(d, file, r.rcpts);
         if (outcome == Session::Outcome::retry) continue;
         spdlog::debug("{}: sent over cached connection to {}", d.ta_id, s->relay());
@@ -106,6 +107,7 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
         co_return;
     }
     r.relay.clear();
+    r.peer_dsn = false;
 
     const std::string domain = rcpt_domain(d);
     Failure last{451, "4.4.3", "no next hop for domain " + domain};
@@ -134,6 +136,7 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
                 continue;
             }
             r.relay = s->relay();
+            r.peer_dsn = s->dsn_offered();
             co_await s->transaction(d, file, r.rcpts);  // a new session never says retry
             cache_.put(key, std::move(s));
             co_return;

@@ -3,13 +3,14 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>
 
+#include "domain.hpp"
+#include "dsn_params.hpp"
 #include "tls.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include <algorithm>
-#include <cctype>
 #include <sstream>
 
 namespace smtpc {
@@ -332,13 +333,25 @@ asio::awaitable<std::optional<Failure>> Session::authenticate(const sm::Credenti
     co_return f;
 }
 
+// BODY=8BITMIME goes on to a next hop that offers 8BITMIME. One that does
+// not gets the message anyway, unconverted and without BODY=, as postfix
+// sends it (smtp_never_send_8bitmime aside, postfix does not downgrade by
+// default). The DSN parameters go on only to a next hop that offers DSN.
+std::string Session::mail_params(std::string_view received) const {
+    std::string out;
+    const auto body = sm::dsn::param(received, "BODY");
+    if (eightbit_offered_ && body && sm::iequals(*body, "8BITMIME")) out += " BODY=8BITMIME";
+    if (dsn_offered_) out += sm::dsn::pass_on_mail(received);
+    return out;
+}
+
 void Session::parse_ehlo() {
     pipelining_ = size_offered_ = starttls_offered_ = smtputf8_offered_ = false;
     auth_plain_ = auth_login_ = false;
+    dsn_offered_ = eightbit_offered_ = false;
     size_limit_ = 0;
     for (std::size_t i = 1; i < rep_.lines.size(); ++i) {
-        std::string kw = rep_.lines[i].substr(0, rep_.lines[i].find(' '));
-        for (auto& c : kw) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        const std::string kw = sm::upper(rep_.lines[i].substr(0, rep_.lines[i].find(' ')));
         if (kw == "PIPELINING") {
             pipelining_ = true;
         } else if (kw == "STARTTLS") {
@@ -347,13 +360,15 @@ void Session::parse_ehlo() {
             smtputf8_offered_ = true;
         } else if (kw == "AUTH" || kw.starts_with("AUTH=")) {
             // "AUTH PLAIN LOGIN", or the old "AUTH=PLAIN LOGIN" some servers add.
-            std::string mechs = rep_.lines[i].substr(std::min<std::size_t>(5, kw.size()));
-            for (auto& c : mechs) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-            std::istringstream words(mechs);
+            std::istringstream words(sm::upper(rep_.lines[i].substr(std::min<std::size_t>(5, kw.size()))));
             for (std::string m; words >> m;) {
                 auth_plain_ = auth_plain_ || m == "PLAIN";
                 auth_login_ = auth_login_ || m == "LOGIN";
             }
+        } else if (kw == "DSN") {
+            dsn_offered_ = true;
+        } else if (kw == "8BITMIME") {
+            eightbit_offered_ = true;
         } else if (kw == "SIZE") {
             size_offered_ = true;
             const auto sp = rep_.lines[i].find(' ');
@@ -453,6 +468,7 @@ asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const Message
         cmd_ += std::to_string(f.size());
     }
     if (utf8) cmd_ += " SMTPUTF8";
+    cmd_ += mail_params(d.params);
     cmd_ += "\r\n";
     // From here on the server holds transaction state until end of data.
     needs_rset_ = true;
@@ -462,7 +478,9 @@ asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const Message
             if (res[i].code != 0) continue;
             cmd_ += "RCPT TO:<";
             cmd_ += d.rcpts[i].addr;
-            cmd_ += ">\r\n";
+            cmd_ += '>';
+            if (dsn_offered_) cmd_ += sm::dsn::pass_on_rcpt(d.rcpts[i].params);
+            cmd_ += "\r\n";
         }
         cmd_ += "DATA\r\n";
     }
@@ -477,7 +495,8 @@ asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const Message
         if (res[i].code != 0) continue;
         if (!pipelining_) {
             if (mail_err) break;
-            cmd_ = "RCPT TO:<" + d.rcpts[i].addr + ">\r\n";
+            cmd_ = "RCPT TO:<" + d.rcpts[i].addr + '>' +
+                   (dsn_offered_ ? sm::dsn::pass_on_rcpt(d.rcpts[i].params) : std::string()) + "\r\n";
             ok = co_await write(cmd_, "sending RCPT TO");
             if (!ok) co_return false;
         }

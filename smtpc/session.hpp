@@ -60,6 +60,8 @@ public:
     bool has_unread();
     unsigned transactions() const { return transactions_; }
     const std::string& relay() const { return relay_; }
+    // Its EHLO offered DSN: NOTIFY, ORCPT, RET and ENVID went on with the mail.
+    bool dsn_offered() const { return dsn_offered_; }
     tcp::socket& socket() { return stream_.socket(); }
     asio::steady_timer& idle_timer() { return idle_timer_; }
     // Bumped each time the cache hands the session out, so that stale idle
@@ -82,6 +84,8 @@ private:
     asio::awaitable<bool> read(const char* stage, Expect e = Expect::reply);
     asio::awaitable<bool> command(std::string_view data, const char* stage);
     void parse_ehlo();
+    // The MAIL parameters passed on from the client's (" KEY=VALUE ...").
+    std::string mail_params(std::string_view received) const;
     asio::awaitable<std::optional<Failure>> starttls(const Target& t, sm::ClientTls level);
     asio::awaitable<std::optional<Failure>> authenticate(const sm::Credentials& c);
     // A step of AUTH carrying a secret; cmd_ is wiped after the write.
@@ -100,6 +104,8 @@ private:
     bool starttls_offered_ = false;
     bool smtputf8_offered_ = false;
     bool auth_plain_ = false, auth_login_ = false;  // mechanisms in EHLO's AUTH
+    bool dsn_offered_ = false;
+    bool eightbit_offered_ = false;
     bool tls_fallback_ = false;
     std::uint64_t size_limit_ = 0;  // 0: none announced
     bool needs_rset_ = false;       // the last transaction stopped half-way

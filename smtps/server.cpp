@@ -22,7 +22,7 @@ Server::Server(asio::any_io_executor ex, const sm::Config& cfg, QmgrClient& qmgr
     const auto& s = cfg.server;
     const std::string head = "250-" + s.hostname + "\r\n250-PIPELINING\r\n250-SIZE " +
                              std::to_string(s.max_message_size) +
-                             "\r\n250-8BITMIME\r\n250-CHUNKING\r\n250-SMTPUTF8\r\n";
+                             "\r\n250-8BITMIME\r\n250-CHUNKING\r\n250-SMTPUTF8\r\n250-DSN\r\n";
     ehlo_reply_ = head + "250 ENHANCEDSTATUSCODES\r\n";
     ehlo_reply_tls_ = head + "250-STARTTLS\r\n250 ENHANCEDSTATUSCODES\r\n";
 }

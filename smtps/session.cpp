@@ -2,6 +2,7 @@
 
 #include "command.hpp"
 #include "content.hpp"
+#include "dsn_params.hpp"
 #include "ids.hpp"
 #include "messages.hpp"
 #include "policy.hpp"
@@ -73,7 +74,7 @@ class Session {
 public:
     Session(Server& srv, asio::ip::tcp::socket sock, std::string ip, bool trusted)
         : srv_(srv), cfg_(srv.cfg()), stream_(std::move(sock)),
-          reader_(stream_, cfg_.max_line_length),
+          reader_(stream_, cfg_.max_line_length + sm::dsn::rcpt_line_extra),
           ip_(std::move(ip)), trusted_(trusted) {}
 
     asio::awaitable<void> run();
@@ -237,7 +238,15 @@ asio::awaitable<void> Session::run() {
             continue;
         }
         std::string_view arg;
-        switch (parse_verb(l.text, arg)) {
+        const Verb verb = parse_verb(l.text, arg);
+        const std::size_t extra = verb == Verb::rcpt   ? sm::dsn::rcpt_line_extra
+                                  : verb == Verb::mail ? sm::dsn::mail_line_extra
+                                                       : 0;
+        if (l.text.size() > cfg_.max_line_length + extra) {
+            error("500 5.5.2 Error: line too long");
+            continue;
+        }
+        switch (verb) {
         case Verb::ehlo: helo(arg, true); break;
         case Verb::starttls: {
             const bool go_on = co_await starttls(arg);
@@ -361,10 +370,13 @@ void Session::mail(std::string_view arg) {
         } else if (iequals(kv, "BODY=8BITMIME") || iequals(kv, "BODY=7BIT")) {
         } else if (iequals(kv, "SMTPUTF8")) {
             utf8 = true;
+        } else if (sm::dsn::is_mail_param(kv)) {
+            // RET and ENVID: checked together below.
         } else {
             return error("555 5.5.4 Unsupported option: " + std::string(kv));
         }
     }
+    if (auto e = sm::dsn::check_params(p->params, false); !e.empty()) return error(e);
     if (sm::smtp::has_8bit(p->addr) && !utf8)
         return error("553 5.6.7 Must declare SMTPUTF8 to send unicode address");
     if (!valid_address(p->addr, true, utf8)) return error("501 5.1.7 Bad sender address syntax");
@@ -391,8 +403,8 @@ void Session::rcpt(std::string_view arg) {
         return error("553 5.6.7 Must declare SMTPUTF8 to send unicode address");
     if (!valid_address(p->addr, false, smtputf8_))
         return error("501 5.1.3 Bad recipient address syntax");
-    if (!p->params.empty())
-        return error("555 5.5.4 Unsupported option: " + std::string(p->params));
+    // NOTIFY and ORCPT (RFC 3461) only; kept as received for QMGR and SMTPC.
+    if (auto e = sm::dsn::check_params(p->params, true); !e.empty()) return error(e);
     // A recipient named twice gets one copy (postfix's duplicate filter):
     // the same local part, the domain in any case.
     const auto same = [&](const sm::msg::Recipient& r) {
@@ -406,7 +418,7 @@ void Session::rcpt(std::string_view arg) {
         return reply("250 2.1.5 Ok");
     }
     if (rcpts_.size() >= cfg_.max_recipients) return reply("452 4.5.3 Error: too many recipients");
-    const std::size_t grows = p->addr.size() + sm::msg::rcpt_overhead;
+    const std::size_t grows = p->addr.size() + p->params.size() + sm::msg::rcpt_overhead;
     if (envelope_size_ + sender_.size() + mail_params_.size() + helo_.size() + grows >
         sm::msg::max_envelope)
         return reply("452 4.5.3 Error: too many recipients (envelope too large)");
@@ -420,7 +432,7 @@ void Session::rcpt(std::string_view arg) {
         return error(r);
     }
     envelope_size_ += grows;
-    rcpts_.push_back({std::string(p->addr), {}});
+    rcpts_.push_back({std::string(p->addr), std::string(p->params)});
     reply("250 2.1.5 Ok");
 }
 
@@ -468,7 +480,7 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
     const std::uint64_t header_size = w.size();
     reader_.set_max_line(data_chunk);
     const DataOutcome d = co_await read_content(w);
-    reader_.set_max_line(cfg_.max_line_length);
+    reader_.set_max_line(cfg_.max_line_length + sm::dsn::rcpt_line_extra);
     if (d.status != ReadStatus::ok) {
         spdlog::info("{}: {} after DATA ({} bytes) from {}", ta_id_,
                      d.status == ReadStatus::timeout ? "timeout" : "lost connection",

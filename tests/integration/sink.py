@@ -33,6 +33,8 @@ class Sink:
         self.broken_tls = args.broken_tls
         self.busy = args.busy
         self.smtputf8 = args.smtputf8
+        self.dsn = args.dsn
+        self.eightbit = not args.no_8bitmime
 
     async def session(self, reader, writer):
         async def reply(text):
@@ -44,7 +46,7 @@ class Sink:
                 await reply("421 4.3.2 sink.test busy, closing")
                 return
             await reply("220 sink.test ESMTP test sink")
-            sender, rcpts, tls, params, resumed = None, [], None, "", False
+            sender, rcpts, tls, params, rcpt_params, resumed = None, [], None, "", [], False
             while True:
                 line = await asyncio.wait_for(reader.readline(), 60)
                 if not line:
@@ -56,7 +58,11 @@ class Sink:
                         else b""
                     if self.smtputf8:
                         offer += b"250-SMTPUTF8\r\n"
-                    writer.write(b"250-sink.test\r\n250-PIPELINING\r\n250-8BITMIME\r\n" +
+                    if self.dsn:
+                        offer += b"250-DSN\r\n"
+                    if self.eightbit:
+                        offer += b"250-8BITMIME\r\n"
+                    writer.write(b"250-sink.test\r\n250-PIPELINING\r\n" +
                                  offer + b"250-SIZE 104857600\r\n250 ENHANCEDSTATUSCODES\r\n")
                     await writer.drain()
                 elif cmd.upper() == "STARTTLS" and self.broken_tls and not tls:
@@ -81,11 +87,11 @@ class Sink:
                     await reply("250 sink.test")
                 elif verb == "MAIL":
                     m = re.match(r"(?i)MAIL FROM:<([^>]*)>(.*)", cmd)
-                    sender, rcpts = (m.group(1) if m else ""), []
+                    sender, rcpts, rcpt_params = (m.group(1) if m else ""), [], []
                     params = m.group(2).strip() if m else ""
                     await reply("250 2.1.0 Ok")
                 elif verb == "RCPT":
-                    m = re.match(r"(?i)RCPT TO:<([^>]*)>", cmd)
+                    m = re.match(r"(?i)RCPT TO:<([^>]*)>(.*)", cmd)
                     addr = m.group(1) if m else ""
                     if self.permfail and self.permfail.search(addr):
                         await reply("550 5.1.1 <%s>: user unknown" % addr)
@@ -93,6 +99,7 @@ class Sink:
                         await reply("451 4.2.0 <%s>: try again later" % addr)
                     else:
                         rcpts.append(addr)
+                        rcpt_params.append(m.group(2).strip() if m else "")
                         await reply("250 2.1.5 Ok")
                 elif verb == "DATA":
                     if not rcpts:
@@ -122,7 +129,8 @@ class Sink:
                     with open(name + ".tmp", "wb") as f:
                         f.write(json.dumps({"from": sender, "rcpts": rcpts, "tls": tls,
                                             "resumed": resumed,
-                                            "params": params}).encode() + b"\n")
+                                            "params": params,
+                                            "rcpt_params": rcpt_params}).encode() + b"\n")
                         f.write(data)
                     os.rename(name + ".tmp", name)
                     await reply("250 2.0.0 Ok: queued as %d" % self.count)
@@ -159,6 +167,8 @@ async def main():
     p.add_argument("--broken-tls", action="store_true",
                    help="offer STARTTLS, then send garbage instead of a handshake")
     p.add_argument("--smtputf8", action="store_true", help="offer SMTPUTF8")
+    p.add_argument("--dsn", action="store_true", help="offer DSN (RFC 3461)")
+    p.add_argument("--no-8bitmime", action="store_true", help="do not offer 8BITMIME")
     args = p.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     sink = Sink(args)

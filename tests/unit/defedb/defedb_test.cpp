@@ -1,5 +1,6 @@
 // DEFEDB against a real Berkeley DB environment in a temporary directory.
 #include "defedb.hpp"
+#include "defedb_record.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -62,7 +63,8 @@ DeferredRcpt rcpt(const std::string& id, std::uint32_t idx, std::uint64_t next_t
     r.first_arrival_us = 1'700'000'000'000'000;
     r.last_attempt_us = next_try - 300'000'000;
     r.next_try_us = next_try;
-    r.last_error = "451 4.3.0 try again later";
+    r.last_reply = {451, "4.3.0", "try again later"};
+    r.last_relay = "mx.example.net[192.0.2.1]:25";
     return r;
 }
 
@@ -101,7 +103,8 @@ TEST_CASE("defedb: put, due order, update, remove") {
     CHECK(due[0].envelope.rcpts.size() == 1);
     REQUIRE(due[1].rcpts.size() == 1);
     CHECK(due[1].rcpts[0].idx == 2);
-    CHECK(due[1].rcpts[0].last_error == "451 4.3.0 try again later");
+    CHECK(due[1].rcpts[0].last_reply == sm::msg::Reply{451, "4.3.0", "try again later"});
+    CHECK(due[1].rcpts[0].last_relay == "mx.example.net[192.0.2.1]:25");
     CHECK(due[1].envelope.rcpts.size() == 3);
     CHECK(db.due(T, 1).size() == 1);
 
@@ -109,7 +112,8 @@ TEST_CASE("defedb: put, due order, update, remove") {
     auto r = rcpt(a.ta_id, 2, T + 100);
     r.attempts = 2;
     r.addr = "ignored@example.net";
-    r.last_error = "connect to [127.0.0.1]:2600: Connection refused";
+    r.last_reply = {451, "4.4.1", "connect to [127.0.0.1]:2600: Connection refused"};
+    r.last_relay.clear();
     CHECK(db.update(r));
     CHECK_FALSE(db.update(rcpt(a.ta_id, 1, T)));  // never deferred
     auto now_due = flat(db.due(T, 10));
@@ -121,7 +125,9 @@ TEST_CASE("defedb: put, due order, update, remove") {
     CHECK(later[1].rcpts[0].idx == 0);  // T+30 before T+100
     CHECK(later[1].rcpts[1].attempts == 2);
     CHECK(later[1].rcpts[1].addr == "rcpt2@example.net");
-    CHECK(later[1].rcpts[1].last_error == "connect to [127.0.0.1]:2600: Connection refused");
+    CHECK(later[1].rcpts[1].last_reply ==
+          sm::msg::Reply{451, "4.4.1", "connect to [127.0.0.1]:2600: Connection refused"});
+    CHECK(later[1].rcpts[1].last_relay.empty());  // no server replied
 
     CHECK(db.remove(b.ta_id, 0));
     CHECK_FALSE(db.remove(b.ta_id, 0));
@@ -383,4 +389,52 @@ TEST_CASE("defedb: 100,000 deferred recipients: fast reopen, first due batch in 
     std::sort(all_times.begin(), all_times.end());
     all_times.resize(100);
     CHECK(times == all_times);  // exactly the 100 earliest
+}
+
+TEST_CASE("defedb: a version 1 recipient record (last error as text) still decodes") {
+    namespace rec = smx::qmgr::defedb;
+    auto be = [](std::string& s, std::uint64_t v, int bytes) {
+        for (int i = bytes - 1; i >= 0; --i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    };
+    auto v1 = [&](const std::string& last_error) {
+        std::string s{'\x01', '\x02'};  // version 1, warned
+        be(s, T + 60, 8);               // next try
+        be(s, 3, 4);                    // attempts
+        be(s, T - 600, 8);              // first arrival
+        be(s, T - 60, 8);               // last attempt
+        for (const std::string& f : {std::string("rcpt@example.net"), last_error}) {
+            be(s, f.size(), 4);
+            s += f;
+        }
+        return s;
+    };
+    const std::string key = rec::rcpt_key(ta_id(7), 2);
+    auto r = rec::decode_rcpt(key, v1("451 4.3.0 try again later"));
+    REQUIRE(r);
+    CHECK(r->ta_id == ta_id(7));
+    CHECK(r->idx == 2);
+    CHECK(r->addr == "rcpt@example.net");
+    CHECK(r->attempts == 3);
+    CHECK(r->warned);
+    CHECK_FALSE(r->held);
+    CHECK(r->next_try_us == T + 60);
+    CHECK(r->first_arrival_us == T - 600);
+    CHECK(r->last_attempt_us == T - 60);
+    CHECK(r->last_reply == sm::msg::Reply{451, "4.3.0", "try again later"});
+    CHECK(r->last_relay.empty());  // version 1 did not keep it
+    // A reason of our own had no code; a reply without an enhanced status
+    // keeps its whole text.
+    CHECK(rec::decode_rcpt(key, v1("4.3.0 no DSN"))->last_reply == sm::msg::Reply{0, "4.3.0", "no DSN"});
+    CHECK(rec::decode_rcpt(key, v1("no route to example.net"))->last_reply ==
+          sm::msg::Reply{0, "", "no route to example.net"});
+    CHECK(rec::decode_rcpt(key, v1("554 5.0.0x"))->last_reply == sm::msg::Reply{554, "", "5.0.0x"});
+    // Written back, it is a current record with the same content.
+    const std::string v2 = rec::encode_rcpt(*r);
+    CHECK(static_cast<unsigned char>(v2[0]) == rec::format_version);
+    CHECK(rec::decode_rcpt(key, v2) == r);
+    // Truncated or with an unknown version: not ours.
+    CHECK_FALSE(rec::decode_rcpt(key, v1("x").substr(0, 40)));
+    std::string v9 = v1("x");
+    v9[0] = 9;
+    CHECK_FALSE(rec::decode_rcpt(key, v9));
 }

@@ -83,13 +83,13 @@ const std::string headers =
 
 TEST_CASE("dsn: bounce structure and fields") {
     auto ta = original();
-    dsn::FailedRcpt bob{"bob@example.net", ta.rcpts[0].params, 550, "5.1.1", "user unknown",
+    dsn::FailedRcpt bob{"bob@example.net", ta.rcpts[0].params, {550, "5.1.1", "user unknown"},
                         "mx.example.net[192.0.2.7]:25", dsn::Action::failed, 1'763'830'100'000'000};
     std::string long_text(3000, 'x');
     for (std::size_t i = 50; i < long_text.size(); i += 60) long_text[i] = ' ';
     long_text += std::string(1500, 'y') + "\r\nInjected: header";
-    dsn::FailedRcpt carol{"carol@example.net", "", 554, "", long_text, "", dsn::Action::failed, 0};
-    dsn::Report rep{"mx.test", "6740A1B2C3D4E0009", 1'763'830'200'000'000, headers + "\r\nbody\r\n"};
+    dsn::FailedRcpt carol{"carol@example.net", "", {554, "", long_text}, "", dsn::Action::failed, 0};
+    dsn::Report rep{"mx.test", "6740A1B2C3D4E0009", 1'763'830'200'000'000, headers + "\r\nbody\r\n", ""};
     std::string msg = dsn::build(ta, {bob, carol}, rep);
 
     // CRLF everywhere, no line over 998.
@@ -162,7 +162,8 @@ TEST_CASE("dsn: bounce structure and fields") {
     CHECK(c.find("status")->second == "5.0.0");
     CHECK(c.count("injected") == 0);  // the CRLF in the reply text did not end the field
     std::string diag = c.find("diagnostic-code")->second;
-    CHECK(diag.rfind("smtp; 554 ", 0) == 0);
+    // No remote MTA: the 554 was not a server's, so no "smtp" diagnostic.
+    CHECK(diag.rfind("X-smx; xxx", 0) == 0);
     CHECK(diag.find("Injected: header") != std::string::npos);
 
     // The original header section, without the body.
@@ -180,12 +181,17 @@ TEST_CASE("dsn: delay warning and the null sender") {
     CHECK_FALSE(dsn::should_bounce(ta));
 
     ta.sender = "alice@example.org";
-    dsn::FailedRcpt r{"bob@example.net", "", 451, "4.4.1", "connect to [127.0.0.1]:2600: Connection refused",
+    // A connection failure: SMTPC's own 451, no server replied, so no Remote-MTA
+    // and no "smtp" diagnostic.
+    dsn::FailedRcpt r{"bob@example.net", "", {451, "4.4.1", "connect to [127.0.0.1]:2600: Connection refused"},
                       "", dsn::Action::delayed, 0};
-    std::string msg = dsn::build(ta, {r}, {"mx.test", "6740A1B2C3D4E000A", 1'763'830'200'000'000, headers});
+    std::string msg = dsn::build(ta, {r}, {"mx.test", "6740A1B2C3D4E000A", 1'763'830'200'000'000, headers, ""});
     CHECK(msg.find("\r\nSubject: Delayed Mail (still being retried)\r\n") != std::string::npos);
     CHECK(msg.find("\r\nAction: delayed\r\n") != std::string::npos);
     CHECK(msg.find("\r\nStatus: 4.4.1\r\n") != std::string::npos);
+    CHECK(msg.find("\r\nDiagnostic-Code: X-smx; connect to [127.0.0.1]:2600: Connection refused\r\n") !=
+          std::string::npos);
+    CHECK(msg.find("Remote-MTA") == std::string::npos);
 }
 
 TEST_CASE("dsn: header section of a CDB file") {
@@ -212,22 +218,60 @@ TEST_CASE("dsn: header section of a CDB file") {
     std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("dsn: a failed recipient from SMTPC's reply or from a kept last error") {
-    const sm::msg::RcptResult r{0, 550, "5.1.1", "no such user here"};
-    const auto a = dsn::failed_rcpt("x@example.org", r);
-    CHECK(a.code == 550);
-    CHECK(a.status == "5.1.1");
-    CHECK(a.text == "no such user here");
-    // The text form (last_error) parses to the same.
-    const auto b = dsn::failed_rcpt("x@example.org", std::string("550 5.1.1 no such user here"));
-    CHECK(b.code == a.code);
-    CHECK(b.status == a.status);
-    CHECK(b.text == a.text);
-    // Without an enhanced code the text is kept whole, never re-split.
-    const auto c = dsn::failed_rcpt("x@example.org", sm::msg::RcptResult{0, 554, "", "5.0.0 x"});
-    CHECK(c.status.empty());
-    CHECK(c.text == "5.0.0 x");
-    const auto e = dsn::expired_rcpt("x@example.org", "451 4.3.0 try later", "mx", 7);
-    CHECK(e.status == "4.4.7");
-    CHECK(e.text == "message expired in queue: try later");
+TEST_CASE("dsn: a failed recipient keeps the reply as SMTPC gave it") {
+    const auto a = dsn::failed_rcpt("x@example.org", {550, "5.1.1", "no such user here"}, "mx[192.0.2.1]:25");
+    CHECK(a.reply == sm::msg::Reply{550, "5.1.1", "no such user here"});
+    CHECK(a.remote_mta == "mx[192.0.2.1]:25");
+    // The end of the queue lifetime keeps the last reply's code and server.
+    const auto e = dsn::expired_rcpt("x@example.org", {451, "4.3.0", "try later"}, "mx", 7);
+    CHECK(e.reply == sm::msg::Reply{451, "4.4.7", "message expired in queue: try later"});
+    CHECK(e.remote_mta == "mx");
+    CHECK(e.last_attempt_us == 7);
+}
+
+TEST_CASE("dsn: an Action: relayed notice (NOTIFY=SUCCESS, next hop without DSN)") {
+    auto ta = original();
+    dsn::FailedRcpt r{"bob@example.net", ta.rcpts[0].params, {250, "2.0.0", "Ok: queued as 1"},
+                      "nodsn.example.net[192.0.2.9]:25", dsn::Action::relayed, 0};
+    const std::string msg = dsn::build(ta, {r}, {"mx.test", "6740A1B2C3D4E000B", 1'763'830'200'000'000,
+                                                 headers, "ignored: success notices carry headers only"});
+    CHECK(msg.find("\r\nSubject: Successful Mail Delivery Report\r\n") != std::string::npos);
+    CHECK(msg.find("\r\nAction: relayed\r\n") != std::string::npos);
+    CHECK(msg.find("\r\nStatus: 2.0.0\r\n") != std::string::npos);
+    CHECK(msg.find("\r\nRemote-MTA: dns; nodsn.example.net\r\n") != std::string::npos);
+    CHECK(msg.find("\r\nOriginal-Envelope-Id: abc+def\r\n") != std::string::npos);
+    CHECK(msg.find("\r\nOriginal-Recipient: rfc822; Bob+X@example.net\r\n") != std::string::npos);
+    CHECK(msg.find("Content-Type: text/rfc822-headers") != std::string::npos);
+    CHECK(msg.find("ignored") == std::string::npos);
+}
+
+TEST_CASE("dsn: RET=FULL returns the whole message in a failure report") {
+    auto ta = original();
+    dsn::FailedRcpt r{"bob@example.net", "", {550, "5.1.1", "user unknown"}, "mx[192.0.2.7]:25",
+                      dsn::Action::failed, 0};
+    const std::string whole = headers + "\r\nthe body\nbare LF line\r\n";
+    const std::string msg = dsn::build(ta, {r}, {"mx.test", "6740A1B2C3D4E000C", 1'763'830'200'000'000,
+                                                 headers, whole});
+    CHECK(msg.find("Content-Type: message/rfc822\r\n") != std::string::npos);
+    CHECK(msg.find("text/rfc822-headers") == std::string::npos);
+    CHECK(msg.find("\r\nSubject: hello\r\n\r\nthe body\r\nbare LF line\r\n") != std::string::npos);
+    // Delay warnings never carry the body (RFC 3461 4.3).
+    r.action = dsn::Action::delayed;
+    const std::string warn = dsn::build(ta, {r}, {"mx.test", "6740A1B2C3D4E000D", 1'763'830'200'000'000,
+                                                  headers, whole});
+    CHECK(warn.find("the body") == std::string::npos);
+    CHECK(warn.find("Content-Type: text/rfc822-headers") != std::string::npos);
+}
+
+TEST_CASE("dsn: read_message returns a message up to its cap, nothing larger") {
+    auto dir = std::filesystem::temp_directory_path() / ("dsn-msg-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "m").string();
+    std::ofstream(path, std::ios::binary) << std::string(1000, 'x');
+    std::string err;
+    CHECK(dsn::read_message(path, err, 1000) == std::string(1000, 'x'));
+    CHECK_FALSE(dsn::read_message(path, err, 999));
+    CHECK(err.find("larger than 999") != std::string::npos);
+    CHECK_FALSE(dsn::read_message((dir / "missing").string(), err));
+    std::filesystem::remove_all(dir);
 }

@@ -9,6 +9,8 @@
 TEST_CASE("domains: ASCII-only lower-casing and the part after the last '@'") {
     CHECK(sm::lower("Mail.EXAMPLE.org") == "mail.example.org");
     CHECK(sm::lower("") == "");
+    CHECK(sm::upper("auth=Plain login") == "AUTH=PLAIN LOGIN");
+    CHECK(sm::upper("b\xC3\xBC") == "B\xC3\xBC");
     // UTF-8 (SMTPUTF8 domains) and other bytes are left alone.
     CHECK(sm::lower("B\xC3\x9C" "CHER.Example") == "b\xC3\x9C" "cher.example");
     CHECK(sm::lower(std::string_view("A\0Z", 3)) == std::string("a\0z", 3));

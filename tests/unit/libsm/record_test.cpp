@@ -52,19 +52,29 @@ TEST_CASE("TA_COMMIT round trip keeps every field") {
 
 TEST_CASE("DELIVER and RESULT round trip") {
     msg::Deliver dl{7, "6740A1B2C3D4E0001", "6740A1B2C3D4E0001", "", 99,
-                    {{0, "x@example.net"}, {3, "z@example.net"}}, {"[127.0.0.1]:2600"}};
+                    {{0, "x@example.net", ""}, {3, "z@example.net", "NOTIFY=SUCCESS ORCPT=rfc822;z+40x"}},
+                    {"[127.0.0.1]:2600"}, "BODY=8BITMIME RET=HDRS"};
     std::string err;
     auto d = msg::decode<msg::Deliver>(to_frame(msg::encode(dl)), err);
     REQUIRE(d);
     CHECK(d->sender.empty());
     CHECK(d->rcpts[1].idx == 3);
     CHECK(d->nexthops == dl.nexthops);
+    CHECK(d->params == "BODY=8BITMIME RET=HDRS");
+    CHECK(d->rcpts[0].params.empty());
+    CHECK(d->rcpts[1].params == "NOTIFY=SUCCESS ORCPT=rfc822;z+40x");
 
     msg::Result r{7, "sink[127.0.0.1]:2600", {{0, 250, "2.0.0", "Ok"}, {3, 451, "4.3.0", "later"}}};
     auto rr = msg::decode<msg::Result>(to_frame(msg::encode(r)), err);
     REQUIRE(rr);
     CHECK(rr->rcpts[1].code == 451);
     CHECK(rr->rcpts[1].text == "later");
+    CHECK_FALSE(rr->peer_dsn);
+    r.peer_dsn = true;
+    CHECK(msg::decode<msg::Result>(to_frame(msg::encode(r)), err)->peer_dsn);
+    CHECK(msg::to_string(r.rcpts[1].reply()) == "451 4.3.0 later");
+    CHECK(msg::to_string({0, "4.4.1", "connect refused"}) == "4.4.1 connect refused");
+    CHECK(msg::to_string({0, "", "no route"}) == "no route");
 }
 
 TEST_CASE("decoder rejects what a strict peer must reject") {

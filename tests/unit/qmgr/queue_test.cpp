@@ -94,9 +94,10 @@ TEST_CASE("a recipient's life: counts follow the transitions") {
 
     q.dispatch(*ta, 1);
     q.count_attempt(*ta, 1);
-    q.defer_begin(*ta, 1, "451 4.3.0 later");
+    q.defer_begin(*ta, 1, {451, "4.3.0", "later"}, "mx[192.0.2.1]:25");
     CHECK(ta->rcpt(1).state() == RcptState::moving);
-    CHECK(ta->rcpt(1).last_error() == "451 4.3.0 later");
+    CHECK(ta->rcpt(1).last_reply() == sm::msg::Reply{451, "4.3.0", "later"});
+    CHECK(ta->rcpt(1).last_relay() == "mx[192.0.2.1]:25");
     CHECK(q.rcpts() == 2);  // moving is still open: it waits for DEFEDB
     q.mark_warned(*ta, 1);
     q.deferred(*ta, 1);
@@ -104,22 +105,26 @@ TEST_CASE("a recipient's life: counts follow the transitions") {
     CHECK(ta->touched_defedb());
     CHECK(q.rcpts() == 1);
 
-    q.bounce_begin(*ta, 2, "550 5.1.1 no");
-    q.bounce_failed(*ta, 2, "4.3.0 no DSN");
+    q.bounce_begin(*ta, 2, {550, "5.1.1", "no"}, "mx[192.0.2.1]:25");
+    q.bounce_failed(*ta, 2, {0, "4.3.0", "no DSN"});
+    CHECK(ta->rcpt(2).last_relay().empty());
     q.deferred(*ta, 2);
     CHECK(ta->open() == 0);
 
     // DEFEDB gives b back, with the attempts it recorded.
     DeferredRcpt rec;
     rec.attempts = 4;
-    rec.last_error = "451 again";
+    rec.last_reply = {451, "", "again"};
+    rec.last_relay = "mx2[192.0.2.2]:25";
     rec.warned = true;
     q.due(*ta, 1, rec);
     CHECK(ta->rcpt(1).state() == RcptState::active);
     CHECK(ta->rcpt(1).attempts() == 4);
     CHECK(ta->rcpt(1).warned());
+    CHECK(ta->rcpt(1).last_reply() == rec.last_reply);
+    CHECK(ta->rcpt(1).last_relay() == rec.last_relay);
     CHECK(q.rcpts() == 1);
-    q.bounce_begin(*ta, 1, "550 5.0.0 bad");
+    q.bounce_begin(*ta, 1, {550, "5.0.0", "bad"}, {});
     q.bounced(*ta, 1);
     CHECK(ta->open() == 0);
     q.retire(*ta);
@@ -197,7 +202,7 @@ TEST_CASE("an impossible transition panics") {
     CHECK(aborts([] {
         ActiveQueue q;
         Ta* ta = q.admit(envelope({"a@x"}));
-        q.defer_begin(*ta, 0, "x");
+        q.defer_begin(*ta, 0, {0, {}, "x"}, {});
         q.mark_warned(*ta, 0);
         q.mark_warned(*ta, 0);  // warned once only
     }));

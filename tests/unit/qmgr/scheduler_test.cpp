@@ -25,7 +25,7 @@ sm::Route hosts(std::string host, std::uint16_t port) {
 struct Suspended {
     std::string ta_id;
     std::uint32_t idx;
-    std::string why;
+    sm::msg::Reply why;
 };
 
 // A scheduler with captured DELIVERs per link.
@@ -41,7 +41,7 @@ struct Fixture {
 
     explicit Fixture(SchedulerOptions o = opts())
         : sched(io.get_executor(), q, o,
-                [this](Ta& ta, std::uint32_t idx, const std::string& why, std::uint64_t) {
+                [this](Ta& ta, std::uint32_t idx, const sm::msg::Reply& why, std::uint64_t) {
                     suspended.push_back({ta.id, idx, why});
                 },
                 clock) {}
@@ -119,8 +119,8 @@ TEST_CASE("connection failures: no relay, or every recipient 421") {
     CHECK_FALSE(connection_failed(r));
     r.rcpts = {{0, 421, "", "busy"}, {1, 421, "", "busy"}};
     CHECK(connection_failed(r));
-    CHECK(reply_text({0, 250, "2.0.0", "Ok"}) == "250 2.0.0 Ok");
-    CHECK(reply_text({0, 250, "", "Ok"}) == "250 Ok");
+    CHECK(sm::msg::to_string(sm::msg::RcptResult{0, 250, "2.0.0", "Ok"}.reply()) == "250 2.0.0 Ok");
+    CHECK(sm::msg::to_string(sm::msg::RcptResult{0, 250, "", "Ok"}.reply()) == "250 Ok");
 }
 
 TEST_CASE("recipients of one message to one destination share a DELIVER") {
@@ -157,13 +157,13 @@ TEST_CASE("the window starts at initial_concurrency and grows on success") {
     REQUIRE(f.sent[0].size() == 2);
     CHECK(f.sched.window(f.dest.key) == 2);
     CHECK(f.sched.active_deliveries() == 2);
-    REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, false, ""));
+    REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, false, {}));
     CHECK(f.sched.window(f.dest.key) == Approx(2.5));
     f.pump();
     CHECK(f.sent[0].size() == 3);  // one slot freed, window still < 3
-    REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, false, ""));
+    REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, false, {}));
     CHECK(f.sched.window(f.dest.key) == Approx(2.9));
-    REQUIRE(f.sched.complete(l, f.sent[0][2].da_id, false, ""));
+    REQUIRE(f.sched.complete(l, f.sent[0][2].da_id, false, {}));
     CHECK(f.sched.window(f.dest.key) > 3);
     f.pump();
     CHECK(f.sched.active_deliveries() == 3);
@@ -172,7 +172,7 @@ TEST_CASE("the window starts at initial_concurrency and grows on success") {
         f.submit({"a@example.net"});
         f.pump();
         auto& last = f.sent[0].back();
-        f.sched.complete(l, last.da_id, false, "");
+        f.sched.complete(l, last.da_id, false, {});
     }
     CHECK(f.sched.window(f.dest.key) == Approx(4));
 }
@@ -183,16 +183,18 @@ TEST_CASE("failures shrink the window; a failed cohort marks the destination dea
     for (int i = 0; i < 6; ++i) f.submit({"a@example.net"});
     f.pump();
     REQUIRE(f.sent[0].size() == 2);
-    REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, "451 4.4.1 connect refused"));
+    REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, {451, "4.4.1", "connect refused"}));
     CHECK(f.sched.window(f.dest.key) == 1);
     CHECK_FALSE(f.sched.dead(f.dest.key));
     f.pump();
     CHECK(f.sent[0].size() == 2);  // window 1, one still active
     // 1/2 + 1/1 of a cohort: dead, and the 4 waiting messages are suspended.
-    REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, true, "451 4.4.1 connect refused"));
+    REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, true, {451, "4.4.1", "connect refused"}));
     CHECK(f.sched.dead(f.dest.key));
     REQUIRE(f.suspended.size() == 4);
-    CHECK(f.suspended[0].why == "delivery temporarily suspended: 451 4.4.1 connect refused");
+    // Our own reason (no code), in the class of the reply that made it dead.
+    CHECK(f.suspended[0].why ==
+          sm::msg::Reply{0, "4.4.1", "delivery temporarily suspended: 451 4.4.1 connect refused"});
     // New mail for a dead destination is suspended at once.
     f.submit({"b@example.net"});
     f.pump();
@@ -209,8 +211,8 @@ TEST_CASE("a dead destination is tried again once dead_time has passed") {
     f.submit({"b@example.net"});
     f.pump();
     REQUIRE(f.sent[0].size() == 2);
-    REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, "451 4.4.1 connect refused"));
-    REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, true, "451 4.4.1 connect refused"));
+    REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, {451, "4.4.1", "connect refused"}));
+    REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, true, {451, "4.4.1", "connect refused"}));
     REQUIRE(f.sched.dead(f.dest.key));
     f.clock.advance(std::chrono::minutes(59));
     f.submit({"c@example.net"});
@@ -231,11 +233,11 @@ TEST_CASE("a success resets the failure count") {
     auto l = f.link();
     for (int i = 0; i < 4; ++i) f.submit({"a@example.net"});
     f.pump();
-    f.sched.complete(l, f.sent[0][0].da_id, true, "x");
-    f.sched.complete(l, f.sent[0][1].da_id, false, "");
+    f.sched.complete(l, f.sent[0][0].da_id, true, {0, {}, "x"});
+    f.sched.complete(l, f.sent[0][1].da_id, false, {});
     f.pump();
     REQUIRE(f.sent[0].size() >= 3);
-    f.sched.complete(l, f.sent[0][2].da_id, true, "x");
+    f.sched.complete(l, f.sent[0][2].da_id, true, {0, {}, "x"});
     CHECK_FALSE(f.sched.dead(f.dest.key));
 }
 
@@ -265,13 +267,13 @@ TEST_CASE("work waits without a link; a lost link's deliveries are requeued") {
     CHECK(ta.rcpt(0).state() == RcptState::active);
     CHECK(f.sched.active_deliveries() == 0);
     // A RESULT for the lost delivery no longer matches.
-    CHECK_FALSE(f.sched.complete(l1, da, false, ""));
+    CHECK_FALSE(f.sched.complete(l1, da, false, {}));
     auto l2 = f.link();
     f.pump();
     REQUIRE(f.sent[1].size() == 1);
     CHECK(f.sent[1][0].ta_id == ta.id);
-    CHECK_FALSE(f.sched.complete(l1, f.sent[1][0].da_id, false, ""));  // wrong link
-    CHECK(f.sched.complete(l2, f.sent[1][0].da_id, false, ""));
+    CHECK_FALSE(f.sched.complete(l1, f.sent[1][0].da_id, false, {}));  // wrong link
+    CHECK(f.sched.complete(l2, f.sent[1][0].da_id, false, {}));
     CHECK(f.sched.destinations() == 0);  // idle queues are forgotten
 }
 

@@ -52,7 +52,7 @@ struct Harness {
         d.da_id = ++da;
         d.ta_id = d.cdb_id = sm::new_ta_id();
         d.sender = "sender@example.org";
-        for (std::uint32_t i = 0; i < rcpts.size(); ++i) d.rcpts.push_back({i, rcpts[i]});
+        for (std::uint32_t i = 0; i < rcpts.size(); ++i) d.rcpts.push_back({i, rcpts[i], ""});
         d.nexthops = {nexthop};
         const fs::path p = sm::cdb_path(cfg.spool_dir_abs(), d.cdb_id, cfg.queue.cdb_hashed);
         fs::create_directories(p.parent_path());

@@ -69,7 +69,7 @@ TEST_CASE("greeting and EHLO keywords") {
     CHECK(c.reply() == "220 mx.test ESMTP smx");
     const std::string e = c.cmd("EHLO client.test");
     CHECK(e == "250-mx.test\n250-PIPELINING\n250-SIZE 12345\n250-8BITMIME\n250-CHUNKING\n"
-               "250-SMTPUTF8\n250 ENHANCEDSTATUSCODES");
+               "250-SMTPUTF8\n250-DSN\n250 ENHANCEDSTATUSCODES");
     CHECK(c.cmd("HELO client.test") == "250 mx.test");
     CHECK(starts(c.cmd("NOOP"), "250 2.0.0"));
     CHECK(starts(c.cmd("VRFY someone"), "252 2.5.2"));
