@@ -53,14 +53,38 @@ void fit_result(sm::msg::Result& r) {
         if (x.text.size() > each) x.text.resize(each);
 }
 
+Deliverer::Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cache,
+                     asio::ssl::context* tls)
+    // Not owned: the aliasing constructor with no owner.
+    : settings_(std::make_shared<const Settings>(
+          Settings{std::shared_ptr<const sm::Config>(std::shared_ptr<void>(), &cfg),
+                   std::shared_ptr<asio::ssl::context>(std::shared_ptr<void>(), tls)})),
+      spool_(cfg.spool_dir_abs()), dns_(dns), cache_(cache) {}
+
+void Deliverer::reload(std::shared_ptr<const sm::Config> cfg,
+                       std::shared_ptr<asio::ssl::context> tls) {
+    settings_ = std::make_shared<const Settings>(Settings{std::move(cfg), std::move(tls)});
+    // Idle sessions hold the old [client] settings and TLS context.
+    cache_.reload(settings_, settings_->cfg->client);
+}
+
+void Deliverer::done_with(const Settings& st, const std::string& key,
+                          std::shared_ptr<Session> s) {
+    if (&st == settings_.get()) cache_.put(key, std::move(s));
+    else s->close();
+}
+
 asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     using namespace asio::experimental::awaitable_operators;
+    // Keeps this delivery's config, and its sessions', alive to the end.
+    const std::shared_ptr<const Settings> st = settings_;
+    const sm::Config& cfg = *st->cfg;
     sm::msg::Result r;
     r.da_id = d.da_id;
     if (d.rcpts.empty()) co_return r;
     if (!sm::valid_ta_id(d.cdb_id)) co_return fail_all(d, {451, "4.3.0", "bad queue file id"});
     MessageFile file;
-    if (auto err = file.open(sm::cdb_path(spool_, d.cdb_id, cfg_.queue.cdb_hashed));
+    if (auto err = file.open(sm::cdb_path(spool_, d.cdb_id, cfg.queue.cdb_hashed));
         !err.empty())
         co_return fail_all(d, {451, "4.3.0", err});
     r.rcpts.reserve(d.rcpts.size());
@@ -68,13 +92,13 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
 
     // The attempt is cancelled at the deadline (its connection is closed,
     // not cached); recipients without a verdict by then are retried.
-    asio::steady_timer limit(co_await asio::this_coro::executor, cfg_.client.delivery_timeout);
-    const auto done = co_await (attempt(d, file, r) ||
+    asio::steady_timer limit(co_await asio::this_coro::executor, cfg.client.delivery_timeout);
+    const auto done = co_await (attempt(*st, d, file, r) ||
                                 limit.async_wait(asio::as_tuple(asio::use_awaitable)));
     if (done.index() == 1) {
         const Failure late{451, "4.4.2",
                            "delivery timed out after " +
-                               std::to_string(cfg_.client.delivery_timeout.count()) + " s" +
+                               std::to_string(cfg.client.delivery_timeout.count()) + " s" +
                                (r.relay.empty() ? std::string() : " talking to " + r.relay)};
         spdlog::info("{}: {}", d.ta_id, late.text);
         for (auto& x : r.rcpts)
@@ -84,10 +108,11 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     co_return r;
 }
 
-asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const MessageFile& file,
-                                         sm::msg::Result& r) {
+asio::awaitable<void> Deliverer::attempt(const Settings& st, const sm::msg::Deliver& d,
+                                         const MessageFile& file, sm::msg::Result& r) {
+    const sm::Config& cfg = *st.cfg;
     const sm::ClientTls tls =
-        d.rcpts.empty() ? cfg_.client.tls_security_level : cfg_.tls_for(rcpt_domain(d));
+        d.rcpts.empty() ? cfg.client.tls_security_level : cfg.tls_for(rcpt_domain(d));
     const std::string key = destination_key(d, tls);
     // A cached session first; one that the server closed while it sat idle
     // says retry, and the next one (or a new connection) is tried.
@@ -96,7 +121,7 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
         auto outcome = co_await s->transaction(d, file, r.rcpts);
         if (outcome == Session::Outcome::retry) continue;
         spdlog::debug("{}: sent over cached connection to {}", d.ta_id, s->relay());
-        cache_.put(key, std::move(s));
+        done_with(st, key, std::move(s));
         co_return;
     }
     r.relay.clear();
@@ -112,10 +137,10 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
             continue;
         }
         for (const auto& target : t.list) {
-            auto s = std::make_shared<Session>(ex, cfg_.client, tls_);
+            auto s = std::make_shared<Session>(ex, cfg.client, st.tls.get());
             auto err = co_await s->open(target, tls);
             if (err && s->tls_fallback()) {
-                s = std::make_shared<Session>(ex, cfg_.client, tls_);
+                s = std::make_shared<Session>(ex, cfg.client, st.tls.get());
                 err = co_await s->open(target, sm::ClientTls::none);
             }
             if (err) {
@@ -125,7 +150,7 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
             }
             r.relay = s->relay();
             co_await s->transaction(d, file, r.rcpts);  // a new session never says retry
-            cache_.put(key, std::move(s));
+            done_with(st, key, std::move(s));
             co_return;
         }
     }

@@ -13,26 +13,37 @@ namespace smtpc {
 
 class Deliverer {
 public:
-    // tls: the client context (sm::tls::client_context), built once at
-    // start; null: no STARTTLS.
+    // tls: the client context (sm::tls::client_context); null: no STARTTLS.
+    // cfg and tls are the start's and must outlive the Deliverer (a reload
+    // replaces them with ones it owns).
     Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cache,
-              asio::ssl::context* tls = nullptr)
-        : cfg_(cfg), spool_(cfg.spool_dir_abs()), dns_(dns), cache_(cache), tls_(tls) {}
+              asio::ssl::context* tls = nullptr);
 
     // Never takes longer than client.delivery_timeout; every recipient of d
     // has a result, and the RESULT fits in a record.
     asio::awaitable<sm::msg::Result> deliver(const sm::msg::Deliver& d);
 
-private:
-    // Cached connections, then each next hop in turn; fills in r.rcpts.
-    asio::awaitable<void> attempt(const sm::msg::Deliver& d, const MessageFile& file,
-                                  sm::msg::Result& r);
+    // Deliveries from now on use cfg ([client], [tls_policy]) and tls;
+    // those under way finish with what they started with, and their
+    // connections are then closed, not cached, as are the idle ones now.
+    void reload(std::shared_ptr<const sm::Config> cfg, std::shared_ptr<asio::ssl::context> tls);
 
-    const sm::Config& cfg_;
+private:
+    // One config and its TLS context; a delivery keeps the one it began with.
+    struct Settings {
+        std::shared_ptr<const sm::Config> cfg;
+        std::shared_ptr<asio::ssl::context> tls;
+    };
+    // Cached connections, then each next hop in turn; fills in r.rcpts.
+    asio::awaitable<void> attempt(const Settings& st, const sm::msg::Deliver& d,
+                                  const MessageFile& file, sm::msg::Result& r);
+    // A session back from a transaction under st: cached if st is current.
+    void done_with(const Settings& st, const std::string& key, std::shared_ptr<Session> s);
+
+    std::shared_ptr<const Settings> settings_;
     const std::string spool_;
     Resolver& dns_;
     ConnectionCache& cache_;
-    asio::ssl::context* tls_;
 };
 
 // Every recipient gets the same failure (queue file, DNS, connection).

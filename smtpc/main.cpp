@@ -9,6 +9,7 @@
 
 #include "channel.hpp"
 #include "config.hpp"
+#include "config_reload.hpp"
 #include "limits.hpp"
 #include "log.hpp"
 #include "panic.hpp"
@@ -87,6 +88,10 @@ int main(int argc, char** argv) {
         smtpc::ConnectionCache cache(cfg.client);
         smtpc::Deliverer deliverer(cfg, dns, cache, tls.get());
 
+        sm::ConfigReloader reloader(io, cfg_path, cfg, [&](sm::Config next) {
+            std::shared_ptr<asio::ssl::context> ctx = sm::tls::client_context(next.client);
+            deliverer.reload(std::make_shared<const sm::Config>(std::move(next)), std::move(ctx));
+        });
         asio::signal_set signals(io, SIGTERM, SIGINT);
         signals.async_wait([&](boost::system::error_code ec, int sig) {
             if (ec) return;
