@@ -63,7 +63,8 @@ ReloadOutcome check_reload(const std::string& path, const sm::Config& running) {
     sm::set_log_level(next->log);
     std::string text = "config reloaded from " + (path.empty() ? "the built-in defaults" : path);
     if (!kept.empty()) {
-        text += "\nneeds a restart (running values kept):";
+        // One line: it is logged as well.
+        text += "; needs a restart (running values kept):";
         for (const auto& k : kept) text += " " + k;
     }
     return {true, text};

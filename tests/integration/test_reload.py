@@ -8,7 +8,7 @@ import smtplib
 import ssl
 import subprocess
 
-from conftest import Raw, send, wait_until
+from conftest import SMX, Raw, send, wait_until
 from test_tls import make_cert
 
 CHILDREN = ("smx-qmgr", "smx-smtps", "smx-smtpc")
@@ -176,10 +176,24 @@ def test_changed_listen_address_needs_a_restart(sink, make_relay):
 
 
 def test_reload_without_a_running_smx(tmp_path):
-    from conftest import SMX
     cfg = tmp_path / "smx.toml"
     cfg.write_text('[queue]\nrun_dir = "%s"\n' % (tmp_path / "run"))
     r = subprocess.run([SMX, "reload", "-c", str(cfg)], capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 1
     assert "not running" in r.stderr
+
+
+def test_mcp_refusal_reaches_smx_reload(sink, make_relay, tmp_path):
+    """The MCP re-reads its own file: when that one is broken, `smx reload`
+    with a good file of the same run_dir still exits 2 with the MCP's reason."""
+    relay = make_relay(sink.port)
+    good = tmp_path / "good.toml"
+    with open(relay.config) as f:
+        good.write_text(f.read())
+    rewrite(relay, sink.port, '[server]\nmax_errors = -1')
+    r = subprocess.run([SMX, "reload", "-c", str(good)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert r.stderr.startswith("smx: reload: config error: server.max_errors"), r.stderr
+    assert "keeping the running configuration" in r.stderr
