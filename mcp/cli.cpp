@@ -23,7 +23,7 @@ const CommandRule commands[] = {
     {"run", 0, 0},   {"check-config", 0, 0}, {"stats", 0, 0},
     {"queue", 0, -1}, {"flush", 0, -1},      {"hold", 1, -1},
     {"release", 1, -1}, {"delete", 1, -1},   {"help", 0, 0},
-    {"version", 0, 0},
+    {"version", 0, 0}, {"reload", 0, 0},
 };
 
 const CommandRule* find_command(const std::string& name) {
@@ -147,6 +147,7 @@ void print_usage(std::ostream& out) {
            "commands:\n"
            "  run              start smx-qmgr, smx-smtpc and smx-smtps and supervise them\n"
            "  check-config     load and validate the config, print a summary\n"
+           "  reload           have the running smx re-read the config\n"
            "  stats [--json]   QMGR counters as \"name value\" lines, or one JSON object\n"
            "  queue            list the queue\n"
            "  flush            retry deferred mail now\n"

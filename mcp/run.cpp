@@ -104,6 +104,7 @@ int run(const Args& args) {
     plan.qmgr_socket = cfg->qmgr_socket();
     plan.listen_fds = listeners.fds();
     plan.accounts = std::move(accounts);
+    plan.config = *cfg;
     const int status = Supervisor(std::move(plan)).run();
     spdlog::default_logger()->flush();
     return status;

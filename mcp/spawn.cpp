@@ -40,6 +40,10 @@ struct Failure {
     ::sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
+    // A reload's SIGHUP must not end a child that has not set up its own
+    // handler yet (sm::ConfigReloader replaces this); it reads the file at
+    // start anyway.
+    ::signal(SIGHUP, SIG_IGN);
     // Own process group: Ctrl-C reaches only `smx run`, which stops the
     // children in order (SMTPS first).
     ::setpgid(0, 0);

@@ -1,6 +1,7 @@
 #include "supervisor.hpp"
 #include "panic.hpp"
 #include "ready.hpp"
+#include "reload.hpp"
 
 #include "channel.hpp"
 
@@ -27,6 +28,7 @@ sigset_t supervisor_signals() {
     ::sigaddset(&s, SIGCHLD);
     ::sigaddset(&s, SIGTERM);
     ::sigaddset(&s, SIGINT);
+    ::sigaddset(&s, SIGHUP);
     return s;
 }
 
@@ -95,6 +97,7 @@ int Supervisor::run() {
                                          Clock::now() + ready_poll);
         wait_signal(deadline);
         reap();
+        if (reload_requested_) reload();
         handle_crashes();
         // A QMGR restart restarts the others: they hold state of the old one.
         if (qmgr_.pid == 0) stop_workers();
@@ -207,6 +210,22 @@ void Supervisor::handle_crashes() {
     }
 }
 
+void Supervisor::reload() {
+    reload_requested_ = false;
+    const ReloadOutcome o = check_reload(plan_.config_path, plan_.config);
+    if (o.ok) {
+        // A child not running now reads the new file when it starts.
+        for (Child* c : all_)
+            if (c->pid != 0 && !c->stopping) ::kill(c->pid, SIGHUP);
+        spdlog::info("reload: {}", o.text);
+    } else {
+        spdlog::error("reload: {}", o.text);
+    }
+    std::string err;
+    if (!write_reload_status(plan_.config.run_dir_abs(), ++reloads_, o, err))
+        spdlog::error("reload: {}", err);
+}
+
 int Supervisor::wait_signal(std::optional<Clock::time_point> deadline) {
     const sigset_t set = supervisor_signals();
     auto wait = std::chrono::nanoseconds(std::chrono::hours(1));
@@ -214,6 +233,8 @@ int Supervisor::wait_signal(std::optional<Clock::time_point> deadline) {
     timespec ts{static_cast<time_t>(wait.count() / 1000000000),
                 static_cast<long>(wait.count() % 1000000000)};
     const int sig = ::sigtimedwait(&set, nullptr, &ts);
+    // Taken in the main loop, also when it came during a wait elsewhere.
+    if (sig == SIGHUP) reload_requested_ = true;
     if ((sig == SIGTERM || sig == SIGINT) && !stop_requested_) {
         spdlog::info("{} received, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         stop_requested_ = true;

@@ -1,15 +1,18 @@
 // The MCP's supervision loop: starts smx-qmgr, then smx-smtpc and
 // smx-smtps; restarts a child that dies (backoff 1 s doubling to 30 s,
 // reset after 60 s of running; a QMGR restart restarts the others); on
-// SIGTERM/SIGINT stops SMTPS first, then SMTPC and QMGR. Tells a service
-// manager when SMTPS first answers (READY=1) and when it stops (STOPPING=1).
+// SIGTERM/SIGINT stops SMTPS first, then SMTPC and QMGR; on SIGHUP reloads
+// the config (reload.hpp). Tells a service manager when SMTPS first answers
+// (READY=1) and when it stops (STOPPING=1).
 //
-// Single-threaded and synchronous: SIGCHLD, SIGTERM and SIGINT stay blocked
+// Single-threaded and synchronous: SIGCHLD, SIGTERM, SIGINT and SIGHUP stay blocked
 // and are taken with sigtimedwait, so every event is handled in one place,
 // in order, with no handler races.
 #pragma once
 
 #include "spawn.hpp"
+
+#include "config.hpp"
 
 #include <chrono>
 #include <optional>
@@ -29,6 +32,7 @@ struct Plan {
     std::string qmgr_socket;
     std::vector<int> listen_fds;  // for smx-smtps
     std::optional<Accounts> accounts;  // set when started as root
+    sm::Config config;           // as loaded at start: a reload compares with it
 };
 
 class Supervisor {
@@ -63,6 +67,9 @@ private:
     // Once, when SMTPS first greets: READY=1 to the service manager.
     void check_ready();
 
+    // SIGHUP: checks the file, signals the children, writes the outcome.
+    void reload();
+
     int wait_signal(std::optional<Clock::time_point> deadline);
     void reap();
     void terminate(Child& c);
@@ -76,6 +83,8 @@ private:
     Child qmgr_, smtpc_, smtps_;
     std::vector<Child*> all_;
     bool stop_requested_ = false;
+    bool reload_requested_ = false;
+    unsigned long reloads_ = 0;
     bool ready_ = false;
 };
 

@@ -8,6 +8,7 @@
 #include "server.hpp"
 
 #include "config.hpp"
+#include "config_reload.hpp"
 #include "limits.hpp"
 #include "log.hpp"
 #include "panic.hpp"
@@ -88,11 +89,15 @@ int main(int argc, char** argv) {
         if (!cfg.stats.listen.empty() && !metrics.listen(cfg.stats.listen, err))
             throw std::runtime_error("stats.listen: " + err);
 
+        sm::ConfigReloader reloader(io, cfg_path, cfg, [&](sm::Config next) {
+            q.reload(std::make_shared<const sm::Config>(std::move(next)));
+        });
         asio::signal_set signals(io, SIGTERM, SIGINT);
         asio::steady_timer grace(io);
         signals.async_wait([&](boost::system::error_code ec, int sig) {
             if (ec) return;
             spdlog::info("signal {}: shutting down", sig);
+            reloader.stop();
             server.stop();
             metrics.stop();
             q.stop();

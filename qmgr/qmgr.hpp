@@ -72,6 +72,10 @@ public:
     void on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply);
     // Shutdown: further TA_COMMITs get a tempfail, timers stop.
     void stop();
+    // Reload (libsm/config_reload.hpp): recipients routed from now on follow cfg's
+    // [routes]; QMGR's other parts keep the config they started with (the
+    // keys they use need a restart).
+    void reload(std::shared_ptr<const sm::Config> cfg) { router_.reload(std::move(cfg)); }
 
     // SMTPC links and their RESULTs.
     std::uint64_t add_smtpc(Send send) { return sched_.add_link(std::move(send)); }

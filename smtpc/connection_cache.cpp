@@ -7,8 +7,11 @@
 namespace smtpc {
 namespace {
 
-// QUIT on a session nobody else holds: the coroutine keeps it alive.
-asio::awaitable<void> quit_and_keep(std::shared_ptr<Session> s) { co_await s->quit(); }
+// QUIT on a session nobody else holds: the coroutine keeps it, and the
+// settings it was made with, alive.
+asio::awaitable<void> quit_and_keep(std::shared_ptr<Session> s, std::shared_ptr<const void>) {
+    co_await s->quit();
+}
 
 } // namespace
 
@@ -40,8 +43,8 @@ void ConnectionCache::put(const std::string& dest, std::shared_ptr<Session> s) {
         s->close();
         return;
     }
-    if (s->transactions() >= cfg_.max_msgs_per_connection) {
-        asio::co_spawn(s->socket().get_executor(), quit_and_keep(s),
+    if (s->transactions() >= cfg_->max_msgs_per_connection) {
+        asio::co_spawn(s->socket().get_executor(), quit_and_keep(s, keep_),
                        sm::crash_on_exception("smtpc quit"));
         return;
     }
@@ -57,14 +60,14 @@ void ConnectionCache::put(const std::string& dest, std::shared_ptr<Session> s) {
                                remove(dest, s);
                                s->close();
                            });
-    s->idle_timer().expires_after(cfg_.idle_timeout);
+    s->idle_timer().expires_after(cfg_->idle_timeout);
     s->idle_timer().async_wait([this, dest, s, gen](boost::system::error_code ec) {
         if (ec || s->idle_gen != gen) return;
         remove(dest, s);
         ++s->idle_gen;
         boost::system::error_code ignored;
         s->socket().cancel(ignored);
-        asio::co_spawn(s->socket().get_executor(), quit_and_keep(s),
+        asio::co_spawn(s->socket().get_executor(), quit_and_keep(s, keep_),
                        sm::crash_on_exception("smtpc quit"));
     });
 }
@@ -85,6 +88,12 @@ void ConnectionCache::close_all() {
         }
     }
     idle_.clear();
+}
+
+void ConnectionCache::reload(std::shared_ptr<const void> keep, const sm::ClientConfig& cfg) {
+    close_all();
+    keep_ = std::move(keep);
+    cfg_ = &cfg;
 }
 
 std::size_t ConnectionCache::idle() const {

@@ -15,7 +15,7 @@ namespace smtpc {
 
 class ConnectionCache {
 public:
-    explicit ConnectionCache(const sm::ClientConfig& cfg) : cfg_(cfg) {}
+    explicit ConnectionCache(const sm::ClientConfig& cfg) : cfg_(&cfg) {}
 
     // An idle session for dest, or null.
     std::shared_ptr<Session> take(const std::string& dest);
@@ -23,12 +23,18 @@ public:
     void put(const std::string& dest, std::shared_ptr<Session> s);
     // Closes every idle session (shutdown).
     void close_all();
+    // Reload: closes every idle session (made with the old settings) and
+    // takes idle_timeout and max_msgs_per_connection from cfg. keep owns cfg
+    // and what the sessions put from now on refer to (their TLS context): a
+    // QUIT under way holds it.
+    void reload(std::shared_ptr<const void> keep, const sm::ClientConfig& cfg);
     std::size_t idle() const;
 
 private:
     void remove(const std::string& dest, const std::shared_ptr<Session>& s);
 
-    const sm::ClientConfig& cfg_;
+    std::shared_ptr<const void> keep_;  // null: cfg_ is the start's
+    const sm::ClientConfig* cfg_;
     std::unordered_map<std::string, std::vector<std::shared_ptr<Session>>> idle_;
 };
 

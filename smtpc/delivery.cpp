@@ -48,26 +48,56 @@ void fit_result(sm::msg::Result& r) {
         if (x.text.size() > each) x.text.resize(each);
 }
 
+Deliverer::Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cache,
+                     asio::ssl::context* tls, const sm::CredentialMap* creds, TlsSessions* resume)
+    // Not owned: the aliasing constructor with no owner.
+    : settings_(std::make_shared<const Settings>(
+          Settings{std::shared_ptr<const sm::Config>(std::shared_ptr<void>(), &cfg),
+                   std::shared_ptr<asio::ssl::context>(std::shared_ptr<void>(), tls),
+                   std::shared_ptr<const sm::CredentialMap>(std::shared_ptr<void>(), creds),
+                   std::shared_ptr<TlsSessions>(std::shared_ptr<void>(), resume)})),
+      spool_(cfg.spool_dir_abs()), dns_(dns), cache_(cache) {}
+
+void Deliverer::reload(std::shared_ptr<const sm::Config> cfg,
+                       std::shared_ptr<asio::ssl::context> tls,
+                       std::shared_ptr<const sm::CredentialMap> creds,
+                       std::shared_ptr<TlsSessions> resume) {
+    settings_ = std::make_shared<const Settings>(
+        Settings{std::move(cfg), std::move(tls), std::move(creds), std::move(resume)});
+    // Idle sessions hold the old [client] settings and TLS context.
+    cache_.reload(settings_, settings_->cfg->client);
+}
+
+void Deliverer::done_with(const Settings& st, const std::string& key,
+                          std::shared_ptr<Session> s) {
+    if (&st == settings_.get()) cache_.put(key, std::move(s));
+    else s->close();
+}
+
 asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     using namespace asio::experimental::awaitable_operators;
+    // Keeps this delivery's config, and its sessions', alive to the end.
+    const std::shared_ptr<const Settings> st = settings_;
+    const sm::Config& cfg = *st->cfg;
     sm::msg::Result r;
     r.da_id = d.da_id;
     if (d.rcpts.empty()) co_return r;
     MessageFile file;
-    if (auto err = file.open(spool_, d.cdb_id, cfg_.queue.cdb_hashed); !err.empty())
+    if (auto err = file.open(sm::cdb_path(spool_, d.cdb_id, cfg.queue.cdb_hashed));
+        !err.empty())
         co_return fail_all(d, {451, "4.3.0", err});
     r.rcpts.reserve(d.rcpts.size());
     for (const auto& rc : d.rcpts) r.rcpts.push_back({rc.idx, 0, {}, {}});
 
     // The attempt is cancelled at the deadline (its connection is closed,
     // not cached); recipients without a verdict by then are retried.
-    asio::steady_timer limit(co_await asio::this_coro::executor, cfg_.client.delivery_timeout);
-    const auto done = co_await (attempt(d, file, r) ||
+    asio::steady_timer limit(co_await asio::this_coro::executor, cfg.client.delivery_timeout);
+    const auto done = co_await (attempt(*st, d, file, r) ||
                                 limit.async_wait(asio::as_tuple(asio::use_awaitable)));
     if (done.index() == 1) {
         const Failure late{451, "4.4.2",
                            "delivery timed out after " +
-                               std::to_string(cfg_.client.delivery_timeout.count()) + " s" +
+                               std::to_string(cfg.client.delivery_timeout.count()) + " s" +
                                (r.relay.empty() ? std::string() : " talking to " + r.relay)};
         spdlog::info("{}: {}", d.ta_id, late.text);
         for (auto& x : r.rcpts)
@@ -77,23 +107,24 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     co_return r;
 }
 
-const sm::Credentials* Deliverer::credentials_for(const std::string& nexthop) const {
-    if (!creds_ || creds_->empty() || nexthop == "mx") return nullptr;
+const sm::Credentials* Deliverer::credentials_for(const Settings& st, const std::string& nexthop) {
+    if (!st.creds || st.creds->empty() || nexthop == "mx") return nullptr;
     sm::HostPort hp;
     try {
-        hp = sm::parse_hostport("nexthop", nexthop, cfg_.client.smtp_port);
+        hp = sm::parse_hostport("nexthop", nexthop, st.cfg->client.smtp_port);
     } catch (const sm::ConfigError&) {
         return nullptr;  // Resolver::targets reports the bad next hop
     }
     hp.host = sm::lower(hp.host);
-    const auto it = creds_->find(hp.str());
-    return it == creds_->end() ? nullptr : &it->second;
+    const auto it = st.creds->find(hp.str());
+    return it == st.creds->end() ? nullptr : &it->second;
 }
 
-asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const MessageFile& file,
-                                         sm::msg::Result& r) {
+asio::awaitable<void> Deliverer::attempt(const Settings& st, const sm::msg::Deliver& d,
+                                         const MessageFile& file, sm::msg::Result& r) {
+    const sm::Config& cfg = *st.cfg;
     const sm::ClientTls tls =
-        d.rcpts.empty() ? cfg_.client.tls_security_level : cfg_.tls_for(rcpt_domain(d));
+        d.rcpts.empty() ? cfg.client.tls_security_level : cfg.tls_for(rcpt_domain(d));
     const std::string key = destination_key(d, tls);
     // A cached session first; one that the server closed while it sat idle
     // says retry, and the next one (or a new connection) is tried.
@@ -103,7 +134,7 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
         auto outcome = co_await s->transaction(d, file, r.rcpts);
         if (outcome == Session::Outcome::retry) continue;
         spdlog::debug("{}: sent over cached connection to {}", d.ta_id, s->relay());
-        cache_.put(key, std::move(s));
+        done_with(st, key, std::move(s));
         co_return;
     }
     r.relay.clear();
@@ -121,13 +152,13 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
         }
         // A next hop with credentials gets them only over TLS: it needs
         // TLS as encrypt does, or its recipients wait.
-        const sm::Credentials* auth = credentials_for(nh);
+        const sm::Credentials* auth = credentials_for(st, nh);
         const sm::ClientTls level = auth ? std::max(tls, sm::ClientTls::encrypt) : tls;
         for (const auto& target : t.list) {
-            auto s = std::make_shared<Session>(ex, cfg_.client, tls_, resume_);
+            auto s = std::make_shared<Session>(ex, cfg.client, st.tls.get(), st.resume.get());
             auto err = co_await s->open(target, level, auth);
             if (err && s->tls_fallback()) {
-                s = std::make_shared<Session>(ex, cfg_.client, tls_, resume_);
+                s = std::make_shared<Session>(ex, cfg.client, st.tls.get(), st.resume.get());
                 err = co_await s->open(target, sm::ClientTls::none);
             }
             if (err) {
@@ -138,7 +169,7 @@ asio::awaitable<void> Deliverer::attempt(const sm::msg::Deliver& d, const Messag
             r.relay = s->relay();
             r.peer_dsn = s->dsn_offered();
             co_await s->transaction(d, file, r.rcpts);  // a new session never says retry
-            cache_.put(key, std::move(s));
+            done_with(st, key, std::move(s));
             co_return;
         }
     }

@@ -15,34 +15,47 @@ namespace smtpc {
 
 class Deliverer {
 public:
-    // tls: the client context (sm::tls::client_context), built once at
-    // start; null: no STARTTLS. creds: client.sasl_password_file (null:
-    // none). resume: TLS sessions per next hop (null: no resumption).
+    // tls: the client context (sm::tls::client_context); null: no STARTTLS.
+    // creds: client.sasl_password_file (null: none); resume: TLS sessions per
+    // next hop, kept for tls (null: no resumption). All are the start's and
+    // must outlive the Deliverer (a reload replaces them with ones it owns).
     Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cache,
               asio::ssl::context* tls = nullptr, const sm::CredentialMap* creds = nullptr,
-              TlsSessions* resume = nullptr)
-        : cfg_(cfg), spool_(cfg.spool_dir_abs()), dns_(dns), cache_(cache), tls_(tls),
-          creds_(creds), resume_(resume) {}
+              TlsSessions* resume = nullptr);
 
     // Never takes longer than client.delivery_timeout; every recipient of d
     // has a result, and the RESULT fits in a record.
     asio::awaitable<sm::msg::Result> deliver(const sm::msg::Deliver& d);
 
+    // Deliveries from now on use cfg ([client], [tls_policy]), tls, creds
+    // and resume (sessions for tls); those under way finish with what they
+    // started with, and their connections are then closed, not cached, as
+    // are the idle ones now.
+    void reload(std::shared_ptr<const sm::Config> cfg, std::shared_ptr<asio::ssl::context> tls,
+                std::shared_ptr<const sm::CredentialMap> creds,
+                std::shared_ptr<TlsSessions> resume);
+
 private:
-    // Cached connections, then each next hop in turn; fills in r.rcpts.
-    asio::awaitable<void> attempt(const sm::msg::Deliver& d, const MessageFile& file,
-                                  sm::msg::Result& r);
-
+    // One config with its TLS context, credentials and TLS sessions; a
+    // delivery keeps the one it began with.
+    struct Settings {
+        std::shared_ptr<const sm::Config> cfg;
+        std::shared_ptr<asio::ssl::context> tls;
+        std::shared_ptr<const sm::CredentialMap> creds;
+        std::shared_ptr<TlsSessions> resume;  // after tls: goes before its context
+    };
     // The credentials for one next hop of a DELIVER, or null.
-    const sm::Credentials* credentials_for(const std::string& nexthop) const;
+    static const sm::Credentials* credentials_for(const Settings& st, const std::string& nexthop);
+    // Cached connections, then each next hop in turn; fills in r.rcpts.
+    asio::awaitable<void> attempt(const Settings& st, const sm::msg::Deliver& d,
+                                  const MessageFile& file, sm::msg::Result& r);
+    // A session back from a transaction under st: cached if st is current.
+    void done_with(const Settings& st, const std::string& key, std::shared_ptr<Session> s);
 
-    const sm::Config& cfg_;
+    std::shared_ptr<const Settings> settings_;
     const std::string spool_;
     Resolver& dns_;
     ConnectionCache& cache_;
-    asio::ssl::context* tls_;
-    const sm::CredentialMap* creds_;
-    TlsSessions* resume_;
 };
 
 // Every recipient gets the same failure (queue file, DNS, connection).

@@ -11,6 +11,7 @@
 #include "channel.hpp"
 #include "config.hpp"
 #include "credentials.hpp"
+#include "config_reload.hpp"
 #include "limits.hpp"
 #include "log.hpp"
 #include "panic.hpp"
@@ -93,9 +94,23 @@ int main(int argc, char** argv) {
         smtpc::ConnectionCache cache(cfg.client);
         // Sessions of about as many next hops as postfix's default
         // smtp_tls_session_cache keeps in practice; each is a few KB.
-        smtpc::TlsSessions resume(*tls, 1000);
+        constexpr std::size_t tls_session_hops = 1000;
+        smtpc::TlsSessions resume(*tls, tls_session_hops);
         smtpc::Deliverer deliverer(cfg, dns, cache, tls.get(), &creds, &resume);
 
+        // A reload reads the credentials file again (a bad one refuses the
+        // reload) and starts a new session cache: sessions of the old
+        // context may have been verified against other settings.
+        sm::ConfigReloader reloader(io, cfg_path, cfg, [&](sm::Config next) {
+            auto creds = std::make_shared<sm::CredentialMap>();
+            if (!next.client.sasl_password_file.empty())
+                *creds = sm::load_credentials("client.sasl_password_file",
+                                              next.client.sasl_password_file);
+            std::shared_ptr<asio::ssl::context> ctx = sm::tls::client_context(next.client);
+            auto sessions = std::make_shared<smtpc::TlsSessions>(*ctx, tls_session_hops);
+            deliverer.reload(std::make_shared<const sm::Config>(std::move(next)), std::move(ctx),
+                             std::move(creds), std::move(sessions));
+        });
         asio::signal_set signals(io, SIGTERM, SIGINT);
         signals.async_wait([&](boost::system::error_code ec, int sig) {
             if (ec) return;

@@ -4,6 +4,7 @@
 #include "cdb_writer.hpp"
 #include "channel.hpp"
 #include "config.hpp"
+#include "config_reload.hpp"
 #include "limits.hpp"
 #include "log.hpp"
 #include "panic.hpp"
@@ -189,6 +190,18 @@ int main(int argc, char** argv) {
         if (ec) return;
         spdlog::info("signal {}: shutting down", sig);
         p.stop(0);
+    });
+    // SIGHUP from the MCP: new sessions get the new config and certificate.
+    sm::ConfigReloader reloader(io, cfg_path, cfg, [&](sm::Config next) {
+        if (!p.server) throw std::runtime_error("smx-smtps is still starting");
+        std::string warning;
+        next.server.max_connections =
+            sm::fitting_connections(next.server, sm::raise_nofile(), warning);
+        if (!warning.empty()) spdlog::warn("{}", warning);
+        std::shared_ptr<asio::ssl::context> ctx;
+        if (next.server.tls_security_level != sm::TlsLevel::none)
+            ctx = sm::tls::server_context(next.server);
+        p.server->reload(std::make_shared<const sm::Config>(std::move(next)), std::move(ctx));
     });
     asio::co_spawn(io, p.start(), sm::crash_on_exception("smtps start"));
     sm::run_or_panic(io, "smtps");

@@ -16,15 +16,28 @@ std::string client_ip(const tcp::endpoint& ep) {
     return a.to_string();
 }
 
-Server::Server(asio::any_io_executor ex, const sm::Config& cfg, QmgrClient& qmgr,
-               CdbStore& cdb, asio::ssl::context* tls)
-    : ex_(std::move(ex)), cfg_(cfg), qmgr_(qmgr), cdb_(cdb), policy_(cfg.server), tls_(tls) {
-    const auto& s = cfg.server;
+Settings::Settings(std::shared_ptr<const sm::Config> cfg, std::shared_ptr<asio::ssl::context> tls)
+    : config(std::move(cfg)), policy(config->server), tls(std::move(tls)) {
+    const auto& s = config->server;
     const std::string head = "250-" + s.hostname + "\r\n250-PIPELINING\r\n250-SIZE " +
                              std::to_string(s.max_message_size) +
                              "\r\n250-8BITMIME\r\n250-CHUNKING\r\n250-SMTPUTF8\r\n250-DSN\r\n";
     ehlo_reply_ = head + "250 ENHANCEDSTATUSCODES\r\n";
     ehlo_reply_tls_ = head + "250-STARTTLS\r\n250 ENHANCEDSTATUSCODES\r\n";
+}
+
+Server::Server(asio::any_io_executor ex, const sm::Config& cfg, QmgrClient& qmgr,
+               CdbStore& cdb, asio::ssl::context* tls)
+    // Not owned: the aliasing constructor with no owner.
+    : ex_(std::move(ex)),
+      settings_(std::make_shared<const Settings>(
+          std::shared_ptr<const sm::Config>(std::shared_ptr<void>(), &cfg),
+          std::shared_ptr<asio::ssl::context>(std::shared_ptr<void>(), tls))),
+      qmgr_(qmgr), cdb_(cdb) {}
+
+void Server::reload(std::shared_ptr<const sm::Config> cfg,
+                    std::shared_ptr<asio::ssl::context> tls) {
+    settings_ = std::make_shared<const Settings>(std::move(cfg), std::move(tls));
 }
 
 void Server::listen(tcp::acceptor acceptor) {
@@ -38,7 +51,7 @@ void Server::stop_accepting() {
 }
 
 std::string Server::admit(const std::string& ip, bool trusted) {
-    const auto& s = cfg_.server;
+    const auto& s = settings_->server();
     if (counts_->sessions >= s.max_connections)
         return "421 4.7.0 " + s.hostname + " Error: too many connections\r\n";
     if (!trusted) {
@@ -62,7 +75,8 @@ void Server::Counts::release(const std::string& ip, bool counted_per_client) {
 }
 
 asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
-    sm::AcceptGuard guard("smtp", "421 4.3.2 " + cfg_.server.hostname +
+    // server.hostname needs a restart: this reply is made once.
+    sm::AcceptGuard guard("smtp", "421 4.3.2 " + settings_->server().hostname +
                                       " Error: too many open files, try again later\r\n");
     for (;;) {
         auto accepted = co_await guard.next(acceptor);
@@ -73,13 +87,13 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
         if (pec) continue;  // already gone
         sock.set_option(tcp::no_delay(true), pec);
         std::string ip = client_ip(peer);
-        const bool trusted = policy_.trusted_client(ip);
+        const bool trusted = settings_->policy.trusted_client(ip);
         std::string refusal = admit(ip, trusted);
         if (!refusal.empty()) {
             spdlog::warn("connect from unknown[{}]: {}", ip,
                          std::string_view(refusal).substr(0, refusal.size() - 2));
             asio::co_spawn(ex_, [s = std::move(sock), refusal = std::move(refusal),
-                                 t = cfg_.server.command_timeout]() mutable
+                                 t = settings_->server().command_timeout]() mutable
                                     -> asio::awaitable<void> {
                 co_await sm::smtp::write_all(s, refusal, t);
             }, sm::crash_on_exception("smtps refusal"));

@@ -20,12 +20,39 @@ namespace smtps {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
+// What the sessions share and a reload replaces as a whole: a session keeps
+// the Settings it started with until it ends.
+struct Settings {
+    // tls: the STARTTLS context (sm::tls::server_context; one per config, so
+    // its session cache and ticket keys are shared); null when
+    // server.tls_security_level is none.
+    Settings(std::shared_ptr<const sm::Config> cfg, std::shared_ptr<asio::ssl::context> tls);
+    Settings(const Settings&) = delete;
+    Settings& operator=(const Settings&) = delete;
+
+    const std::shared_ptr<const sm::Config> config;
+    const RelayPolicy policy;
+    const std::shared_ptr<asio::ssl::context> tls;
+    // The EHLO reply; with STARTTLS in it when offer_tls and TLS is configured.
+    const std::string& ehlo_reply(bool offer_tls) const {
+        return offer_tls && tls ? ehlo_reply_tls_ : ehlo_reply_;
+    }
+    const sm::ServerConfig& server() const { return config->server; }
+
+private:
+    std::string ehlo_reply_, ehlo_reply_tls_;
+};
+
 class Server {
 public:
-    // tls: the STARTTLS context (built once at start, sm::tls::server_context);
-    // null when server.tls_security_level is none.
+    // cfg and tls are the start's; they must outlive the Server (a reload
+    // replaces them with ones the Server owns).
     Server(asio::any_io_executor ex, const sm::Config& cfg, QmgrClient& qmgr, CdbStore& cdb,
            asio::ssl::context* tls = nullptr);
+
+    // New sessions get cfg (relay networks and domains, limits, timeouts)
+    // and tls (a new certificate); running ones finish with what they have.
+    void reload(std::shared_ptr<const sm::Config> cfg, std::shared_ptr<asio::ssl::context> tls);
 
     // Serves an already listening socket.
     void listen(tcp::acceptor acceptor);
@@ -37,16 +64,10 @@ public:
     // shutdown waits for these so that no accepted message goes unanswered.
     std::size_t committing() const { return counts_->committing; }
 
-    // Shared by all sessions.
-    const sm::ServerConfig& cfg() const { return cfg_.server; }
-    const RelayPolicy& policy() const { return policy_; }
+    // Shared by all sessions; a new session takes settings() once.
+    const std::shared_ptr<const Settings>& settings() const { return settings_; }
     QmgrClient& qmgr() { return qmgr_; }
     CdbStore& cdb() { return cdb_; }
-    // The EHLO reply; with STARTTLS in it when offer_tls and TLS is configured.
-    const std::string& ehlo_reply(bool offer_tls) const {
-        return offer_tls && tls_ ? ehlo_reply_tls_ : ehlo_reply_;
-    }
-    asio::ssl::context* tls() { return tls_; }
     // Counts a failed TLS handshake; returns the count so far.
     std::uint64_t tls_handshake_failed() { return ++counts_->tls_failures; }
 
@@ -76,12 +97,9 @@ private:
     std::string admit(const std::string& ip, bool trusted);
 
     asio::any_io_executor ex_;
-    const sm::Config& cfg_;
+    std::shared_ptr<const Settings> settings_;
     QmgrClient& qmgr_;
     CdbStore& cdb_;
-    RelayPolicy policy_;
-    asio::ssl::context* tls_;
-    std::string ehlo_reply_, ehlo_reply_tls_;
     std::list<tcp::acceptor> acceptors_;
     std::shared_ptr<Counts> counts_ = std::make_shared<Counts>();
 };

@@ -73,7 +73,8 @@ struct Chunking {
 class Session {
 public:
     Session(Server& srv, asio::ip::tcp::socket sock, std::string ip, bool trusted)
-        : srv_(srv), cfg_(srv.cfg()), stream_(std::move(sock)),
+        : srv_(srv), settings_(srv.settings()), cfg_(settings_->server()),
+          stream_(std::move(sock)),
           reader_(stream_, cfg_.max_line_length + sm::dsn::rcpt_line_extra),
           ip_(std::move(ip)), trusted_(trusted) {}
 
@@ -144,6 +145,8 @@ private:
     void timeout_reply() { reply("421 4.4.2 " + cfg_.hostname + " Error: timeout exceeded"); }
 
     Server& srv_;
+    // The config this session started with: a reload does not change it.
+    const std::shared_ptr<const Settings> settings_;
     const sm::ServerConfig& cfg_;
     sm::smtp::Stream stream_;
     sm::smtp::LineReader<sm::smtp::Stream> reader_;
@@ -276,7 +279,7 @@ asio::awaitable<void> Session::run() {
             break;
         case Verb::help:
             reply("214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP" +
-                  std::string(srv_.tls() && !stream_.tls() ? " STARTTLS" : ""));
+                  std::string(settings_->tls && !stream_.tls() ? " STARTTLS" : ""));
             break;
         case Verb::quit:
             reply("221 2.0.0 Bye");
@@ -303,13 +306,13 @@ void Session::helo(std::string_view arg, bool esmtp) {
     helo_.assign(arg);
     esmtp_ = esmtp;
     if (esmtp)
-        out_.append(srv_.ehlo_reply(!stream_.tls()));
+        out_.append(settings_->ehlo_reply(!stream_.tls()));
     else
         reply("250 " + cfg_.hostname);
 }
 
 asio::awaitable<bool> Session::starttls(std::string_view arg) {
-    if (!srv_.tls()) {
+    if (!settings_->tls) {
         error("502 5.5.1 Error: command not implemented");
         co_return true;
     }
@@ -330,7 +333,7 @@ asio::awaitable<bool> Session::starttls(std::string_view arg) {
     const bool flushed = co_await flush();
     if (!flushed) co_return false;
     const std::string err = co_await stream_.start_tls(
-        *srv_.tls(), asio::ssl::stream_base::server, cfg_.command_timeout);
+        *settings_->tls, asio::ssl::stream_base::server, cfg_.command_timeout);
     if (!err.empty()) {
         spdlog::warn("SSL_accept error from {}: {} (tls_handshake_failures={})", client(), err,
                      srv_.tls_handshake_failed());
@@ -425,7 +428,7 @@ void Session::rcpt(std::string_view arg) {
     // Untrusted clients may not route through us in the local part
     // ("u@evil"@relay, u%evil@relay, evil!u@relay), as postfix refuses.
     const bool routed = !trusted_ && !cfg_.allow_untrusted_routing && routes_in_local_part(p->addr);
-    if (routed || (!trusted_ && !srv_.policy().relay_domain(sm::domain_part(p->addr)))) {
+    if (routed || (!trusted_ && !settings_->policy.relay_domain(sm::domain_part(p->addr)))) {
         const std::string r = "554 5.7.1 <" + std::string(p->addr) + ">: Relay access denied";
         spdlog::info("{}: reject: RCPT from {}: {}; from=<{}> to=<{}> helo=<{}>", ta_id_,
                      client(), r, sender_, p->addr, helo_);

@@ -1,4 +1,5 @@
 #include "config.hpp"
+#include "config_reload.hpp"
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -211,4 +212,26 @@ TEST_CASE("tls_policy: domains match as routes do, else client.tls_security_leve
     CHECK(error_key("[tls_policy]\n\"a.org\" = 1\n") == "tls_policy.a.org");
     CHECK(error_key("[client]\ntls_security_level = \"always\"\n") ==
           "client.tls_security_level");
+}
+
+TEST_CASE("reload keeps the restart-only keys and names those that changed") {
+    Config running;
+    running.server.listen = {parse_hostport("server.listen", "127.0.0.1:2525", 25)};
+    running.queue.spool_dir = "/var/spool/smx";
+    Config next = running;
+    next.server.listen = {parse_hostport("server.listen", "127.0.0.1:2526", 25)};
+    next.queue.spool_dir = "/srv/spool";
+    next.server.max_recipients = 7;
+    next.server.relay_domains = {"example.net"};
+    next.log.level = "debug";
+    const auto kept = keep_restart_only(running, next);
+    CHECK(kept == std::vector<std::string>{"server.listen", "queue.spool_dir"});
+    CHECK(next.server.listen.front().port == 2525);
+    CHECK(next.queue.spool_dir == "/var/spool/smx");
+    // Everything else is the new file's.
+    CHECK(next.server.max_recipients == 7);
+    CHECK(next.server.relay_domains == std::vector<std::string>{"example.net"});
+    CHECK(next.log.level == "debug");
+    Config same = running;
+    CHECK(keep_restart_only(running, same).empty());
 }

@@ -99,6 +99,27 @@ TEST_CASE("router: exact, parent domain, default, mx per domain, none") {
     CHECK(d.key == "[192.0.2.1]:25");
 }
 
+TEST_CASE("router reload: new routes apply, next hops already handed out stay valid") {
+    sm::Config cfg;
+    cfg.default_route = hosts("127.0.0.1", 2600);
+    Router r(cfg);
+    Destination before;
+    REQUIRE(r.route("example.net", before));
+    cfg.default_route = hosts("127.0.0.1", 2601);
+    cfg.routes["example.org"] = hosts("127.0.0.1", 2600);
+    r.reload(std::make_shared<const sm::Config>(cfg));
+    cfg = {};  // the router has its own copy
+    Destination after;
+    REQUIRE(r.route("example.net", after));
+    CHECK(after.key == "[127.0.0.1]:2601");
+    // What the scheduler holds from before the reload is still there.
+    CHECK(*before.nexthops == std::vector<std::string>{"[127.0.0.1]:2600"});
+    Destination same;
+    REQUIRE(r.route("example.org", same));
+    CHECK(same.key == before.key);
+    CHECK(same.nexthops == before.nexthops);  // one list per distinct next hops
+}
+
 TEST_CASE("backoff doubles from retry_min up to retry_max") {
     sm::QueueConfig q;
     q.retry_min = std::chrono::seconds(300);

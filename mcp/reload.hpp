@@ -1,0 +1,39 @@
+// Reload, the MCP's side and `smx reload` (docs/operation.md, "Reload").
+//
+// SIGHUP to the MCP (what `smx reload` sends it): the MCP checks the file as
+// `smx check-config` does. A file that does not pass changes nothing. One
+// that does: the MCP names the keys that need a restart (they keep their
+// running values), sets its log level and sends SIGHUP to each child, which
+// loads the file again and hands it over (libsm/config_reload.hpp). The outcome
+// goes to <run_dir>/reload.status, where `smx reload` waits for it.
+#pragma once
+
+#include "cli.hpp"
+#include "config.hpp"
+
+#include <string>
+
+namespace smx {
+
+struct ReloadOutcome {
+    bool ok = false;
+    std::string text;  // what was reloaded and what needs a restart, or why not
+};
+
+// Checks the file at path (empty: built-in defaults) against the running
+// config; on success sets the MCP's log level. Does not signal anyone.
+ReloadOutcome check_reload(const std::string& path, const sm::Config& running);
+
+// "<pid> <n> ok|error\n<text>\n" to <run_dir>/reload.status, written to a
+// new file and renamed over the old one (never through a link QMGR's
+// account may have planted in its run directory). False with err.
+bool write_reload_status(const std::string& run_dir, unsigned long n, const ReloadOutcome& o,
+                         std::string& err);
+
+// `smx reload`: checks the file itself (exit_config on an error), sends
+// SIGHUP to the pid in <run_dir>/smx.pid and waits up to 10 s for that
+// MCP's outcome: exit_ok, exit_config (the MCP refused the file), or
+// exit_failed (not running, no answer).
+int reload_command(const Args& args, std::ostream& out, std::ostream& err);
+
+} // namespace smx
