@@ -26,7 +26,8 @@ TAIL = """
 # FILES
 
 _/etc/smx/smx.toml_
-\tThe configuration the installed service runs with.
+\tThe configuration the installed service runs with, and that every smx
+\tcommand reads without -c.
 
 _/usr/share/smx/smx.toml_
 \tThe installed default, every key at its default except the spool and run

@@ -8,6 +8,7 @@
 
 #include <grp.h>
 #include <pwd.h>
+#include <unistd.h>
 
 
 namespace smx {
@@ -102,8 +103,10 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
                 return std::nullopt;
             }
             a.config_path = argv[++i];
+            a.config_given = true;
         } else if (arg.rfind("--config=", 0) == 0) {
             a.config_path = arg.substr(9);
+            a.config_given = true;
         } else if (arg == "--json") {
             a.json = true;
         } else if (arg.size() > 1 && arg[0] == '-') {
@@ -156,12 +159,22 @@ void print_usage(std::ostream& out) {
            "  delete ID...     delete queue entries\n"
            "\n"
            "options:\n"
-           "  -c, --config FILE   TOML config file (default: built-in defaults,\n"
-           "                      listen 127.0.0.1:2525, spool ./var/spool)\n"
+           "  -c, --config FILE   TOML config file (default: " << default_config << "\n"
+           "                      if it exists, else the built-in defaults: listen\n"
+           "                      127.0.0.1:2525, spool ./var/spool; -c '' for those)\n"
            "  -h, --help          this text\n"
            "  -V, --version       print the version\n"
            "\n"
            "exit status: 0 ok, 1 failure, 2 config error, 64 usage error\n";
+}
+
+const char* const default_config = SMX_DEFAULT_CONFIG;
+
+void resolve_config(Args& a, const std::string& default_file) {
+    if (!a.config_given && ::access(default_file.c_str(), F_OK) == 0) a.config_path = default_file;
+    if (!a.config_path.empty()) a.config_source = a.config_path;
+    else if (a.config_given) a.config_source = "built-in defaults (-c '')";
+    else a.config_source = "built-in defaults (no " + default_file + ")";
 }
 
 std::optional<sm::Config> load_checked(const std::string& path, std::ostream& err) {
@@ -185,11 +198,13 @@ std::optional<sm::Config> load_checked(const std::string& path, std::ostream& er
     }
 }
 
-int check_config(const std::string& path, std::ostream& out, std::ostream& err) {
+int check_config(const std::string& path, std::ostream& out, std::ostream& err,
+                 const std::string& source) {
     auto cfg = load_checked(path, err);
     if (!cfg) return exit_config;
 
-    out << "config OK (" << (path.empty() ? "built-in defaults" : path) << ")\n";
+    out << "config OK ("
+        << (!source.empty() ? source : path.empty() ? "built-in defaults" : path) << ")\n";
     out << "listen: ";
     for (std::size_t i = 0; i < cfg->server.listen.size(); ++i)
         out << (i ? ", " : "") << cfg->server.listen[i].str();
@@ -246,7 +261,8 @@ int ctl_command(const Args& args, std::ostream& out, std::ostream& err) {
     std::string why;
     auto reply = sm::ctl_call(socket, sm::msg::CtlRequest{args.command, args.operands}, why);
     if (!reply) {
-        err << "smx: cannot reach qmgr at " << socket << ": " << why << '\n';
+        err << "smx: cannot reach qmgr at " << socket << " (config: " << args.config_source
+            << "): " << why << '\n';
         return exit_failed;
     }
     if (reply->status != 0) {

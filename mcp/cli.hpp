@@ -23,6 +23,8 @@ struct Args {
     std::string config_path;             // -c FILE; empty: built-in defaults
     bool json = false;                   // stats --json
     std::vector<std::string> operands;   // queue ids for hold/release/delete
+    bool config_given = false;           // -c was given (resolve_config leaves it alone)
+    std::string config_source{};         // resolve_config: which file, or why none
 };
 
 // Parses argv. Returns nullopt with a message in err on a usage error.
@@ -31,13 +33,24 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
 
 void print_usage(std::ostream& out);
 
+// The installed configuration (meson: sysconfdir/smx/smx.toml).
+extern const char* const default_config;
+
+// Without -c: config_path becomes default_file when it exists, else stays
+// empty (the built-in defaults). Sets config_source either way, for the
+// operator: the file read, or "built-in defaults (no FILE)". `-c ''` asks
+// for the built-in defaults whatever is installed.
+void resolve_config(Args& a, const std::string& default_file = default_config);
+
 // Loads the config and checks what load_config cannot (the [server] user,
 // admin_group and stats_group exist; the per-process accounts are checked
 // by `smx run` as root only, the one that needs them). On error prints "smx: config error: <key>: <what>" to err.
 std::optional<sm::Config> load_checked(const std::string& path, std::ostream& err);
 
-// `smx check-config`: exit_ok with "config OK" and a summary, or exit_config.
-int check_config(const std::string& path, std::ostream& out, std::ostream& err);
+// `smx check-config`: exit_ok with "config OK (SOURCE)" and a summary, or
+// exit_config. SOURCE: source if given, else path or "built-in defaults".
+int check_config(const std::string& path, std::ostream& out, std::ostream& err,
+                 const std::string& source = {});
 
 // "name value" lines to one JSON object; values that are JSON numbers stay
 // numbers, anything else becomes a string.

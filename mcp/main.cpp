@@ -10,7 +10,7 @@
 
 int main(int argc, char** argv) {
     std::string err;
-    const auto args = smx::parse_args(argc, argv, err);
+    auto args = smx::parse_args(argc, argv, err);
     if (!args) {
         std::cerr << "smx: " << err << " (smx --help lists the commands)\n";
         return smx::exit_usage;
@@ -23,9 +23,10 @@ int main(int argc, char** argv) {
         std::cout << "smx " SMX_VERSION "\n";
         return smx::exit_ok;
     }
+    smx::resolve_config(*args);
     if (args->command == "run") return smx::run(*args);
     if (args->command == "check-config")
-        return smx::check_config(args->config_path, std::cout, std::cerr);
+        return smx::check_config(args->config_path, std::cout, std::cerr, args->config_source);
     if (args->command == "reload") return smx::reload_command(*args, std::cout, std::cerr);
 
     // libsm's channel logs its warnings; for a command they belong on

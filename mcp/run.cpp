@@ -54,6 +54,7 @@ int run(const Args& args) {
 
     sm::init_logging("mcp", cfg->log);
     sm::install_crash_handlers("mcp");
+    spdlog::info("config: {}", args.config_source);
     {
         // The children inherit the raised limit; SMTPS clamps max_connections
         // to it and says so too.

@@ -12,6 +12,9 @@ SMX_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SMX_PACKAGES="meson ninja-build pkg-config g++ libboost1.81-dev libdb5.3++-dev
   libspdlog-dev catch2 libc-ares-dev libtomlplusplus-dev libssl-dev python3
   libsystemd-dev scdoc"
+# What `dpkg-buildpackage -b` needs besides SMX_PACKAGES (debian/control's
+# Build-Depends are those): the Debian package of README, tests/integration/test_deb.py.
+SMX_DEB_PACKAGES="debhelper build-essential"
 # What `smx run` needs: the four programs, none of the tests and tools.
 SMX_RUN_TARGETS="mcp/smx qmgr/smx-qmgr smtps/smx-smtps smtpc/smx-smtpc"
 

@@ -79,6 +79,40 @@ TEST_CASE("arguments: usage errors say what is wrong") {
     CHECK(err == "unknown option '--verbose'");
 }
 
+TEST_CASE("without -c: the installed config when it exists, else the built-in defaults") {
+    std::string err;
+    TempConfig installed("[server]\nlisten = [\"127.0.0.1:2599\"]\n");
+    auto a = parse({"check-config"}, err);
+    REQUIRE(a);
+    CHECK_FALSE(a->config_given);
+    resolve_config(*a, installed.path);
+    CHECK(a->config_path == installed.path);
+    CHECK(a->config_source == installed.path);
+    std::ostringstream out, cerr;
+    CHECK(check_config(a->config_path, out, cerr, a->config_source) == exit_ok);
+    CHECK(out.str().rfind("config OK (" + installed.path + ")\nlisten: 127.0.0.1:2599\n", 0) == 0);
+
+    a = parse({"check-config"}, err);
+    resolve_config(*a, "/nonexistent/smx.toml");
+    CHECK(a->config_path.empty());
+    CHECK(a->config_source == "built-in defaults (no /nonexistent/smx.toml)");
+    out.str("");
+    CHECK(check_config(a->config_path, out, cerr, a->config_source) == exit_ok);
+    CHECK(out.str().rfind("config OK (built-in defaults (no /nonexistent/smx.toml))\n", 0) == 0);
+
+    // -c wins, and -c '' asks for the built-in defaults whatever is installed.
+    a = parse({"stats", "-c", "x.toml"}, err);
+    resolve_config(*a, installed.path);
+    CHECK(a->config_path == "x.toml");
+    CHECK(a->config_source == "x.toml");
+    a = parse({"run", "-c", ""}, err);
+    resolve_config(*a, installed.path);
+    CHECK(a->config_path.empty());
+    CHECK(a->config_source == "built-in defaults (-c '')");
+    // The compiled-in default is meson's sysconfdir, /etc with prefix /usr.
+    CHECK(std::string(default_config).ends_with("/smx/smx.toml"));
+}
+
 TEST_CASE("check-config: a good config prints a summary, exit 0") {
     auto r = check(R"(
 [server]
