@@ -35,6 +35,10 @@ smx_install_packages() {
     sudo="sudo"
   fi
   echo "smx: installing$missing" >&2
+  # postfix is only ever run as private instances by the tests and perf/:
+  # its system instance stays unconfigured and is not started.
+  echo "postfix postfix/main_mailer_type select No configuration" \
+    | $sudo debconf-set-selections 2>/dev/null || true
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q \
     && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
 }

@@ -16,6 +16,20 @@ SMX = os.path.join(BUILD, "mcp", "smx")
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Fewer messages in the slower sanitizer build (scripts/test sets it).
 SCALE = float(os.environ.get("SMX_TEST_SCALE", "1"))
+# The packaging tests check the tree, the install step and the package, not
+# the code the build under test runs: scripts/test runs them once, with the
+# normal build, and reports them skipped in the sanitizer build's run.
+PACKAGING_MODULES = {"test_deb", "test_install", "test_service", "test_manual"}
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("SMX_PACKAGING_TESTS", "1") != "0":
+        return
+    skip = pytest.mark.skip(reason="packaging tests run once, in the normal build's run "
+                                   "(SMX_PACKAGING_TESTS=0)")
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in PACKAGING_MODULES:
+            item.add_marker(skip)
 
 
 def free_port():
