@@ -191,6 +191,26 @@ TEST_CASE("defedb: held, flush_all, lease") {
     CHECK(flat(db.due(T + 60'000'000, 10)).size() == 3);
 }
 
+TEST_CASE("defedb: get one transaction; flush_all with a pick (smx show, smx requeue)") {
+    TempDir d;
+    Defedb db;
+    REQUIRE(open_ok(db, d));
+    auto a = envelope(ta_id(1), 2), b = envelope(ta_id(2), 1);
+    db.put_many({DeferredTa{a, {rcpt(a.ta_id, 0, T + 500), rcpt(a.ta_id, 1, T + 600)}},
+                 DeferredTa{b, {rcpt(b.ta_id, 0, T + 700)}}});
+    auto got = db.get(a.ta_id);
+    REQUIRE(got);
+    CHECK(got->envelope.ta_id == a.ta_id);
+    CHECK(got->envelope.size == a.size);
+    CHECK(got->rcpts.size() == 2);
+    CHECK_FALSE(db.get(ta_id(99)));
+    CHECK(db.flush_all(T, [&](const DeferredRcpt& r) { return r.ta_id == b.ta_id; }) == 1);
+    CHECK(flat(db.due(T, 10)) == std::vector<std::pair<std::string, std::uint32_t>>{{b.ta_id, 0}});
+    CHECK(db.flush_all(T, [](const DeferredRcpt& r) { return r.idx == 1; }) == 1);
+    CHECK(db.next_due_time() == T);
+    CHECK(db.flush_all(T) == 1);  // only a's first one was left
+}
+
 TEST_CASE("defedb: the warned flag is kept apart from held") {
     TempDir d;
     Defedb db;
