@@ -8,8 +8,9 @@
 //   OrphanSweeper (sweeper.cpp)  content files nobody names
 //   DefedbStrand                 the order of DEFEDB calls
 // Qmgr itself: intake (intake.cpp), results (results.cpp), control
-// (control.cpp), start-up (recovery.cpp), and the components' answers
-// (qmgr.cpp). Everything here runs on the io_context thread; IBDB and DEFEDB
+// (control.cpp; the queue reports in queue_report.cpp), metrics beside the
+// counters (metrics.cpp), start-up (recovery.cpp), and the components'
+// answers (qmgr.cpp). Everything here runs on the io_context thread; IBDB and DEFEDB
 // do their blocking work on the worker pool and call back here.
 #pragma once
 

@@ -79,9 +79,9 @@ std::optional<Options> parse(const std::vector<std::string>& args, std::string& 
             o.domain = lower(a.substr(7));
         } else if (v.starts_with("sender=")) {
             o.sender = a.substr(7) == "<>" ? "" : lower(a.substr(7));
-        } else if (v.starts_with("older-than=") && a.size() > 11 && a.size() < 24 &&
+        } else if (v.starts_with("older-than=") && a.size() > 11 && a.size() <= 11 + 12 &&
                    a.find_first_not_of("0123456789", 11) == a.npos) {
-            o.older_than_s = std::stoull(a.substr(11));
+            o.older_than_s = std::stoull(a.substr(11));  // 12 digits: no overflow, in µs either
         } else if (a == "active" || a == "deferred" || a == "all") {
             o.queue = a;
         } else if (sm::valid_ta_id(a) && o.id.empty()) {
