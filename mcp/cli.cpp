@@ -3,6 +3,7 @@
 #include "channel.hpp"
 #include "credentials.hpp"
 
+#include "json.hpp"
 #include "limits.hpp"
 #include "tls.hpp"
 
@@ -22,38 +23,22 @@ struct CommandRule {
 
 const CommandRule commands[] = {
     {"run", 0, 0},   {"check-config", 0, 0}, {"stats", 0, 0},
-    {"queue", 0, -1}, {"flush", 0, -1},      {"hold", 1, -1},
+    {"queue", 0, 0}, {"qshape", 0, 1},       {"show", 1, 1},
+    {"requeue", 0, 1}, {"flush", 0, -1},     {"hold", 1, -1},
     {"release", 1, -1}, {"delete", 1, -1},   {"help", 0, 0},
     {"version", 0, 0}, {"reload", 0, 0},
 };
+
+// Which command takes which filter option.
+bool takes_filter(const std::string& command, const std::string& option) {
+    if (command == "queue" || command == "qshape") return true;
+    return command == "requeue" && option == "--domain";
+}
 
 const CommandRule* find_command(const std::string& name) {
     for (const auto& c : commands)
         if (name == c.name) return &c;
     return nullptr;
-}
-
-std::string json_string(std::string_view s) {
-    std::string out = "\"";
-    for (unsigned char c : s) {
-        switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\t': out += "\\t"; break;
-        case '\r': out += "\\r"; break;
-        default:
-            if (c < 0x20) {
-                static const char hex[] = "0123456789abcdef";
-                out += "\\u00";
-                out += hex[c >> 4];
-                out += hex[c & 15];
-            } else {
-                out += static_cast<char>(c);
-            }
-        }
-    }
-    return out + "\"";
 }
 
 // JSON's number grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
@@ -89,14 +74,35 @@ void print_with_newline(std::ostream& out, const std::string& text) {
 
 } // namespace
 
+std::optional<std::uint64_t> parse_age(std::string_view s) {
+    std::uint64_t unit = 1;
+    if (!s.empty()) {
+        switch (s.back()) {
+        case 's': unit = 1; break;
+        case 'm': unit = 60; break;
+        case 'h': unit = 3600; break;
+        case 'd': unit = 86400; break;
+        case 'w': unit = 7 * 86400; break;
+        default: unit = 0;
+        }
+        if (unit) s.remove_suffix(1);
+        else unit = 1;
+    }
+    if (s.empty() || s.size() > 12 || s.find_first_not_of("0123456789") != s.npos)
+        return std::nullopt;
+    const std::uint64_t n = std::stoull(std::string(s)) * unit;
+    if (n > 100ull * 366 * 86400) return std::nullopt;
+    return n;
+}
+
 std::optional<Args> parse_args(int argc, const char* const* argv, std::string& err) {
     Args a;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "-h" || arg == "--help") {
-            return Args{"help", "", false, {}};
+            return Args{"help", "", false, {}, {}};
         } else if (arg == "-V" || arg == "--version") {
-            return Args{"version", "", false, {}};
+            return Args{"version", "", false, {}, {}};
         } else if (arg == "-c" || arg == "--config") {
             if (i + 1 >= argc) {
                 err = "option " + arg + " needs a file name";
@@ -109,6 +115,24 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
             a.config_given = true;
         } else if (arg == "--json") {
             a.json = true;
+        } else if (arg == "--domain" || arg == "--sender" || arg == "--older-than") {
+            if (i + 1 >= argc) {
+                err = "option " + arg + " needs a value";
+                return std::nullopt;
+            }
+            std::string value = argv[++i];
+            if (arg == "--older-than") {
+                const auto age = parse_age(value);
+                if (!age) {
+                    err = "--older-than: '" + value + "' is not an age (e.g. 90s, 15m, 1h, 2d)";
+                    return std::nullopt;
+                }
+                value = std::to_string(*age);
+            } else if (arg == "--domain" && (value.empty() || value.find('@') != value.npos)) {
+                err = "--domain: '" + value + "' is not a domain";
+                return std::nullopt;
+            }
+            a.filters.push_back(arg.substr(2) + "=" + value);
         } else if (arg.size() > 1 && arg[0] == '-') {
             err = "unknown option '" + arg + "'";
             return std::nullopt;
@@ -136,8 +160,24 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
         err = a.command + " takes no arguments ('" + a.operands.front() + "')";
         return std::nullopt;
     }
-    if (a.json && a.command != "stats") {
-        err = "--json goes with stats only";
+    if (a.json && a.command != "stats" && a.command != "queue") {
+        err = "--json goes with stats and queue only";
+        return std::nullopt;
+    }
+    for (const auto& f : a.filters) {
+        const std::string option = "--" + f.substr(0, f.find('='));
+        if (!takes_filter(a.command, option)) {
+            err = option + " does not go with " + a.command;
+            return std::nullopt;
+        }
+    }
+    if (a.command == "qshape" && n == 1 && a.operands[0] != "active" &&
+        a.operands[0] != "deferred" && a.operands[0] != "all") {
+        err = "qshape takes active, deferred or all, not '" + a.operands[0] + "'";
+        return std::nullopt;
+    }
+    if (a.command == "requeue" && (n == 1) == !a.filters.empty()) {
+        err = "requeue needs a queue id or --domain D (one of them)";
         return std::nullopt;
     }
     if (a.command == "help" || a.command == "version") a.config_path.clear();
@@ -152,7 +192,13 @@ void print_usage(std::ostream& out) {
            "  check-config     load and validate the config, print a summary\n"
            "  reload           have the running smx re-read the config\n"
            "  stats [--json]   QMGR counters as \"name value\" lines, or one JSON object\n"
-           "  queue            list the queue\n"
+           "  queue [--json] [FILTER]   list the queue (FILTER: --domain D,\n"
+           "                   --sender S, --older-than AGE such as 90s, 15m, 1h, 2d)\n"
+           "  qshape [active|deferred|all] [FILTER]\n"
+           "                   recipients by domain and age in minutes, like postfix's qshape\n"
+           "  show ID          envelope, recipients and header section of one message\n"
+           "  requeue ID | --domain D\n"
+           "                   make deferred recipients due now\n"
            "  flush            retry deferred mail now\n"
            "  hold ID...       hold queue entries\n"
            "  release ID...    release held entries\n"
@@ -247,8 +293,8 @@ std::string stats_to_json(std::string_view text) {
         const std::string_view name = line.substr(0, space);
         const std::string value(
             space == std::string_view::npos ? std::string_view{} : trim(line.substr(space)));
-        out += sep + json_string(name) + ": " +
-               (is_json_number(value) ? value : json_string(value));
+        out += sep + sm::json_string(name) + ": " +
+               (is_json_number(value) ? value : sm::json_string(value));
         sep = ",\n  ";
     }
     return out + (out.size() > 1 ? "\n}\n" : "}\n");
@@ -259,7 +305,10 @@ int ctl_command(const Args& args, std::ostream& out, std::ostream& err) {
     if (!cfg) return exit_config;
     const std::string socket = cfg->qmgr_socket();
     std::string why;
-    auto reply = sm::ctl_call(socket, sm::msg::CtlRequest{args.command, args.operands}, why);
+    sm::msg::CtlRequest req{args.command, args.filters};
+    if (args.json && args.command == "queue") req.args.push_back("json");
+    req.args.insert(req.args.end(), args.operands.begin(), args.operands.end());
+    auto reply = sm::ctl_call(socket, req, why);
     if (!reply) {
         err << "smx: cannot reach qmgr at " << socket << " (config: " << args.config_source
             << "): " << why << '\n';
@@ -270,7 +319,7 @@ int ctl_command(const Args& args, std::ostream& out, std::ostream& err) {
         print_with_newline(err, reply->text.empty() ? "failed" : reply->text);
         return exit_failed;
     }
-    if (args.json) out << stats_to_json(reply->text);
+    if (args.json && args.command == "stats") out << stats_to_json(reply->text);
     else print_with_newline(out, reply->text);
     return exit_ok;
 }

@@ -21,11 +21,18 @@ inline constexpr int exit_usage = 64;  // EX_USAGE
 struct Args {
     std::string command;                 // "run", "stats", "hold", ...
     std::string config_path;             // -c FILE; empty: built-in defaults
-    bool json = false;                   // stats --json
+    bool json = false;                   // stats --json, queue --json
     std::vector<std::string> operands;   // queue ids for hold/release/delete
+    // --domain, --sender, --older-than as QMGR takes them: "domain=D",
+    // "sender=S", "older-than=SECONDS" (queue, qshape; requeue: domain).
+    std::vector<std::string> filters;
     bool config_given = false;           // -c was given (resolve_config leaves it alone)
     std::string config_source{};         // resolve_config: which file, or why none
 };
+
+// "90", "90s", "15m", "1h", "2d", "1w" in seconds; nullopt if malformed or
+// over 100 years.
+std::optional<std::uint64_t> parse_age(std::string_view s);
 
 // Parses argv. Returns nullopt with a message in err on a usage error.
 // --help and --version come back as the commands "help" and "version".

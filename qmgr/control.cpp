@@ -1,5 +1,6 @@
-// Control requests from the `smx` CLI (stats, queue, flush, hold, release,
-// delete), and the counters behind `smx stats` and the Prometheus endpoint.
+// Control requests from the `smx` CLI (stats, flush, hold, release, delete;
+// queue, qshape, show and requeue are in queue_report.cpp), and the counters
+// behind `smx stats` and the Prometheus endpoint.
 // Requests are taken on the event loop; DEFEDB work runs on its strand and
 // the reply goes out when it is back.
 #include "qmgr.hpp"
@@ -9,64 +10,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include <ctime>
-#include <map>
 #include <memory>
 
 namespace smx::qmgr {
-
-namespace {
-
-std::string fmt_time(std::uint64_t unix_us) {
-    const std::time_t t = static_cast<std::time_t>(unix_us / 1'000'000);
-    std::tm tm{};
-    ::gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%a %b %d %H:%M:%S", &tm);
-    return buf;
-}
-
-// One line per recipient of the listing.
-struct Line {
-    std::string addr, state, last_error;
-    std::uint32_t attempts = 0;
-    std::uint64_t next_try_us = 0;
-};
-struct Entry {
-    std::uint64_t size = 0, arrival_us = 0;
-    std::string sender;
-    std::map<std::uint32_t, Line> rcpts;
-};
-
-// A CTL reply is one record (at most sm::rec::max_body): a huge queue is
-// listed up to this size, and the summary line still counts everything.
-constexpr std::size_t max_listing = 3u << 20;
-
-std::string render(const std::map<std::string, Entry>& all) {
-    std::string out = "-Queue ID-        --Size-- ----Arrival Time---- -Sender/Recipient-------\n";
-    std::uint64_t bytes = 0, left_out = 0;
-    for (const auto& [id, e] : all) {
-        bytes += e.size;
-        if (out.size() > max_listing) {
-            ++left_out;
-            continue;
-        }
-        out += fmt::format("{:<17} {:>8} {:<20} {}\n", id, e.size, fmt_time(e.arrival_us),
-                           e.sender.empty() ? "MAILER-DAEMON" : e.sender);
-        for (const auto& [idx, l] : e.rcpts) {
-            out += fmt::format("    {} ({}, attempts={}", l.addr, l.state, l.attempts);
-            if (l.next_try_us) out += ", next try " + fmt_time(l.next_try_us) + " UTC";
-            out += ")\n";
-            if (!l.last_error.empty()) out += "        (" + l.last_error + ")\n";
-        }
-        out += '\n';
-    }
-    if (left_out) out += fmt::format("... {} more requests not listed\n", left_out);
-    out += fmt::format("-- {} Kbytes in {} requests.\n", (bytes + 1023) / 1024, all.size());
-    return out;
-}
-
-} // namespace
 
 std::vector<std::pair<const char*, std::uint64_t>> Qmgr::metrics() const {
     const IbdbStats& s = ibdb_.stats();
@@ -110,8 +56,10 @@ void Qmgr::control(const sm::msg::CtlRequest& req, CtlDone done) {
         std::string text;
         for (const auto& [name, value] : metrics()) text += fmt::format("{} {}\n", name, value);
         done({0, std::move(text)});
-    } else if (c == "queue") {
-        ctl_queue(std::move(done));
+    } else if (c == "queue" || c == "qshape" || c == "show") {
+        ctl_report(req, std::move(done));
+    } else if (c == "requeue") {
+        ctl_requeue(req, std::move(done));
     } else if (c == "flush") {
         ctl_flush(std::move(done));
     } else if (c == "hold" || c == "release") {
@@ -120,45 +68,8 @@ void Qmgr::control(const sm::msg::CtlRequest& req, CtlDone done) {
         ctl_delete(req.args[0], std::move(done));
     } else {
         done({1, "unknown command \"" + c +
-                     "\" (this queue manager knows: stats, queue, flush, hold, release, delete)"});
+                     "\" (this queue manager knows: stats, queue, qshape, show, requeue, flush, hold, release, delete)"});
     }
-}
-
-// The active queue is copied here; DEFEDB is read (in chunks) on its strand
-// and merged in: a recipient memory is working on shows memory's state.
-void Qmgr::ctl_queue(CtlDone done) {
-    auto all = std::make_shared<std::map<std::string, Entry>>();
-    queue_.for_each([&](const Ta& ta) {
-        Entry& e = (*all)[ta.id];
-        e.size = ta.size();
-        e.arrival_us = ta.arrival_us();
-        e.sender = ta.sender();
-        for (std::uint32_t i = 0; i < ta.rcpts().size(); ++i) {
-            const Rcpt& r = ta.rcpt(i);
-            if (is_closed(r.state())) continue;
-            e.rcpts[i] = Line{r.addr(), to_string(r.state()), sm::msg::to_string(r.last_reply()),
-                              r.attempts(), 0};
-        }
-    });
-    dbq_.post<std::string>(
-        [all](Defedb& db) {
-            db.for_each([&](const DeferredTa& t) {
-                Entry& e = (*all)[t.envelope.ta_id];
-                e.size = t.envelope.size;
-                e.arrival_us = t.envelope.arrival_us;
-                e.sender = t.envelope.sender;
-                for (const auto& r : t.rcpts)
-                    e.rcpts.try_emplace(r.idx, Line{r.addr, r.held ? "held" : "deferred",
-                                                    sm::msg::to_string(r.last_reply), r.attempts,
-                                                    r.held ? 0 : r.next_try_us});
-            });
-            std::erase_if(*all, [](const auto& kv) { return kv.second.rcpts.empty(); });
-            return render(*all);
-        },
-        [done = std::move(done)](std::optional<std::string> text) {
-            if (text) done({0, std::move(*text)});
-            else done({1, "deferred queue unreadable (see the log)"});
-        });
 }
 
 void Qmgr::ctl_flush(CtlDone done) {

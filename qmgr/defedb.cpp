@@ -513,7 +513,24 @@ std::size_t Defedb::set_held(const std::string& ta_id, bool held) {
     });
 }
 
-std::size_t Defedb::flush_all(std::uint64_t now_us) {
+std::optional<DeferredTa> Defedb::get(const std::string& ta_id) {
+    auto& m = *impl_;
+    return m.txn(0, [&](DbTxn* t) -> std::optional<DeferredTa> {
+        DeferredTa ta;
+        m.for_ta(t, 0, ta_id, [&](Dbc*, DeferredRcpt r) { ta.rcpts.push_back(std::move(r)); });
+        if (ta.rcpts.empty()) return std::nullopt;
+        In ek(ta_id);
+        Out ed;
+        std::optional<sm::msg::TaCommit> env;
+        if (m.envelopes->get(t, &ek, &ed, 0) == 0) env = decode_envelope(ed.view());
+        if (env) ta.envelope = std::move(*env);
+        ta.envelope.ta_id = ta_id;
+        return ta;
+    });
+}
+
+std::size_t Defedb::flush_all(std::uint64_t now_us,
+                              const std::function<bool(const DeferredRcpt&)>& pick) {
     auto& m = *impl_;
     std::size_t moved = 0;
     std::string from;
@@ -528,7 +545,7 @@ std::size_t Defedb::flush_all(std::uint64_t now_us) {
                 auto r = decode_rcpt(k, d);
                 if (!r) {
                     m.quarantine(c, "rcpt", k, d);
-                } else if (!r->held && r->next_try_us > now_us) {
+                } else if (!r->held && r->next_try_us > now_us && (!pick || pick(*r))) {
                     r->next_try_us = now_us;
                     std::string key(k), val = encode_rcpt(*r);
                     In kk(key), v(val);

@@ -112,13 +112,17 @@ public:
     // (= arrival) order. Reads in chunks, each its own short transaction, and
     // calls f outside any transaction.
     void for_each(const std::function<void(const DeferredTa&)>& f);
+    // `smx show`: one transaction with its recipients; nullopt when DEFEDB
+    // holds none of it.
+    std::optional<DeferredTa> get(const std::string& ta_id);
 
     // `smx hold` / `smx release`: returns the recipients of ta_id (0 = not
     // in DEFEDB). A released recipient keeps its next try.
     std::size_t set_held(const std::string& ta_id, bool held);
-    // `smx flush`: next try = now_us for every recipient not held; returns
-    // how many moved.
-    std::size_t flush_all(std::uint64_t now_us);
+    // `smx flush` (and `smx requeue` with pick): next try = now_us for every
+    // recipient not held (that pick accepts); returns how many moved.
+    std::size_t flush_all(std::uint64_t now_us,
+                          const std::function<bool(const DeferredRcpt&)>& pick = {});
 
     // Recipients in DEFEDB. The first call counts the keys (about 80 ms for
     // 100,000 recipients), later calls are free.

@@ -364,6 +364,8 @@ struct Ibdb::Impl {
                 stats.transactions += j->acks.size();
                 stats.fsync_us_total += j->fsync_us;
                 stats.fsync_us_max = std::max(stats.fsync_us_max, j->fsync_us);
+                stats.fsync_seconds.observe(static_cast<double>(j->fsync_us) / 1e6);
+                stats.batch_size.observe(static_cast<double>(j->acks.size()));
             }
             for (const auto& id : j->ta_ids) {
                 auto it = tas.find(id);

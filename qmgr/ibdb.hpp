@@ -9,6 +9,8 @@
 // retried delivery, never a lost message).
 #pragma once
 
+#include "histogram.hpp"
+
 #include "messages.hpp"
 
 #include <boost/asio.hpp>
@@ -40,6 +42,8 @@ struct IbdbOptions {
 };
 
 struct IbdbStats {
+    Histogram fsync_seconds{latency_buckets};  // per group commit
+    Histogram batch_size{batch_buckets};       // transactions per group commit
     std::uint64_t commits = 0;          // fdatasyncs of batches with transactions
     std::uint64_t transactions = 0;     // transaction records committed
     std::uint64_t records = 0;          // all records written

@@ -101,6 +101,7 @@ void Qmgr::committed(const std::string& id, std::uint64_t req_id, const Send& re
     }
     reply(sm::msg::encode(sm::msg::TaAck{id, AckStatus::ok, {}}, req_id));
     ++counters_.received;
+    counters_.ack_seconds.observe(seconds_since(ta->arrival_us(), clock_.now_us()));
     spdlog::info("{}: from=<{}>, size={}, nrcpt={} (queue active)", id, ta->sender(), ta->size(),
                  ta->rcpts().size());
     schedule(*ta, all_rcpts(*ta));

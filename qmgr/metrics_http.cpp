@@ -15,28 +15,78 @@ namespace smx::qmgr {
 
 namespace {
 
-// Counters only grow; the rest are levels.
-bool is_counter(std::string_view name) {
-    static constexpr std::string_view gauges[] = {
-        "queue_size", "queue_transactions", "queue_deferred", "active_deliveries",
-        "destinations", "smtpc_connections", "smtps_connections", "ibdb_pending", "fsync_us_max"};
-    for (auto g : gauges)
-        if (g == name) return false;
-    return true;
+struct Help {
+    std::string_view name;
+    bool counter;  // only grows; otherwise a level (gauge)
+    std::string_view help;
+};
+constexpr Help helps[] = {
+    {"received", true, "Transactions accepted (TA_COMMIT acknowledged)"},
+    {"rejected", true, "TA_COMMITs refused as invalid"},
+    {"tempfailed", true, "TA_COMMITs refused for now (queue full, I/O error)"},
+    {"delivered", true, "Recipients delivered (status=sent)"},
+    {"deferred", true, "Recipient deferrals (status=deferred)"},
+    {"bounced", true, "Recipients bounced"},
+    {"dsn_sent", true, "Delivery status notifications queued"},
+    {"quarantined", true, "Files and records moved to quarantine/"},
+    {"ibdb_commits", true, "Envelope-log group commits"},
+    {"ibdb_transactions", true, "Transactions in envelope-log group commits"},
+    {"ibdb_records", true, "Envelope-log records written"},
+    {"ibdb_pending", false, "Envelope-log records waiting for their commit"},
+    {"ibdb_files_deleted", true, "Envelope-log files removed"},
+    {"ibdb_corrupt_records", true, "Corrupt envelope-log records seen at start-up"},
+    {"ibdb_write_failures", true, "Failed envelope-log writes (each retried)"},
+    {"fsync_us_total", true, "Microseconds spent in envelope-log fdatasync"},
+    {"fsync_us_max", false, "Longest envelope-log fdatasync, microseconds"},
+    {"queue_size", false, "Open recipients in the active queue"},
+    {"queue_transactions", false, "Transactions in the active queue"},
+    {"queue_deferred", false, "Recipients in the deferred queue (DEFEDB)"},
+    {"active_deliveries", false, "Deliveries out to SMTPC"},
+    {"destinations", false, "Destination queues"},
+    {"smtpc_connections", false, "SMTPC processes connected"},
+    {"smtps_connections", false, "SMTPS processes connected"},
+};
+
+const Help& help_of(std::string_view name) {
+    for (const auto& h : helps)
+        if (h.name == name) return h;
+    sm::panic(fmt::format("metric {} has no help text", name));
 }
+
+// A label value: backslash, double quote and newline escaped.
+std::string label_value(std::string_view v) {
+    std::string out;
+    for (char c : v) {
+        if (c == '\\' || c == '"') out += '\\';
+        if (c == '\n') out += "\\n";
+        else out += c;
+    }
+    return out;
+}
+
+void expose_labels(std::string& out, std::string_view name, std::string_view label,
+                   std::string_view help, const LabelCounts& values) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n", name, help, name);
+    for (const auto& [v, n] : values)
+        out += fmt::format("{}{{{}=\"{}\"}} {}\n", name, label, label_value(v), n);
+}
+
 } // namespace
 
-std::string prometheus_text(const Qmgr& q) {
+std::string prometheus_text(Qmgr& q) {
     std::string out;
     for (const auto& [name, value] : q.metrics()) {
-        out += "# TYPE smx_";
-        out += name;
-        out += is_counter(name) ? " counter\nsmx_" : " gauge\nsmx_";
-        out += name;
-        out += ' ';
-        out += std::to_string(value);
-        out += '\n';
+        const Help& h = help_of(name);
+        out += fmt::format("# HELP smx_{} {}\n# TYPE smx_{} {}\nsmx_{} {}\n", name, h.help, name,
+                           h.counter ? "counter" : "gauge", name, value);
     }
+    for (const auto& h : q.histograms()) h.h.expose(out, h.name, h.help);
+    expose_labels(out, "smx_destination_active_recipients", "destination",
+                  "Recipients waiting or out for delivery per destination (the 20 largest)",
+                  q.active_by_destination());
+    expose_labels(out, "smx_domain_deferred_recipients", "domain",
+                  "Deferred recipients per recipient domain (the 20 largest; counted every 30 s)",
+                  q.deferred_by_domain());
     return out;
 }
 

@@ -17,7 +17,7 @@ public:
     static constexpr unsigned max_clients = 16;
     static constexpr std::chrono::seconds request_timeout{5};
 
-    MetricsHttp(asio::io_context& io, const Qmgr& q) : io_(io), q_(q), acceptor_(io) {}
+    MetricsHttp(asio::io_context& io, Qmgr& q) : io_(io), q_(q), acceptor_(io) {}
     bool listen(const std::string& hostport, std::string& err);
     void stop();
 
@@ -27,12 +27,13 @@ private:
     asio::awaitable<void> answer(asio::ip::tcp::socket& s);
 
     asio::io_context& io_;
-    const Qmgr& q_;
+    Qmgr& q_;
     asio::ip::tcp::acceptor acceptor_;
     unsigned clients_ = 0;
 };
 
-// The counters as Prometheus text: smx_<name> <value> lines with TYPE hints.
-std::string prometheus_text(const Qmgr& q);
+// The counters, histograms and per-label gauges in Prometheus's text
+// exposition format, each with HELP and TYPE.
+std::string prometheus_text(Qmgr& q);
 
 } // namespace smx::qmgr

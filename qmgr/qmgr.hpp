@@ -8,8 +8,9 @@
 //   OrphanSweeper (sweeper.cpp)  content files nobody names
 //   DefedbStrand                 the order of DEFEDB calls
 // Qmgr itself: intake (intake.cpp), results (results.cpp), control
-// (control.cpp), start-up (recovery.cpp), and the components' answers
-// (qmgr.cpp). Everything here runs on the io_context thread; IBDB and DEFEDB
+// (control.cpp; the queue reports in queue_report.cpp), metrics beside the
+// counters (metrics.cpp), start-up (recovery.cpp), and the components'
+// answers (qmgr.cpp). Everything here runs on the io_context thread; IBDB and DEFEDB
 // do their blocking work on the worker pool and call back here.
 #pragma once
 
@@ -52,6 +53,10 @@ struct Counters {
     std::uint64_t deferred = 0;   // recipient deferrals
     std::uint64_t quarantined = 0;  // orphan files and envelopes without content
     unsigned smtps_connections = 0;
+    // End of DATA (the arrival SMTPS stamps) to TA_ACK, accepted mail only.
+    Histogram ack_seconds{latency_buckets};
+    // Arrival to delivery, per delivered recipient.
+    Histogram queue_age_seconds{age_buckets};
 };
 
 class Qmgr {
@@ -88,6 +93,17 @@ public:
     // the pool); and the counters for `smx stats` and Prometheus.
     void control(const sm::msg::CtlRequest& req, CtlDone done);
     std::vector<std::pair<const char*, std::uint64_t>> metrics() const;
+    // metrics.cpp: the histograms, and the per-label gauges for Prometheus.
+    struct HistogramRef {
+        const char* name;
+        const char* help;
+        const Histogram& h;
+    };
+    std::vector<HistogramRef> histograms() const;
+    LabelCounts active_by_destination() const;
+    // From a DEFEDB scan started when the last one is 30 s old (on a scrape):
+    // the caller gets the previous result meanwhile.
+    const LabelCounts& deferred_by_domain();
 
     // SMTPS links come and go; a TA_COMMIT too large to decode was refused.
     void smtps_link(bool up) { up ? ++counters_.smtps_connections : --counters_.smtps_connections; }
@@ -120,10 +136,12 @@ private:
                std::uint64_t until_us);
     bool expired(const Ta& ta) const;
     // control.cpp
-    void ctl_queue(CtlDone done);
     void ctl_flush(CtlDone done);
     void ctl_hold(const std::string& id, bool hold, CtlDone done);
     void ctl_delete(const std::string& id, CtlDone done);
+    // queue_report.cpp: queue, qshape, show; requeue
+    void ctl_report(const sm::msg::CtlRequest& req, CtlDone done);
+    void ctl_requeue(const sm::msg::CtlRequest& req, CtlDone done);
 
     const sm::Config& cfg_;
     const sm::Clock& clock_;
@@ -144,6 +162,11 @@ private:
     bool disk_low_ = false;
     asio::steady_timer reclaim_timer_;
     bool accepting_ = true;
+    struct DeferredShape {
+        LabelCounts top;
+        std::uint64_t scanned_us = 0;
+        bool busy = false;
+    } deferred_shape_;
 };
 
 // True when no server took part: connect failures, timeouts, a 421 greeting.

@@ -85,8 +85,10 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, const sm::msg
 }
 
 void Qmgr::sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status) {
-    log_rcpt(ta, idx, relay, "sent", status, clock_.now_us());
+    const std::uint64_t now = clock_.now_us();
+    log_rcpt(ta, idx, relay, "sent", status, now);
     ++counters_.delivered;
+    counters_.queue_age_seconds.observe(seconds_since(ta.arrival_us(), now));
     if (ta.rcpt(idx).from_defedb()) deferred_.remove(ta.id, idx);
     else ibdb_.rcpt_done(ta.id, idx);
     queue_.sent(ta, idx);

@@ -96,6 +96,7 @@ std::optional<Job> Scheduler::complete(std::uint64_t link, std::uint64_t da_id,
     if (Link* l = find_link(link)) --l->inflight;
     Dest& d = *dl.dest;
     --d.active;
+    delivery_seconds_.observe(seconds_since(dl.sent_us, clock_.now_us()));
     if (connection_failed) {
         on_failure(d, error);
     } else {
@@ -240,6 +241,18 @@ Scheduler::Link* Scheduler::find_link(std::uint64_t id) {
     for (auto& l : links_)
         if (l.id == id) return &l;
     return nullptr;
+}
+
+LabelCounts Scheduler::recipients_by_destination(std::size_t n) const {
+    std::unordered_map<const Dest*, std::uint64_t> count;
+    for (const auto& [key, d] : dests_)
+        for (const Job& j : d->jobs) count[d.get()] += j.idx.size();
+    for (const auto& [id, dl] : inflight_) count[dl.dest] += dl.job.idx.size();
+    LabelCounts out;
+    for (const auto& [d, c] : count)
+        if (c) out.emplace_back(d->key, c);
+    keep_largest(out, n);
+    return out;
 }
 
 } // namespace smx::qmgr

@@ -9,6 +9,7 @@
 // destinations or all deliveries.
 #pragma once
 
+#include "histogram.hpp"
 #include "queue.hpp"
 #include "routing.hpp"
 
@@ -80,6 +81,10 @@ public:
     std::size_t active_deliveries() const { return inflight_.size(); }
     std::size_t links() const { return links_.size(); }
     std::size_t destinations() const { return dests_.size(); }
+    // Recipients waiting or out for delivery per destination, the n largest.
+    LabelCounts recipients_by_destination(std::size_t n) const;
+    // Seconds from DELIVER to RESULT, per delivery attempt.
+    const Histogram& delivery_seconds() const { return delivery_seconds_; }
     // Current window of a destination, 0 when it has no queue (for tests).
     double window(const std::string& key) const;
     bool dead(const std::string& key) const;
@@ -131,6 +136,7 @@ private:
     std::uint64_t next_link_ = 1;
     std::uint64_t next_da_ = 1;
     bool pump_posted_ = false;
+    Histogram delivery_seconds_{delivery_buckets};
 };
 
 } // namespace smx::qmgr

@@ -95,9 +95,10 @@ std::optional<Server::Peer> peer_of(int fd) {
     return p;
 }
 
-// stats and queue only read; every other command changes the queue.
+// stats, queue and qshape only read envelopes; every other command changes
+// the queue, or (show) reads a message's headers.
 bool reads_only(const std::string& command) {
-    return command == "stats" || command == "queue";
+    return command == "stats" || command == "queue" || command == "qshape";
 }
 
 } // namespace

@@ -625,6 +625,9 @@ asio::awaitable<void> Session::queue(CdbWriter& w) {
 }
 
 asio::awaitable<std::string> Session::commit(CdbWriter& w) {
+    // Arrival is the end of DATA: QMGR's ack latency histogram measures
+    // from here, so it covers the content file's fsync too.
+    const std::uint64_t arrival_us = sm::now_us();
     if (const int err = co_await w.commit(); err != 0) {
         spdlog::error("{}: cannot write queue file: {}", ta_id_, std::strerror(err));
         co_return err == ENOSPC || err == EDQUOT ? "452 4.3.1 Error: insufficient system storage"
@@ -640,7 +643,7 @@ asio::awaitable<std::string> Session::commit(CdbWriter& w) {
     ta.rcpts = rcpts_;
     ta.cdb_id = ta_id_;
     ta.size = w.size();
-    ta.arrival_us = sm::now_us();
+    ta.arrival_us = arrival_us;
     const auto ack = co_await srv_.qmgr().commit(ta);
     // Without an answer QMGR may still have logged the transaction, so the
     // file stays; a client retry at worst makes a duplicate.

@@ -162,7 +162,7 @@ TEST_CASE("defedb: the envelope goes with its last recipient") {
     CHECK_FALSE(db.next_due_time());
 }
 
-TEST_CASE("defedb: held, flush_all, lease") {
+TEST_CASE("defedb: get, held, flush_all (with a pick), lease") {
     TempDir d;
     Defedb db;
     REQUIRE(open_ok(db, d));
@@ -170,9 +170,22 @@ TEST_CASE("defedb: held, flush_all, lease") {
     db.put_many({DeferredTa{a, {rcpt(a.ta_id, 0, T + 500), rcpt(a.ta_id, 1, T + 600)}},
                  DeferredTa{b, {rcpt(b.ta_id, 0, T + 700)}}});
     CHECK(db.due(T, 10).empty());
+    // smx show: one transaction with its envelope.
+    auto got = db.get(a.ta_id);
+    REQUIRE(got);
+    CHECK(got->envelope.ta_id == a.ta_id);
+    CHECK(got->envelope.size == a.size);
+    CHECK(got->rcpts.size() == 2);
+    CHECK_FALSE(db.get(ta_id(99)));
+    // smx requeue: only what the pick takes moves, and only if not due yet.
+    CHECK(db.flush_all(T + 650, [](const DeferredRcpt& r) { return r.idx == 1; }) == 0);
+    CHECK(db.flush_all(T + 550, [](const DeferredRcpt& r) { return r.idx == 1; }) == 1);
+    CHECK(db.next_due_time() == T + 500);
+    CHECK(db.flush_all(T + 500, [&](const DeferredRcpt& r) { return r.ta_id == b.ta_id; }) == 1);
+    CHECK(db.next_due_time() == T + 500);
     CHECK(db.set_held(a.ta_id, true) == 2);
     CHECK(db.set_held(ta_id(99), true) == 0);
-    CHECK(db.next_due_time() == T + 700);  // held ones are not in the index
+    CHECK(db.next_due_time() == T + 500);  // held ones are not in the index
     CHECK(db.flush_all(T) == 1);            // only b: a is held
     CHECK(flat(db.due(T, 10)) == std::vector<std::pair<std::string, std::uint32_t>>{{b.ta_id, 0}});
     bool seen_held = false;

@@ -73,8 +73,8 @@ TEST_CASE("arguments: usage errors say what is wrong") {
     CHECK(err == "hold needs a queue id");
     CHECK_FALSE(parse({"run", "extra"}, err));
     CHECK(err == "run takes no arguments ('extra')");
-    CHECK_FALSE(parse({"queue", "--json"}, err));
-    CHECK(err == "--json goes with stats only");
+    CHECK_FALSE(parse({"flush", "--json"}, err));
+    CHECK(err == "--json goes with stats and queue only");
     CHECK_FALSE(parse({"run", "--verbose"}, err));
     CHECK(err == "unknown option '--verbose'");
 }
@@ -111,6 +111,55 @@ TEST_CASE("without -c: the installed config when it exists, else the built-in de
     CHECK(a->config_source == "built-in defaults (-c '')");
     // The compiled-in default is meson's sysconfdir, /etc with prefix /usr.
     CHECK(std::string(default_config).ends_with("/smx/smx.toml"));
+}
+
+TEST_CASE("arguments: queue filters and the queue tools") {
+    std::string err;
+    auto a = parse({"queue", "--json", "--domain", "Example.NET", "--older-than", "2d",
+                    "--sender", "<>"}, err);
+    REQUIRE(a);
+    CHECK(a->json);
+    CHECK(a->filters == std::vector<std::string>{"domain=Example.NET", "older-than=172800",
+                                                 "sender=<>"});
+    a = parse({"qshape", "deferred", "--older-than", "90"}, err);
+    REQUIRE(a);
+    CHECK(a->operands == std::vector<std::string>{"deferred"});
+    CHECK(a->filters == std::vector<std::string>{"older-than=90"});
+    CHECK(parse({"requeue", "--domain", "example.net"}, err));
+    CHECK(parse({"requeue", "6B035578AF0E70000"}, err));
+    CHECK(parse({"show", "6B035578AF0E70000"}, err));
+
+    CHECK_FALSE(parse({"queue", "--older-than", "1y"}, err));
+    CHECK(err == "--older-than: '1y' is not an age (e.g. 90s, 15m, 1h, 2d)");
+    CHECK_FALSE(parse({"queue", "--domain"}, err));
+    CHECK(err == "option --domain needs a value");
+    CHECK_FALSE(parse({"queue", "--domain", "a@b"}, err));
+    CHECK(err == "--domain: 'a@b' is not a domain");
+    CHECK_FALSE(parse({"qshape", "incoming"}, err));
+    CHECK(err == "qshape takes active, deferred or all, not 'incoming'");
+    CHECK_FALSE(parse({"show"}, err));
+    CHECK(err == "show needs a queue id");
+    CHECK_FALSE(parse({"requeue"}, err));
+    CHECK(err == "requeue needs a queue id or --domain D (one of them)");
+    CHECK_FALSE(parse({"requeue", "6B035578AF0E70000", "--domain", "x"}, err));
+    CHECK_FALSE(parse({"requeue", "--sender", "a@b"}, err));
+    CHECK(err == "--sender does not go with requeue");
+    CHECK_FALSE(parse({"hold", "X", "--domain", "x"}, err));
+    CHECK(err == "--domain does not go with hold");
+}
+
+TEST_CASE("ages: units, limits") {
+    CHECK(parse_age("90") == 90u);
+    CHECK(parse_age("15m") == 900u);
+    CHECK(parse_age("1h") == 3600u);
+    CHECK(parse_age("2d") == 172800u);
+    CHECK(parse_age("1w") == 604800u);
+    CHECK_FALSE(parse_age(""));
+    CHECK_FALSE(parse_age("h"));
+    CHECK_FALSE(parse_age("-1h"));
+    CHECK_FALSE(parse_age("1.5h"));
+    CHECK_FALSE(parse_age("999999999999999d"));
+    CHECK_FALSE(parse_age("36600000d"));
 }
 
 TEST_CASE("check-config: a good config prints a summary, exit 0") {

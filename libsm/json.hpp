@@ -1,0 +1,13 @@
+// JSON string quoting, for the CLI's --json output and QMGR's queue reports.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace sm {
+
+// s as a JSON string literal, quotes included (control characters escaped;
+// bytes >= 0x80 pass as they are).
+std::string json_string(std::string_view s);
+
+} // namespace sm
