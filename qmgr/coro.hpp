@@ -31,24 +31,29 @@ asio::awaitable<std::invoke_result_t<F&>> run_on(Executor ex, F f) {
 }
 
 // The coroutines one component has started and not yet seen exit. Each is
-// spawned with sm::crash_on_exception; the count lives in shared memory so
-// that a frame destroyed late (a test dropping its io_context) touches
-// nothing that is gone.
+// spawned with sm::crash_on_exception and starts in a later event-loop turn,
+// never inside its caller (co_spawn alone would run it at once when called
+// on the loop): what the caller does next in this turn is seen by it, e.g.
+// the rest of a RESULT's deferrals join the batch. The count lives in shared
+// memory so that a frame destroyed late (a test dropping its io_context)
+// touches nothing that is gone.
 class Coroutines {
 public:
     void spawn(const asio::any_io_executor& ex, asio::awaitable<void> a, std::string_view where) {
         ++*live_;
-        asio::co_spawn(ex, counted(live_, std::move(a)), sm::crash_on_exception(where));
+        asio::co_spawn(ex, counted(ex, live_, std::move(a)), sm::crash_on_exception(where));
     }
     bool idle() const { return *live_ == 0; }
 
 private:
-    static asio::awaitable<void> counted(std::shared_ptr<std::size_t> live,
+    static asio::awaitable<void> counted(asio::any_io_executor ex,
+                                         std::shared_ptr<std::size_t> live,
                                          asio::awaitable<void> a) {
         struct Exit {
             std::shared_ptr<std::size_t> live;
             ~Exit() { --*live; }
         } exit{std::move(live)};
+        co_await asio::post(ex, asio::use_awaitable);
         co_await std::move(a);
     }
 
