@@ -56,8 +56,12 @@ void Bouncer::relayed(Ta& ta, std::uint32_t idx, const std::string& relay,
     why.params = ta.env->rcpts.at(idx).params;
     why.last_attempt_us = clock_.now_us();
     // Now, not at the end of the turn: once sent, the transaction may leave
-    // memory. Its content is read on the pool before the reaper may take it.
-    queue_dsn(ta, {Bounce{idx, std::move(why)}}, "success", [](const std::string&) {});
+    // memory. Its content is read on the pool, normally before the reaper's
+    // unlink (which waits for IBDB's ta_done); if not, the notice goes out
+    // without the original's header section.
+    std::vector<Bounce> one;
+    one.push_back(Bounce{idx, std::move(why)});
+    tasks_.spawn(ex_, queue_dsn(ta.id, ta.env, std::move(one), Kind::success), "success notice");
 }
 
 sm::dsn::Notify Bouncer::notify(const Ta& ta, std::uint32_t idx) {
@@ -77,14 +81,14 @@ void Bouncer::report(std::map<std::string, std::vector<Bounce>>& to, Ta& ta, std
     if (idx < ta.env->rcpts.size()) why.params = ta.env->rcpts[idx].params;
     // Everything that fails in this event-loop turn (one RESULT, one due
     // batch) goes into one DSN per transaction.
-    if (bounces_.empty() && delays_.empty()) asio::post(ex_, [this] { flush(); });
+    if (bounces_.empty() && delays_.empty()) tasks_.spawn(ex_, flush(), "bounce flush");
     to[ta.id].push_back(Bounce{idx, std::move(why)});
 }
 
-void Bouncer::flush() {
+asio::awaitable<void> Bouncer::flush() {
     for (auto& [id, list] : std::exchange(delays_, {}))
         if (Ta* ta = queue_.find(id); ta && !ta->deleted())
-            queue_dsn(*ta, list, "delay", [](const std::string&) {});
+            tasks_.spawn(ex_, queue_dsn(id, ta->env, std::move(list), Kind::delay), "delay warning");
     for (auto& [id, list] : std::exchange(bounces_, {})) {
         Ta* ta = queue_.find(id);
         if (!ta) continue;
@@ -97,15 +101,8 @@ void Bouncer::flush() {
             // NOTIFY without FAILURE (or NEVER): that recipient is final now.
             std::vector<Bounce> quiet, loud;
             for (auto& b : list) (notify(*ta, b.idx).failure ? loud : quiet).push_back(std::move(b));
-            // Only when the DSN is durable are the failed recipients closed;
-            // else they wait in DEFEDB and fail (and bounce) again later.
-            // Named copies: clang 14 cannot capture structured bindings.
             if (!loud.empty())
-                queue_dsn(*ta, loud, "non-delivery",
-                          [this, id = id, loud](const std::string& error) {
-                              if (error.empty()) hooks_.bounced(id, loud);
-                              else hooks_.failed(id, loud, error);
-                          });
+                tasks_.spawn(ex_, queue_dsn(id, ta->env, std::move(loud), Kind::failure), "bounce");
             if (!quiet.empty()) {
                 spdlog::info("{}: no bounce for {} recipient(s): NOTIFY without FAILURE", id,
                              quiet.size());
@@ -113,72 +110,90 @@ void Bouncer::flush() {
             }
         }
     }
+    co_return;
 }
 
-// Builds and writes the DSN on the pool, then logs it in IBDB and schedules
-// it; done("") once that is durable, done(what failed) otherwise.
-void Bouncer::queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kind,
-                     std::function<void(const std::string&)> done) {
+// Writes the DSN, logs it in IBDB and schedules it. A delay warning is not
+// waited for. The recipients of a non-delivery report are closed only once
+// it is durable; else they wait in DEFEDB and fail (and bounce) again later.
+// (The big values live in write_dsn and dsn_commit: a coroutine frame over
+// 1 KiB is not recycled, and GCC 12 misreads its delete, PR 109224.)
+asio::awaitable<void> Bouncer::queue_dsn(std::string id,
+                                         std::shared_ptr<const sm::msg::TaCommit> env,
+                                         std::vector<Bounce> list, Kind k) {
+    const char* kind = k == Kind::failure ? "non-delivery" : k == Kind::delay ? "delay" : "success";
+    const auto answer = [&](const std::string& error) {
+        if (k != Kind::failure) return;
+        if (error.empty()) hooks_.bounced(id, list);
+        else hooks_.failed(id, list, error);
+    };
     const std::string dsn_id = sm::new_ta_id();
-    const std::string orig_path = sm::cdb_path(spool_, ta.cdb_id(), cfg_.queue.cdb_hashed);
-    const std::string path = sm::cdb_path(spool_, dsn_id, cfg_.queue.cdb_hashed);
+    const auto [err, size] = co_await write_dsn(env, list, dsn_id, k);
+    if (err) {
+        spdlog::error("{}: cannot write {} notification: {}", id, kind, std::strerror(err));
+        co_return answer(std::string(kind) + " notification not written: " + std::strerror(err));
+    }
+    // Durable in IBDB (the group commit) before it counts as queued.
+    auto d = dsn_commit(dsn_id, env->sender, size);
+    const auto logged = co_await ibdb_.append(std::move(d));
+    Ta* dsn = queue_.find(dsn_id);
+    if (!std::get<0>(logged) || !dsn) {
+        const std::string& error = std::get<1>(logged);
+        spdlog::error("{}: {} notification {} not logged: {}", id, kind, dsn_id, error);
+        queue_.abandon(dsn_id);
+        reaper_.discard(dsn_id);
+        co_return answer(std::string(kind) + " notification not queued: " + error);
+    }
+    ++dsn_sent_;
+    spdlog::info("{}: sender {} notification: {}", id, kind, dsn_id);
+    spdlog::info("{}: from=<>, size={}, nrcpt=1 (queue active)", dsn_id, dsn->size());
+    hooks_.schedule(*dsn);
+    answer({});
+}
+
+// On the pool: the report (with the original's header section when it can
+// be read) written as the content file of dsn_id.
+asio::awaitable<std::pair<int, std::uint64_t>> Bouncer::write_dsn(
+    std::shared_ptr<const sm::msg::TaCommit> env, const std::vector<Bounce>& list,
+    const std::string& dsn_id, Kind kind) {
     std::vector<dsn::FailedRcpt> rcpts;
     for (const auto& b : list) rcpts.push_back(b.why);
     dsn::Report rep;
     rep.reporting_mta = cfg_.server.hostname;
     rep.dsn_id = dsn_id;
     rep.now_us = clock_.now_us();
-    auto env = ta.env;
     // RET=FULL returns the whole message on failure, but only to a client we
     // relay for: others (anyone can forge their sender) get headers only.
-    const bool full = std::string_view(kind) == "non-delivery" && sm::dsn::ret_full(env->params) &&
+    const bool full = kind == Kind::failure && sm::dsn::ret_full(env->params) &&
                       cfg_.server.in_relay_networks(env->client_addr);
-    struct Written {
-        int err = 0;
-        std::uint64_t size = 0;
-    };
-    auto job = [env, rcpts = std::move(rcpts), rep, orig_path, path, full]() mutable {
+    auto job = [env, rcpts = std::move(rcpts), rep = std::move(rep), full,
+                orig_path = sm::cdb_path(spool_, env->cdb_id, cfg_.queue.cdb_hashed),
+                path = sm::cdb_path(spool_, dsn_id, cfg_.queue.cdb_hashed)]() mutable {
         std::string err;
         // Over max_returned_message only the headers go back.
         if (auto m = full ? dsn::read_message(orig_path, err) : std::nullopt) rep.original_message = *m;
         // Without the original headers the report still says what failed.
         else if (auto h = dsn::read_header_section(orig_path, err)) rep.original_headers = *h;
         const std::string msg = dsn::build(*env, rcpts, rep);
-        return Written{sm::content::write_durable(path, msg), msg.size()};
+        return std::make_pair(sm::content::write_durable(path, msg),
+                              static_cast<std::uint64_t>(msg.size()));
     };
-    auto written = [this, id = ta.id, dsn_id, env, kind, done = std::move(done)](Written w) mutable {
-        if (w.err) {
-            spdlog::error("{}: cannot write {} notification: {}", id, kind, std::strerror(w.err));
-            return done(std::string(kind) + " notification not written: " + std::strerror(w.err));
-        }
-        sm::msg::TaCommit d;
-        d.ta_id = d.cdb_id = dsn_id;
-        d.client_addr = "127.0.0.1";
-        d.client_name = "localhost";
-        d.helo = cfg_.server.hostname;
-        d.rcpts.push_back(sm::msg::Recipient{env->sender, {}});
-        d.size = w.size;
-        d.arrival_us = clock_.now_us();
-        queue_.admit(d);
-        ibdb_.append_transaction(d, [this, id, dsn_id, kind, done = std::move(done)](
-                                        bool ok, const std::string& error) {
-            Ta* dsn = queue_.find(dsn_id);
-            if (!ok || !dsn) {
-                spdlog::error("{}: {} notification {} not logged: {}", id, kind, dsn_id, error);
-                queue_.abandon(dsn_id);
-                reaper_.discard(dsn_id);
-                return done(std::string(kind) + " notification not queued: " + error);
-            }
-            ++dsn_sent_;
-            spdlog::info("{}: sender {} notification: {}", id, kind, dsn_id);
-            spdlog::info("{}: from=<>, size={}, nrcpt=1 (queue active)", dsn_id, dsn->size());
-            hooks_.schedule(*dsn);
-            done({});
-        });
-    };
-    asio::post(workers_, [ex = ex_, job = std::move(job), written = std::move(written)]() mutable {
-        asio::post(ex, [written = std::move(written), w = job()]() mutable { written(w); });
-    });
+    co_return co_await run_on(workers_.get_executor(), std::move(job));
+}
+
+// The DSN's transaction, from <> to the original sender, in the active queue.
+sm::msg::TaCommit Bouncer::dsn_commit(const std::string& dsn_id, const std::string& to,
+                                      std::uint64_t size) {
+    sm::msg::TaCommit d;
+    d.ta_id = d.cdb_id = dsn_id;
+    d.client_addr = "127.0.0.1";
+    d.client_name = "localhost";
+    d.helo = cfg_.server.hostname;
+    d.rcpts.push_back(sm::msg::Recipient{to, {}});
+    d.size = size;
+    d.arrival_us = clock_.now_us();
+    queue_.admit(d);
+    return d;
 }
 
 } // namespace smx::qmgr

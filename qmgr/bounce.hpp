@@ -11,6 +11,7 @@
 // hooks, once the DSN is durable or could not be written).
 #pragma once
 
+#include "coro.hpp"
 #include "dsn.hpp"
 #include "dsn_params.hpp"
 #include "ibdb.hpp"
@@ -25,7 +26,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace smx::qmgr {
@@ -66,13 +69,23 @@ public:
 
     std::uint64_t bounced() const { return bounced_; }    // recipients: status=bounced
     std::uint64_t dsn_sent() const { return dsn_sent_; }  // DSNs queued
+    bool idle() const { return tasks_.idle(); }
 
 private:
     void report(std::map<std::string, std::vector<Bounce>>& to, Ta& ta, std::uint32_t idx,
                 dsn::FailedRcpt why);
-    void flush();
-    void queue_dsn(Ta& ta, const std::vector<Bounce>& list, const char* kind,
-                   std::function<void(const std::string&)> done);
+    asio::awaitable<void> flush();
+    enum class Kind { failure, delay, success };
+    // One DSN for the recipients in list, written, logged in IBDB and
+    // scheduled; for a non-delivery report the hooks hear whether it is.
+    asio::awaitable<void> queue_dsn(std::string id, std::shared_ptr<const sm::msg::TaCommit> env,
+                                    std::vector<Bounce> list, Kind kind);
+    // 0 or the errno of the write, and the DSN's size.
+    asio::awaitable<std::pair<int, std::uint64_t>> write_dsn(
+        std::shared_ptr<const sm::msg::TaCommit> env, const std::vector<Bounce>& list,
+        const std::string& dsn_id, Kind kind);
+    sm::msg::TaCommit dsn_commit(const std::string& dsn_id, const std::string& to,
+                                 std::uint64_t size);
     // Why the sender of ta gets no DSN (null sender, bounce_untrusted), or
     // nullptr when it does.
     const char* no_dsn_reason(const Ta& ta) const;
@@ -91,6 +104,7 @@ private:
     // Recipients failed for good (or late), by transaction: one DSN each.
     std::map<std::string, std::vector<Bounce>> bounces_, delays_;
     std::uint64_t bounced_ = 0, dsn_sent_ = 0;
+    Coroutines tasks_;
 };
 
 } // namespace smx::qmgr

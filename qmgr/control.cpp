@@ -1,8 +1,8 @@
 // Control requests from the `smx` CLI (stats, flush, hold, release, delete;
 // queue, qshape, show and requeue are in queue_report.cpp), and the counters
-// behind `smx stats` and the Prometheus endpoint.
-// Requests are taken on the event loop; DEFEDB work runs on its strand and
-// the reply goes out when it is back.
+// behind `smx stats` and the Prometheus endpoint. Requests are taken on the
+// event loop; each that needs DEFEDB is a coroutine that awaits its work on
+// the DEFEDB strand, then replies.
 #include "qmgr.hpp"
 
 #include "ids.hpp"
@@ -57,35 +57,34 @@ void Qmgr::control(const sm::msg::CtlRequest& req, CtlDone done) {
         for (const auto& [name, value] : metrics()) text += fmt::format("{} {}\n", name, value);
         done({0, std::move(text)});
     } else if (c == "queue" || c == "qshape" || c == "show") {
-        ctl_report(req, std::move(done));
+        tasks_.spawn(ex_, ctl_report(req, std::move(done)), "smx queue");
     } else if (c == "requeue") {
-        ctl_requeue(req, std::move(done));
+        tasks_.spawn(ex_, ctl_requeue(req, std::move(done)), "smx requeue");
     } else if (c == "flush") {
-        ctl_flush(std::move(done));
+        tasks_.spawn(ex_, ctl_flush(std::move(done)), "smx flush");
     } else if (c == "hold" || c == "release") {
-        ctl_hold(req.args[0], c == "hold", std::move(done));
+        tasks_.spawn(ex_, ctl_hold(req.args[0], c == "hold", std::move(done)), "smx hold");
     } else if (c == "delete") {
-        ctl_delete(req.args[0], std::move(done));
+        tasks_.spawn(ex_, ctl_delete(req.args[0], std::move(done)), "smx delete");
     } else {
         done({1, "unknown command \"" + c +
                      "\" (this queue manager knows: stats, queue, qshape, show, requeue, flush, hold, release, delete)"});
     }
 }
 
-void Qmgr::ctl_flush(CtlDone done) {
-    dbq_.post<std::size_t>([now = clock_.now_us()](Defedb& db) { return db.flush_all(now); },
-                    [this, done = std::move(done)](std::optional<std::size_t> n) {
-                        if (!n) return done({1, "flush failed (see the log)"});
-                        spdlog::info("flush: {} deferred recipients due now", *n);
-                        deferred_.due_now();
-                        done({0, fmt::format("{} deferred recipients scheduled now\n", *n)});
-                    });
+asio::awaitable<void> Qmgr::ctl_flush(CtlDone done) {
+    const auto n =
+        co_await dbq_.run([now = clock_.now_us()](Defedb& db) { return db.flush_all(now); });
+    if (!n) co_return done({1, "flush failed (see the log)"});
+    spdlog::info("flush: {} deferred recipients due now", *n);
+    deferred_.due_now();
+    done({0, fmt::format("{} deferred recipients scheduled now\n", *n)});
 }
 
 // Held recipients live in DEFEDB, unindexed, so nothing schedules them.
 // Those waiting in memory go there now; those in flight go there if their
 // attempt fails for now.
-void Qmgr::ctl_hold(const std::string& id, bool hold, CtlDone done) {
+asio::awaitable<void> Qmgr::ctl_hold(std::string id, bool hold, CtlDone done) {
     std::size_t here = 0;
     if (Ta* ta = queue_.find(id); ta && !ta->deleted()) {
         for (std::uint32_t i = 0; i < ta->rcpts().size(); ++i) {
@@ -101,20 +100,18 @@ void Qmgr::ctl_hold(const std::string& id, bool hold, CtlDone done) {
             }
         }
     }
-    dbq_.post<std::size_t>([id, hold](Defedb& db) { return db.set_held(id, hold); },
-                    [this, id, hold, here, done = std::move(done)](std::optional<std::size_t> n) {
-                        if (!n) return done({1, "defedb error (see the log)"});
-                        if (here + *n == 0) return done({1, "no such queue id"});
-                        spdlog::info("{}: {} by operator", id, hold ? "held" : "released");
-                        if (!hold) deferred_.refresh();
-                        done({0, fmt::format("{}: {} recipients {}\n", id, here + *n,
-                                             hold ? "held" : "released")});
-                    });
+    auto set_held = [id, hold](Defedb& db) { return db.set_held(id, hold); };
+    const auto n = co_await dbq_.run(std::move(set_held));
+    if (!n) co_return done({1, "defedb error (see the log)"});
+    if (here + *n == 0) co_return done({1, "no such queue id"});
+    spdlog::info("{}: {} by operator", id, hold ? "held" : "released");
+    if (!hold) deferred_.refresh();
+    done({0, fmt::format("{}: {} recipients {}\n", id, here + *n, hold ? "held" : "released")});
 }
 
 // Gone everywhere, no DSN: memory (a recipient in flight has its result
 // dropped), DEFEDB, IBDB and the content file.
-void Qmgr::ctl_delete(const std::string& id, CtlDone done) {
+asio::awaitable<void> Qmgr::ctl_delete(std::string id, CtlDone done) {
     std::size_t here = 0;
     std::string cdb = id;
     if (Ta* ta = queue_.find(id); ta && !ta->deleted()) {
@@ -131,14 +128,12 @@ void Qmgr::ctl_delete(const std::string& id, CtlDone done) {
         }
         check_ta(*ta);
     }
-    deferred_.remove_ta(id, [this, id, cdb, here, done = std::move(done)](
-                                std::optional<std::size_t> n) {
-            if (!n) return done({1, "defedb error (see the log)"});
-            if (here + *n == 0) return done({1, "no such queue id"});
-            reaper_.drop(id, cdb);
-            spdlog::info("{}: removed (deleted by operator, {} recipients)", id, here + *n);
-            done({0, fmt::format("{}: deleted ({} recipients)\n", id, here + *n)});
-        });
+    const auto n = co_await deferred_.remove_ta(id);
+    if (!n) co_return done({1, "defedb error (see the log)"});
+    if (here + *n == 0) co_return done({1, "no such queue id"});
+    reaper_.drop(id, cdb);
+    spdlog::info("{}: removed (deleted by operator, {} recipients)", id, here + *n);
+    done({0, fmt::format("{}: deleted ({} recipients)\n", id, here + *n)});
 }
 
 } // namespace smx::qmgr

@@ -1,13 +1,14 @@
 // The DEFEDB strand: every DEFEDB call runs on one strand of the worker pool,
 // in the order QMGR made it (a presence check sees every removal made before
-// it), never on the event loop. The only owner of that ordering.
+// it), never on the event loop; the caller co_awaits the result. The only
+// owner of that ordering.
 #pragma once
 
+#include "coro.hpp"
 #include "defedb.hpp"
 
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
-#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,26 +23,21 @@ namespace asio = boost::asio;
 
 class DefedbStrand {
 public:
-    DefedbStrand(asio::any_io_executor ex, asio::thread_pool& workers, Defedb& defedb)
-        : ex_(std::move(ex)), strand_(asio::make_strand(workers.get_executor())), defedb_(defedb) {}
+    DefedbStrand(asio::thread_pool& workers, Defedb& defedb)
+        : strand_(asio::make_strand(workers.get_executor())), defedb_(defedb) {}
 
-    // Runs work(defedb) on the strand, then done(result) on the event loop;
-    // result is nullopt when DEFEDB threw (logged; a fatal error exits).
-    template <class T>
-    void post(std::function<T(Defedb&)> work, std::function<void(std::optional<T>)> done) {
-        // The job captures no owner: it may still run while QMGR shuts down.
-        asio::post(strand_, [d = &defedb_, ex = ex_, work = std::move(work),
-                             done = std::move(done)]() mutable {
-            auto r = guarded(work, *d);
-            asio::post(ex, [done = std::move(done), r = std::move(r)]() mutable {
-                done(std::move(r));
-            });
-        });
+    // Runs work(defedb) on the strand and resumes the caller with its result,
+    // or nullopt when DEFEDB threw (logged; a fatal error exits).
+    template <class F>
+    auto run(F work) -> asio::awaitable<std::optional<std::invoke_result_t<F&, Defedb&>>> {
+        using T = std::invoke_result_t<F&, Defedb&>;
+        auto job = [d = &defedb_, work = std::move(work)]() mutable { return guarded<T>(work, *d); };
+        co_return co_await run_on(strand_, std::move(job));
     }
 
 private:
-    template <class T>
-    static std::optional<T> guarded(const std::function<T(Defedb&)>& work, Defedb& db) {
+    template <class T, class F>
+    static std::optional<T> guarded(F& work, Defedb& db) {
         try {
             return work(db);
         } catch (const DefedbError& e) {
@@ -51,7 +47,6 @@ private:
         return std::nullopt;
     }
 
-    asio::any_io_executor ex_;
     asio::strand<asio::thread_pool::executor_type> strand_;
     Defedb& defedb_;
 };

@@ -29,8 +29,10 @@ DeferredQueue::DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, De
       retry_timer_(ex), due_timer_(ex), maint_timer_(ex) {}
 
 void DeferredQueue::start() {
+    refresh_ = true;
+    tasks_.spawn(ex_, due_loop(), "defedb due loop");
+    tasks_.spawn(ex_, maintenance(), "defedb maintenance");
     kick();
-    maintain();
 }
 
 void DeferredQueue::stop() {
@@ -80,47 +82,43 @@ std::vector<std::uint32_t> DeferredQueue::cancel_parks(const std::string& ta_id)
     return idx;
 }
 
-void DeferredQueue::remove_ta(const std::string& ta_id,
-                              std::function<void(std::optional<std::size_t>)> done) {
+asio::awaitable<std::optional<std::size_t>> DeferredQueue::remove_ta(std::string ta_id) {
     deleting_.insert(ta_id);
-    db_.post<std::pair<std::size_t, std::uint64_t>>(
-        [ta_id](Defedb& db) { return std::make_pair(db.remove_ta(ta_id), db.count()); },
-        [this, ta_id, done = std::move(done)](auto r) {
-            deleting_.erase(ta_id);
-            if (!r) return done(std::nullopt);
-            count_ = r->second;
-            done(r->first);
-        });
+    auto remove = [ta_id](Defedb& db) {
+        const std::size_t n = db.remove_ta(ta_id);  // before count(): make_pair's order is unspecified
+        return std::make_pair(n, db.count());
+    };
+    auto r = co_await db_.run(std::move(remove));
+    deleting_.erase(ta_id);
+    if (!r) co_return std::nullopt;
+    count_ = r->second;
+    co_return r->first;
 }
 
-// One DEFEDB batch per event-loop turn, and only one out at a time: what
-// arrives meanwhile goes into the next one (one fsync for many deferrals).
+// One DEFEDB batch at a time, and the writer starts in the next event-loop
+// turn: what arrives meanwhile goes into the next batch (one fsync for many
+// deferrals).
 void DeferredQueue::kick() {
-    if (posted_ || busy_) return;
-    posted_ = true;
-    asio::post(ex_, [this] {
-        posted_ = false;
-        write();
-    });
+    if (writing_) return;
+    writing_ = true;
+    tasks_.spawn(ex_, writer(), "defedb writer");
 }
 
-void DeferredQueue::write() {
-    if (busy_ || (parks_.empty() && removes_.empty() && checks_.empty())) return;
-    busy_ = true;
-    auto parks = std::make_shared<std::vector<Park>>(std::exchange(parks_, {}));
-    auto removes = std::make_shared<std::vector<std::pair<std::string, std::uint32_t>>>(
-        std::exchange(removes_, {}));
-    auto checks = std::make_shared<std::vector<Check>>(std::exchange(checks_, {}));
+asio::awaitable<void> DeferredQueue::writer() {
     struct Gone {
         std::vector<Check> checks;  // transactions DEFEDB no longer holds
         std::uint64_t count = 0;
     };
-    db_.post<Gone>(
-        [parks, removes, checks](Defedb& db) {
+    while (!parks_.empty() || !removes_.empty() || !checks_.empty()) {
+        auto parks = std::exchange(parks_, {});
+        auto removes = std::exchange(removes_, {});
+        auto checks = std::exchange(checks_, {});
+        // The job reads this frame, which waits for it.
+        auto batch = [&](Defedb& db) {
             std::vector<DeferredTa> fresh;
             std::unordered_map<std::string, std::size_t> at;
             std::unordered_set<std::string> held;
-            for (const auto& p : *parks) {
+            for (const auto& p : parks) {
                 if (p.rec.held) held.insert(p.rec.ta_id);
                 if (!p.fresh) {
                     db.update(p.rec);
@@ -133,44 +131,39 @@ void DeferredQueue::write() {
             // One durable commit; IBDB records the moves only after it.
             if (!fresh.empty()) db.put_many(fresh);
             for (const auto& id : held) db.set_held(id, true);
-            for (const auto& [id, idx] : *removes) db.remove(id, idx);
-            Gone gone;
-            for (const auto& c : *checks)
-                if (!db.has_ta(c.ta_id)) gone.checks.push_back(c);
-            gone.count = db.count();
-            return gone;
-        },
-        [this, parks, removes, checks](std::optional<Gone> gone) {
-            busy_ = false;
-            if (!gone) {
-                // Not written (e.g. ENOSPC): everything waits for the next try.
-                parks_.insert(parks_.end(), parks->begin(), parks->end());
-                removes_.insert(removes_.end(), removes->begin(), removes->end());
-                checks_.insert(checks_.end(), checks->begin(), checks->end());
-                retry_timer_.expires_after(retry_after);
-                retry_timer_.async_wait([this](boost::system::error_code ec) {
-                    if (!ec) write();
-                });
-                return;
-            }
-            count_ = gone->count;
-            const bool parked = !parks->empty();
-            hooks_.written(std::move(*parks), std::move(gone->checks));
-            if (!removes_.empty()) kick();
-            if (parked) refresh();
-            write();
-        });
+            for (const auto& [id, idx] : removes) db.remove(id, idx);
+            Gone g;
+            for (const auto& c : checks)
+                if (!db.has_ta(c.ta_id)) g.checks.push_back(c);
+            g.count = db.count();
+            return g;
+        };
+        auto gone = co_await db_.run(std::move(batch));
+        if (!gone) {
+            // Not written (e.g. ENOSPC): everything waits for the next try.
+            parks_.insert(parks_.end(), parks.begin(), parks.end());
+            removes_.insert(removes_.end(), removes.begin(), removes.end());
+            checks_.insert(checks_.end(), checks.begin(), checks.end());
+            if (!running_) break;
+            retry_timer_.expires_after(retry_after);
+            auto [ec] = co_await retry_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+            if (ec) break;  // stop()
+            continue;
+        }
+        count_ = gone->count;
+        const bool parked = !parks.empty();
+        hooks_.written(std::move(parks), std::move(gone->checks));
+        if (parked) refresh();
+    }
+    writing_ = false;
 }
 
-// Asks DEFEDB for its earliest next try and arms the timer for it.
+// The due loop reads DEFEDB's earliest next try at a refresh() (a new park,
+// a release, the maintenance), waits for it, and takes what is due.
 void DeferredQueue::refresh() {
-    if (refresh_busy_ || !running_) return;
-    refresh_busy_ = true;
-    db_.post<std::optional<std::uint64_t>>([](Defedb& db) { return db.next_due_time(); },
-                                          [this](std::optional<std::optional<std::uint64_t>> t) {
-                                              refresh_busy_ = false;
-                                              if (t && *t) arm(**t);
-                                          });
+    if (!running_) return;
+    refresh_ = true;
+    due_timer_.cancel();
 }
 
 void DeferredQueue::due_now() { arm(clock_.now_us()); }
@@ -178,29 +171,33 @@ void DeferredQueue::due_now() { arm(clock_.now_us()); }
 void DeferredQueue::arm(std::uint64_t at_us) {
     if (!running_ || (due_at_ && due_at_ <= at_us)) return;
     due_at_ = at_us;
-    // Re-arming cancels the later wait; its handler sees operation_aborted.
-    // A wait measured on the clock, so a test clock that jumps ahead is due at once.
+    // Re-arming cancels the wait, and the loop waits again for the earlier
+    // time. A wait measured on the clock, so a test clock that jumps ahead
+    // is due at once.
     const std::uint64_t now = clock_.now_us();
     due_timer_.expires_after(std::chrono::microseconds(at_us > now ? at_us - now : 0));
-    due_timer_.async_wait([this](boost::system::error_code ec) {
-        if (ec) return;
+}
+
+asio::awaitable<void> DeferredQueue::due_loop() {
+    while (running_) {
+        if (refresh_) {
+            refresh_ = false;
+            auto t = co_await db_.run([](Defedb& db) { return db.next_due_time(); });
+            if (t && *t) arm(**t);
+            continue;
+        }
+        if (due_at_ == 0) due_timer_.expires_at(asio::system_timer::time_point::max());
+        auto [ec] = co_await due_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (ec) continue;  // re-armed, refresh() or stop(): look again
         due_at_ = 0;
-        fetch();
-    });
+        co_await fetch();
+    }
 }
 
 // Takes due recipients into the active queue, as many as it has room for.
 // They are leased in DEFEDB: after a crash they come back when the lease
 // ends; while we hold them a later due() skips them.
-void DeferredQueue::fetch() {
-    if (due_busy_ || !running_) return;
-    const std::size_t room = hooks_.room();
-    if (room == 0) {
-        arm(clock_.now_us() + 1'000'000);
-        return;
-    }
-    due_busy_ = true;
-    const std::size_t limit = std::min(room, due_batch);
+asio::awaitable<void> DeferredQueue::fetch() {
     const auto lease = std::clamp<std::chrono::seconds>(cfg_.queue.retry_min, std::chrono::seconds(5),
                                                         std::chrono::seconds(300));
     const std::string spool = spool_, qdir = spool_ + "/quarantine";
@@ -209,8 +206,14 @@ void DeferredQueue::fetch() {
         std::vector<DeferredTa> tas;
         std::uint64_t quarantined = 0;
     };
-    db_.post<Due>(
-        [=, &clock = clock_](Defedb& db) {
+    while (running_) {
+        const std::size_t room = hooks_.room();
+        if (room == 0) {
+            arm(clock_.now_us() + 1'000'000);
+            co_return;
+        }
+        const std::size_t limit = std::min(room, due_batch);
+        auto take = [=, &clock = clock_](Defedb& db) {
             const auto now = clock.now_us();
             Due out;
             out.tas = db.due(now, limit,
@@ -235,44 +238,44 @@ void DeferredQueue::fetch() {
                 return true;
             });
             return out;
-        },
-        [this, limit](std::optional<Due> due) {
-            due_busy_ = false;
-            if (!due) {
-                // The leases were not written (e.g. ENOSPC): the index still
-                // says "due", so asking again now would spin. Try later.
-                arm(clock_.now_us() + static_cast<std::uint64_t>(
-                                       std::chrono::microseconds(retry_after).count()));
-                return;
-            }
-            quarantined_ += due->quarantined;
-            std::size_t n = due->quarantined;
-            for (const auto& t : due->tas) n += t.rcpts.size();
-            std::erase_if(due->tas, [this](const DeferredTa& t) {
-                return deleting_.count(t.envelope.ta_id) > 0;
-            });
-            hooks_.due(std::move(due->tas));
-            if (n >= limit) fetch();
-            else refresh();
+        };
+        auto due = co_await db_.run(std::move(take));
+        if (!due) {
+            // The leases were not written (e.g. ENOSPC): the index still
+            // says "due", so asking again now would spin. Try later.
+            arm(clock_.now_us() +
+                static_cast<std::uint64_t>(std::chrono::microseconds(retry_after).count()));
+            co_return;
+        }
+        quarantined_ += due->quarantined;
+        std::size_t n = due->quarantined;
+        for (const auto& t : due->tas) n += t.rcpts.size();
+        std::erase_if(due->tas, [this](const DeferredTa& t) {
+            return deleting_.count(t.envelope.ta_id) > 0;
         });
+        hooks_.due(std::move(due->tas));
+        if (n < limit) {
+            refresh_ = true;
+            co_return;
+        }
+    }
 }
 
 // Once a minute: a DEFEDB checkpoint, the recipient count for the stats, and
 // a fresh look at the index (e.g. after an operator release).
-void DeferredQueue::maintain() {
-    db_.post<std::uint64_t>(
-        [](Defedb& db) {
+asio::awaitable<void> DeferredQueue::maintenance() {
+    while (running_) {
+        auto n = co_await db_.run([](Defedb& db) {
             db.checkpoint();
             return db.count();
-        },
-        [this](std::optional<std::uint64_t> n) {
-            if (n) count_ = *n;
         });
-    refresh();
-    maint_timer_.expires_after(maintenance_every);
-    maint_timer_.async_wait([this](boost::system::error_code ec) {
-        if (!ec) maintain();
-    });
+        if (n) count_ = *n;
+        if (!running_) break;
+        refresh();
+        maint_timer_.expires_after(maintenance_every);
+        auto [ec] = co_await maint_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (ec) break;  // stop()
+    }
 }
 
 } // namespace smx::qmgr

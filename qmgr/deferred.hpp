@@ -7,6 +7,7 @@
 // its owner (Qmgr) changes from the hooks.
 #pragma once
 
+#include "coro.hpp"
 #include "defedb_strand.hpp"
 #include "queue.hpp"
 
@@ -51,9 +52,12 @@ public:
     DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, DefedbStrand& db, Hooks hooks,
                   const sm::Clock& clock = sm::system_clock());
 
-    // Start-up: the due timer and the once-a-minute maintenance.
+    // Start-up: the due loop and the once-a-minute maintenance. After
+    // stop() the batch out is answered, and idle() once every coroutine
+    // has ended.
     void start();
     void stop();
+    bool idle() const { return tasks_.idle(); }
 
     // Queued for the next batch.
     void park(const Ta& ta, std::uint32_t idx, std::uint64_t until_us);
@@ -62,9 +66,9 @@ public:
     // `smx delete`: parks of ta_id not yet written are not written; returns
     // their recipient indexes.
     std::vector<std::uint32_t> cancel_parks(const std::string& ta_id);
-    // `smx delete`: every DEFEDB recipient of ta_id goes; done(removed) or
+    // `smx delete`: every DEFEDB recipient of ta_id goes; how many, or
     // nullopt on a DEFEDB error. A due() answer meanwhile skips ta_id.
-    void remove_ta(const std::string& ta_id, std::function<void(std::optional<std::size_t>)> done);
+    asio::awaitable<std::optional<std::size_t>> remove_ta(std::string ta_id);
 
     // Re-reads the index head (after a release); due_now: a flush.
     void refresh();
@@ -75,10 +79,11 @@ public:
 
 private:
     void kick();
-    void write();
+    asio::awaitable<void> writer();
     void arm(std::uint64_t at_us);
-    void fetch();
-    void maintain();
+    asio::awaitable<void> due_loop();
+    asio::awaitable<void> fetch();
+    asio::awaitable<void> maintenance();
 
     const sm::Config& cfg_;
     const sm::Clock& clock_;
@@ -86,19 +91,23 @@ private:
     DefedbStrand& db_;
     Hooks hooks_;
     std::string spool_;
+    // The next batch, and whether the writer coroutine runs.
     std::vector<Park> parks_;
     std::vector<std::pair<std::string, std::uint32_t>> removes_;
     std::vector<Check> checks_;
-    bool posted_ = false, busy_ = false;
+    bool writing_ = false;
     asio::steady_timer retry_timer_;
     std::set<std::string> deleting_;
+    // The due loop waits on due_timer_ until due_at_ (0: until armed), or
+    // re-reads the index head first when refresh_ is set.
     asio::system_timer due_timer_;
-    std::uint64_t due_at_ = 0;  // 0: no wait pending
-    bool due_busy_ = false, refresh_busy_ = false;
+    std::uint64_t due_at_ = 0;
+    bool refresh_ = false;
     asio::steady_timer maint_timer_;
     bool running_ = true;
     std::uint64_t count_ = 0;
     std::uint64_t quarantined_ = 0;
+    Coroutines tasks_;
 };
 
 } // namespace smx::qmgr

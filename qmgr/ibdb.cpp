@@ -485,6 +485,22 @@ void Ibdb::rcpt_deferred(const std::string& ta_id, std::uint32_t idx) {
     impl_->mark(ta_id, idx, ibdb::rcpt_deferred);
 }
 
+asio::awaitable<std::tuple<bool, std::string>> Ibdb::append(sm::msg::TaCommit ta) {
+    return asio::async_initiate<const asio::use_awaitable_t<>, void(bool, std::string)>(
+        [this](auto handler, sm::msg::TaCommit ta) {
+            // Durable is copyable and may run inside flush_sync(): the
+            // handler is shared, and posted to the coroutine's executor,
+            // which counts it as work until then.
+            auto h = std::make_shared<decltype(handler)>(std::move(handler));
+            auto ex = asio::prefer(asio::get_associated_executor(*h),
+                                   asio::execution::outstanding_work.tracked);
+            append_transaction(ta, [h, ex](bool ok, const std::string& error) {
+                asio::post(ex, [h, ok, error] { std::move(*h)(ok, error); });
+            });
+        },
+        asio::use_awaitable, std::move(ta));
+}
+
 void Ibdb::ta_done(const std::string& ta_id, std::function<void()> written) {
     impl_->done(ta_id, std::move(written));
 }

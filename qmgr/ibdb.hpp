@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace smx::qmgr {
@@ -86,6 +87,9 @@ public:
     // recipient is done or deferred the transaction leaves the IBDB.
 
     void append_transaction(const sm::msg::TaCommit& ta, Durable on_durable);
+    // The same for a coroutine: resumes it (on its executor) with ok and
+    // the error once the record is durable or failed.
+    asio::awaitable<std::tuple<bool, std::string>> append(sm::msg::TaCommit ta);
     void rcpt_done(const std::string& ta_id, std::uint32_t idx);
     void rcpt_deferred(const std::string& ta_id, std::uint32_t idx);
     // written runs (on the owner's executor) once the ta_done record is

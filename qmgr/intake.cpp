@@ -107,29 +107,31 @@ void Qmgr::committed(const std::string& id, std::uint64_t req_id, const Send& re
     schedule(*ta, all_rcpts(*ta));
 }
 
-// Free space is sampled on the pool, not checked per message: statvfs costs
-// more than the rest of intake, and the high-water mark needs no precision.
-void Qmgr::check_disk() {
-    asio::post(workers_, [this, spool = spool_, ex = ex_] {
-        struct statvfs vfs;
-        std::optional<std::uint64_t> free;
-        if (::statvfs(spool.c_str(), &vfs) == 0)
-            free = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-        asio::post(ex, [this, free] {
-            if (free) {
-                const bool low = *free < cfg_.queue.min_free_space;
-                if (low != disk_low_)
-                    spdlog::warn("spool {}: {} bytes free, intake {}", spool_, *free,
-                                 low ? "paused" : "resumed");
-                disk_low_ = low;
-            }
-            if (!accepting_) return;
-            disk_timer_.expires_after(std::chrono::seconds(1));
-            disk_timer_.async_wait([this](boost::system::error_code ec) {
-                if (!ec) check_disk();
-            });
-        });
-    });
+// Free space is sampled on the pool once a second, not checked per message:
+// statvfs costs more than the rest of intake, and the high-water mark needs
+// no precision.
+asio::awaitable<void> Qmgr::watch_disk() {
+    while (accepting_) {
+        auto sample = [spool = spool_] {
+            struct statvfs vfs;
+            std::optional<std::uint64_t> n;
+            if (::statvfs(spool.c_str(), &vfs) == 0)
+                n = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+            return n;
+        };
+        const auto free = co_await run_on(workers_.get_executor(), std::move(sample));
+        if (free) {
+            const bool low = *free < cfg_.queue.min_free_space;
+            if (low != disk_low_)
+                spdlog::warn("spool {}: {} bytes free, intake {}", spool_, *free,
+                             low ? "paused" : "resumed");
+            disk_low_ = low;
+        }
+        if (!accepting_) break;
+        disk_timer_.expires_after(std::chrono::seconds(1));
+        auto [ec] = co_await disk_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (ec) break;  // stop()
+    }
 }
 
 } // namespace smx::qmgr

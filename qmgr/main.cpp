@@ -107,6 +107,9 @@ int main(int argc, char** argv) {
             grace.async_wait([&](boost::system::error_code) { io.stop(); });
         });
         sm::run_or_panic(io, "qmgr");
+        // Every QMGR coroutine ends here, while the pool still runs the work
+        // it may wait on: none is left to be destroyed after the pool.
+        drain(io, q);
         ibdb.flush_sync();
         spdlog::info("stopped");
     } catch (const std::exception& e) {

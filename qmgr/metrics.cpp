@@ -39,22 +39,24 @@ const LabelCounts& Qmgr::deferred_by_domain() {
     if (shape.busy || (shape.scanned_us && now - shape.scanned_us < deferred_scan_us))
         return shape.top;
     shape.busy = true;
-    dbq_.post<LabelCounts>(
-        [](Defedb& db) {
-            std::unordered_map<std::string, std::uint64_t> n;
-            db.for_each([&](const DeferredTa& t) {
-                for (const auto& r : t.rcpts) ++n[sm::domain_of(r.addr)];
-            });
-            LabelCounts top(n.begin(), n.end());
-            keep_largest(top, max_label_series);
-            return top;
-        },
-        [this, now](std::optional<LabelCounts> top) {
-            deferred_shape_.busy = false;
-            deferred_shape_.scanned_us = now;
-            if (top) deferred_shape_.top = std::move(*top);
-        });
+    tasks_.spawn(ex_, scan_deferred_domains(now), "deferred-by-domain scan");
     return shape.top;
+}
+
+asio::awaitable<void> Qmgr::scan_deferred_domains(std::uint64_t now) {
+    auto count = [](Defedb& db) {
+        std::unordered_map<std::string, std::uint64_t> n;
+        db.for_each([&](const DeferredTa& t) {
+            for (const auto& r : t.rcpts) ++n[sm::domain_of(r.addr)];
+        });
+        LabelCounts top(n.begin(), n.end());
+        keep_largest(top, max_label_series);
+        return top;
+    };
+    auto top = co_await dbq_.run(std::move(count));
+    deferred_shape_.busy = false;
+    deferred_shape_.scanned_us = now;
+    if (top) deferred_shape_.top = std::move(*top);
 }
 
 } // namespace smx::qmgr

@@ -26,7 +26,7 @@ SchedulerOptions scheduler_options(const sm::Config& cfg) {
 
 Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
            Ibdb& ibdb, Defedb& defedb, const sm::Clock& clock)
-    : cfg_(cfg), clock_(clock), ex_(ex), workers_(workers), dbq_(ex, workers, defedb), ibdb_(ibdb),
+    : cfg_(cfg), clock_(clock), ex_(ex), workers_(workers), dbq_(workers, defedb), ibdb_(ibdb),
       spool_(cfg.spool_dir_abs()), reaper_(cfg, ex, workers, ibdb),
       sweeper_(cfg, ex, workers, queue_, dbq_, reaper_),
       deferred_(cfg, ex, dbq_,
@@ -51,27 +51,29 @@ Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& w
              },
              clock),
       disk_timer_(ex), reclaim_timer_(ex) {
-    check_disk();
-    reclaim_overdue();
+    tasks_.spawn(ex_, watch_disk(), "disk watch");
+    tasks_.spawn(ex_, reclaim_overdue(), "delivery reclaim");
 }
 
-void Qmgr::reclaim_overdue() {
+// Checked a few times per limit, at most once a second.
+asio::awaitable<void> Qmgr::reclaim_overdue() {
     const auto limit = std::chrono::duration_cast<std::chrono::microseconds>(
         cfg_.queue.max_delivery_time);
-    for (const auto& [link, da_id] :
-         sched_.overdue(clock_.now_us(), static_cast<std::uint64_t>(limit.count()))) {
-        spdlog::warn("delivery {} reclaimed: smtpc gave no result within {}s", da_id,
-                     cfg_.queue.max_delivery_time.count());
-        on_result(link, sm::msg::Result{da_id, {}, {}},
-                  {0, "4.4.1", "delivery reclaimed: no result from smtpc in time"});
+    const auto every = std::max<std::chrono::milliseconds>(
+        std::chrono::milliseconds(1000),
+        std::chrono::duration_cast<std::chrono::milliseconds>(cfg_.queue.max_delivery_time) / 4);
+    while (accepting_) {
+        for (const auto& [link, da_id] :
+             sched_.overdue(clock_.now_us(), static_cast<std::uint64_t>(limit.count()))) {
+            spdlog::warn("delivery {} reclaimed: smtpc gave no result within {}s", da_id,
+                         cfg_.queue.max_delivery_time.count());
+            on_result(link, sm::msg::Result{da_id, {}, {}},
+                      {0, "4.4.1", "delivery reclaimed: no result from smtpc in time"});
+        }
+        reclaim_timer_.expires_after(every);
+        auto [ec] = co_await reclaim_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (ec) break;  // stop()
     }
-    // Checked a few times per limit, at most once a second.
-    reclaim_timer_.expires_after(std::max<std::chrono::milliseconds>(
-        std::chrono::milliseconds(1000), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                             cfg_.queue.max_delivery_time) / 4));
-    reclaim_timer_.async_wait([this](boost::system::error_code ec) {
-        if (!ec) reclaim_overdue();
-    });
 }
 
 void Qmgr::stop() {
@@ -80,6 +82,24 @@ void Qmgr::stop() {
     disk_timer_.cancel();
     sweeper_.stop();
     reclaim_timer_.cancel();
+}
+
+bool Qmgr::idle() const { return tasks_.idle() && sweeper_.idle() && deferred_.idle() && bouncer_.idle(); }
+
+void drain(asio::io_context& io, const Qmgr& q, std::chrono::milliseconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    io.restart();
+    while (!q.idle()) {
+        if (std::chrono::steady_clock::now() > end)
+            sm::panic("qmgr: coroutines still running " + std::to_string(limit.count()) +
+                      "ms after stop");
+        try {
+            io.run_one_for(std::chrono::milliseconds(100));
+        } catch (...) {
+            sm::panic_exception("qmgr drain", std::current_exception());
+        }
+        if (io.stopped()) io.restart();  // it had no work for a moment
+    }
 }
 
 void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {

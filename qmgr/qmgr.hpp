@@ -1,20 +1,26 @@
 // QMGR: the glue between its components, each owning its own state (see
-// docs/qmgr.md for the map):
-//   ActiveQueue (queue.cpp)      transactions and recipient state, checked transitions
+// docs/qmgr.md for the map and how a message flows):
+//   ActiveQueue (queue.cpp)      transactions and recipient state, checked
+//                                transitions (the table is in queue.hpp)
 //   Scheduler (scheduler.cpp)    destination queues, windows, SMTPC links
-//   DeferredQueue (deferred.cpp) DEFEDB batches, due timer and leases
+//   DeferredQueue (deferred.cpp) DEFEDB batches and writer, due loop, leases
 //   Bouncer (bounce.cpp)         DSNs and delay warnings
 //   Reaper (reaper.cpp)          whether and when a content file goes
 //   OrphanSweeper (sweeper.cpp)  content files nobody names
 //   DefedbStrand                 the order of DEFEDB calls
-// Qmgr itself: intake (intake.cpp), results (results.cpp), control
-// (control.cpp; the queue reports in queue_report.cpp), metrics beside the
-// counters (metrics.cpp), start-up (recovery.cpp), and the components'
-// answers (qmgr.cpp). Everything here runs on the io_context thread; IBDB and DEFEDB
-// do their blocking work on the worker pool and call back here.
+// Qmgr itself: intake and the disk watch (intake.cpp), results
+// (results.cpp), control (control.cpp; the queue reports in
+// queue_report.cpp), metrics beside the counters (metrics.cpp), start-up
+// (recovery.cpp), and the components' answers (qmgr.cpp). Everything here
+// runs on the io_context thread. Work for the pool is awaited by coroutines
+// (coro.hpp) that read top to bottom; IBDB keeps its group-commit callback
+// (on_commit -> committed). Each component counts its coroutines, and stop()
+// makes them end: drain() runs the loop until they have, before the pool and
+// the loop go.
 #pragma once
 
 #include "bounce.hpp"
+#include "coro.hpp"
 #include "defedb.hpp"
 #include "defedb_strand.hpp"
 #include "deferred.hpp"
@@ -75,12 +81,14 @@ public:
 
     // SMTPS: one TA_COMMIT; the TA_ACK goes out through reply.
     void on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply);
-    // Shutdown: further TA_COMMITs get a tempfail, timers stop.
+    // Shutdown: further TA_COMMITs get a tempfail, timers stop, and each
+    // component's coroutines run to their end (idle() once they have).
     void stop();
     // Reload (libsm/config_reload.hpp): recipients routed from now on follow cfg's
     // [routes]; QMGR's other parts keep the config they started with (the
     // keys they use need a restart).
     void reload(std::shared_ptr<const sm::Config> cfg) { router_.reload(std::move(cfg)); }
+    bool idle() const;
 
     // SMTPC links and their RESULTs.
     std::uint64_t add_smtpc(Send send) { return sched_.add_link(std::move(send)); }
@@ -114,7 +122,7 @@ private:
     // intake.cpp
     void committed(const std::string& id, std::uint64_t req_id, const Send& reply, bool ok,
                    const std::string& error);
-    void check_disk();
+    asio::awaitable<void> watch_disk();
     // qmgr.cpp: routes recipients of ta and hands them to the scheduler.
     void schedule(Ta& ta, const std::vector<std::uint32_t>& idx);
     void check_ta(Ta& ta);
@@ -128,7 +136,7 @@ private:
     void bounce_failed(const std::string& ta_id, const std::vector<Bouncer::Bounce>& list,
                        const std::string& error);
     // Takes back deliveries SMTPC has held past queue.max_delivery_time.
-    void reclaim_overdue();
+    asio::awaitable<void> reclaim_overdue();
     // results.cpp
     void sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status);
     void retry_later(Ta& ta, std::uint32_t idx, const std::string& relay, sm::msg::Reply why);
@@ -136,12 +144,14 @@ private:
                std::uint64_t until_us);
     bool expired(const Ta& ta) const;
     // control.cpp
-    void ctl_flush(CtlDone done);
-    void ctl_hold(const std::string& id, bool hold, CtlDone done);
-    void ctl_delete(const std::string& id, CtlDone done);
+    asio::awaitable<void> ctl_flush(CtlDone done);
+    asio::awaitable<void> ctl_hold(std::string id, bool hold, CtlDone done);
+    asio::awaitable<void> ctl_delete(std::string id, CtlDone done);
+    // metrics.cpp: counts DEFEDB's recipients by domain for deferred_by_domain.
+    asio::awaitable<void> scan_deferred_domains(std::uint64_t now);
     // queue_report.cpp: queue, qshape, show; requeue
-    void ctl_report(const sm::msg::CtlRequest& req, CtlDone done);
-    void ctl_requeue(const sm::msg::CtlRequest& req, CtlDone done);
+    asio::awaitable<void> ctl_report(sm::msg::CtlRequest req, CtlDone done);
+    asio::awaitable<void> ctl_requeue(sm::msg::CtlRequest req, CtlDone done);
 
     const sm::Config& cfg_;
     const sm::Clock& clock_;
@@ -167,7 +177,14 @@ private:
         std::uint64_t scanned_us = 0;
         bool busy = false;
     } deferred_shape_;
+    Coroutines tasks_;  // Qmgr's own: disk watch, reclaim, control requests, scans
 };
+
+// After stop(): runs io until q is idle, with the worker pool still running
+// (so the pool work a coroutine awaits completes); panics after `limit`.
+// Then the pool and io may go without destroying a suspended coroutine.
+void drain(asio::io_context& io, const Qmgr& q,
+           std::chrono::milliseconds limit = std::chrono::seconds(30));
 
 // True when no server took part: connect failures, timeouts, a 421 greeting.
 bool connection_failed(const sm::msg::Result& r);

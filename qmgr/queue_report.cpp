@@ -259,13 +259,13 @@ void merge(Listing& all, const DeferredTa& t) {
 
 } // namespace
 
-void Qmgr::ctl_report(const sm::msg::CtlRequest& req, CtlDone done) {
+asio::awaitable<void> Qmgr::ctl_report(sm::msg::CtlRequest req, CtlDone done) {
     std::string err;
     auto opts = parse(req.args, err);
     const bool show = req.command == "show";
     if (opts && show && opts->id.empty()) err = "usage: show QUEUE-ID";
     if (opts && !show && !opts->id.empty()) err = req.command + " takes no queue id";
-    if (!err.empty()) return done({1, err});
+    if (!err.empty()) co_return done({1, err});
 
     auto all = std::make_shared<Listing>();
     queue_.for_each([&](const Ta& ta) {
@@ -284,53 +284,48 @@ void Qmgr::ctl_report(const sm::msg::CtlRequest& req, CtlDone done) {
     });
     const std::string command = req.command, spool = spool_;
     const bool hashed = cfg_.queue.cdb_hashed;
-    dbq_.post<sm::msg::CtlReply>(
-        [all, o = *opts, show, command, spool, hashed, now = clock_.now_us()](Defedb& db) {
-            if (show) {
-                if (auto t = db.get(o.id)) merge(*all, *t);
-            } else {
-                db.for_each([&](const DeferredTa& t) { merge(*all, t); });
-            }
-            filter(*all, o, now);
-            if (show) {
-                auto it = all->find(o.id);
-                if (it == all->end()) return sm::msg::CtlReply{1, "no such queue id"};
-                const Entry& e = it->second;
-                return sm::msg::CtlReply{
-                    0, render_show(o.id, e, read_headers(sm::cdb_path(spool, e.cdb_id, hashed)))};
-            }
-            if (command == "qshape") return sm::msg::CtlReply{0, render_qshape(*all, now)};
-            return sm::msg::CtlReply{0, o.json ? render_json(*all) : render_text(*all)};
-        },
-        [done = std::move(done)](std::optional<sm::msg::CtlReply> r) {
-            done(r ? std::move(*r)
-                   : sm::msg::CtlReply{1, "deferred queue unreadable (see the log)"});
-        });
+    auto report = [all, o = *opts, show, command, spool, hashed, now = clock_.now_us()](Defedb& db) {
+        if (show) {
+            if (auto t = db.get(o.id)) merge(*all, *t);
+        } else {
+            db.for_each([&](const DeferredTa& t) { merge(*all, t); });
+        }
+        filter(*all, o, now);
+        if (show) {
+            auto it = all->find(o.id);
+            if (it == all->end()) return sm::msg::CtlReply{1, "no such queue id"};
+            const Entry& e = it->second;
+            return sm::msg::CtlReply{
+                0, render_show(o.id, e, read_headers(sm::cdb_path(spool, e.cdb_id, hashed)))};
+        }
+        if (command == "qshape") return sm::msg::CtlReply{0, render_qshape(*all, now)};
+        return sm::msg::CtlReply{0, o.json ? render_json(*all) : render_text(*all)};
+    };
+    auto r = co_await dbq_.run(std::move(report));
+    done(r ? std::move(*r) : sm::msg::CtlReply{1, "deferred queue unreadable (see the log)"});
 }
 
 // Deferred recipients of one message, or of one recipient domain, due now
 // (as `smx flush` for all of them). Held ones stay held.
-void Qmgr::ctl_requeue(const sm::msg::CtlRequest& req, CtlDone done) {
+asio::awaitable<void> Qmgr::ctl_requeue(sm::msg::CtlRequest req, CtlDone done) {
     std::string err;
     auto o = parse(req.args, err);
     if (o && (o->id.empty() == o->domain.empty() || o->sender || o->older_than_s || o->json ||
               o->queue != "all"))
         err = "usage: requeue QUEUE-ID | requeue domain=DOMAIN";
-    if (!err.empty()) return done({1, err});
+    if (!err.empty()) co_return done({1, err});
     const std::string what = o->id.empty() ? "domain " + o->domain : o->id;
-    dbq_.post<std::size_t>(
-        [o = *o, now = clock_.now_us()](Defedb& db) {
-            return db.flush_all(now, [&](const DeferredRcpt& r) {
-                return o.id.empty() ? sm::domain_of(r.addr) == o.domain : r.ta_id == o.id;
-            });
-        },
-        [this, what, by_id = !o->id.empty(), done = std::move(done)](std::optional<std::size_t> n) {
-            if (!n) return done({1, "requeue failed (see the log)"});
-            if (*n == 0 && by_id) return done({1, what + ": no deferred recipients waiting"});
-            spdlog::info("requeue {}: {} deferred recipients due now", what, *n);
-            deferred_.due_now();
-            done({0, fmt::format("{}: {} deferred recipients scheduled now\n", what, *n)});
+    auto requeue = [o = *o, now = clock_.now_us()](Defedb& db) {
+        return db.flush_all(now, [&](const DeferredRcpt& r) {
+            return o.id.empty() ? sm::domain_of(r.addr) == o.domain : r.ta_id == o.id;
         });
+    };
+    const auto n = co_await dbq_.run(std::move(requeue));
+    if (!n) co_return done({1, "requeue failed (see the log)"});
+    if (*n == 0 && !o->id.empty()) co_return done({1, what + ": no deferred recipients waiting"});
+    spdlog::info("requeue {}: {} deferred recipients due now", what, *n);
+    deferred_.due_now();
+    done({0, fmt::format("{}: {} deferred recipients scheduled now\n", what, *n)});
 }
 
 } // namespace smx::qmgr

@@ -41,11 +41,22 @@ OrphanSweeper::OrphanSweeper(const sm::Config& cfg, asio::any_io_executor ex,
     : cfg_(cfg), ex_(ex), workers_(workers), queue_(queue), defedb_(defedb), reaper_(reaper),
       spool_(cfg.spool_dir_abs()), timer_(ex) {}
 
-void OrphanSweeper::start() { sweep(); }
+void OrphanSweeper::start() { tasks_.spawn(ex_, run(), "orphan sweep"); }
 
 void OrphanSweeper::stop() {
     stopped_ = true;
     timer_.cancel();
+}
+
+asio::awaitable<void> OrphanSweeper::run() {
+    while (!stopped_) {
+        co_await sweep();
+        if (stopped_) break;
+        timer_.expires_after(
+            std::max<std::chrono::seconds>(cfg_.queue.orphan_age / 2, std::chrono::seconds(1)));
+        auto [ec] = co_await timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (ec) break;  // stop()
+    }
 }
 
 // No file of a live transaction is touched: the pool lists the old files;
@@ -53,38 +64,23 @@ void OrphanSweeper::stop() {
 // strand, after every write asked for before); then those in the queue or
 // unlinked during the sweep are kept again. A TA_COMMIT after the move finds
 // no file and gets a tempfail.
-void OrphanSweeper::sweep() {
+asio::awaitable<void> OrphanSweeper::sweep() {
     reaper_.sweep_begin();
     const auto cutoff = fs::file_time_type::clock::now() - cfg_.queue.orphan_age;
-    asio::post(workers_, [this, ex = ex_, spool = spool_, cutoff] {
-        asio::post(ex, [this, old = old_content_files(spool, cutoff)]() mutable {
-            listed(std::move(old));
+    auto list = [spool = spool_, cutoff] { return old_content_files(spool, cutoff); };
+    auto old = co_await run_on(workers_.get_executor(), std::move(list));
+    if (!stopped_) {
+        std::erase_if(old, [known = queued_cdb_ids(queue_)](const std::string& id) {
+            return known.count(id) > 0;
         });
-    });
-}
-
-void OrphanSweeper::listed(std::vector<std::string> old) {
-    if (stopped_) return;
-    std::erase_if(old, [known = queued_cdb_ids(queue_)](const std::string& id) {
-        return known.count(id) > 0;
-    });
-    defedb_.post<std::vector<std::string>>(
-        [old = std::move(old)](Defedb& db) mutable {
+        auto unknown = [old = std::move(old)](Defedb& db) mutable {
             std::erase_if(old, [&](const std::string& id) { return db.has_ta(id); });
             return std::move(old);
-        },
-        [this](std::optional<std::vector<std::string>> left) { checked(std::move(left)); });
-}
-
-void OrphanSweeper::checked(std::optional<std::vector<std::string>> left) {
-    if (left) quarantine(*left);
+        };
+        auto left = co_await defedb_.run(std::move(unknown));
+        if (left) quarantine(*left);
+    }
     reaper_.sweep_end();
-    if (stopped_) return;
-    timer_.expires_after(
-        std::max<std::chrono::seconds>(cfg_.queue.orphan_age / 2, std::chrono::seconds(1)));
-    timer_.async_wait([this](boost::system::error_code ec) {
-        if (!ec) sweep();
-    });
 }
 
 void OrphanSweeper::quarantine(const std::vector<std::string>& ids) {

@@ -5,6 +5,7 @@
 // queue, asks DEFEDB on its strand and the reaper what was unlinked meanwhile.
 #pragma once
 
+#include "coro.hpp"
 #include "defedb_strand.hpp"
 #include "queue.hpp"
 #include "reaper.hpp"
@@ -27,15 +28,13 @@ public:
                   const ActiveQueue& queue, DefedbStrand& defedb, Reaper& reaper);
 
     void start();  // a sweep now, then one every orphan_age / 2
-    void stop();
+    void stop();   // the sweep under way finishes, no other starts
+    bool idle() const { return tasks_.idle(); }
     std::uint64_t quarantined() const { return quarantined_; }
 
 private:
-    // Callbacks, not a coroutine: a coroutine suspended on pool work when
-    // QMGR exits would be destroyed after the pool it names.
-    void sweep();
-    void listed(std::vector<std::string> old);
-    void checked(std::optional<std::vector<std::string>> left);
+    asio::awaitable<void> run();
+    asio::awaitable<void> sweep();
     void quarantine(const std::vector<std::string>& ids);
 
     const sm::Config& cfg_;
@@ -48,6 +47,7 @@ private:
     asio::steady_timer timer_;
     bool stopped_ = false;
     std::uint64_t quarantined_ = 0;
+    Coroutines tasks_;
 };
 
 } // namespace smx::qmgr

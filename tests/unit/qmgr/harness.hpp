@@ -68,11 +68,13 @@ struct Harness {
         fs::remove_all(dir, ec);
     }
     asio::io_context& io() { return *io_; }
-    // Like a QMGR exit: pending IBDB records are written, pool jobs finish,
-    // and callbacks still queued for the event loop are dropped.
+    // Like a QMGR exit: QMGR's coroutines end, pending IBDB records are
+    // written, pool jobs finish, and callbacks still queued for the event
+    // loop are dropped.
     void stop() {
         if (!q) return;
         q->stop();
+        drain(*io_, *q);
         ibdb->flush_sync();
         pool_->join();
         q.reset();

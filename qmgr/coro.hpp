@@ -1,0 +1,63 @@
+// QMGR's coroutine plumbing: blocking work on the worker pool awaited from
+// the event loop (SMTPS's CdbWriter::commit does the same), and the group of
+// coroutines a component runs, so that shutdown can wait until each has
+// exited before the pool and the io_context go (qmgr/main.cpp).
+#pragma once
+
+#include "panic.hpp"
+
+#include <boost/asio.hpp>
+#include <cstddef>
+#include <memory>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace smx::qmgr {
+
+namespace asio = boost::asio;
+
+// Runs f() on ex (the pool, or a strand of it) and resumes the caller on its
+// own executor with the result. An exception from f reaches the caller.
+//
+// GCC 12 destroys the captures of a lambda made inside a co_await
+// expression twice (asio issue 858): name the lambda first, then
+// co_await run_on(ex, std::move(job)), as here and in SMTPS's CdbWriter.
+template <class Executor, class F>
+asio::awaitable<std::invoke_result_t<F&>> run_on(Executor ex, F f) {
+    using R = std::invoke_result_t<F&>;
+    auto job = [f = std::move(f)]() mutable -> asio::awaitable<R> { co_return f(); };
+    co_return co_await asio::co_spawn(std::move(ex), std::move(job), asio::use_awaitable);
+}
+
+// The coroutines one component has started and not yet seen exit. Each is
+// spawned with sm::crash_on_exception and starts in a later event-loop turn,
+// never inside its caller (co_spawn alone would run it at once when called
+// on the loop): what the caller does next in this turn is seen by it, e.g.
+// the rest of a RESULT's deferrals join the batch. The count lives in shared
+// memory so that a frame destroyed late (a test dropping its io_context)
+// touches nothing that is gone.
+class Coroutines {
+public:
+    void spawn(const asio::any_io_executor& ex, asio::awaitable<void> a, std::string_view where) {
+        ++*live_;
+        asio::co_spawn(ex, counted(ex, live_, std::move(a)), sm::crash_on_exception(where));
+    }
+    bool idle() const { return *live_ == 0; }
+
+private:
+    static asio::awaitable<void> counted(asio::any_io_executor ex,
+                                         std::shared_ptr<std::size_t> live,
+                                         asio::awaitable<void> a) {
+        struct Exit {
+            std::shared_ptr<std::size_t> live;
+            ~Exit() { --*live; }
+        } exit{std::move(live)};
+        co_await asio::post(ex, asio::use_awaitable);
+        co_await std::move(a);
+    }
+
+    std::shared_ptr<std::size_t> live_ = std::make_shared<std::size_t>(0);
+};
+
+} // namespace smx::qmgr
