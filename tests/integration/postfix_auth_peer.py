@@ -43,7 +43,8 @@ smtpd_tls_key_file = {dir}/key.pem
 smtpd_tls_auth_only = yes
 """
 
-# No chroot: the queue directory is not laid out as a chroot jail.
+# No chroot: the queue directory is not laid out as a chroot jail. Shared by
+# every private postfix the tests start (test_dsn_postfix.py too).
 MASTER_CF = """\
 127.0.0.1:{port} inet n - n - - smtpd
 pickup    unix  n       -       n       60      1       pickup
@@ -61,6 +62,7 @@ relay     unix  -       -       n       -       -       smtp
 showq     unix  n       -       n       -       -       showq
 error     unix  -       -       n       -       -       error
 retry     unix  -       -       n       -       -       error
+discard   unix  -       -       n       -       -       discard
 anvil     unix  -       -       n       -       1       anvil
 scache    unix  -       -       n       -       1       scache
 postlog   unix-dgram n  -       n       -       1       postlogd

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from conftest import free_port, wait_until
+from postfix_auth_peer import MASTER_CF
 
 pytestmark = pytest.mark.skipif(
     not shutil.which("postfix") or not shutil.which("openssl") or os.geteuid() != 0,
@@ -47,28 +48,6 @@ maillog_file_prefixes = {d}
 maillog_file = {d}/maillog
 """
 
-MASTER_CF = """127.0.0.1:{port} inet n - n - - smtpd
-pickup    unix  n       -       n       60      1       pickup
-cleanup   unix  n       -       n       -       0       cleanup
-qmgr      unix  n       -       n       300     1       qmgr
-tlsmgr    unix  -       -       n       1000?   1       tlsmgr
-rewrite   unix  -       -       n       -       -       trivial-rewrite
-bounce    unix  -       -       n       -       0       bounce
-defer     unix  -       -       n       -       0       bounce
-trace     unix  -       -       n       -       0       bounce
-verify    unix  -       -       n       -       1       verify
-flush     unix  n       -       n       1000?   0       flush
-proxymap  unix  -       -       n       -       -       proxymap
-smtp      unix  -       -       n       -       -       smtp
-relay     unix  -       -       n       -       -       smtp
-showq     unix  n       -       n       -       -       showq
-error     unix  -       -       n       -       -       error
-retry     unix  -       -       n       -       -       error
-discard   unix  -       -       n       -       -       discard
-anvil     unix  -       -       n       -       1       anvil
-scache    unix  -       -       n       -       1       scache
-postlog   unix-dgram n  -       n       -       1       postlogd
-"""
 
 
 class Postfix:
