@@ -29,6 +29,7 @@ constexpr Help helps[] = {
     {"bounced", true, "Recipients bounced"},
     {"dsn_sent", true, "Delivery status notifications queued"},
     {"quarantined", true, "Files and records moved to quarantine/"},
+    {"quarantine_write_failures", true, "Copies to quarantine/ that could not be written"},
     {"ibdb_commits", true, "Envelope-log group commits"},
     {"ibdb_transactions", true, "Transactions in envelope-log group commits"},
     {"ibdb_records", true, "Envelope-log records written"},
