@@ -1,6 +1,7 @@
 // The SMTP command parser: verb, BDAT size, MAIL/RCPT path and parameters, address
 // syntax (ASCII and SMTPUTF8), routing in the local part, the DSN parameters. Every line of the input is a command.
 #include "command.hpp"
+#include "domain.hpp"
 #include "dsn_params.hpp"
 #include "policy.hpp"
 
@@ -38,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             if (!smtps::valid_utf8(p->addr)) std::abort();
         }
         (void)smtps::routes_in_local_part(p->addr);
-        (void)smtps::domain_of(p->addr);
+        (void)sm::domain_of(p->addr);
         // DSN parameters (RFC 3461) that pass the check go on to a next hop:
         // they must be safe on a command line, and their xtext must decode.
         const bool rcpt = v == smtps::Verb::rcpt;
