@@ -14,34 +14,34 @@
 
 namespace smx::qmgr {
 
-std::vector<std::pair<const char*, std::uint64_t>> Qmgr::metrics() const {
+std::vector<Metric> Qmgr::metrics() const {
     const IbdbStats& s = ibdb_.stats();
     return {
-        {"received", counters_.received},
-        {"rejected", counters_.rejected},
-        {"tempfailed", counters_.tempfailed},
-        {"delivered", counters_.delivered},
-        {"deferred", counters_.deferred},
-        {"bounced", bouncer_.bounced()},
-        {"dsn_sent", bouncer_.dsn_sent()},
-        {"quarantined", counters_.quarantined + sweeper_.quarantined() + deferred_.quarantined()},
-        {"quarantine_write_failures", quarantine_write_failures()},
-        {"ibdb_commits", s.commits},
-        {"ibdb_transactions", s.transactions},
-        {"ibdb_records", s.records},
-        {"ibdb_pending", ibdb_.pending()},
-        {"ibdb_files_deleted", s.files_deleted},
-        {"ibdb_corrupt_records", s.corrupt_records},
-        {"ibdb_write_failures", s.write_failures},
-        {"fsync_us_total", s.fsync_us_total},
-        {"fsync_us_max", s.fsync_us_max},
-        {"queue_size", queue_.rcpts()},
-        {"queue_transactions", queue_.transactions()},
-        {"queue_deferred", deferred_.count()},
-        {"active_deliveries", sched_.active_deliveries()},
-        {"destinations", sched_.destinations()},
-        {"smtpc_connections", sched_.links()},
-        {"smtps_connections", counters_.smtps_connections},
+        {"received", counters_.received, true, "Transactions accepted (TA_COMMIT acknowledged)"},
+        {"rejected", counters_.rejected, true, "TA_COMMITs refused as invalid"},
+        {"tempfailed", counters_.tempfailed, true, "TA_COMMITs refused for now (queue full, I/O error)"},
+        {"delivered", counters_.delivered, true, "Recipients delivered (status=sent)"},
+        {"deferred", counters_.deferred, true, "Recipient deferrals (status=deferred)"},
+        {"bounced", bouncer_.bounced(), true, "Recipients bounced"},
+        {"dsn_sent", bouncer_.dsn_sent(), true, "Delivery status notifications queued"},
+        {"quarantined", counters_.quarantined + sweeper_.quarantined() + deferred_.quarantined(), true, "Files and records moved to quarantine/"},
+        {"quarantine_write_failures", quarantine_write_failures(), true, "Copies to quarantine/ that could not be written"},
+        {"ibdb_commits", s.commits, true, "Envelope-log group commits"},
+        {"ibdb_transactions", s.transactions, true, "Transactions in envelope-log group commits"},
+        {"ibdb_records", s.records, true, "Envelope-log records written"},
+        {"ibdb_pending", ibdb_.pending(), false, "Envelope-log records waiting for their commit"},
+        {"ibdb_files_deleted", s.files_deleted, true, "Envelope-log files removed"},
+        {"ibdb_corrupt_records", s.corrupt_records, true, "Corrupt envelope-log records seen at start-up"},
+        {"ibdb_write_failures", s.write_failures, true, "Failed envelope-log writes (each retried)"},
+        {"fsync_us_total", s.fsync_us_total, true, "Microseconds spent in envelope-log fdatasync"},
+        {"fsync_us_max", s.fsync_us_max, false, "Longest envelope-log fdatasync, microseconds"},
+        {"queue_size", queue_.rcpts(), false, "Open recipients in the active queue"},
+        {"queue_transactions", queue_.transactions(), false, "Transactions in the active queue"},
+        {"queue_deferred", deferred_.count(), false, "Recipients in the deferred queue (DEFEDB)"},
+        {"active_deliveries", sched_.active_deliveries(), false, "Deliveries out to SMTPC"},
+        {"destinations", sched_.destinations(), false, "Destination queues"},
+        {"smtpc_connections", sched_.links(), false, "SMTPC processes connected"},
+        {"smtps_connections", counters_.smtps_connections, false, "SMTPS processes connected"},
     };
 }
 
@@ -54,7 +54,7 @@ void Qmgr::control(const sm::msg::CtlRequest& req, CtlDone done) {
     }
     if (c == "stats") {
         std::string text;
-        for (const auto& [name, value] : metrics()) text += fmt::format("{} {}\n", name, value);
+        for (const Metric& m : metrics()) text += fmt::format("{} {}\n", m.name, m.value);
         done({0, std::move(text)});
     } else if (c == "queue" || c == "qshape" || c == "show") {
         tasks_.spawn(ex_, ctl_report(req, std::move(done)), "smx queue");

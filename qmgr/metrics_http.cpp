@@ -1,7 +1,6 @@
 #include "metrics_http.hpp"
 
 #include "accept.hpp"
-#include "panic.hpp"
 #include "server.hpp"
 #include "smtp_io.hpp"
 
@@ -14,45 +13,6 @@
 namespace smx::qmgr {
 
 namespace {
-
-struct Help {
-    std::string_view name;
-    bool counter;  // only grows; otherwise a level (gauge)
-    std::string_view help;
-};
-constexpr Help helps[] = {
-    {"received", true, "Transactions accepted (TA_COMMIT acknowledged)"},
-    {"rejected", true, "TA_COMMITs refused as invalid"},
-    {"tempfailed", true, "TA_COMMITs refused for now (queue full, I/O error)"},
-    {"delivered", true, "Recipients delivered (status=sent)"},
-    {"deferred", true, "Recipient deferrals (status=deferred)"},
-    {"bounced", true, "Recipients bounced"},
-    {"dsn_sent", true, "Delivery status notifications queued"},
-    {"quarantined", true, "Files and records moved to quarantine/"},
-    {"quarantine_write_failures", true, "Copies to quarantine/ that could not be written"},
-    {"ibdb_commits", true, "Envelope-log group commits"},
-    {"ibdb_transactions", true, "Transactions in envelope-log group commits"},
-    {"ibdb_records", true, "Envelope-log records written"},
-    {"ibdb_pending", false, "Envelope-log records waiting for their commit"},
-    {"ibdb_files_deleted", true, "Envelope-log files removed"},
-    {"ibdb_corrupt_records", true, "Corrupt envelope-log records seen at start-up"},
-    {"ibdb_write_failures", true, "Failed envelope-log writes (each retried)"},
-    {"fsync_us_total", true, "Microseconds spent in envelope-log fdatasync"},
-    {"fsync_us_max", false, "Longest envelope-log fdatasync, microseconds"},
-    {"queue_size", false, "Open recipients in the active queue"},
-    {"queue_transactions", false, "Transactions in the active queue"},
-    {"queue_deferred", false, "Recipients in the deferred queue (DEFEDB)"},
-    {"active_deliveries", false, "Deliveries out to SMTPC"},
-    {"destinations", false, "Destination queues"},
-    {"smtpc_connections", false, "SMTPC processes connected"},
-    {"smtps_connections", false, "SMTPS processes connected"},
-};
-
-const Help& help_of(std::string_view name) {
-    for (const auto& h : helps)
-        if (h.name == name) return h;
-    sm::panic(fmt::format("metric {} has no help text", name));
-}
 
 // A label value: backslash, double quote and newline escaped.
 std::string label_value(std::string_view v) {
@@ -76,11 +36,9 @@ void expose_labels(std::string& out, std::string_view name, std::string_view lab
 
 std::string prometheus_text(Qmgr& q) {
     std::string out;
-    for (const auto& [name, value] : q.metrics()) {
-        const Help& h = help_of(name);
-        out += fmt::format("# HELP smx_{} {}\n# TYPE smx_{} {}\nsmx_{} {}\n", name, h.help, name,
-                           h.counter ? "counter" : "gauge", name, value);
-    }
+    for (const Metric& m : q.metrics())
+        out += fmt::format("# HELP smx_{} {}\n# TYPE smx_{} {}\nsmx_{} {}\n", m.name, m.help, m.name,
+                           m.counter ? "counter" : "gauge", m.name, m.value);
     for (const auto& h : q.histograms()) h.h.expose(out, h.name, h.help);
     expose_labels(out, "smx_destination_active_recipients", "destination",
                   "Recipients waiting or out for delivery per destination (the 20 largest)",

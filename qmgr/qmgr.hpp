@@ -65,6 +65,15 @@ struct Counters {
     Histogram queue_age_seconds{age_buckets};
 };
 
+// One counter or level for `smx stats` and Prometheus, with what the
+// scrape says of it (HELP, and TYPE counter or gauge).
+struct Metric {
+    const char* name;
+    std::uint64_t value;
+    bool counter;  // only grows; otherwise a level (gauge)
+    const char* help;
+};
+
 class Qmgr {
 public:
     // Sends one encoded frame to the peer that the callback belongs to.
@@ -100,7 +109,7 @@ public:
     // CLI requests (answered through done, possibly after DEFEDB work on
     // the pool); and the counters for `smx stats` and Prometheus.
     void control(const sm::msg::CtlRequest& req, CtlDone done);
-    std::vector<std::pair<const char*, std::uint64_t>> metrics() const;
+    std::vector<Metric> metrics() const;
     // metrics.cpp: the histograms, and the per-label gauges for Prometheus.
     struct HistogramRef {
         const char* name;

@@ -149,8 +149,8 @@ struct Harness {
         return *r;
     }
     std::uint64_t stat(const std::string& name) {
-        for (const auto& [n, v] : q->metrics())
-            if (name == n) return v;
+        for (const Metric& m : q->metrics())
+            if (name == m.name) return m.value;
         FAIL("no metric " << name);
         return 0;
     }
