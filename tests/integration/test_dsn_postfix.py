@@ -8,114 +8,35 @@ relays on to the scripted sink, which offers DSN and SMTPUTF8 too and records
 the MAIL and RCPT parameters it gets."""
 import os
 import shutil
-import signal
 import smtplib
-import subprocess
-import tempfile
-import time
 
 import pytest
 
 from conftest import free_port, wait_until
-from postfix_auth_peer import MASTER_CF
+from postfix_peer import PrivatePostfix
 
 pytestmark = pytest.mark.skipif(
     not shutil.which("postfix") or not shutil.which("openssl") or os.geteuid() != 0,
     reason="needs the postfix and openssl packages and root (postfix's own users)")
 
-MAIN_CF = """compatibility_level = 3.6
-config_directory = {d}/etc
-queue_directory = {d}/spool
-data_directory = {d}/data
-mail_owner = postfix
-setgid_group = postdrop
-inet_interfaces = 127.0.0.1
-inet_protocols = ipv4
+# After postfix_peer's common lines: relays for 127.0.0.0/8 to the sink,
+# requires TLS, offers SMTPUTF8 (and DSN, postfix's default).
+MAIN_CF = """\
 myhostname = postfix-nexthop.test
-mydestination =
-local_recipient_maps =
-alias_maps =
-alias_database =
 mynetworks = 127.0.0.0/8
 smtpd_relay_restrictions = permit_mynetworks, reject_unauth_destination
 relayhost = [127.0.0.1]:{sink}
 smtputf8_enable = yes
 smtpd_tls_security_level = encrypt
-smtpd_tls_cert_file = {d}/cert.pem
-smtpd_tls_key_file = {d}/key.pem
+smtpd_tls_cert_file = {{dir}}/cert.pem
+smtpd_tls_key_file = {{dir}}/key.pem
 smtpd_tls_received_header = yes
-maillog_file_prefixes = {d}
-maillog_file = {d}/maillog
 """
 
 
-
-class Postfix:
+class Postfix(PrivatePostfix):
     def __init__(self, sink_port):
-        # Under /tmp, not pytest's 0700 directories: postfix's daemons drop
-        # to the postfix user and must reach their queue.
-        self.dir = tempfile.mkdtemp(prefix="smx-dsn-postfix-", dir="/tmp")
-        os.chmod(self.dir, 0o755)
-        self.port = free_port()
-        self.pid_file = os.path.join(self.dir, "spool", "pid", "master.pid")
-        try:
-            self.start(sink_port)
-        except BaseException:
-            self.stop()  # whatever started, stopped by its PID; the directory goes
-            raise
-
-    def start(self, sink_port):
-        for sub in ("etc", "spool", "data"):
-            os.makedirs(os.path.join(self.dir, sub))
-        shutil.chown(os.path.join(self.dir, "data"), "postfix")
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                        "-subj", "/CN=postfix-nexthop.test",
-                        "-keyout", os.path.join(self.dir, "key.pem"),
-                        "-out", os.path.join(self.dir, "cert.pem")],
-                       check=True, capture_output=True, timeout=60)
-        with open(os.path.join(self.dir, "etc", "main.cf"), "w") as f:
-            f.write(MAIN_CF.format(d=self.dir, sink=sink_port))
-        with open(os.path.join(self.dir, "etc", "master.cf"), "w") as f:
-            f.write(MASTER_CF.format(port=self.port))
-        etc = os.path.join(self.dir, "etc")
-        subprocess.run(["postfix", "-c", etc, "set-permissions"], capture_output=True, timeout=60)
-        subprocess.run(["postfix", "-c", etc, "check"], check=True, capture_output=True, timeout=60)
-        subprocess.run(["postfix", "-c", etc, "start"], check=True, capture_output=True, timeout=60)
-        wait_until(self.pid, 20, "postfix's master.pid")
-        wait_until(self.greets, 20, "postfix to answer")
-
-    def pid(self):
-        try:
-            with open(self.pid_file) as f:
-                return int(f.readline().strip() or 0)
-        except (OSError, ValueError):
-            return 0
-
-    def greets(self):
-        try:
-            with smtplib.SMTP("127.0.0.1", self.port, timeout=5) as c:
-                return c.ehlo()[0] == 250
-        except OSError:
-            return False
-
-    def log(self):
-        try:
-            with open(os.path.join(self.dir, "maillog"), errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
-
-    def stop(self):
-        pid = self.pid()
-        if pid:
-            os.kill(pid, signal.SIGTERM)
-            for _ in range(100):
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.1)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        super().__init__(free_port(), "nexthop", MAIN_CF.format(sink=sink_port))
 
 
 @pytest.fixture
