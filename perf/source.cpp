@@ -156,7 +156,12 @@ asio::awaitable<void> session(Run& run, tcp::endpoint ep, asio::ssl::context* tl
     const auto ex = co_await asio::this_coro::executor;
     const auto t = run.opt.timeout;
     int backoff = 0;
-    while (run.more()) {
+    // A message is claimed before connecting, so that no connection is
+    // opened that then has nothing to send (a peer would count a session
+    // that ends before MAIL); a failed connect retries with the same message.
+    std::size_t idx = 0;
+    bool have = run.take(idx);
+    while (have && run.running()) {
         if (backoff) co_await pause(std::min(50 * backoff, 1000) * std::chrono::milliseconds(1));
         Stream s{tcp::socket(ex)};
         const auto connected = co_await connect(s.socket(), ep, t);
@@ -186,10 +191,11 @@ asio::awaitable<void> session(Run& run, tcp::endpoint ep, asio::ssl::context* tl
         run.connected();
         const bool pipelining = run.opt.pipelining && offers(ehlo, "PIPELINING");
         bool alive = true;
-        std::size_t idx = 0;
         const long limit = run.opt.per_connection;  // 0: no limit
-        for (long sent = 0; alive && (limit == 0 || sent < limit) && run.take(idx); ++sent)
+        for (long sent = 0; alive && have && (limit == 0 || sent < limit); ++sent) {
             alive = co_await transaction(run, s, rd, idx, pipelining);
+            have = run.take(idx);
+        }
         // The 221 is not worth a long wait: the messages are done.
         const std::chrono::steady_clock::duration quit_wait = std::min<std::chrono::steady_clock::duration>(t, std::chrono::seconds(5));
         if (alive) {

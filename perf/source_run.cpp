@@ -32,7 +32,7 @@ Run::Run(const Options& o, boost::asio::io_context& ctx)
 }
 
 bool Run::take(std::size_t& idx) {
-    if (!more()) return false;
+    if (stopped_ || next_ >= opt.messages) return false;
     idx = next_++;
     return true;
 }
@@ -47,9 +47,6 @@ Envelope Run::envelope(std::size_t idx) const {
 }
 
 void Run::connect_failed(const std::string& kind) {
-    // A session that reconnected just as the last message was handed out
-    // may find the sink already gone: not an error of the run.
-    if (next_ >= opt.messages) return;
     ++errors_[kind];
     if (++connect_failures_ > opt.max_connect_failures) {
         ++errors_["gave_up_connecting"];

@@ -41,7 +41,8 @@ public:
     const Options opt;
     const SizeSpec sizes;
 
-    bool more() const { return !stopped_ && next_ < opt.messages; }
+    bool running() const { return !stopped_; }
+    // Claims the next message; false when none is left or the run stopped.
     bool take(std::size_t& idx);
     Envelope envelope(std::size_t idx) const;
 
