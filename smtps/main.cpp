@@ -90,10 +90,10 @@ unsigned event_loops(unsigned configured) {
 // The same listening sockets for another loop: dups, so that each loop's
 // epoll waits on them and whichever loop is free first accepts.
 std::vector<tcp::acceptor> dup_listeners(asio::io_context& io,
-                                         const std::vector<tcp::acceptor>& of) {
+                                         std::vector<tcp::acceptor>& of) {
     std::vector<tcp::acceptor> out;
-    for (const auto& a : of) {
-        const int fd = ::dup(const_cast<tcp::acceptor&>(a).native_handle());
+    for (auto& a : of) {
+        const int fd = ::dup(a.native_handle());
         if (fd < 0) throw std::runtime_error(std::string("dup: ") + std::strerror(errno));
         out.emplace_back(io, a.local_endpoint().protocol(), fd);
     }
