@@ -338,7 +338,7 @@ Config load_config(const std::string& path) {
             throw ConfigError("server.tls_security_level",
                               "\"" + *l + "\" needs tls_cert and tls_key");
     }
-    c.server.threads = s.small("threads", c.server.threads, 64);
+    c.server.threads = s.small("threads", c.server.threads, 64, true);
     c.server.user = s.get<std::string>("user").value_or("");
     for (auto [key, v] : {std::pair{"smtps_user", &c.server.smtps_user},
                           std::pair{"qmgr_user", &c.server.qmgr_user},

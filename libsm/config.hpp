@@ -78,7 +78,7 @@ struct ServerConfig {
     std::string tls_cert;  // PEM chain
     std::string tls_key;
     TlsLevel tls_security_level = TlsLevel::none;  // may when tls_cert is set
-    unsigned threads = 1;
+    unsigned threads = 0;  // SMTPS event loops; 0: one per CPU it may run on
     // Accounts of the children when `smx run` starts as root: each its own
     // user (sendmail X's smxs/smxq/smxc), the primary group of all three
     // the shared `group` (content files, qmgr.sock, the log file). `user`

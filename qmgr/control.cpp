@@ -41,7 +41,7 @@ std::vector<Metric> Qmgr::metrics() const {
         {"active_deliveries", sched_.active_deliveries(), false, "Deliveries out to SMTPC"},
         {"destinations", sched_.destinations(), false, "Destination queues"},
         {"smtpc_connections", sched_.links(), false, "SMTPC processes connected"},
-        {"smtps_connections", counters_.smtps_connections, false, "SMTPS processes connected"},
+        {"smtps_connections", counters_.smtps_connections, false, "SMTPS links connected (one per smx-smtps event loop)"},
     };
 }
 

@@ -23,6 +23,7 @@ std::string CdbStore::path_for(std::string_view ta_id) const {
 
 bool CdbStore::has_room(std::uint64_t size) {
     if (reserve_ == 0) return true;
+    std::lock_guard lk(sample_mu_);
     const auto now = std::chrono::steady_clock::now();
     if (now - sampled_ >= std::chrono::seconds(1)) {
         struct statvfs vfs;

@@ -8,6 +8,7 @@
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,7 @@ public:
     // times the declared SIZE; so that a client hears 452 at MAIL rather
     // than after sending all its data. Free space is sampled at most once a
     // second; reserve 0 or a failing statvfs never refuse (QMGR checks too).
+    // Any thread may call it.
     bool has_room(std::uint64_t size);
 
 private:
@@ -39,6 +41,7 @@ private:
     bool hashed_;
     asio::thread_pool& pool_;
     std::uint64_t reserve_;
+    std::mutex sample_mu_;  // guards free_ and sampled_
     std::uint64_t free_ = 0;
     std::chrono::steady_clock::time_point sampled_{};
 };

@@ -1,6 +1,10 @@
 // smx-smtps: the SMTP server process. Takes its listening sockets from the
-// MCP (SMX_LISTEN_FDS) or binds server.listen itself, connects to QMGR, and
-// runs every session as a coroutine on one io thread.
+// MCP (SMX_LISTEN_FDS) or binds server.listen itself and runs server.threads
+// event loops (Asio's io_context per CPU): each accepts on its own dup of
+// every listening socket, has its own QMGR link and runs its sessions as
+// coroutines; the connection limits and the reloadable settings are shared
+// (smtps::Shared). The first loop runs on the main thread and also owns the
+// signals, the reload and the shutdown.
 #include "cdb_writer.hpp"
 #include "channel.hpp"
 #include "config.hpp"
@@ -13,13 +17,20 @@
 #include "tls.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 namespace {
 
@@ -64,18 +75,53 @@ std::vector<tcp::acceptor> bound_listeners(asio::io_context& io, const sm::Confi
     return out;
 }
 
-struct Process {
-    asio::io_context& io;
-    const sm::Config& cfg;
-    smtps::CdbStore& cdb;
-    asio::ssl::context* tls;
+// server.threads = 0: one loop per CPU this process may run on (so that
+// taskset or a cgroup's cpuset is respected), at most the configurable 64.
+unsigned event_loops(unsigned configured) {
+    if (configured != 0) return configured;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int n = ::sched_getaffinity(0, sizeof set, &set) == 0
+                      ? CPU_COUNT(&set)
+                      : static_cast<int>(std::thread::hardware_concurrency());
+    return static_cast<unsigned>(std::clamp(n, 1, 64));
+}
+
+// The same listening sockets for another loop: dups, so that each loop's
+// epoll waits on them and whichever loop is free first accepts.
+std::vector<tcp::acceptor> dup_listeners(asio::io_context& io,
+                                         std::vector<tcp::acceptor>& of) {
+    std::vector<tcp::acceptor> out;
+    for (auto& a : of) {
+        const int fd = ::dup(a.native_handle());
+        if (fd < 0) throw std::runtime_error(std::string("dup: ") + std::strerror(errno));
+        out.emplace_back(io, a.local_endpoint().protocol(), fd);
+    }
+    return out;
+}
+
+// One event loop: its thread's io_context, its share of the listening
+// sockets, its QMGR link and the sessions it accepted. Only its own thread
+// touches it after start.
+struct Loop {
+    asio::io_context io{1};
     std::vector<tcp::acceptor> listeners;
     std::unique_ptr<smtps::QmgrClient> qmgr;
     std::unique_ptr<smtps::Server> server;
-    int exit_code = 0;
-    bool stopping = false;
+};
 
-    asio::awaitable<void> start() {
+struct Process {
+    const sm::Config& cfg;
+    smtps::CdbStore& cdb;
+    std::shared_ptr<smtps::Shared> shared;
+    std::vector<std::unique_ptr<Loop>> loops;  // loops[0] runs on the main thread
+    int exit_code = 0;                         // main thread only
+    std::atomic<bool> stopping = false;
+
+    asio::io_context& main_io() { return loops[0]->io; }
+
+    // Runs on l's thread: connects l's QMGR link, then serves l's listeners.
+    asio::awaitable<void> start(Loop& l, unsigned index) {
         const auto until = std::chrono::steady_clock::now() + qmgr_connect_window;
         std::string err;
         std::shared_ptr<sm::Channel> ch;
@@ -83,41 +129,51 @@ struct Process {
             if (stopping) co_return;
             if (std::chrono::steady_clock::now() >= until) {
                 spdlog::error("cannot reach qmgr: {}", err);
-                exit_code = exit_tempfail;
-                io.stop();
+                stop_from_any(exit_tempfail);
                 co_return;
             }
-            asio::steady_timer t(io, 200ms);
+            asio::steady_timer t(l.io, 200ms);
             co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
         }
         if (stopping) co_return;
-        qmgr = std::make_unique<smtps::QmgrClient>(io.get_executor(), ch, ack_timeout, [this] {
+        l.qmgr = std::make_unique<smtps::QmgrClient>(l.io.get_executor(), ch, ack_timeout, [this] {
             spdlog::error("lost connection to qmgr; exiting after answering open transactions");
-            stop(exit_tempfail);
+            stop_from_any(exit_tempfail);
         });
-        qmgr->start();
-        server = std::make_unique<smtps::Server>(io.get_executor(), cfg, *qmgr, cdb, tls);
-        for (auto& l : listeners) server->listen(std::move(l));
-        listeners.clear();
-        spdlog::info("ready: {} ESMTP, qmgr at {}", cfg.server.hostname, cfg.qmgr_socket());
+        l.qmgr->start();
+        l.server = std::make_unique<smtps::Server>(l.io.get_executor(), shared, *l.qmgr, cdb);
+        for (auto& a : l.listeners) l.server->listen(std::move(a));
+        l.listeners.clear();
+        spdlog::info("ready: {} ESMTP, qmgr at {} (event loop {} of {})", cfg.server.hostname,
+                     cfg.qmgr_socket(), index + 1, loops.size());
     }
 
+    void stop_from_any(int code) {
+        asio::post(main_io(), [this, code] { stop(code); });
+    }
+
+    // Main thread only.
     void stop(int code) {
-        if (stopping) return;
-        stopping = true;
+        if (stopping.exchange(true)) return;
         exit_code = code;
-        asio::co_spawn(io, drain(), sm::crash_on_exception("smtps drain"));
+        asio::co_spawn(main_io(), drain(), sm::crash_on_exception("smtps drain"));
     }
 
     asio::awaitable<void> drain() {
-        if (server) server->stop_accepting();
+        for (auto& l : loops)
+            asio::post(l->io, [&l = *l] {
+                if (l.server) l.server->stop_accepting();
+            });
         const auto until = std::chrono::steady_clock::now() + drain_window;
-        while (server && server->committing() > 0 && std::chrono::steady_clock::now() < until) {
-            asio::steady_timer t(io, 10ms);
+        while (shared->committing() > 0 && std::chrono::steady_clock::now() < until) {
+            asio::steady_timer t(main_io(), 10ms);
             co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
         }
-        if (qmgr) qmgr->close();
-        io.stop();
+        for (auto& l : loops)
+            asio::post(l->io, [&l = *l] {
+                if (l.qmgr) l.qmgr->close();
+                l.io.stop();
+            });
     }
 };
 
@@ -151,10 +207,7 @@ int main(int argc, char** argv) {
         if (!warning.empty()) spdlog::warn("{}", warning);
     }
     std::signal(SIGPIPE, SIG_IGN);
-    if (cfg.server.threads > 1)
-        spdlog::warn("server.threads = {}: running single-threaded", cfg.server.threads);
 
-    asio::io_context io(1);
     // fdatasync of CDB files: a sync of a new file takes milliseconds, the
     // threads mostly sleep in the kernel, and concurrent syncs share journal
     // commits, so throughput grows with the number in flight.
@@ -163,8 +216,8 @@ int main(int argc, char** argv) {
                         cfg.queue.min_free_space);
     if (const auto n = cdb.remove_stale_tmp())
         spdlog::info("removed {} unfinished CDB files of an earlier run", n);
-    // One TLS context for all sessions (its session cache and ticket keys
-    // are then shared), built before anything listens.
+    // One TLS context for all sessions of all loops (its session cache and
+    // ticket keys are then shared), built before anything listens.
     std::unique_ptr<asio::ssl::context> tls;
     if (cfg.server.tls_security_level != sm::TlsLevel::none) {
         try {
@@ -175,25 +228,31 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    Process p{io, cfg, cdb, tls.get(), {}, nullptr, nullptr};
+    Process p{cfg, cdb, std::make_shared<smtps::Shared>(cfg, tls.get()), {}};
+    const unsigned n_loops = event_loops(cfg.server.threads);
+    for (unsigned i = 0; i < n_loops; ++i) p.loops.push_back(std::make_unique<Loop>());
     try {
+        auto& first = *p.loops[0];
         const char* fds = std::getenv("SMX_LISTEN_FDS");
-        p.listeners = fds && *fds ? inherited_listeners(io, fds) : bound_listeners(io, cfg);
+        first.listeners = fds && *fds ? inherited_listeners(first.io, fds)
+                                      : bound_listeners(first.io, cfg);
+        for (unsigned i = 1; i < n_loops; ++i)
+            p.loops[i]->listeners = dup_listeners(p.loops[i]->io, first.listeners);
     } catch (const std::exception& e) {
         spdlog::critical("cannot listen: {}", e.what());
         spdlog::shutdown();
         return 1;
     }
 
-    asio::signal_set signals(io, SIGTERM, SIGINT);
+    asio::signal_set signals(p.main_io(), SIGTERM, SIGINT);
     signals.async_wait([&](const boost::system::error_code& ec, int sig) {
         if (ec) return;
         spdlog::info("signal {}: shutting down", sig);
         p.stop(0);
     });
-    // SIGHUP from the MCP: new sessions get the new config and certificate.
-    sm::ConfigReloader reloader(io, cfg_path, cfg, [&](sm::Config next) {
-        if (!p.server) throw std::runtime_error("smx-smtps is still starting");
+    // SIGHUP from the MCP: new sessions, on every loop, get the new config
+    // and certificate.
+    sm::ConfigReloader reloader(p.main_io(), cfg_path, cfg, [&](sm::Config next) {
         std::string warning;
         next.server.max_connections =
             sm::fitting_connections(next.server, sm::raise_nofile(), warning);
@@ -201,10 +260,16 @@ int main(int argc, char** argv) {
         std::shared_ptr<asio::ssl::context> ctx;
         if (next.server.tls_security_level != sm::TlsLevel::none)
             ctx = sm::tls::server_context(next.server);
-        p.server->reload(std::make_shared<const sm::Config>(std::move(next)), std::move(ctx));
+        p.shared->reload(std::make_shared<const sm::Config>(std::move(next)), std::move(ctx));
     });
-    asio::co_spawn(io, p.start(), sm::crash_on_exception("smtps start"));
-    sm::run_or_panic(io, "smtps");
+    for (unsigned i = 0; i < n_loops; ++i)
+        asio::co_spawn(p.loops[i]->io, p.start(*p.loops[i], i),
+                       sm::crash_on_exception("smtps start"));
+    std::vector<std::thread> threads;
+    for (unsigned i = 1; i < n_loops; ++i)
+        threads.emplace_back([&l = *p.loops[i]] { sm::run_or_panic(l.io, "smtps"); });
+    sm::run_or_panic(p.main_io(), "smtps");
+    for (auto& t : threads) t.join();
     sync_pool.join();
     spdlog::info("exit {}", p.exit_code);
     spdlog::shutdown();

@@ -26,19 +26,58 @@ Settings::Settings(std::shared_ptr<const sm::Config> cfg, std::shared_ptr<asio::
     ehlo_reply_tls_ = head + "250-STARTTLS\r\n250 ENHANCEDSTATUSCODES\r\n";
 }
 
-Server::Server(asio::any_io_executor ex, const sm::Config& cfg, QmgrClient& qmgr,
-               CdbStore& cdb, asio::ssl::context* tls)
+Shared::Shared(const sm::Config& cfg, asio::ssl::context* tls)
     // Not owned: the aliasing constructor with no owner.
-    : ex_(std::move(ex)),
-      settings_(std::make_shared<const Settings>(
+    : settings_(std::make_shared<const Settings>(
           std::shared_ptr<const sm::Config>(std::shared_ptr<void>(), &cfg),
-          std::shared_ptr<asio::ssl::context>(std::shared_ptr<void>(), tls))),
-      qmgr_(qmgr), cdb_(cdb) {}
+          std::shared_ptr<asio::ssl::context>(std::shared_ptr<void>(), tls))) {}
 
-void Server::reload(std::shared_ptr<const sm::Config> cfg,
-                    std::shared_ptr<asio::ssl::context> tls) {
-    settings_ = std::make_shared<const Settings>(std::move(cfg), std::move(tls));
+std::shared_ptr<const Settings> Shared::settings() const {
+    std::lock_guard lk(mu_);
+    return settings_;
 }
+
+void Shared::reload(std::shared_ptr<const sm::Config> cfg,
+                    std::shared_ptr<asio::ssl::context> tls) {
+    auto next = std::make_shared<const Settings>(std::move(cfg), std::move(tls));
+    std::lock_guard lk(mu_);
+    settings_ = std::move(next);
+}
+
+std::string Shared::admit(const std::string& ip, bool trusted) {
+    std::lock_guard lk(mu_);
+    const auto& s = settings_->server();
+    if (sessions_ >= s.max_connections)
+        return "421 4.7.0 " + s.hostname + " Error: too many connections\r\n";
+    if (!trusted) {
+        unsigned& n = per_client_[ip];
+        if (n >= s.max_connections_per_client) {
+            if (n == 0) per_client_.erase(ip);
+            return "421 4.7.0 " + s.hostname + " Error: too many connections from " + ip +
+                   "\r\n";
+        }
+        ++n;
+    }
+    ++sessions_;
+    return {};
+}
+
+void Shared::release(const std::string& ip, bool counted_per_client) {
+    std::lock_guard lk(mu_);
+    --sessions_;
+    if (!counted_per_client) return;
+    auto it = per_client_.find(ip);
+    if (it != per_client_.end() && --it->second == 0) per_client_.erase(it);
+}
+
+std::size_t Shared::sessions() const {
+    std::lock_guard lk(mu_);
+    return sessions_;
+}
+
+Server::Server(asio::any_io_executor ex, std::shared_ptr<Shared> shared, QmgrClient& qmgr,
+               CdbStore& cdb)
+    : ex_(std::move(ex)), shared_(std::move(shared)), qmgr_(qmgr), cdb_(cdb) {}
 
 void Server::listen(tcp::acceptor acceptor) {
     acceptors_.push_back(std::move(acceptor));
@@ -50,33 +89,9 @@ void Server::stop_accepting() {
     for (auto& a : acceptors_) a.close(ec);
 }
 
-std::string Server::admit(const std::string& ip, bool trusted) {
-    const auto& s = settings_->server();
-    if (counts_->sessions >= s.max_connections)
-        return "421 4.7.0 " + s.hostname + " Error: too many connections\r\n";
-    if (!trusted) {
-        unsigned& n = counts_->per_client[ip];
-        if (n >= s.max_connections_per_client) {
-            if (n == 0) counts_->per_client.erase(ip);
-            return "421 4.7.0 " + s.hostname + " Error: too many connections from " + ip +
-                   "\r\n";
-        }
-        ++n;
-    }
-    ++counts_->sessions;
-    return {};
-}
-
-void Server::Counts::release(const std::string& ip, bool counted_per_client) {
-    --sessions;
-    if (!counted_per_client) return;
-    auto it = per_client.find(ip);
-    if (it != per_client.end() && --it->second == 0) per_client.erase(it);
-}
-
 asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
     // server.hostname needs a restart: this reply is made once.
-    sm::AcceptGuard guard("smtp", "421 4.3.2 " + settings_->server().hostname +
+    sm::AcceptGuard guard("smtp", "421 4.3.2 " + settings()->server().hostname +
                                       " Error: too many open files, try again later\r\n");
     for (;;) {
         auto accepted = co_await guard.next(acceptor);
@@ -87,13 +102,14 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
         if (pec) continue;  // already gone
         sock.set_option(tcp::no_delay(true), pec);
         std::string ip = client_ip(peer);
-        const bool trusted = settings_->policy.trusted_client(ip);
-        std::string refusal = admit(ip, trusted);
+        const auto settings = shared_->settings();
+        const bool trusted = settings->policy.trusted_client(ip);
+        std::string refusal = shared_->admit(ip, trusted);
         if (!refusal.empty()) {
             spdlog::warn("connect from unknown[{}]: {}", ip,
                          std::string_view(refusal).substr(0, refusal.size() - 2));
             asio::co_spawn(ex_, [s = std::move(sock), refusal = std::move(refusal),
-                                 t = settings_->server().command_timeout]() mutable
+                                 t = settings->server().command_timeout]() mutable
                                     -> asio::awaitable<void> {
                 co_await sm::smtp::write_all(s, refusal, t);
             }, sm::crash_on_exception("smtps refusal"));
@@ -103,11 +119,11 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
                              trusted]() mutable -> asio::awaitable<void> {
             // Releases the counts however the session ends.
             struct Slot {
-                std::shared_ptr<Counts> counts;
+                std::shared_ptr<Shared> shared;
                 const std::string& ip;
                 bool per_client;
-                ~Slot() { counts->release(ip, per_client); }
-            } slot{counts_, ip, !trusted};
+                ~Slot() { shared->release(ip, per_client); }
+            } slot{shared_, ip, !trusted};
             co_await run_session(*this, std::move(s), ip, trusted);
         }, sm::crash_on_exception("smtps session"));
     }

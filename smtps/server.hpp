@@ -1,6 +1,7 @@
-// The SMTP listener: accepts connections, enforces the connection limits
-// (total and per client; relay_networks are exempt from the latter) and runs
-// one session coroutine per connection on the same io thread.
+// The SMTP listener of one event-loop thread: accepts connections, enforces
+// the connection limits (total and per client; relay_networks are exempt from
+// the latter) through the process-wide Shared, and runs one session coroutine
+// per connection on its own io thread.
 #pragma once
 
 #include "cdb_writer.hpp"
@@ -10,8 +11,10 @@
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl/context.hpp>
+#include <atomic>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -43,65 +46,79 @@ private:
     std::string ehlo_reply_, ehlo_reply_tls_;
 };
 
-class Server {
+// What the Servers of all threads share: the Settings a reload replaces and
+// the connection counts the limits apply to, so that max_connections and
+// max_connections_per_client hold for the process, not per thread. Any
+// thread may call it; the mutex is held for a map lookup, never across I/O.
+class Shared {
 public:
-    // cfg and tls are the start's; they must outlive the Server (a reload
-    // replaces them with ones the Server owns).
-    Server(asio::any_io_executor ex, const sm::Config& cfg, QmgrClient& qmgr, CdbStore& cdb,
-           asio::ssl::context* tls = nullptr);
+    // cfg and tls are the start's and not owned: they must outlive this (a
+    // reload replaces them with ones the Settings own).
+    Shared(const sm::Config& cfg, asio::ssl::context* tls);
 
+    // The current Settings; a new session takes them once.
+    std::shared_ptr<const Settings> settings() const;
     // New sessions get cfg (relay networks and domains, limits, timeouts)
     // and tls (a new certificate); running ones finish with what they have.
     void reload(std::shared_ptr<const sm::Config> cfg, std::shared_ptr<asio::ssl::context> tls);
 
-    // Serves an already listening socket.
-    void listen(tcp::acceptor acceptor);
-    // Stops accepting; running sessions continue.
-    void stop_accepting();
+    // Empty when a connection from ip is within the limits (it is then
+    // counted until release), else the 421 reply.
+    std::string admit(const std::string& ip, bool trusted);
+    void release(const std::string& ip, bool counted_per_client);
 
-    std::size_t sessions() const { return counts_->sessions; }
+    std::size_t sessions() const;
     // Sessions between the end of DATA and their reply being written: a
     // shutdown waits for these so that no accepted message goes unanswered.
-    std::size_t committing() const { return counts_->committing; }
-
-    // Shared by all sessions; a new session takes settings() once.
-    const std::shared_ptr<const Settings>& settings() const { return settings_; }
-    QmgrClient& qmgr() { return qmgr_; }
-    CdbStore& cdb() { return cdb_; }
+    std::size_t committing() const { return committing_; }
     // Counts a failed TLS handshake; returns the count so far.
-    std::uint64_t tls_handshake_failed() { return ++counts_->tls_failures; }
+    std::uint64_t tls_handshake_failed() { return ++tls_failures_; }
 
-    // Session counts live apart from the Server: a session coroutine that is
-    // destroyed with the io_context at exit may outlive the Server object.
-    struct Counts {
-        std::size_t sessions = 0;
-        std::size_t committing = 0;
-        std::uint64_t tls_failures = 0;
-        std::unordered_map<std::string, unsigned> per_client;
-        void release(const std::string& ip, bool counted_per_client);
-    };
     class CommitGuard {
     public:
-        explicit CommitGuard(Server& s) : c_(s.counts_) { ++c_->committing; }
-        ~CommitGuard() { --c_->committing; }
+        explicit CommitGuard(Shared& s) : s_(s) { ++s_.committing_; }
+        ~CommitGuard() { --s_.committing_; }
         CommitGuard(const CommitGuard&) = delete;
         CommitGuard& operator=(const CommitGuard&) = delete;
 
     private:
-        std::shared_ptr<Counts> c_;
+        Shared& s_;
     };
 
 private:
+    mutable std::mutex mu_;
+    std::shared_ptr<const Settings> settings_;
+    std::size_t sessions_ = 0;
+    std::unordered_map<std::string, unsigned> per_client_;
+    std::atomic<std::size_t> committing_{0};
+    std::atomic<std::uint64_t> tls_failures_{0};
+};
+
+class Server {
+public:
+    // shared is held by every session, which may outlive the Server when
+    // its coroutine is destroyed with the io_context at exit.
+    Server(asio::any_io_executor ex, std::shared_ptr<Shared> shared, QmgrClient& qmgr,
+           CdbStore& cdb);
+
+    // Serves an already listening socket.
+    void listen(tcp::acceptor acceptor);
+    // Stops accepting; running sessions continue. Call on this Server's thread.
+    void stop_accepting();
+
+    std::shared_ptr<const Settings> settings() const { return shared_->settings(); }
+    Shared& shared() { return *shared_; }
+    QmgrClient& qmgr() { return qmgr_; }
+    CdbStore& cdb() { return cdb_; }
+
+private:
     asio::awaitable<void> accept_loop(tcp::acceptor& acceptor);
-    // Empty when the connection is within the limits, else the 421 reply.
-    std::string admit(const std::string& ip, bool trusted);
 
     asio::any_io_executor ex_;
-    std::shared_ptr<const Settings> settings_;
+    std::shared_ptr<Shared> shared_;
     QmgrClient& qmgr_;
     CdbStore& cdb_;
     std::list<tcp::acceptor> acceptors_;
-    std::shared_ptr<Counts> counts_ = std::make_shared<Counts>();
 };
 
 // The printable client address: v4-mapped IPv6 is shown as IPv4.

@@ -336,7 +336,7 @@ asio::awaitable<bool> Session::starttls(std::string_view arg) {
         *settings_->tls, asio::ssl::stream_base::server, cfg_.command_timeout);
     if (!err.empty()) {
         spdlog::warn("SSL_accept error from {}: {} (tls_handshake_failures={})", client(), err,
-                     srv_.tls_handshake_failed());
+                     srv_.shared().tls_handshake_failed());
         co_return false;
     }
     tls_info_ = sm::tls::describe(stream_.ssl());
@@ -618,7 +618,7 @@ bool Session::bdat_accepted() {
 }
 
 asio::awaitable<void> Session::queue(CdbWriter& w) {
-    Server::CommitGuard guard(srv_);
+    Shared::CommitGuard guard(srv_.shared());
     reply(co_await commit(w));
     // The reply is out before the guard releases a shutdown waiting for it.
     co_await flush();

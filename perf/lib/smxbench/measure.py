@@ -17,8 +17,11 @@ class ProcessGroup:
     also the ones that daemonize or double-fork (sendmail's delivery
     processes) and would escape a walk of the process tree."""
 
-    def __init__(self, name):
+    def __init__(self, name, cpus=None):
+        """cpus: the CPU numbers the relay's processes may run on (as
+        `taskset -c`), or None for all."""
         self.path = os.path.join(CGROOT, "smxbench-%s-%d" % (name, os.getpid()))
+        self.cpus = cpus
         self.roots = []
         try:
             os.makedirs(self.path, exist_ok=True)
@@ -27,7 +30,10 @@ class ProcessGroup:
             self.cgroup = False
 
     def preexec(self):
-        """For subprocess: the started process joins the group before exec."""
+        """For subprocess: the started process joins the group before exec,
+        pinned to cpus; its descendants inherit both."""
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)
         if self.cgroup:
             with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
                 f.write(str(os.getpid()))

@@ -1,5 +1,6 @@
 """The systems under test. Each relays everything from 127.0.0.1 on its own
 port to the one sink; `direct` is the source talking to the sink itself."""
+import copy
 import os
 import shutil
 import signal
@@ -14,6 +15,7 @@ PEERS = os.path.join(PERF, "peers")
 class System:
     name = "?"
     relay = True
+    cpus = None  # pinned() sets it
 
     def __init__(self, workdir, sink_port, tls=None, label=None):
         """tls: {"cert": PEM, "key": PEM} for STARTTLS in and out (the
@@ -66,7 +68,7 @@ class Postfix(System):
                        check=True)
 
     def start(self):
-        self.group = ProcessGroup(self.name)
+        self.group = ProcessGroup(self.name, self.cpus)
         subprocess.run([os.path.join(PEERS, "postfix.sh"), "start", self.dir], check=True,
                        preexec_fn=self.group.preexec, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.group.roots = self._pids()[:1]
@@ -111,7 +113,7 @@ class Sendmail(System):
                        check=True, stderr=subprocess.DEVNULL)
 
     def start(self):
-        self.group = ProcessGroup(self.name)
+        self.group = ProcessGroup(self.name, self.cpus)
         subprocess.run([self.script, "start", self.prefix, self.dir], check=True,
                        preexec_fn=self.group.preexec)
         out = subprocess.run([self.script, "pids", self.prefix, self.dir], capture_output=True, text=True).stdout
@@ -129,6 +131,19 @@ class Sendmail(System):
 
     def config_files(self):
         return {"relay.mc": open(os.path.join(self.dir, "relay.mc")).read()}
+
+
+def pinned(system, cpus):
+    """A copy of system whose processes run on the CPUs of the `taskset -c`
+    style list cpus ("0", "0,1", "0-3"), named e.g. smx@0,1."""
+    s = copy.copy(system)
+    s.cpus = set()
+    for part in cpus.split(","):
+        lo, _, hi = part.partition("-")
+        s.cpus.update(range(int(lo), int(hi or lo) + 1))
+    s.name = "%s@%s" % (system.name, cpus)
+    s.dir = os.path.join(os.path.dirname(system.dir), s.name)
+    return s
 
 
 def toml_value(v):
@@ -198,7 +213,7 @@ class Smx(System):
             f.write(self.config(port))
 
     def start(self):
-        self.group = ProcessGroup(self.name)
+        self.group = ProcessGroup(self.name, self.cpus)
         self.proc = subprocess.Popen([self.binary, "run", "-c", self.conf], preexec_fn=self.group.preexec,
                                      stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "stderr"), "w"))
         self.group.roots = [self.proc.pid]

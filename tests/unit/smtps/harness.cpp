@@ -52,7 +52,8 @@ asio::awaitable<void> Harness::start(std::promise<void>& ready) {
                                                 std::chrono::seconds(2),
                                                 [this] { qmgr_lost = true; });
     qmgr_->start();
-    server_ = std::make_unique<smtps::Server>(io_.get_executor(), cfg_, *qmgr_, *cdb_);
+    server_ = std::make_unique<smtps::Server>(
+        io_.get_executor(), std::make_shared<smtps::Shared>(cfg_, nullptr), *qmgr_, *cdb_);
     tcp::acceptor a(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
     port_ = a.local_endpoint().port();
     server_->listen(std::move(a));
