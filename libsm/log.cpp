@@ -95,12 +95,14 @@ private:
         std::size_t off = 0;
         while (off < out_.size()) {
             // Whole lines, at most a chunk (a longer line goes alone).
-            std::size_t end = out_.size();
-            if (end - off > chunk) {
-                const std::string_view part(out_.data() + off, chunk);
-                const auto nl = part.rfind('\n');
-                end = nl == std::string_view::npos ? off + chunk : off + nl + 1;
+            const std::string_view rest(out_.data() + off, out_.size() - off);
+            std::size_t len = rest.size();
+            if (len > chunk) {
+                auto nl = rest.substr(0, chunk).rfind('\n');
+                if (nl == std::string_view::npos) nl = rest.find('\n');
+                if (nl != std::string_view::npos) len = nl + 1;
             }
+            const std::size_t end = off + len;
             while (off < end) {
                 const ssize_t n = ::write(fd_, out_.data() + off, end - off);
                 if (n < 0 && errno == EINTR) continue;
