@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -17,42 +18,110 @@
 namespace sm {
 namespace {
 
-// Writes whole lines only, several per write(2) but never more than a pipe
-// guarantees to keep atomic: all smx processes share one stderr or one log
-// file (O_APPEND), and stdio's 4 KiB chunks would cut lines in the middle.
-class LineSink : public spdlog::sinks::base_sink<std::mutex> {
+// Lines to a file or stderr. The logging thread only formats a line into a
+// buffer: no system call and no thread switch per line (spdlog's async
+// logger cost a futex wake and a switch to its thread for each line, a few
+// per message). A writer thread writes the buffer out when
+// it holds a chunk, on a warning, or every flush_interval, in whole lines,
+// several per write(2) but never more than a pipe keeps atomic: all smx
+// processes share one stderr or one log file (O_APPEND). A log device that
+// stops taking lines stalls the writer; the loggers wait only once
+// max_pending bytes are waiting, and then they block rather than lose lines.
+class LineSink : public spdlog::sinks::sink {
 public:
-    explicit LineSink(int fd) : fd_(fd) {}
+    explicit LineSink(int fd) : fd_(fd), writer_([this] { run(); }) {}
     ~LineSink() override {
-        write_out();
+        {
+            std::lock_guard lk(mu_);
+            stop_ = true;
+        }
+        wake_.notify_all();
+        writer_.join();
+        flush();
         if (fd_ > 2) ::close(fd_);
     }
 
-protected:
-    void sink_it_(const spdlog::details::log_msg& msg) override {
+    void log(const spdlog::details::log_msg& msg) override {
+        std::unique_lock lk(mu_);
+        room_.wait(lk, [this] { return buf_.size() < max_pending || stop_; });
         spdlog::memory_buf_t line;
         formatter_->format(msg, line);
-        if (buf_.size() + line.size() > chunk) write_out();
         buf_.append(line.data(), line.size());
+        // One wake per chunk of lines, not per line.
+        if ((buf_.size() >= chunk || msg.level >= spdlog::level::warn) && !kicked_) {
+            kicked_ = true;
+            wake_.notify_one();
+        }
     }
-    void flush_() override { write_out(); }
+    // Everything logged so far, written out before it returns.
+    // Bounded, for drain_log: a writer stuck on the device holds write_mu_.
+    void flush() override {
+        std::unique_lock wl(write_mu_, std::defer_lock);
+        if (wl.try_lock_for(std::chrono::seconds(1))) write_pending();
+    }
+    void set_pattern(const std::string& pattern) override {
+        set_formatter(std::make_unique<spdlog::pattern_formatter>(pattern));
+    }
+    void set_formatter(std::unique_ptr<spdlog::formatter> f) override {
+        std::lock_guard lk(mu_);
+        formatter_ = std::move(f);
+    }
 
 private:
     static constexpr std::size_t chunk = 4096;  // PIPE_BUF
+    static constexpr std::size_t max_pending = 1u << 20;
+    static constexpr auto flush_interval = std::chrono::milliseconds(250);
 
-    void write_out() {
-        std::size_t off = 0;
-        while (off < buf_.size()) {
-            const ssize_t n = ::write(fd_, buf_.data() + off, buf_.size() - off);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) break;  // nowhere left to report it; drop the lines
-            off += static_cast<std::size_t>(n);
+    void run() {
+        std::unique_lock lk(mu_);
+        while (!stop_) {
+            wake_.wait_for(lk, flush_interval, [this] { return kicked_ || stop_; });
+            lk.unlock();
+            flush();
+            lk.lock();
         }
-        buf_.clear();
     }
 
-    int fd_;
+    // Takes the pending lines and writes them; write_mu_ held, so that
+    // lines leave in the order they were logged.
+    void write_pending() {
+        {
+            std::lock_guard lk(mu_);
+            out_.clear();
+            std::swap(out_, buf_);
+            kicked_ = false;
+        }
+        room_.notify_all();
+        std::size_t off = 0;
+        while (off < out_.size()) {
+            // Whole lines, at most a chunk (a longer line goes alone).
+            const std::string_view rest(out_.data() + off, out_.size() - off);
+            std::size_t len = rest.size();
+            if (len > chunk) {
+                auto nl = rest.substr(0, chunk).rfind('\n');
+                if (nl == std::string_view::npos) nl = rest.find('\n');
+                if (nl != std::string_view::npos) len = nl + 1;
+            }
+            const std::size_t end = off + len;
+            while (off < end) {
+                const ssize_t n = ::write(fd_, out_.data() + off, end - off);
+                if (n < 0 && errno == EINTR) continue;
+                if (n <= 0) return;  // nowhere left to report it; drop the lines
+                off += static_cast<std::size_t>(n);
+            }
+        }
+    }
+
+    const int fd_;
+    std::mutex mu_;  // buf_, formatter_, kicked_, stop_
+    std::condition_variable wake_, room_;
     std::string buf_;
+    std::unique_ptr<spdlog::formatter> formatter_ = std::make_unique<spdlog::pattern_formatter>();
+    bool kicked_ = false;
+    bool stop_ = false;
+    std::timed_mutex write_mu_;  // out_, and the order of writes
+    std::string out_;
+    std::thread writer_;  // last: started once the members above exist
 };
 
 // One datagram per line to a syslog socket (/dev/log: rsyslog, or journald,
@@ -146,13 +215,19 @@ void say_on_stderr(const std::string& msg) {
     [[maybe_unused]] auto n = ::write(2, msg.data(), msg.size());
 }
 
-std::shared_ptr<spdlog::sinks::sink> make_sink(const std::string& process, const LogConfig& cfg) {
+// The sink for the configuration; syslog tells whether it is a SyslogSink.
+std::shared_ptr<spdlog::sinks::sink> make_sink(const std::string& process, const LogConfig& cfg,
+                                               bool& syslog) {
     const std::string who = "smx/" + process + ": ";
+    // The pid in the pattern once: spdlog's %P calls getpid(2) for every line.
+    const std::string pid = std::to_string(::getpid());
+    syslog = false;
     if (!cfg.syslog.empty()) {
         auto sink = std::make_shared<SyslogSink>(cfg.syslog, cfg.syslog_facility);
         if (sink->connect()) {
             sink->set_formatter(std::make_unique<spdlog::pattern_formatter>(
-                "%n[%P]: %v", spdlog::pattern_time_type::local, ""));
+                "%n[" + pid + "]: %v", spdlog::pattern_time_type::local, ""));
+            syslog = true;
             return sink;
         }
         say_on_stderr(who + "cannot connect to syslog socket " + cfg.syslog + ": " +
@@ -168,7 +243,7 @@ std::shared_ptr<spdlog::sinks::sink> make_sink(const std::string& process, const
         }
     }
     auto sink = std::make_shared<LineSink>(fd);
-    sink->set_pattern("%b %d %H:%M:%S.%e %n[%P]: %v");
+    sink->set_pattern("%b %d %H:%M:%S.%e %n[" + pid + "]: %v");
     return sink;
 }
 
@@ -177,32 +252,39 @@ std::shared_ptr<spdlog::sinks::sink> make_sink(const std::string& process, const
 void drain_log() {
     using namespace std::chrono_literals;
     auto sink = current_sink;
-    auto pool = spdlog::thread_pool();
-    if (!sink || !pool) return;
-    // The log thread takes lines off the queue and hands them to the sink;
-    // once the queue has stayed empty briefly, the sink holds them all.
-    const auto give_up = std::chrono::steady_clock::now() + 1s;
-    int empty_polls = 0;
-    while (empty_polls < 3 && std::chrono::steady_clock::now() < give_up) {
-        empty_polls = pool->queue_size() == 0 ? empty_polls + 1 : 0;
-        std::this_thread::sleep_for(5ms);
+    if (!sink) return;
+    // Syslog: the log thread takes lines off the queue and hands them to the
+    // sink; once the queue has stayed empty briefly, the sink holds them all.
+    if (auto pool = spdlog::thread_pool()) {
+        const auto give_up = std::chrono::steady_clock::now() + 1s;
+        int empty_polls = 0;
+        while (empty_polls < 3 && std::chrono::steady_clock::now() < give_up) {
+            empty_polls = pool->queue_size() == 0 ? empty_polls + 1 : 0;
+            std::this_thread::sleep_for(5ms);
+        }
     }
     sink->flush();
 }
 
 void init_logging(const std::string& process, const LogConfig& cfg) {
     spdlog::drop_all();
-    // Async with a bounded queue: a slow log device must not stall sessions,
-    // and overflow blocks rather than losing lines.
-    spdlog::init_thread_pool(8192, 1);
-    current_sink = make_sink(process, cfg);
-    auto lg = std::make_shared<spdlog::async_logger>(
-        "smx/" + process, current_sink, spdlog::thread_pool(),
-        spdlog::async_overflow_policy::block);
+    bool syslog = false;
+    current_sink = make_sink(process, cfg, syslog);
+    std::shared_ptr<spdlog::logger> lg;
+    if (syslog) {
+        // A datagram per line: sent from a log thread with a bounded queue,
+        // so that a syslog daemon that stops reading does not stall
+        // sessions; overflow blocks rather than losing lines.
+        spdlog::init_thread_pool(8192, 1);
+        lg = std::make_shared<spdlog::async_logger>("smx/" + process, current_sink,
+                                                    spdlog::thread_pool(),
+                                                    spdlog::async_overflow_policy::block);
+    } else {
+        // LineSink does its writing on a thread of its own already.
+        lg = std::make_shared<spdlog::logger>("smx/" + process, current_sink);
+    }
     lg->set_level(spdlog::level::from_str(cfg.level));
-    lg->flush_on(spdlog::level::warn);
     spdlog::set_default_logger(lg);
-    spdlog::flush_every(std::chrono::seconds(1));
 }
 
 } // namespace sm

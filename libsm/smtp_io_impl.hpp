@@ -208,8 +208,9 @@ asio::awaitable<bool> write_all(Stream& s, std::string_view data,
     if constexpr (requires { s.non_blocking(true); }) {
         // Replies and commands are small and the socket buffer is rarely
         // full: one plain write usually does it, with no timer at all.
+        // non_blocking(true) is an ioctl(2) each time: only the first.
         boost::system::error_code ec;
-        s.non_blocking(true, ec);
+        if (!s.non_blocking()) s.non_blocking(true, ec);
         const std::size_t n = ec ? 0 : s.write_some(asio::buffer(data), ec);
         if (!ec && n == data.size()) co_return true;
         if (ec && ec != asio::error::would_block && ec != asio::error::try_again) co_return false;
