@@ -356,6 +356,11 @@ Config load_config(const std::string& path) {
     c.queue.run_dir = q.get<std::string>("run_dir").value_or(c.queue.run_dir);
     if (c.queue.spool_dir.empty()) throw ConfigError("queue.spool_dir", "must not be empty");
     if (c.queue.run_dir.empty()) throw ConfigError("queue.run_dir", "must not be empty");
+    if (auto p = q.get<std::string>("commit_policy")) {
+        if (*p != "adaptive" && *p != "fixed")
+            throw ConfigError("queue.commit_policy", "must be \"adaptive\" or \"fixed\"");
+        c.queue.commit_adaptive = *p == "adaptive";
+    }
     c.queue.commit_interval = std::chrono::microseconds(
         q.positive("commit_interval_us", c.queue.commit_interval.count(), true));
     if (c.queue.commit_interval > std::chrono::seconds(10))

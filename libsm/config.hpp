@@ -101,6 +101,9 @@ struct ServerConfig {
 struct QueueConfig {
     std::string spool_dir = "./var/spool";
     std::string run_dir = "./var/run";
+    // commit_policy = "adaptive" (true, the default) or "fixed" (false);
+    // adaptive: commit_interval is only the ceiling of a batch's wait.
+    bool commit_adaptive = true;
     std::chrono::microseconds commit_interval{1000};
     unsigned commit_max_batch = 256;
     std::uint64_t ibdb_file_size = 16u << 20;

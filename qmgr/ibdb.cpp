@@ -43,6 +43,7 @@ struct Job {
     const char* op = "";
     bool truncate_failed = false;
     std::uint64_t fsync_us = 0;
+    Clock::time_point started{};  // on the owner, when it was handed to the workers
     // flush_sync() waits for a job that is out; the owner consumes the result
     // once, either there or in the posted completion.
     std::mutex m;
@@ -134,7 +135,8 @@ struct Ibdb::Impl {
     };
 
     Impl(asio::any_io_executor ex, asio::thread_pool& pool, IbdbOptions o, IbdbStats& s)
-        : owner(std::move(ex)), workers(pool), opt(std::move(o)), stats(s), timer(owner) {
+        : owner(std::move(ex)), workers(pool), opt(std::move(o)), stats(s), timer(owner),
+          policy(opt.commit_policy, opt.commit_interval) {
         opt.max_batch = std::max(1u, opt.max_batch);
     }
 
@@ -143,6 +145,7 @@ struct Ibdb::Impl {
     IbdbOptions opt;
     IbdbStats& stats;
     asio::steady_timer timer;
+    CommitPolicy policy;
     Clock::time_point armed = Clock::time_point::max();
     std::uint64_t timer_gen = 0;
     std::shared_ptr<char> alive = std::make_shared<char>();  // for posted handlers
@@ -191,7 +194,9 @@ struct Ibdb::Impl {
         }
         if (queue.empty() || queue.back().acks.size() >= opt.max_batch) queue.emplace_back();
         Batch& b = queue.back();
-        if (b.acks.empty()) b.oldest = Clock::now();
+        auto now = Clock::now();
+        if (b.acks.empty()) b.oldest = now;
+        policy.arrived(now);
         ibdb::append_record(b.tx, ibdb::transaction, sm::msg::envelope_bytes(ta));
         ++b.tx_records;
         b.acks.push_back(std::move(cb));
@@ -262,9 +267,9 @@ struct Ibdb::Impl {
             asio::post(workers, rm);
     }
 
-    // Decides when the front batch goes out: at once when full, when its
-    // oldest transaction has waited commit_interval, or (completion records
-    // only) after completion_delay. An idle log with nothing open is removed.
+    // Decides when the front batch goes out: at once when full, when the
+    // commit policy says (after commit_interval at the latest), or
+    // (completion records only) after completion_delay. An idle log with nothing open is removed.
     void schedule() {
         if (job || flushing) return;
         auto now = Clock::now();
@@ -272,7 +277,7 @@ struct Ibdb::Impl {
             const Batch& b = queue.front();
             Clock::time_point due;
             if (!b.acks.empty())
-                due = b.acks.size() >= opt.max_batch ? now : b.oldest + opt.commit_interval;
+                due = b.acks.size() >= opt.max_batch ? now : policy.due(b.oldest);
             else
                 due = b.done.size() >= (1u << 20) ? now : b.first_done + opt.completion_delay;
             if (due <= now)
@@ -304,6 +309,7 @@ struct Ibdb::Impl {
         Batch b = std::move(queue.front());
         queue.pop_front();
         auto j = std::make_shared<Job>();
+        j->started = Clock::now();
         j->open_file = fd < 0 || cur_off >= opt.file_size;
         j->file = j->open_file ? next_file : cur_file;
         j->fd = fd;
@@ -361,6 +367,7 @@ struct Ibdb::Impl {
                 // Counted also with fsync off, so that perf runs still show
                 // transactions per commit.
                 ++stats.commits;
+                policy.committed(Clock::now() - j->started);
                 stats.transactions += j->acks.size();
                 stats.fsync_us_total += j->fsync_us;
                 stats.fsync_us_max = std::max(stats.fsync_us_max, j->fsync_us);

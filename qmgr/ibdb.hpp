@@ -9,6 +9,7 @@
 // retried delivery, never a lost message).
 #pragma once
 
+#include "commit_policy.hpp"
 #include "histogram.hpp"
 
 #include "messages.hpp"
@@ -30,6 +31,8 @@ namespace asio = boost::asio;
 struct IbdbOptions {
     std::string dir;  // <spool>/ibdb
     std::string quarantine_dir;  // <spool>/quarantine
+    // adaptive: commit_interval is the ceiling of a batch's wait (commit_policy.hpp).
+    CommitPolicy::Kind commit_policy = CommitPolicy::Kind::adaptive;
     std::chrono::microseconds commit_interval{1000};
     unsigned max_batch = 256;          // transactions per commit
     std::uint64_t file_size = 16u << 20;  // rotate after this many bytes

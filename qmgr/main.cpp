@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
     IbdbOptions opt;
     opt.dir = spool + "/ibdb";
     opt.quarantine_dir = spool + "/quarantine";
+    opt.commit_policy = cfg.queue.commit_adaptive ? CommitPolicy::Kind::adaptive : CommitPolicy::Kind::fixed;
     opt.commit_interval = cfg.queue.commit_interval;
     opt.max_batch = cfg.queue.commit_max_batch;
     opt.file_size = cfg.queue.ibdb_file_size;

@@ -39,6 +39,8 @@ def summarize(results):
                 "errors": sum(sum(r["errors"].values()) for r in runs),
                 "msgs": runs[0]["config"]["msgs"],
                 "ibdb_commits_per_1000": med([_per_1000(r, "ibdb_commits") for r in runs]),
+                "emulated_flushes": med([r.get("emulated_flushes_per_msg") for r in runs]),
+                "flush_delay_ms": runs[0].get("flush_delay_ms"),
             }
     return summary
 
@@ -95,6 +97,11 @@ def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck
             if s["ibdb_commits_per_1000"] is not None:
                 lines += ["%s: %s IBDB commits per 1000 messages (`smx stats`)." % (
                     name, fmt(s["ibdb_commits_per_1000"])), ""]
+        emulated = [(name, s) for name, s in per_sys.items() if s["emulated_flushes"] is not None]
+        if emulated:
+            lines += ["Slow-disk lab, emulated flushes of %g ms: emulated flushes per message (the device "
+                      "flushes of that disk): " % emulated[0][1]["flush_delay_ms"] +
+                      ", ".join("%s %s" % (name, fmt(s["emulated_flushes"], 3)) for name, s in emulated) + ".", ""]
     if crosscheck:
         lines += ["## Cross-check with postfix's smtp-source", "",
                   "| path | tool | msgs | seconds | msgs/s |", "|---|---|---|---|---|"]

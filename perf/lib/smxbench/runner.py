@@ -14,6 +14,7 @@ class Bench:
     def __init__(self, build, sink, disk, outdir):
         self.source = os.path.join(build, "perf", "smx-source")
         self.sink, self.disk, self.outdir = sink, disk, outdir
+        self.lab = None  # the slow-disk lab's device while one is in use
 
     def source_args(self, system, cfg):
         return [self.source, "--port", str(system.port), "-s", str(cfg["sessions"]), "-n", str(cfg["msgs"]),
@@ -27,6 +28,7 @@ class Bench:
         cpu0 = system.group.cpu_seconds() if system.group else 0.0
         disk0 = diskstats(self.disk)
         stats0 = system.stats()
+        lab0 = self.lab.counters() if self.lab else None
         mem = PeakMemory(system.group)
         mem.start()
         src = subprocess.run(self.source_args(system, cfg), capture_output=True, text=True,
@@ -41,6 +43,7 @@ class Bench:
         disk1 = diskstats(self.disk)
         peak = mem.stop()
         stats1 = system.stats()
+        lab1 = self.lab.counters() if self.lab else None
         secs = end - inj.get("t_start", end)
         res = {
             "system": system.name, "config": cfg, "complete": complete,
@@ -57,6 +60,9 @@ class Bench:
             "flushes_per_msg": (disk1["flushes"] - disk0["flushes"]) / n,
             "source": inj, "sink": done,
         }
+        if lab0:
+            res["emulated_flushes_per_msg"] = (lab1["flushes"] - lab0["flushes"]) / n
+            res["flush_delay_ms"] = self.lab.delay_ms
         if not complete:
             res["errors"] = dict(res["errors"], not_delivered_in_time=1)
         if stats0 and stats1:
@@ -94,6 +100,8 @@ def suite(bench, systems, configs, reps, msgs_for, warmup=200):
     t0 = time.time()
     for ci, base in enumerate(configs):
         tag = "%s-s%d-r%d" % (base["size"].replace(":", "_"), base["sessions"], base["rcpts"])
+        if "flush_delay" in base:
+            tag += "-d%gms" % base["flush_delay"]
         for s in systems:
             log("%s %s: warm-up run (untimed)" % (tag, s.name))
             bench.run(s, dict(base, msgs=max(warmup, base["sessions"])))

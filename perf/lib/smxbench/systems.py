@@ -27,6 +27,12 @@ class System:
         self.sink_port = sink_port
         self.port = None
         self.group = None
+        # Extra environment of the daemons, e.g. the slow-disk lab's
+        # LD_PRELOAD (flushlab.FlushLab.env()); set before start().
+        self.env = {}
+
+    def environ(self):
+        return dict(os.environ, **self.env)
 
     def skip_reason(self):
         return None
@@ -70,7 +76,7 @@ class Postfix(System):
     def start(self):
         self.group = ProcessGroup(self.name, self.cpus)
         subprocess.run([os.path.join(PEERS, "postfix.sh"), "start", self.dir], check=True,
-                       preexec_fn=self.group.preexec, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       preexec_fn=self.group.preexec, env=self.environ(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.group.roots = self._pids()[:1]
         if not wait_port(self.port):
             raise RuntimeError("postfix does not listen on %d" % self.port)
@@ -115,7 +121,7 @@ class Sendmail(System):
     def start(self):
         self.group = ProcessGroup(self.name, self.cpus)
         subprocess.run([self.script, "start", self.prefix, self.dir], check=True,
-                       preexec_fn=self.group.preexec)
+                       preexec_fn=self.group.preexec, env=self.environ())
         out = subprocess.run([self.script, "pids", self.prefix, self.dir], capture_output=True, text=True).stdout
         self.group.roots = [int(x) for x in out.split()][:1]
         if not wait_port(self.port):
@@ -215,6 +221,7 @@ class Smx(System):
     def start(self):
         self.group = ProcessGroup(self.name, self.cpus)
         self.proc = subprocess.Popen([self.binary, "run", "-c", self.conf], preexec_fn=self.group.preexec,
+                                     env=self.environ(),
                                      stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "stderr"), "w"))
         self.group.roots = [self.proc.pid]
         if not wait_port(self.port):

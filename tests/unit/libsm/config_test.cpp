@@ -48,7 +48,16 @@ TEST_CASE("built-in defaults never make an open relay") {
     CHECK(c.client.dns_servers.empty());
     CHECK(c.client.smtp_port == 25);
     CHECK(c.queue.commit_interval.count() == 1000);
+    CHECK(c.queue.commit_adaptive);
     CHECK(c.queue.spool_dir == "./var/spool");
+}
+
+TEST_CASE("commit_policy is adaptive or fixed") {
+    const auto p = write_temp("[queue]\ncommit_policy = \"fixed\"\n");
+    CHECK_FALSE(load_config(p).queue.commit_adaptive);
+    std::remove(p.c_str());
+    CHECK(error_key("[queue]\ncommit_policy = \"auto\"\n") == "queue.commit_policy");
+    CHECK(error_key("[queue]\ncommit_policy = 1\n") == "queue.commit_policy");
 }
 
 TEST_CASE("a full config file is read") {

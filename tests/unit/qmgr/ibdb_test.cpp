@@ -61,6 +61,9 @@ struct Env {
         IbdbOptions o;
         o.dir = (tmp.path / "ibdb").string();
         o.quarantine_dir = (tmp.path / "quarantine").string();
+        // The batching tests below count on exact intervals; the adaptive
+        // policy has its own tests (commit_policy_test.cpp and below).
+        o.commit_policy = CommitPolicy::Kind::fixed;
         o.commit_interval = 1ms;
         o.completion_delay = 10ms;
         o.idle_retire = 100ms;
@@ -197,6 +200,25 @@ TEST_CASE("group commit puts many transactions into one fdatasync", "[ibdb]") {
     CHECK(db.stats().commits == 1);
     CHECK(db.stats().transactions == 50);
     CHECK(db.stats().fsync_us_total >= db.stats().fsync_us_max);
+}
+
+TEST_CASE("adaptive: a lone transaction or a burst does not wait for the ceiling", "[ibdb]") {
+    Env env;
+    auto opt = env.opts();
+    opt.commit_policy = CommitPolicy::Kind::adaptive;
+    opt.commit_interval = 60s;  // the ceiling never decides here
+    Ibdb db(env.ctx.get_executor(), env.pool, opt);
+    db.recover();
+    int acked = 0;
+    db.append_transaction(make_ta(1), [&](bool ok, const std::string&) { acked += ok; });
+    REQUIRE(env.run_until([&] { return acked == 1; }, 5000ms));
+    CHECK(db.stats().commits == 1);
+    // 20 at the same moment, then nothing: they share one or two commits,
+    // long before the ceiling (arrivals paused).
+    for (int i = 0; i < 20; ++i)
+        db.append_transaction(make_ta(1), [&](bool ok, const std::string&) { acked += ok; });
+    REQUIRE(env.run_until([&] { return acked == 21; }, 5000ms));
+    CHECK(db.stats().commits <= 3);
 }
 
 TEST_CASE("a full batch goes out at once and never exceeds max_batch", "[ibdb]") {
