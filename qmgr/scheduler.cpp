@@ -3,7 +3,6 @@
 #include "ids.hpp"
 
 #include <algorithm>
-#include <ctime>
 #include <spdlog/spdlog.h>
 
 namespace smx::qmgr {
@@ -19,15 +18,6 @@ sm::msg::Reply suspended(const sm::msg::Reply& why) {
 // its recipients are deferred: once absorbs a server's "too many
 // connections" while its other sessions succeed, and cannot become a loop.
 constexpr unsigned max_connection_retries = 1;
-
-std::string utc(std::uint64_t us) {
-    const std::time_t t = static_cast<std::time_t>(us / 1'000'000);
-    std::tm tm{};
-    ::gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
 
 } // namespace
 
@@ -252,7 +242,8 @@ void Scheduler::on_failure(Dest& d, const sm::msg::Reply& error) {
     d.window = std::max(1.0, d.window - 1.0);
     if (d.failed_cohorts < 1.0 || d.dead_until_us) return;
     d.dead_until_us = clock_.now_us() + static_cast<std::uint64_t>(opt_.dead_time.count());
-    spdlog::warn("destination {} suspended until {} ({}s): {}", d.key, utc(d.dead_until_us),
+    spdlog::warn("destination {} suspended until {} ({}s): {}", d.key,
+                 sm::rfc5322_date(d.dead_until_us),
                  std::chrono::duration_cast<std::chrono::seconds>(opt_.dead_time).count(),
                  sm::msg::to_string(error));
     std::deque<Job> jobs = std::move(d.jobs);

@@ -86,7 +86,7 @@ def test_failing_destination_is_suspended_then_resumed(make_sink, make_relay):
     relay = make_relay(port, "[queue]\nretry_min = 5\nretry_max = 5")
     burst(relay.port, lambda k: "d%d@example.net" % k, 10, sessions=2, tag="d")
     key = "[127.0.0.1]:%d" % port
-    line = wait_until(lambda: re.search(r"destination %s suspended until (\S+) \(5s\): .*421.*"
+    line = wait_until(lambda: re.search(r"destination %s suspended until (.+?) \(5s\): .*421.*"
                                         r"sink\.test busy" % re.escape(key), relay.log_text()),
                       30, "the suspended line")
     t_dead = time.time()
