@@ -38,7 +38,8 @@ def refusals(sink):
 def test_421_above_5_sessions_defers_at_most_a_fifth(make_sink, make_relay):
     # The window starts at 5 and probes above it as deliveries succeed: each
     # probe is a session the sink refuses. Postfix measured 16.5% deferred
-    # with 1/N feedback; a refused delivery here goes back to its queue once.
+    # with 1/N feedback; a refused delivery here goes back to its queue once
+    # (without that, 0-24 of the 200 were deferred; with it, none so far).
     sink = make_sink("--max-sessions", "5")
     relay = make_relay(sink.port, "[client]\nmax_concurrency = 20")
     n = 200
@@ -69,7 +70,8 @@ def test_slow_destination_does_not_delay_a_fast_one(make_sink, make_relay):
     n = 100
     alone = fast_completion(relay, fast, n, "a")
     # 40 messages at 3 s each take the slow sink 15 s or more at the window's
-    # 5-8 sessions: a fast destination that waited behind them would too.
+    # 5-8 sessions: a fast destination that waited behind them would too
+    # (with the scheduler's link_max_inflight cut to 5 it took 24 s here).
     burst(relay.port, lambda k: "s%d@slow.test" % k, 40, tag="s")
     wait_until(lambda: relay.stats()["active_deliveries"] >= 5, 30, "the slow sink busy")
     beside = fast_completion(relay, fast, n, "b")
