@@ -110,7 +110,8 @@ void Scheduler::forget(const Ta& ta) {
 }
 
 std::optional<Job> Scheduler::complete(std::uint64_t link, std::uint64_t da_id,
-                                       bool connection_failed, const sm::msg::Reply& error) {
+                                       bool connection_failed, const sm::msg::Reply& error,
+                                       bool retry) {
     auto it = inflight_.find(da_id);
     if (it == inflight_.end() || it->second.link != link) return std::nullopt;
     Delivery dl = std::move(it->second);
@@ -121,7 +122,7 @@ std::optional<Job> Scheduler::complete(std::uint64_t link, std::uint64_t da_id,
     delivery_seconds_.observe(seconds_since(dl.sent_us, clock_.now_us()));
     if (connection_failed) {
         on_failure(d, error);
-        retry_now(d, dl.job);
+        if (retry) retry_now(d, dl.job);
     } else {
         d.failed_cohorts = 0;
         d.window = std::min<double>(opt_.max_concurrency, d.window + 1.0 / d.window);

@@ -86,9 +86,11 @@ public:
     // nullopt when da_id is unknown or was sent on another link. After a
     // connection failure while the destination is still live, the job's
     // recipients go back to the front of its queue once (they are active
-    // again, so the RESULT's handler skips them).
+    // again, so the RESULT's handler skips them), unless retry is false (a
+    // delivery QMGR reclaimed from a stuck SMTPC: not to be sent there again).
     std::optional<Job> complete(std::uint64_t link, std::uint64_t da_id,
-                                bool connection_failed, const sm::msg::Reply& error);
+                                bool connection_failed, const sm::msg::Reply& error,
+                                bool retry = true);
 
     // Deliveries out longer than max_us at now_us, as (link, da_id): SMTPC
     // bounds every delivery itself, so these are lost in a stuck SMTPC.

@@ -343,6 +343,21 @@ TEST_CASE("a delivery refused at connection level is tried once more, then left 
     CHECK(f.suspended.empty());
 }
 
+TEST_CASE("a reclaimed delivery is not put back for another try") {
+    auto o = Fixture::opts();
+    o.initial_concurrency = 4;
+    Fixture f(o);
+    auto l = f.link();
+    Ta& ta = f.submit({"a@example.net"});
+    f.pump();
+    REQUIRE(f.sent[0].size() == 1);
+    REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, {0, "4.4.1", "reclaimed"}, false));
+    CHECK_FALSE(f.sched.dead(f.dest.key));
+    CHECK(ta.rcpt(0).state() == RcptState::inflight);  // left to the RESULT: deferred
+    f.pump();
+    CHECK(f.sent[0].size() == 1);
+}
+
 TEST_CASE("a held recipient refused at connection level is not put back") {
     auto o = Fixture::opts();
     o.initial_concurrency = 4;
