@@ -326,36 +326,30 @@ TEST_CASE("a delivery refused at connection level is tried once more, then left 
     Ta& ta = f.submit({"a@example.net"});
     f.pump();
     REQUIRE(f.sent[0].size() == 1);
-    const sm::msg::Reply busy{421, "4.7.0", "too many connections"};
-    REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, busy));
-    // Back in its queue (active, so the RESULT's handler skips it), not deferred.
-    CHECK(ta.rcpt(0).state() == RcptState::active);
-    CHECK(f.sched.window(f.dest.key) == 3);
-    f.pump();
-    REQUIRE(f.sent[0].size() == 2);
-    CHECK(f.sent[0][1].ta_id == ta.id);
-    // Refused again: 1/4 + 1/3 of a cohort, still live, but no third try.
-    REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, true, busy));
-    CHECK_FALSE(f.sched.dead(f.dest.key));
-    CHECK(ta.rcpt(0).state() == RcptState::inflight);
-    f.pump();
-    CHECK(f.sent[0].size() == 2);
-    CHECK(f.suspended.empty());
-}
-
-TEST_CASE("a reclaimed delivery is not put back for another try") {
-    auto o = Fixture::opts();
-    o.initial_concurrency = 4;
-    Fixture f(o);
-    auto l = f.link();
-    Ta& ta = f.submit({"a@example.net"});
-    f.pump();
-    REQUIRE(f.sent[0].size() == 1);
-    REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, {0, "4.4.1", "reclaimed"}, false));
-    CHECK_FALSE(f.sched.dead(f.dest.key));
-    CHECK(ta.rcpt(0).state() == RcptState::inflight);  // left to the RESULT: deferred
-    f.pump();
-    CHECK(f.sent[0].size() == 1);
+    SECTION("refused twice") {
+        const sm::msg::Reply busy{421, "4.7.0", "too many connections"};
+        REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, busy));
+        // Back in its queue (active, so the RESULT's handler skips it), not deferred.
+        CHECK(ta.rcpt(0).state() == RcptState::active);
+        CHECK(f.sched.window(f.dest.key) == 3);
+        f.pump();
+        REQUIRE(f.sent[0].size() == 2);
+        CHECK(f.sent[0][1].ta_id == ta.id);
+        // Refused again: 1/4 + 1/3 of a cohort, still live, but no third try.
+        REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, true, busy));
+        CHECK_FALSE(f.sched.dead(f.dest.key));
+        CHECK(ta.rcpt(0).state() == RcptState::inflight);
+        f.pump();
+        CHECK(f.sent[0].size() == 2);
+        CHECK(f.suspended.empty());
+    }
+    SECTION("a reclaimed delivery (retry false) is never put back") {
+        REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, {0, "4.4.1", "reclaimed"}, false));
+        CHECK_FALSE(f.sched.dead(f.dest.key));
+        CHECK(ta.rcpt(0).state() == RcptState::inflight);  // left to the RESULT: deferred
+        f.pump();
+        CHECK(f.sent[0].size() == 1);
+    }
 }
 
 TEST_CASE("a held recipient refused at connection level is not put back") {
