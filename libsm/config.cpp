@@ -399,6 +399,8 @@ Config load_config(const std::string& path) {
     c.client.max_concurrency = cl.small("max_concurrency", c.client.max_concurrency, 10000);
     if (c.client.max_concurrency < c.client.initial_concurrency)
         throw ConfigError("client.max_concurrency", "must be >= initial_concurrency");
+    c.client.rate_limit = cl.small("rate_limit", c.client.rate_limit, 1000000, true);
+    c.client.rate_interval = cl.seconds("rate_interval", c.client.rate_interval);
     c.client.helo_name = cl.get<std::string>("helo_name").value_or(c.server.hostname);
     if (auto l = cl.get<std::string>("tls_security_level"))
         c.client.tls_security_level = parse_client_tls("client.tls_security_level", *l);

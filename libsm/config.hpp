@@ -148,6 +148,10 @@ struct ClientConfig {
     unsigned max_msgs_per_connection = 1000;
     unsigned initial_concurrency = 5;
     unsigned max_concurrency = 20;
+    // Per destination at most rate_limit deliveries per rate_interval,
+    // evenly spaced (QMGR's scheduler); 0: no limit. Reloadable.
+    unsigned rate_limit = 0;
+    std::chrono::seconds rate_interval{1};
     std::string helo_name;  // default: server.hostname
     ClientTls tls_security_level = ClientTls::may;
     std::string tls_ca_file;  // PEM CAs for verify; empty: the system's

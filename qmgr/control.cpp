@@ -40,6 +40,8 @@ std::vector<Metric> Qmgr::metrics() const {
         {"queue_deferred", deferred_.count(), false, "Recipients in the deferred queue (DEFEDB)"},
         {"active_deliveries", sched_.active_deliveries(), false, "Deliveries out to SMTPC"},
         {"destinations", sched_.destinations(), false, "Destination queues"},
+        {"dead_destinations", sched_.dead_destinations(), false,
+         "Destinations suspended after a cohort of connection failures"},
         {"smtpc_connections", sched_.links(), false, "SMTPC processes connected"},
         {"smtps_connections", counters_.smtps_connections, false, "SMTPS links connected (one per smx-smtps event loop)"},
     };

@@ -20,6 +20,8 @@ SchedulerOptions scheduler_options(const sm::Config& cfg) {
     o.max_concurrency = cfg.client.max_concurrency;
     // A dead destination is retried when its first deferred mail would be.
     o.dead_time = cfg.queue.retry_min;
+    o.rate_limit = cfg.client.rate_limit;
+    o.rate_interval = cfg.client.rate_interval;
     return o;
 }
 } // namespace
@@ -82,6 +84,7 @@ void Qmgr::stop() {
     disk_timer_.cancel();
     sweeper_.stop();
     reclaim_timer_.cancel();
+    sched_.stop();
 }
 
 bool Qmgr::idle() const { return tasks_.idle() && sweeper_.idle() && deferred_.idle() && bouncer_.idle(); }

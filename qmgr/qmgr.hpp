@@ -94,9 +94,12 @@ public:
     // component's coroutines run to their end (idle() once they have).
     void stop();
     // Reload (libsm/config_reload.hpp): recipients routed from now on follow cfg's
-    // [routes]; QMGR's other parts keep the config they started with (the
-    // keys they use need a restart).
-    void reload(std::shared_ptr<const sm::Config> cfg) { router_.reload(std::move(cfg)); }
+    // [routes], the scheduler takes the new client.rate_limit; QMGR's other
+    // parts keep the config they started with (the keys they use need a restart).
+    void reload(std::shared_ptr<const sm::Config> cfg) {
+        sched_.set_rate(cfg->client.rate_limit, cfg->client.rate_interval);
+        router_.reload(std::move(cfg));
+    }
     bool idle() const;
 
     // SMTPC links and their RESULTs.

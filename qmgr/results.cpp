@@ -50,7 +50,9 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, const sm::msg
             break;
         }
     const bool failed = connection_failed(r);
-    auto job = sched_.complete(link, r.da_id, failed, first_error);
+    // A reclaimed delivery (no answer from SMTPC at all) is deferred, never
+    // put back for another try right away.
+    auto job = sched_.complete(link, r.da_id, failed, first_error, !r.rcpts.empty());
     if (!job) {
         spdlog::warn("smtpc: RESULT for unknown delivery {} ignored", r.da_id);
         return;

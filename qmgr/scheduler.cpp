@@ -14,16 +14,38 @@ sm::msg::Reply suspended(const sm::msg::Reply& why) {
     return {0, why.enhanced, "delivery temporarily suspended: " + sm::msg::to_string(why)};
 }
 
+// A job refused at connection level goes back to its queue this often before
+// its recipients are deferred: once absorbs a server's "too many
+// connections" while its other sessions succeed, and cannot become a loop.
+constexpr unsigned max_connection_retries = 1;
+
 } // namespace
 
 Scheduler::Scheduler(asio::any_io_executor ex, ActiveQueue& queue, SchedulerOptions opt,
                      Suspend suspend, const sm::Clock& clock)
     : ex_(std::move(ex)), queue_(queue), opt_(opt), clock_(clock), suspend_(std::move(suspend)),
+      pace_timer_(ex_),
       // Unique across restarts too, so a late RESULT can never match.
       next_da_(sm::now_us()) {
     opt_.initial_concurrency = std::max(1u, opt_.initial_concurrency);
     opt_.max_concurrency = std::max(opt_.initial_concurrency, opt_.max_concurrency);
     opt_.max_rcpts_per_delivery = std::max(1u, opt_.max_rcpts_per_delivery);
+    set_rate(opt_.rate_limit, opt_.rate_interval);
+}
+
+void Scheduler::set_rate(unsigned limit, std::chrono::microseconds interval) {
+    opt_.rate_limit = limit;
+    opt_.rate_interval = interval;
+    const auto us = static_cast<std::uint64_t>(std::max<std::int64_t>(1, interval.count()));
+    spacing_us_ = limit ? std::max<std::uint64_t>(1, us / limit) : 0;
+    if (limit) return;
+    // No limit any more: what waited for its turn may go now.
+    for (auto& [key, d] : dests_) d->next_send_us = 0;
+    release_paced();
+}
+
+void Scheduler::stop() {
+    pace_timer_.cancel();
 }
 
 void Scheduler::submit(Ta& ta, const Destination& dest, std::vector<std::uint32_t> idx) {
@@ -88,7 +110,8 @@ void Scheduler::forget(const Ta& ta) {
 }
 
 std::optional<Job> Scheduler::complete(std::uint64_t link, std::uint64_t da_id,
-                                       bool connection_failed, const sm::msg::Reply& error) {
+                                       bool connection_failed, const sm::msg::Reply& error,
+                                       bool retry) {
     auto it = inflight_.find(da_id);
     if (it == inflight_.end() || it->second.link != link) return std::nullopt;
     Delivery dl = std::move(it->second);
@@ -99,6 +122,7 @@ std::optional<Job> Scheduler::complete(std::uint64_t link, std::uint64_t da_id,
     delivery_seconds_.observe(seconds_since(dl.sent_us, clock_.now_us()));
     if (connection_failed) {
         on_failure(d, error);
+        if (retry) retry_now(d, dl.job);
     } else {
         d.failed_cohorts = 0;
         d.window = std::min<double>(opt_.max_concurrency, d.window + 1.0 / d.window);
@@ -127,12 +151,18 @@ bool Scheduler::dead(const std::string& key) const {
     return it != dests_.end() && it->second->dead_until_us != 0;
 }
 
+std::size_t Scheduler::dead_destinations() const {
+    const std::uint64_t now = clock_.now_us();
+    return static_cast<std::size_t>(std::count_if(
+        dests_.begin(), dests_.end(), [&](const auto& kv) { return kv.second->dead_until_us > now; }));
+}
+
 bool Scheduler::can_send(const Dest& d) const {
     return !d.jobs.empty() && !d.dead_until_us && d.active < static_cast<unsigned>(d.window);
 }
 
 void Scheduler::make_ready(Dest& d) {
-    if (d.ready || !can_send(d)) return;
+    if (d.ready || d.paced || !can_send(d)) return;
     d.ready = true;
     ready_.push_back(&d);
     kick();
@@ -150,6 +180,7 @@ void Scheduler::kick() {
 }
 
 void Scheduler::pump() {
+    const std::uint64_t now = clock_.now_us();
     while (!ready_.empty()) {
         Link* l = pick_link();
         if (!l) return;  // the ready list waits for a link or a completion
@@ -160,12 +191,16 @@ void Scheduler::pump() {
             collect(*d);
             continue;
         }
-        dispatch(*d, *l);
+        if (d->next_send_us > now) {
+            pace(*d);
+            continue;
+        }
+        dispatch(*d, *l, now);
         make_ready(*d);
     }
 }
 
-void Scheduler::dispatch(Dest& d, Link& l) {
+void Scheduler::dispatch(Dest& d, Link& l, std::uint64_t now) {
     Job job = std::move(d.jobs.front());
     d.jobs.pop_front();
     --job.ta->sched.n_;
@@ -173,6 +208,12 @@ void Scheduler::dispatch(Dest& d, Link& l) {
     std::erase_if(job.idx,
                   [&](std::uint32_t i) { return job.ta->rcpt(i).state() != RcptState::active; });
     if (job.idx.empty()) return;
+    if (spacing_us_) {
+        // From the previous slot while it is less than a spacing ago, so a
+        // late timer does not lower the rate; else from now.
+        const std::uint64_t base = now - d.next_send_us < spacing_us_ ? d.next_send_us : now;
+        d.next_send_us = base + spacing_us_;
+    }
     const Ta& ta = *job.ta;
     sm::msg::Deliver m;
     m.da_id = next_da_++;
@@ -190,7 +231,7 @@ void Scheduler::dispatch(Dest& d, Link& l) {
     l.send(sm::msg::encode(m));
     ++l.inflight;
     ++d.active;
-    inflight_.emplace(m.da_id, Delivery{std::move(job), &d, l.id, clock_.now_us()});
+    inflight_.emplace(m.da_id, Delivery{std::move(job), &d, l.id, now});
 }
 
 // Postfix's feedback: each failure costs one unit of concurrency and 1/window
@@ -202,7 +243,8 @@ void Scheduler::on_failure(Dest& d, const sm::msg::Reply& error) {
     d.window = std::max(1.0, d.window - 1.0);
     if (d.failed_cohorts < 1.0 || d.dead_until_us) return;
     d.dead_until_us = clock_.now_us() + static_cast<std::uint64_t>(opt_.dead_time.count());
-    spdlog::warn("destination {} marked dead for {}s: {}", d.key,
+    spdlog::warn("destination {} suspended until {} ({}s): {}", d.key,
+                 sm::rfc5322_date(d.dead_until_us),
                  std::chrono::duration_cast<std::chrono::seconds>(opt_.dead_time).count(),
                  sm::msg::to_string(error));
     std::deque<Job> jobs = std::move(d.jobs);
@@ -214,17 +256,81 @@ void Scheduler::on_failure(Dest& d, const sm::msg::Reply& error) {
     }
 }
 
+// The recipients of a delivery refused at connection level go back to the
+// front of the queue, within the (now smaller) window, while the destination
+// is live: a server refusing sessions above its limit costs a retry, not a
+// deferral. Only once per job; held or deleted ones stay for the RESULT.
+void Scheduler::retry_now(Dest& d, const Job& job) {
+    if (d.dead_until_us || job.retries >= max_connection_retries || job.ta->deleted()) return;
+    Job again{job.ta, {}, job.retries + 1};
+    for (auto i : job.idx) {
+        const Rcpt& r = job.ta->rcpt(i);
+        if (r.state() != RcptState::inflight || r.hold()) continue;
+        queue_.requeue(*job.ta, i);
+        again.idx.push_back(i);
+    }
+    if (again.idx.empty()) return;
+    ++again.ta->sched.n_;
+    d.jobs.push_front(std::move(again));
+}
+
 void Scheduler::revive_if_due(Dest& d, std::uint64_t now) {
     if (!d.dead_until_us || now < d.dead_until_us) return;
     d.dead_until_us = 0;
     d.failed_cohorts = 0;
     d.window = opt_.initial_concurrency;
+    spdlog::info("destination {} resumed", d.key);
+}
+
+// Waits for the destination's next slot under the rate limit.
+void Scheduler::pace(Dest& d) {
+    d.paced = true;
+    paced_.push_back(&d);
+    const std::uint64_t at = d.next_send_us;
+    if (pace_armed_us_ && pace_armed_us_ <= at) return;
+    pace_armed_us_ = at;
+    const std::uint64_t now = clock_.now_us();
+    pace_timer_.expires_after(std::chrono::microseconds(at > now ? at - now : 0));
+    pace_timer_.async_wait([this](boost::system::error_code ec) {
+        if (ec) return;  // re-armed earlier, or stopped
+        pace_armed_us_ = 0;
+        release_paced();
+    });
+}
+
+// Paced destinations whose slot has come go back to the ready list (or are
+// forgotten when idle); the timer is armed for the earliest of the rest.
+void Scheduler::release_paced() {
+    const std::uint64_t now = clock_.now_us();
+    std::vector<Dest*> due;
+    std::erase_if(paced_, [&](Dest* d) {
+        if (d->next_send_us > now) return false;
+        d->paced = false;
+        due.push_back(d);
+        return true;
+    });
+    std::vector<Dest*> later = std::move(paced_);
+    paced_.clear();
+    for (Dest* d : later) {
+        d->paced = false;
+        pace(*d);
+    }
+    for (Dest* d : due) {
+        make_ready(*d);
+        collect(*d);
+    }
 }
 
 // An idle, live destination is forgotten (as postfix does), so queues for
 // one-off domains do not accumulate.
 void Scheduler::collect(Dest& d) {
-    if (d.ready || d.active || !d.jobs.empty() || d.dead_until_us) return;
+    if (d.ready || d.paced || d.active || !d.jobs.empty() || d.dead_until_us) return;
+    // Under a rate limit it is kept until its next slot, so new mail cannot
+    // jump the spacing.
+    if (d.next_send_us > clock_.now_us()) {
+        pace(d);
+        return;
+    }
     const std::string key = d.key;  // d dies in the erase
     dests_.erase(key);
 }

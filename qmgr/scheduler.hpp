@@ -1,12 +1,14 @@
 // The scheduler: one queue per destination, each with a postfix-style
 // concurrency window (slow start from initial_concurrency, +1/window per
 // delivery that reached a server, -1 per connection failure; after a cohort of
-// failures without a success the destination is dead for dead_time), and the
-// SMTPC links the DELIVERs are spread over.
+// failures without a success the destination is dead for dead_time), an
+// optional rate limit (DELIVERs spaced rate_interval / rate_limit apart), and
+// the SMTPC links the DELIVERs are spread over.
 //
 // Destinations with work and room in their window wait in a ready list that
 // pump() serves round robin, one DELIVER per turn, so no step scans all
-// destinations or all deliveries.
+// destinations or all deliveries. One held back by its rate waits in the
+// paced list for the pace timer.
 #pragma once
 
 #include "histogram.hpp"
@@ -35,12 +37,18 @@ struct SchedulerOptions {
     std::chrono::microseconds dead_time{std::chrono::seconds(300)};
     unsigned max_rcpts_per_delivery = 100;
     unsigned link_max_inflight = 1000;  // DELIVERs outstanding per SMTPC
+    // DELIVERs per destination per rate_interval; 0: no limit.
+    unsigned rate_limit = 0;
+    std::chrono::microseconds rate_interval{std::chrono::seconds(1)};
 };
 
 // Recipients of one transaction for one destination.
 struct Job {
     Ta* ta = nullptr;
     std::vector<std::uint32_t> idx;
+    // Connection-level failures this job was put back in its queue for (a
+    // server refusing connections above its limit while others succeed).
+    unsigned retries = 0;
 };
 
 class Scheduler {
@@ -67,11 +75,22 @@ public:
     std::uint64_t add_link(Send send);
     void remove_link(std::uint64_t link);
 
+    // A new rate limit (reload): applies to the next DELIVER of every
+    // destination.
+    void set_rate(unsigned limit, std::chrono::microseconds interval);
+    // Cancels the pace timer (shutdown).
+    void stop();
+
     // Takes the delivery a RESULT answers off the in-flight table and feeds
     // its outcome back into the window; error is the failure's reply.
-    // nullopt when da_id is unknown or was sent on another link.
+    // nullopt when da_id is unknown or was sent on another link. After a
+    // connection failure while the destination is still live, the job's
+    // recipients go back to the front of its queue once (they are active
+    // again, so the RESULT's handler skips them), unless retry is false (a
+    // delivery QMGR reclaimed from a stuck SMTPC: not to be sent there again).
     std::optional<Job> complete(std::uint64_t link, std::uint64_t da_id,
-                                bool connection_failed, const sm::msg::Reply& error);
+                                bool connection_failed, const sm::msg::Reply& error,
+                                bool retry = true);
 
     // Deliveries out longer than max_us at now_us, as (link, da_id): SMTPC
     // bounds every delivery itself, so these are lost in a stuck SMTPC.
@@ -81,6 +100,8 @@ public:
     std::size_t active_deliveries() const { return inflight_.size(); }
     std::size_t links() const { return links_.size(); }
     std::size_t destinations() const { return dests_.size(); }
+    // Destinations suspended now (dead_time not over).
+    std::size_t dead_destinations() const;
     // Recipients waiting or out for delivery per destination, the n largest.
     LabelCounts recipients_by_destination(std::size_t n) const;
     // Seconds from DELIVER to RESULT, per delivery attempt.
@@ -98,8 +119,10 @@ private:
         unsigned active = 0;
         double failed_cohorts = 0;
         std::uint64_t dead_until_us = 0;
+        std::uint64_t next_send_us = 0;  // rate limit: no DELIVER before
         sm::msg::Reply last_error;
         bool ready = false;  // in ready_
+        bool paced = false;  // in paced_
     };
     struct Link {
         std::uint64_t id = 0;
@@ -117,8 +140,11 @@ private:
     void make_ready(Dest& d);
     void kick();
     void pump();
-    void dispatch(Dest& d, Link& l);
+    void dispatch(Dest& d, Link& l, std::uint64_t now);
     void on_failure(Dest& d, const sm::msg::Reply& error);
+    void retry_now(Dest& d, const Job& job);
+    void pace(Dest& d);
+    void release_paced();
     void revive_if_due(Dest& d, std::uint64_t now);
     void collect(Dest& d);
     Link* pick_link();
@@ -131,6 +157,10 @@ private:
     Suspend suspend_;
     std::unordered_map<std::string, std::unique_ptr<Dest>> dests_;
     std::deque<Dest*> ready_;
+    std::vector<Dest*> paced_;
+    asio::steady_timer pace_timer_;
+    std::uint64_t pace_armed_us_ = 0;  // when pace_timer_ fires; 0: idle
+    std::uint64_t spacing_us_ = 0;     // rate_interval / rate_limit
     std::vector<Link> links_;
     std::unordered_map<std::uint64_t, Delivery> inflight_;
     std::uint64_t next_link_ = 1;

@@ -13,6 +13,7 @@ import re
 import signal
 import ssl
 import sys
+import time
 
 
 class Sink:
@@ -32,6 +33,8 @@ class Sink:
         self.require_tls = args.require_tls
         self.broken_tls = args.broken_tls
         self.busy = args.busy
+        self.max_sessions = args.max_sessions
+        self.sessions = 0  # open now
         self.smtputf8 = args.smtputf8
         self.dsn = args.dsn
         self.eightbit = not args.no_8bitmime
@@ -41,9 +44,14 @@ class Sink:
             writer.write(text.encode() + b"\r\n")
             await writer.drain()
 
+        self.sessions += 1
         try:
-            if self.busy:
-                await reply("421 4.3.2 sink.test busy, closing")
+            if self.busy or (self.max_sessions and self.sessions > self.max_sessions):
+                # One line per refused session: when (epoch seconds).
+                with open(os.path.join(self.dir, "refused"), "a") as f:
+                    f.write("%.3f\n" % time.time())
+                await reply("421 4.3.2 sink.test busy, closing" if self.busy else
+                            "421 4.7.0 sink.test too many connections, closing")
                 return
             await reply("220 sink.test ESMTP test sink")
             sender, rcpts, tls, params, rcpt_params, resumed = None, [], None, "", [], False
@@ -147,6 +155,7 @@ class Sink:
         except (asyncio.TimeoutError, ConnectionError, ssl.SSLError):
             return
         finally:
+            self.sessions -= 1
             writer.close()
 
 
@@ -154,7 +163,11 @@ async def main():
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--busy", action="store_true", help="greet every client with 421")
+    p.add_argument("--busy", action="store_true",
+                   help="greet every client with 421 (and note the time in DIR/refused)")
+    p.add_argument("--max-sessions", type=int, default=0,
+                   help="greet clients beyond N concurrent sessions with 421 (and note the "
+                        "time in DIR/refused)")
     p.add_argument("--dir", required=True)
     p.add_argument("--tempfail-first", type=int, default=0,
                    help="answer 451 to the first N DATA attempts of each message")

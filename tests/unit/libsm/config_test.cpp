@@ -170,6 +170,23 @@ TEST_CASE("client.dns_servers and client.smtp_port") {
     CHECK(error_key("[client]\nsmtp_port = 65536\n") == "client.smtp_port");
 }
 
+TEST_CASE("client.rate_limit and rate_interval: off by default, bounded, reloadable") {
+    const Config d = load_config("");
+    CHECK(d.client.rate_limit == 0);
+    CHECK(d.client.rate_interval == std::chrono::seconds(1));
+    const Config c = load_config(write_temp("[client]\nrate_limit = 600\nrate_interval = 60\n"));
+    CHECK(c.client.rate_limit == 600);
+    CHECK(c.client.rate_interval == std::chrono::seconds(60));
+    CHECK(error_key("[client]\nrate_limit = 0\n") == "<no error>");
+    CHECK(error_key("[client]\nrate_limit = -1\n") == "client.rate_limit");
+    CHECK(error_key("[client]\nrate_limit = 1000001\n") == "client.rate_limit");
+    CHECK(error_key("[client]\nrate_interval = 0\n") == "client.rate_interval");
+    Config next = c;
+    next.client.rate_limit = 10;
+    CHECK(keep_restart_only(c, next).empty());  // the scheduler takes it at reload
+    CHECK(next.client.rate_limit == 10);
+}
+
 TEST_CASE("hardening keys and their bounds") {
     const Config d = load_config("");
     CHECK(d.server.min_data_rate == 500);

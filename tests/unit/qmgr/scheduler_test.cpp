@@ -209,18 +209,22 @@ TEST_CASE("failures shrink the window; a failed cohort marks the destination dea
     CHECK_FALSE(f.sched.dead(f.dest.key));
     f.pump();
     CHECK(f.sent[0].size() == 2);  // window 1, one still active
-    // 1/2 + 1/1 of a cohort: dead, and the 4 waiting messages are suspended.
+    // 1/2 + 1/1 of a cohort: dead, and the 5 waiting messages (the 4 never
+    // sent and the refused one, back in the queue) are suspended.
     REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, true, {451, "4.4.1", "connect refused"}));
     CHECK(f.sched.dead(f.dest.key));
-    REQUIRE(f.suspended.size() == 4);
+    CHECK(f.sched.dead_destinations() == 1);
+    REQUIRE(f.suspended.size() == 5);
     // Our own reason (no code), in the class of the reply that made it dead.
     CHECK(f.suspended[0].why ==
           sm::msg::Reply{0, "4.4.1", "delivery temporarily suspended: 451 4.4.1 connect refused"});
     // New mail for a dead destination is suspended at once.
     f.submit({"b@example.net"});
     f.pump();
-    CHECK(f.suspended.size() == 5);
+    CHECK(f.suspended.size() == 6);
     CHECK(f.sent[0].size() == 2);
+    f.clock.advance(std::chrono::seconds(301));  // dead_time
+    CHECK(f.sched.dead_destinations() == 0);
 }
 
 TEST_CASE("a dead destination is tried again once dead_time has passed") {
@@ -235,16 +239,17 @@ TEST_CASE("a dead destination is tried again once dead_time has passed") {
     REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, {451, "4.4.1", "connect refused"}));
     REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, true, {451, "4.4.1", "connect refused"}));
     REQUIRE(f.sched.dead(f.dest.key));
+    CHECK(f.suspended.size() == 1);  // a, refused first and put back
     f.clock.advance(std::chrono::minutes(59));
     f.submit({"c@example.net"});
     f.pump();
-    CHECK(f.suspended.size() == 1);  // still dead a minute before dead_time
+    CHECK(f.suspended.size() == 2);  // still dead a minute before dead_time
     CHECK(f.sent[0].size() == 2);
     f.clock.advance(std::chrono::minutes(1));
     f.submit({"d@example.net"});
     f.pump();
     CHECK_FALSE(f.sched.dead(f.dest.key));
-    CHECK(f.suspended.size() == 1);
+    CHECK(f.suspended.size() == 2);
     REQUIRE(f.sent[0].size() == 3);
     CHECK(f.sent[0][2].rcpts[0].addr == "d@example.net");
 }
@@ -311,4 +316,122 @@ TEST_CASE("destinations are served round robin") {
     f.pump();
     REQUIRE(f.sent[0].size() == 2);
     CHECK(f.sent[0][0].nexthops != f.sent[0][1].nexthops);
+}
+
+TEST_CASE("a delivery refused at connection level is tried once more, then left to the RESULT") {
+    auto o = Fixture::opts();
+    o.initial_concurrency = 4;
+    Fixture f(o);
+    auto l = f.link();
+    Ta& ta = f.submit({"a@example.net"});
+    f.pump();
+    REQUIRE(f.sent[0].size() == 1);
+    SECTION("refused twice") {
+        const sm::msg::Reply busy{421, "4.7.0", "too many connections"};
+        REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, busy));
+        // Back in its queue (active, so the RESULT's handler skips it), not deferred.
+        CHECK(ta.rcpt(0).state() == RcptState::active);
+        CHECK(f.sched.window(f.dest.key) == 3);
+        f.pump();
+        REQUIRE(f.sent[0].size() == 2);
+        CHECK(f.sent[0][1].ta_id == ta.id);
+        // Refused again: 1/4 + 1/3 of a cohort, still live, but no third try.
+        REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, true, busy));
+        CHECK_FALSE(f.sched.dead(f.dest.key));
+        CHECK(ta.rcpt(0).state() == RcptState::inflight);
+        f.pump();
+        CHECK(f.sent[0].size() == 2);
+        CHECK(f.suspended.empty());
+    }
+    SECTION("a reclaimed delivery (retry false) is never put back") {
+        REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, {0, "4.4.1", "reclaimed"}, false));
+        CHECK_FALSE(f.sched.dead(f.dest.key));
+        CHECK(ta.rcpt(0).state() == RcptState::inflight);  // left to the RESULT: deferred
+        f.pump();
+        CHECK(f.sent[0].size() == 1);
+    }
+}
+
+TEST_CASE("a held recipient refused at connection level is not put back") {
+    auto o = Fixture::opts();
+    o.initial_concurrency = 4;
+    Fixture f(o);
+    auto l = f.link();
+    Ta& ta = f.submit({"a@example.net", "b@example.net"});
+    f.pump();
+    REQUIRE(f.sent[0].size() == 1);
+    f.q.set_hold(ta, 1, true);
+    REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, {421, "", "busy"}));
+    CHECK(ta.rcpt(0).state() == RcptState::active);
+    CHECK(ta.rcpt(1).state() == RcptState::inflight);  // the RESULT parks it held
+    f.pump();
+    REQUIRE(f.sent[0].size() == 2);
+    REQUIRE(f.sent[0][1].rcpts.size() == 1);
+    CHECK(f.sent[0][1].rcpts[0].idx == 0);
+}
+
+namespace {
+// Runs the io_context for real time: the pace timer waits for the distance
+// on the fake clock, so the test moves the clock first, then waits that long.
+void run_for(Fixture& f, std::chrono::milliseconds d) {
+    f.io.run_for(d);
+    f.io.restart();
+}
+} // namespace
+
+TEST_CASE("the rate limit spaces a destination's DELIVERs interval / limit apart") {
+    auto o = Fixture::opts();
+    o.initial_concurrency = 5;  // room for all of them: only the rate holds them back
+    o.rate_limit = 20;
+    o.rate_interval = std::chrono::seconds(1);  // one per 50 ms
+    Fixture f(o);
+    f.link();
+    std::vector<std::string> other{"[127.0.0.2]:25"};
+    for (int i = 0; i < 5; ++i) f.submit({"a@example.net"});
+    Ta* ta = f.q.admit(envelope({"c@example.com"}));
+    f.sched.submit(*ta, Destination{"[127.0.0.2]:25", &other}, {0});
+    f.pump();
+    // One each: the limit is per destination, and the window has room.
+    REQUIRE(f.sent[0].size() == 2);
+    f.clock.advance(std::chrono::milliseconds(49));
+    run_for(f, std::chrono::milliseconds(120));
+    CHECK(f.sent[0].size() == 2);  // not before its slot
+    f.clock.advance(std::chrono::milliseconds(1));
+    run_for(f, std::chrono::milliseconds(120));
+    CHECK(f.sent[0].size() == 3);
+    // A late wake-up does not lower the rate: the next slot counts from the
+    // last one, not from when it was taken.
+    f.clock.advance(std::chrono::milliseconds(70));
+    run_for(f, std::chrono::milliseconds(120));
+    CHECK(f.sent[0].size() == 4);
+    f.clock.advance(std::chrono::milliseconds(30));
+    run_for(f, std::chrono::milliseconds(120));
+    CHECK(f.sent[0].size() == 5);
+    // No limit any more (reload): the rest goes at once.
+    f.sched.set_rate(0, std::chrono::seconds(1));
+    f.pump();
+    CHECK(f.sent[0].size() == 6);
+}
+
+TEST_CASE("a rate-limited destination is remembered until its next slot") {
+    auto o = Fixture::opts();
+    o.rate_limit = 10;
+    o.rate_interval = std::chrono::seconds(1);  // one per 100 ms
+    Fixture f(o);
+    auto l = f.link();
+    f.submit({"a@example.net"});
+    f.pump();
+    REQUIRE(f.sent[0].size() == 1);
+    REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, false, {}));
+    CHECK(f.sched.destinations() == 1);  // idle, but its slot is still ahead
+    f.submit({"b@example.net"});
+    f.pump();
+    CHECK(f.sent[0].size() == 1);  // new mail does not jump the spacing
+    f.clock.advance(std::chrono::milliseconds(100));
+    run_for(f, std::chrono::milliseconds(200));
+    REQUIRE(f.sent[0].size() == 2);
+    REQUIRE(f.sched.complete(l, f.sent[0][1].da_id, false, {}));
+    f.clock.advance(std::chrono::milliseconds(100));
+    run_for(f, std::chrono::milliseconds(200));
+    CHECK(f.sched.destinations() == 0);  // forgotten once its slot passed
 }
