@@ -44,6 +44,8 @@ public:
     void set_max_line(std::size_t n) { max_line_ = n; }
     // Bytes already buffered beyond what was consumed (pipelined input).
     std::size_t buffered() const { return end_ - pos_; }
+    // Bytes of buffer held now (0 while a plain TCP connection waits idle).
+    std::size_t held() const { return cap_; }
     // Drops the buffered input; returns how many bytes went. After STARTTLS
     // nothing the client sent in plaintext may be read as if it came over
     // TLS (CVE-2011-0411).
