@@ -1,12 +1,15 @@
 """Issue 11: idle connections cost little and do not slow anyone down. An
 idle session holds no read buffer (libsm/smtp_io), so thousands of them fit
 in a few KB each, and a new client is still greeted at once."""
+import json
+import os
 import resource
 import selectors
 import socket
+import subprocess
 import time
 
-from conftest import send, wait_until
+from conftest import BUILD, send, wait_until
 from test_hostile_client import rss_kb
 from test_smtp import Raw
 
@@ -81,3 +84,16 @@ def test_thousands_of_idle_connections_are_cheap_and_a_new_client_is_served(sink
         for s in socks:
             s.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_perf_idle_conns_measures_and_cleans_up(tmp_path):
+    tool = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "perf", "idle-conns")
+    out = tmp_path / "idle"
+    r = subprocess.run([tool, "--build", BUILD, "--conns", "300", "--probes", "2", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads((out / "run.json").read_text())["results"][0]
+    assert res["greeted"] == 300 and res["failed"] == 0
+    assert len(res["greeting_ms"]) == 2 and len(res["transaction_ms"]) == 2
+    assert "| 300 | 300 | 0 |" in (out / "results.md").read_text()
