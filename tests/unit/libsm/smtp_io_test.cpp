@@ -11,13 +11,21 @@ using namespace std::chrono_literals;
 namespace {
 // Runs `reader_fn` against a loopback TCP connection whose peer writes `input`
 // (then keeps the connection open until the reader is done).
+// A connected loopback pair: client and server ends.
+struct Loopback {
+    asio::io_context io;
+    tcp::acceptor acc{io, {asio::ip::make_address("127.0.0.1"), 0}};
+    tcp::socket client{io};
+    tcp::socket server = [this] {
+        client.connect(acc.local_endpoint());
+        return acc.accept();
+    }();
+};
+
 template <class F>
 void with_input(const std::string& input, F reader_fn) {
-    asio::io_context io;
-    tcp::acceptor acc(io, {asio::ip::make_address("127.0.0.1"), 0});
-    tcp::socket client(io);
-    client.connect(acc.local_endpoint());
-    tcp::socket server = acc.accept();
+    Loopback lo;
+    auto& [io, acc, client, server] = lo;
     asio::write(client, asio::buffer(input));
     bool done = false;
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
@@ -74,11 +82,8 @@ TEST_CASE("over-long lines come in chunks, CRLF split at the cut is kept") {
 }
 
 TEST_CASE("a plain TCP reader holds no buffer while it waits idle") {
-    asio::io_context io;
-    tcp::acceptor acc(io, {asio::ip::make_address("127.0.0.1"), 0});
-    tcp::socket client(io);
-    client.connect(acc.local_endpoint());
-    tcp::socket server = acc.accept();
+    Loopback lo;
+    auto& [io, acc, client, server] = lo;
     const std::string longer(40000, 'x');  // more than one read's 16 KiB
     asio::write(client, asio::buffer("EHLO a\r\n" + longer + "\r\n"));
     bool done = false;
