@@ -29,7 +29,10 @@ struct Line {
 };
 
 // Reads lines from a stream (TCP socket or SSL stream) with a deadline per
-// read. Returned views are valid until the next call.
+// read. Returned views are valid until the next call. On a plain TCP
+// connection the reader holds no buffer while it waits with nothing unread:
+// it waits for the socket to be readable and only then takes one, so an
+// idle connection costs a few hundred bytes, not the 16 KiB of a read.
 template <class Stream>
 class LineReader {
 public:
@@ -41,6 +44,8 @@ public:
     void set_max_line(std::size_t n) { max_line_ = n; }
     // Bytes already buffered beyond what was consumed (pipelined input).
     std::size_t buffered() const { return end_ - pos_; }
+    // Bytes of buffer held now (0 while a plain TCP connection waits idle).
+    std::size_t held() const { return cap_; }
     // Drops the buffered input; returns how many bytes went. After STARTTLS
     // nothing the client sent in plaintext may be read as if it came over
     // TLS (CVE-2011-0411).
@@ -79,7 +84,13 @@ private:
 
     Stream& stream_;
     std::size_t max_line_;
-    std::string buf_;      // data is [pos_, end_)
+    // Makes room for `room` bytes after the unread data.
+    void reserve_room(std::size_t room);
+    // Waits until the socket is readable, holding no buffer meanwhile.
+    asio::awaitable<ReadStatus> wait_readable();
+
+    std::unique_ptr<char[]> buf_;  // data is [pos_, end_) of cap_ bytes
+    std::size_t cap_ = 0;
     std::size_t pos_ = 0;
     std::size_t end_ = 0;
     std::shared_ptr<Watch> watch_;

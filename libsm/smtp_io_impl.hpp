@@ -4,6 +4,9 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <tuple>
+#include <type_traits>
 
 namespace sm::smtp {
 
@@ -37,18 +40,52 @@ LineReader<Stream>::~LineReader() {
     watch_->timer.cancel();
 }
 
+// Streams that may be a plain TCP connection: a socket, or sm::smtp::Stream
+// before STARTTLS.
 template <class Stream>
-asio::awaitable<ReadStatus> LineReader<Stream>::fill(
-    std::chrono::steady_clock::duration timeout) {
-    // Make room for at least 16 KiB after the data, moving the unread part
-    // to the front when that is cheaper than growing.
-    constexpr std::size_t room = 16384;
-    if (pos_ > 0 && (pos_ == end_ || buf_.size() - end_ < room)) {
-        std::memmove(buf_.data(), buf_.data() + pos_, end_ - pos_);
+concept MaybePlainTcp = std::is_same_v<Stream, asio::ip::tcp::socket> ||
+                        requires(Stream& s) { s.tls(); s.socket(); };
+
+// The TCP socket when `s` is a plain connection now, whose readiness the
+// socket itself tells (over TLS, OpenSSL may hold decrypted input the
+// socket does not show); else null.
+template <MaybePlainTcp Stream>
+asio::ip::tcp::socket* plain_tcp(Stream& s) {
+    if constexpr (std::is_same_v<Stream, asio::ip::tcp::socket>)
+        return &s;
+    else
+        return s.tls() ? nullptr : &s.socket();
+}
+
+template <class Stream>
+void LineReader<Stream>::reserve_room(std::size_t room) {
+    // Move the unread part to the front when that is cheaper than growing.
+    if (pos_ > 0 && (pos_ == end_ || cap_ - end_ < room)) {
+        std::memmove(buf_.get(), buf_.get() + pos_, end_ - pos_);
         end_ -= pos_;
         pos_ = 0;
     }
-    if (buf_.size() - end_ < room) buf_.resize(end_ + room);
+    if (cap_ - end_ >= room) return;
+    auto bigger = std::make_unique_for_overwrite<char[]>(end_ + room);
+    if (end_ > 0) std::memcpy(bigger.get(), buf_.get(), end_);
+    buf_ = std::move(bigger);
+    cap_ = end_ + room;
+}
+
+template <class Stream>
+asio::awaitable<ReadStatus> LineReader<Stream>::wait_readable() {
+    buf_.reset();
+    cap_ = pos_ = end_ = 0;
+    auto [ec] = co_await stream_.lowest_layer().async_wait(
+        asio::socket_base::wait_read, asio::as_tuple(asio::use_awaitable));
+    if (watch_->fired) co_return ReadStatus::timeout;
+    co_return ec ? ReadStatus::error : ReadStatus::ok;
+}
+
+template <class Stream>
+asio::awaitable<ReadStatus> LineReader<Stream>::fill(
+    std::chrono::steady_clock::duration timeout) {
+    constexpr std::size_t room = 16384;
 
     // The deadline is a time stamp that one long-lived timer checks, so a
     // read costs no timer operation unless it must time out sooner than the
@@ -59,8 +96,37 @@ asio::awaitable<ReadStatus> LineReader<Stream>::fill(
     w.fired = false;
     w.reading = true;
     if (!w.waiting || w.deadline < w.timer.expiry()) Watch::arm(watch_);
-    auto [ec, n] = co_await stream_.async_read_some(
-        asio::buffer(buf_.data() + end_, buf_.size() - end_), asio::as_tuple(asio::use_awaitable));
+    boost::system::error_code ec;
+    std::size_t n = 0;
+    bool done = false;
+    if constexpr (MaybePlainTcp<Stream>) {
+        if (auto* sock = plain_tcp(stream_); sock && pos_ == end_) {
+            // Nothing unread. Input already there is read at once, with the
+            // buffer we hold (a client sending DATA or pipelining);
+            // otherwise the buffer goes while we wait.
+            done = true;
+            sock->non_blocking(true, ec);
+            for (bool waited = false; !ec;) {
+                if (cap_ > 0 || waited) {
+                    reserve_room(room);
+                    n = sock->read_some(asio::buffer(buf_.get() + end_, cap_ - end_), ec);
+                    if (ec != asio::error::would_block && ec != asio::error::try_again) break;
+                    ec = {};
+                }
+                const ReadStatus st = co_await wait_readable();
+                if (st != ReadStatus::ok) {
+                    w.reading = false;
+                    co_return st;
+                }
+                waited = true;
+            }
+        }
+    }
+    if (!done) {
+        reserve_room(room);
+        std::tie(ec, n) = co_await stream_.async_read_some(
+            asio::buffer(buf_.get() + end_, cap_ - end_), asio::as_tuple(asio::use_awaitable));
+    }
     w.reading = false;
     end_ += n;
     if (n > 0) co_return ReadStatus::ok;
@@ -76,7 +142,7 @@ asio::awaitable<Line> LineReader<Stream>::read_line(
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::size_t scanned = 0;
     for (;;) {
-        std::string_view avail(buf_.data() + pos_, end_ - pos_);
+        std::string_view avail(buf_.get() + pos_, end_ - pos_);
         // Room for max_line_ bytes of text plus CRLF.
         const std::size_t limit = std::min(avail.size(), max_line_ + 2);
         const auto lf = avail.substr(0, limit).find('\n', scanned);
@@ -121,7 +187,7 @@ asio::awaitable<Line> LineReader<Stream>::read_bytes(
         }
     }
     const std::size_t n = std::min(max, end_ - pos_);
-    l.text = std::string_view(buf_.data() + pos_, n);
+    l.text = std::string_view(buf_.get() + pos_, n);
     pos_ += n;
     co_return l;
 }
@@ -131,7 +197,7 @@ asio::awaitable<ReadStatus> LineReader<Stream>::skip_line(
     std::chrono::steady_clock::duration timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
-        std::string_view avail(buf_.data() + pos_, end_ - pos_);
+        std::string_view avail(buf_.get() + pos_, end_ - pos_);
         const auto lf = avail.find('\n');
         if (lf != std::string_view::npos) {
             pos_ += lf + 1;

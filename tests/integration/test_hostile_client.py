@@ -21,6 +21,12 @@ def rss_kb(pid):
     raise AssertionError("no VmRSS")
 
 
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        st = f.read().rsplit(")", 1)[1].split()
+    return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def flood_without_reading(port, seconds, out):
     """Pipelines NOOPs in writes that end mid-line and never reads; records
     how many bytes the server took and whether it dropped us."""
@@ -152,6 +158,15 @@ def test_out_of_descriptors_gets_421_at_once(sink, make_relay):
         assert refused is not None and refused.startswith(b"421 4.3.2"), refused
         wait_until(lambda: "accept: Too many open files" in relay.log_text(), 10,
                    "the accept warning")
+        # Every further client is turned away at once, and waiting at the
+        # limit costs no CPU (no accept loop spinning on EMFILE).
+        cpu0 = cpu_seconds(smtps)
+        for _ in range(20):
+            s = socket.create_connection(("127.0.0.1", relay.port), timeout=5)
+            assert s.recv(512).startswith(b"421 4.3.2")
+            s.close()
+        time.sleep(2)
+        assert cpu_seconds(smtps) - cpu0 < 0.5
     finally:
         for s in held:
             s.close()

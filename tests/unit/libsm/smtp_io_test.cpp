@@ -11,13 +11,21 @@ using namespace std::chrono_literals;
 namespace {
 // Runs `reader_fn` against a loopback TCP connection whose peer writes `input`
 // (then keeps the connection open until the reader is done).
+// A connected loopback pair: client and server ends.
+struct Loopback {
+    asio::io_context io;
+    tcp::acceptor acc{io, {asio::ip::make_address("127.0.0.1"), 0}};
+    tcp::socket client{io};
+    tcp::socket server = [this] {
+        client.connect(acc.local_endpoint());
+        return acc.accept();
+    }();
+};
+
 template <class F>
 void with_input(const std::string& input, F reader_fn) {
-    asio::io_context io;
-    tcp::acceptor acc(io, {asio::ip::make_address("127.0.0.1"), 0});
-    tcp::socket client(io);
-    client.connect(acc.local_endpoint());
-    tcp::socket server = acc.accept();
+    Loopback lo;
+    auto& [io, acc, client, server] = lo;
     asio::write(client, asio::buffer(input));
     bool done = false;
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
@@ -71,6 +79,44 @@ TEST_CASE("over-long lines come in chunks, CRLF split at the cut is kept") {
         CHECK(st == smtp::ReadStatus::ok);
         CHECK(r.buffered() == 0);
     });
+}
+
+TEST_CASE("a plain TCP reader holds no buffer while it waits idle") {
+    Loopback lo;
+    auto& [io, acc, client, server] = lo;
+    const std::string longer(40000, 'x');  // more than one read's 16 KiB
+    asio::write(client, asio::buffer("EHLO a\r\n" + longer + "\r\n"));
+    bool done = false;
+    smtp::LineReader r(server, 65536);
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+        auto l = co_await r.read_line(1s);
+        CHECK(l.text == "EHLO a");
+        CHECK(r.held() > 0);
+        l = co_await r.read_line(1s);
+        CHECK(l.text == longer);
+        CHECK(l.complete);
+        l = co_await r.read_line(2s);  // the client is silent for a while
+        CHECK(l.text == "NOOP");
+        CHECK(l.complete);
+        l = co_await r.read_line(100ms);  // idle, no buffer: the deadline holds
+        CHECK(l.status == smtp::ReadStatus::timeout);
+        l = co_await r.read_line(2s);
+        CHECK(l.status == smtp::ReadStatus::eof);
+        done = true;
+    }, asio::detached);
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+        asio::steady_timer t(io, 100ms);
+        co_await t.async_wait(asio::use_awaitable);
+        CHECK(r.held() == 0);
+        co_await asio::async_write(client, asio::buffer(std::string("NOOP\r\n")),
+                                   asio::use_awaitable);
+        t.expires_after(300ms);
+        co_await t.async_wait(asio::use_awaitable);
+        CHECK(r.held() == 0);
+        client.close();
+    }, asio::detached);
+    io.run_for(std::chrono::seconds(10));
+    CHECK(done);
 }
 
 TEST_CASE("a silent peer times out") {
