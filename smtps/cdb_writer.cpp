@@ -12,7 +12,7 @@ namespace smtps {
 namespace {
 
 // Larger messages are written in pieces of this size on the event loop
-// (page-cache writes); small ones go to disk in one write on the pool.
+// (page-cache writes); small ones go to disk in one write at commit.
 constexpr std::size_t spill_size = 256 * 1024;
 
 } // namespace
@@ -74,6 +74,18 @@ void CdbWriter::spill() {
 
 asio::awaitable<int> CdbWriter::commit() {
     if (err_) co_return err_;
+    if (!store_.sync_each()) {
+        // No sync here: page-cache writes and a rename, too short to be
+        // worth a pool hop. QMGR's batch syncfs makes the data and the
+        // directory entry durable before the 250.
+        if (fd_ < 0) err_ = sm::content::open_tmp(tmp_, fd_);
+        if (!err_) err_ = sm::content::write_all(fd_, buf_);
+        buf_.clear();
+        err_ = sm::content::finish(fd_, err_, tmp_, final_, false);
+        fd_ = -1;
+        committed_ = err_ == 0;
+        co_return err_;
+    }
     // The job owns copies of everything it touches: the session may be
     // destroyed (shutdown) while the pool still runs it.
     int fd = fd_;

@@ -155,12 +155,15 @@ int main(int argc, char** argv) {
         spdlog::warn("server.threads = {}: running single-threaded", cfg.server.threads);
 
     asio::io_context io(1);
-    // fdatasync of CDB files: a sync of a new file takes milliseconds, the
-    // threads mostly sleep in the kernel, and concurrent syncs share journal
-    // commits, so throughput grows with the number in flight.
-    asio::thread_pool sync_pool(32);
+    // fdatasync of CDB files (content_sync = "file"): a sync of a new file
+    // takes milliseconds, the threads mostly sleep in the kernel, and
+    // concurrent syncs share journal commits, so throughput grows with the
+    // number in flight. With "batch" QMGR syncs content and the pool idles.
+    const bool sync_each = cfg.queue.content_sync == sm::QueueConfig::ContentSync::file &&
+                           !cfg.queue.test_no_sync;
+    asio::thread_pool sync_pool(sync_each ? 32 : 1);
     smtps::CdbStore cdb(cfg.spool_dir_abs(), cfg.queue.cdb_hashed, sync_pool,
-                        cfg.queue.min_free_space);
+                        cfg.queue.min_free_space, sync_each);
     if (const auto n = cdb.remove_stale_tmp())
         spdlog::info("removed {} unfinished CDB files of an earlier run", n);
     // One TLS context for all sessions (its session cache and ticket keys
