@@ -74,31 +74,19 @@ void CdbWriter::spill() {
 
 asio::awaitable<int> CdbWriter::commit() {
     if (err_) co_return err_;
-    if (!store_.sync_each()) {
-        // No sync here: page-cache writes and a rename, too short to be
-        // worth a pool hop. QMGR's batch syncfs makes the data and the
-        // directory entry durable before the 250.
-        if (fd_ < 0) err_ = sm::content::open_tmp(tmp_, fd_);
-        if (!err_) err_ = sm::content::write_all(fd_, buf_);
-        buf_.clear();
-        err_ = sm::content::finish(fd_, err_, tmp_, final_, false);
-        fd_ = -1;
-        committed_ = err_ == 0;
-        co_return err_;
-    }
     // The job owns copies of everything it touches: the session may be
     // destroyed (shutdown) while the pool still runs it.
     int fd = fd_;
     fd_ = -1;
-    auto job = [fd, buf = std::move(buf_), tmp = tmp_,
-                fin = final_]() mutable -> asio::awaitable<int> {
+    auto job = [fd, buf = std::move(buf_), tmp = tmp_, fin = final_,
+                sync = store_.sync_each()]() mutable -> asio::awaitable<int> {
         int err = 0;
         if (fd < 0) err = sm::content::open_tmp(tmp, fd);
         if (!err) err = sm::content::write_all(fd, buf);
         // rename after the data is durable; the directory entry becomes
         // durable with the journal commit of QMGR's IBDB fdatasync that
         // precedes any 250, on the same file system.
-        co_return sm::content::finish(fd, err, tmp, fin);
+        co_return sm::content::finish(fd, err, tmp, fin, sync);
     };
     err_ = co_await asio::co_spawn(store_.pool(), std::move(job), asio::use_awaitable);
     committed_ = err_ == 0;

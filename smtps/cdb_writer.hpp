@@ -1,10 +1,11 @@
 // Writes one CDB content file per transaction. The message is buffered in
 // memory and written under a temporary name in the target directory, then
-// renamed. With queue.content_sync = "batch" (the default) nothing is synced
-// here: the write and rename are page-cache work done on the event loop, and
-// QMGR's group commit makes the file durable with the batch that holds its
-// envelope, before the ack. With "file" the final write, fdatasync and rename
-// run on a worker pool so that the event loop never waits for the disk. Only
+// renamed. The final write, the fdatasync (queue.content_sync = "file" only)
+// and the rename run on a worker pool so that the event loop never waits for
+// the disk: even without a sync, creating and renaming a file can wait for a
+// journal commit (done inline they halved throughput). With "batch" (the
+// default) QMGR's group commit makes the file durable with the batch that
+// holds its envelope, before the ack. Only
 // a complete file ever carries the final name, and anything not committed is
 // unlinked.
 #pragma once

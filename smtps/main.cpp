@@ -158,10 +158,11 @@ int main(int argc, char** argv) {
     // fdatasync of CDB files (content_sync = "file"): a sync of a new file
     // takes milliseconds, the threads mostly sleep in the kernel, and
     // concurrent syncs share journal commits, so throughput grows with the
-    // number in flight. With "batch" QMGR syncs content and the pool idles.
+    // number in flight. With "batch" QMGR syncs content; the pool only
+    // creates, writes and renames, which can still wait for the journal.
     const bool sync_each = cfg.queue.content_sync == sm::QueueConfig::ContentSync::file &&
                            !cfg.queue.test_no_sync;
-    asio::thread_pool sync_pool(sync_each ? 32 : 1);
+    asio::thread_pool sync_pool(sync_each ? 32 : 4);
     smtps::CdbStore cdb(cfg.spool_dir_abs(), cfg.queue.cdb_hashed, sync_pool,
                         cfg.queue.min_free_space, sync_each);
     if (const auto n = cdb.remove_stale_tmp())
