@@ -1,5 +1,7 @@
 #include "config.hpp"
 
+#include "build_options.hpp"
+
 #include "domain.hpp"
 #include "messages.hpp"
 
@@ -368,6 +370,16 @@ Config load_config(const std::string& path) {
     c.queue.commit_max_batch = q.small("commit_max_batch", c.queue.commit_max_batch, 100000);
     c.queue.ibdb_file_size = q.positive("ibdb_file_size", c.queue.ibdb_file_size);
     c.queue.cdb_hashed = q.get<bool>("cdb_hashed").value_or(c.queue.cdb_hashed);
+    if (auto v = q.get<std::string>("content_sync")) {
+        if (*v == "batch") c.queue.content_sync = QueueConfig::ContentSync::batch;
+        else if (*v == "file") c.queue.content_sync = QueueConfig::ContentSync::file;
+        else throw ConfigError("queue.content_sync", "must be \"batch\" or \"file\"");
+    }
+    c.queue.test_no_sync = q.get<bool>("test_no_sync").value_or(false);
+    if (c.queue.test_no_sync && !SMX_TEST_HOOKS)
+        throw ConfigError("queue.test_no_sync",
+                          "only a test build (meson -Dtest_hooks=true) honours it: it gives "
+                          "up durability, for perf experiments");
     c.queue.aq_max_entries = q.small("aq_max_entries", c.queue.aq_max_entries, 100000000);
     c.queue.retry_min = q.seconds("retry_min", c.queue.retry_min);
     c.queue.retry_max = q.seconds("retry_max", c.queue.retry_max);

@@ -108,6 +108,15 @@ struct QueueConfig {
     unsigned commit_max_batch = 256;
     std::uint64_t ibdb_file_size = 16u << 20;
     bool cdb_hashed = true;
+    // batch: SMTPS writes content files without a sync and QMGR's group
+    // commit makes them durable with the batch (syncfs); file: SMTPS
+    // fdatasyncs each content file itself (docs/design.md).
+    enum class ContentSync { batch, file };
+    ContentSync content_sync = ContentSync::batch;
+    // Test builds only (-Dtest_hooks=true; load_config refuses it
+    // otherwise): no fsync, fdatasync or syncfs of the IBDB, content files
+    // or DEFEDB commits, for the seed's "fsync off" store experiment.
+    bool test_no_sync = false;
     unsigned aq_max_entries = 100000;
     std::chrono::seconds retry_min{300};
     std::chrono::seconds retry_max{3600};

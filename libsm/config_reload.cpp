@@ -58,6 +58,9 @@ std::vector<std::string> keep_restart_only(const Config& r, Config& n) {
     k.keep("queue.commit_max_batch", rq.commit_max_batch, nq.commit_max_batch);
     k.keep("queue.ibdb_file_size", rq.ibdb_file_size, nq.ibdb_file_size);
     k.keep("queue.cdb_hashed", rq.cdb_hashed, nq.cdb_hashed);
+    // SMTPS and QMGR must agree on who syncs content.
+    k.keep("queue.content_sync", rq.content_sync, nq.content_sync);
+    k.keep("queue.test_no_sync", rq.test_no_sync, nq.test_no_sync);
     k.keep("queue.aq_max_entries", rq.aq_max_entries, nq.aq_max_entries);
     k.keep("queue.retry_min", rq.retry_min, nq.retry_min);
     k.keep("queue.retry_max", rq.retry_max, nq.retry_max);

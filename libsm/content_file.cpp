@@ -34,8 +34,8 @@ int write_all(int fd, std::string_view data) {
     return 0;
 }
 
-int finish(int fd, int err, const std::string& tmp, const std::string& path) {
-    if (fd >= 0 && !err && ::fdatasync(fd) != 0) err = errno;
+int finish(int fd, int err, const std::string& tmp, const std::string& path, bool sync) {
+    if (fd >= 0 && !err && sync && ::fdatasync(fd) != 0) err = errno;
     if (fd >= 0 && ::close(fd) != 0 && !err) err = errno;
     if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
     if (err) ::unlink(tmp.c_str());

@@ -27,9 +27,11 @@ int open_tmp(const std::string& tmp, int& fd, mode_t mode = file_mode);
 // Writes all of data to fd (retrying short writes and EINTR).
 int write_all(int fd, std::string_view data);
 // Ends a write begun with open_tmp: err is what went wrong so far. Without
-// an error: fdatasync, close, rename tmp to path. With one (or on a failure
-// here): close, unlink tmp. Closes fd in every case when it is >= 0.
-int finish(int fd, int err, const std::string& tmp, const std::string& path);
+// an error: fdatasync (unless sync is false: then a later syncfs of the
+// file system must make it durable), close, rename tmp to path. With one
+// (or on a failure here): close, unlink tmp. Closes fd in every case when
+// it is >= 0.
+int finish(int fd, int err, const std::string& tmp, const std::string& path, bool sync = true);
 // open_tmp + write_all + finish for data held whole in memory.
 int write_durable(const std::string& path, std::string_view data, mode_t mode = file_mode);
 

@@ -316,7 +316,7 @@ void Defedb::put_many(const std::vector<DeferredTa>& batch) {
         for (const auto& r : ta.rcpts)
             if (r.ta_id != ta.envelope.ta_id) throw DefedbError("defedb: recipient of another transaction", false);
     }
-    m.txn(DB_TXN_SYNC, [&](DbTxn* t) {
+    m.txn(no_sync_ ? DB_TXN_WRITE_NOSYNC : DB_TXN_SYNC, [&](DbTxn* t) {
         for (const auto& ta : batch) {
             std::string val = encode_envelope(ta.envelope);
             In k(ta.envelope.ta_id), v(val);

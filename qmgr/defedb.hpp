@@ -76,6 +76,8 @@ public:
     // database is corrupt or unreadable.
     bool open(const std::string& dir, const std::string& quarantine_dir, std::string& err);
     void close();
+    // queue.test_no_sync (test builds): put_many commits without a log flush.
+    void set_no_sync() { no_sync_ = true; }
 
     // Stores recipients of one or more transactions in one durable
     // transaction (one fsync for the whole batch). The envelope is written
@@ -135,6 +137,7 @@ public:
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
+    bool no_sync_ = false;
 };
 
 } // namespace smx::qmgr

@@ -1,5 +1,5 @@
 // IBDB group commit. All state lives on the owner's (QMGR's) executor; the
-// blocking part of a write (create, write, fdatasync, truncate back) runs as
+// blocking part of a write (create, write, sync, truncate back) runs as
 // a Job on the worker pool, one at a time, and its result is posted back.
 // While a job is out the owner does not touch the file descriptor.
 #include "ibdb.hpp"
@@ -16,6 +16,8 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <mutex>
+#include <stdexcept>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <unordered_map>
 
@@ -37,6 +39,11 @@ struct Job {
     std::uint32_t file = 0;
     bool open_file = false;  // create `file` first and switch to it
     bool sync = false;
+    bool no_sync = false;  // IbdbOptions::fsync off: not even the directory
+    // content_sync = "batch": an fd of the content directory to syncfs, and
+    // whether the IBDB lives on the same file system (then syncfs covers it).
+    int content_fd = -1;
+    bool ibdb_on_content_fs = false;
     // Results.
     bool opened = false;
     int err = 0;
@@ -84,8 +91,10 @@ void run_job(Job& j) {
             j.op = "create";
             return;
         }
-        // fdatasync of the file does not make its directory entry durable.
-        if (int e = fsync_dir(j.dir)) {
+        // fdatasync of the file does not make its directory entry durable;
+        // a syncfs of its file system (before any ack) does.
+        const bool syncfs_covers = j.content_fd >= 0 && j.ibdb_on_content_fs;
+        if (int e = syncfs_covers || j.no_sync ? 0 : fsync_dir(j.dir)) {
             ::close(fd);
             ::unlink(path.c_str());
             j.err = e;
@@ -102,7 +111,14 @@ void run_job(Job& j) {
         j.op = "write";
     } else if (j.sync) {
         auto t0 = Clock::now();
-        if (::fdatasync(j.fd) != 0) {
+        // Content first: an envelope must never be durable without its
+        // content. syncfs reports writeback errors since Linux 5.8 (per fd:
+        // each one once), so a content file that failed to reach the disk
+        // fails this batch.
+        if (j.content_fd >= 0 && ::syncfs(j.content_fd) != 0) {
+            j.err = errno;
+            j.op = "syncfs content directory for";
+        } else if ((j.content_fd < 0 || !j.ibdb_on_content_fs) && ::fdatasync(j.fd) != 0) {
             j.err = errno;
             j.op = "fdatasync";
         }
@@ -138,6 +154,27 @@ struct Ibdb::Impl {
         : owner(std::move(ex)), workers(pool), opt(std::move(o)), stats(s), timer(owner),
           policy(opt.commit_policy, opt.commit_interval) {
         opt.max_batch = std::max(1u, opt.max_batch);
+        if (!opt.content_dir.empty()) open_content_dir();
+    }
+
+    // Read-only is enough for syncfs, and works when QMGR runs as another
+    // user than SMTPS (the content directory is shared through a group).
+    // Opened once: syncfs reports a writeback error to each open fd once.
+    void open_content_dir() {
+        std::error_code ec;
+        std::filesystem::create_directories(opt.dir, ec);
+        content_fd = ::open(opt.content_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        struct stat c, i;
+        if (content_fd < 0 || ::fstat(content_fd, &c) != 0 || ::stat(opt.dir.c_str(), &i) != 0) {
+            const int err = errno;
+            if (content_fd >= 0) ::close(content_fd);
+            throw std::runtime_error("ibdb: cannot open " + opt.content_dir + " or " + opt.dir +
+                                     ": " + std::strerror(err));
+        }
+        ibdb_on_content_fs = c.st_dev == i.st_dev;
+        spdlog::info("ibdb: each commit syncs the file system of {}{}", opt.content_dir,
+                     ibdb_on_content_fs ? " (which holds the IBDB too)"
+                                        : ", then the IBDB file (another file system)");
     }
 
     asio::any_io_executor owner;
@@ -153,6 +190,8 @@ struct Ibdb::Impl {
     std::unordered_map<std::string, TaState> tas;   // every transaction in the IBDB
     std::map<std::uint32_t, std::uint64_t> open_in_file;  // live file → open transactions
     int fd = -1;
+    int content_fd = -1;
+    bool ibdb_on_content_fs = false;
     std::uint32_t cur_file = 0, next_file = 1;
     std::uint64_t cur_off = 0;
     Clock::time_point last_write = Clock::now();
@@ -256,10 +295,10 @@ struct Ibdb::Impl {
         ++stats.files_deleted;
         std::string path = opt.dir + "/" + ibdb::file_name(f);
         spdlog::info("ibdb: {} deleted, no open transactions", ibdb::file_name(f));
-        auto rm = [path, dir = opt.dir] {
+        auto rm = [path, dir = opt.dir, sync = opt.fsync] {
             if (::unlink(path.c_str()) != 0 && errno != ENOENT)
                 spdlog::error("ibdb: unlink {}: {}", path, std::strerror(errno));
-            fsync_dir(dir);
+            if (sync) fsync_dir(dir);
         };
         if (now)
             rm();
@@ -324,6 +363,9 @@ struct Ibdb::Impl {
         j->written = std::move(b.written);
         j->ta_ids = std::move(b.ta_ids);
         j->sync = opt.fsync && !j->acks.empty();
+        j->no_sync = !opt.fsync;
+        j->content_fd = content_fd;
+        j->ibdb_on_content_fs = ibdb_on_content_fs;
         job = j;
         return j;
     }
@@ -443,10 +485,10 @@ struct Ibdb::Impl {
         spdlog::info("ibdb: {} deleted, nothing open", ibdb::file_name(cur_file));
         open_in_file.erase(cur_file);
         ++stats.files_deleted;
-        auto rm = [f = fd, path, dir = opt.dir] {
+        auto rm = [f = fd, path, dir = opt.dir, sync = opt.fsync] {
             ::close(f);
             ::unlink(path.c_str());
-            fsync_dir(dir);
+            if (sync) fsync_dir(dir);
         };
         fd = -1;
         cur_file = 0;
@@ -465,6 +507,7 @@ struct Ibdb::Impl {
 
     ~Impl() {
         flush_queue();
+        if (content_fd >= 0) ::close(content_fd);
         if (fd < 0) return;
         if (tas.empty())
             retire(true);

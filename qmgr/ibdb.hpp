@@ -4,7 +4,8 @@
 // length u32 | crc32c u32 | payload. A transaction record holds the whole
 // envelope; recipient-done, recipient-deferred and transaction-done records
 // hold the id (and recipient index). Transaction records are acked only after
-// the fdatasync of the batch that holds them; completion records ride along
+// the sync of the batch that holds them (fdatasync, or syncfs of the content
+// file system, see IbdbOptions::content_dir); completion records ride along
 // with the next write and need no fsync of their own (a lost one means a
 // retried delivery, never a lost message).
 #pragma once
@@ -37,6 +38,13 @@ struct IbdbOptions {
     unsigned max_batch = 256;          // transactions per commit
     std::uint64_t file_size = 16u << 20;  // rotate after this many bytes
     bool fsync = true;
+    // content_sync = "batch": the content directory (cdb/), whose file system
+    // each commit syncs (syncfs) before the batch is acked, so that the
+    // content files SMTPS wrote without a sync are durable with their
+    // envelopes. On the IBDB's own file system that one call covers the IBDB
+    // file too; on another, the IBDB file is fdatasynced after it. Empty:
+    // SMTPS syncs each content file, the commit syncs only the IBDB file.
+    std::string content_dir;
     // Completion records with no transaction to ride along with are written
     // (without fsync) after this delay.
     std::chrono::milliseconds completion_delay{50};
@@ -48,11 +56,11 @@ struct IbdbOptions {
 struct IbdbStats {
     Histogram fsync_seconds{latency_buckets};  // per group commit
     Histogram batch_size{batch_buckets};       // transactions per group commit
-    std::uint64_t commits = 0;          // fdatasyncs of batches with transactions
+    std::uint64_t commits = 0;          // syncs of batches with transactions
     std::uint64_t transactions = 0;     // transaction records committed
     std::uint64_t records = 0;          // all records written
     std::uint64_t files_deleted = 0;
-    std::uint64_t fsync_us_total = 0;   // time spent in fdatasync
+    std::uint64_t fsync_us_total = 0;   // time spent in fdatasync/syncfs
     std::uint64_t fsync_us_max = 0;
     std::uint64_t corrupt_records = 0;  // seen during recovery
     std::uint64_t write_failures = 0;   // failed writes (a full disk), each retried later

@@ -79,6 +79,13 @@ int main(int argc, char** argv) {
     opt.commit_interval = cfg.queue.commit_interval;
     opt.max_batch = cfg.queue.commit_max_batch;
     opt.file_size = cfg.queue.ibdb_file_size;
+    opt.fsync = !cfg.queue.test_no_sync;
+    if (opt.fsync && cfg.queue.content_sync == sm::QueueConfig::ContentSync::batch)
+        opt.content_dir = spool + "/cdb";
+    if (cfg.queue.test_no_sync) {
+        defedb.set_no_sync();
+        spdlog::warn("queue.test_no_sync: nothing is synced, mail is not durable (test build)");
+    }
     try {
         Ibdb ibdb(io.get_executor(), workers, opt);
         Qmgr q(cfg, io.get_executor(), workers, ibdb, defedb);

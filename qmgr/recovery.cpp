@@ -1,5 +1,5 @@
 // Start-up: the transactions IBDB recovered go back into the active queue;
-// envelopes without content go to quarantine. DEFEDB needs no replay: its
+// envelopes without their whole content go to quarantine. DEFEDB needs no replay: its
 // timer starts reading the index head. Then the orphan sweeper starts.
 #include "qmgr.hpp"
 
@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 namespace smx::qmgr {
 
@@ -21,19 +23,36 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
                                     ? sm::cdb_path(spool_, env.cdb_id, cfg_.queue.cdb_hashed)
                                     : std::string();
         struct stat st;
-        if (!sm::valid_ta_id(env.ta_id) || cdb.empty() || ::stat(cdb.c_str(), &st) != 0) {
-            // Nothing to deliver without content: keep the envelope for a
-            // human, and close the transaction so the log can be rotated.
+        const bool missing =
+            !sm::valid_ta_id(env.ta_id) || cdb.empty() || ::stat(cdb.c_str(), &st) != 0;
+        // The envelope's size is the content file's: a power cut during a
+        // batch sync whose ack never went out can leave an envelope durable
+        // with its content file short (content_sync = "batch" syncs both
+        // in one syncfs). Never deliver a truncated message.
+        const bool wrong_size = !missing && static_cast<std::uint64_t>(st.st_size) != env.size;
+        if (missing || wrong_size) {
+            // Nothing to deliver without content: keep the envelope (and
+            // what there is of the content) for a human, and close the
+            // transaction so the log can be rotated.
             const std::string qdir = spool_ + "/quarantine";
             const std::string name =
                 (sm::valid_ta_id(env.ta_id) ? env.ta_id : "invalid") + std::string(".envelope");
+            const std::string what =
+                missing ? "missing"
+                        : fmt::format("{} bytes, the envelope says {}", st.st_size, env.size);
+            if (wrong_size) {
+                const std::string to = qdir + "/cdb-" + env.cdb_id;
+                if (::rename(cdb.c_str(), to.c_str()) != 0)
+                    spdlog::error("{}: cannot move {} to {}: {}", env.ta_id, cdb, to,
+                                  std::strerror(errno));
+            }
             const std::string err = quarantine_write(qdir, name, sm::msg::envelope_bytes(env));
             if (err.empty())
-                spdlog::error("{}: content file {} missing at recovery; envelope saved as {}/{}",
-                              env.ta_id, cdb.empty() ? "(invalid id)" : cdb, qdir, name);
+                spdlog::error("{}: content file {} {} at recovery; envelope saved as {}/{}",
+                              env.ta_id, cdb.empty() ? "(invalid id)" : cdb, what, qdir, name);
             else
-                spdlog::error("{}: content file {} missing at recovery; envelope not saved ({})",
-                              env.ta_id, cdb.empty() ? "(invalid id)" : cdb, err);
+                spdlog::error("{}: content file {} {} at recovery; envelope not saved ({})",
+                              env.ta_id, cdb.empty() ? "(invalid id)" : cdb, what, err);
             ++counters_.quarantined;
             ibdb_.ta_done(env.ta_id);
             continue;

@@ -12,7 +12,7 @@ namespace smtps {
 namespace {
 
 // Larger messages are written in pieces of this size on the event loop
-// (page-cache writes); small ones go to disk in one write on the pool.
+// (page-cache writes); small ones go to disk in one write at commit.
 constexpr std::size_t spill_size = 256 * 1024;
 
 } // namespace
@@ -79,15 +79,15 @@ asio::awaitable<int> CdbWriter::commit() {
     // destroyed (shutdown) while the pool still runs it.
     int fd = fd_;
     fd_ = -1;
-    auto job = [fd, buf = std::move(buf_), tmp = tmp_,
-                fin = final_]() mutable -> asio::awaitable<int> {
+    auto job = [fd, buf = std::move(buf_), tmp = tmp_, fin = final_,
+                sync = store_.sync_each()]() mutable -> asio::awaitable<int> {
         int err = 0;
         if (fd < 0) err = sm::content::open_tmp(tmp, fd);
         if (!err) err = sm::content::write_all(fd, buf);
         // rename after the data is durable; the directory entry becomes
         // durable with the journal commit of QMGR's IBDB fdatasync that
         // precedes any 250, on the same file system.
-        co_return sm::content::finish(fd, err, tmp, fin);
+        co_return sm::content::finish(fd, err, tmp, fin, sync);
     };
     err_ = co_await asio::co_spawn(store_.pool(), std::move(job), asio::use_awaitable);
     committed_ = err_ == 0;

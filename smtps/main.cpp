@@ -208,12 +208,16 @@ int main(int argc, char** argv) {
     }
     std::signal(SIGPIPE, SIG_IGN);
 
-    // fdatasync of CDB files: a sync of a new file takes milliseconds, the
-    // threads mostly sleep in the kernel, and concurrent syncs share journal
-    // commits, so throughput grows with the number in flight.
-    asio::thread_pool sync_pool(32);
+    // fdatasync of CDB files (content_sync = "file"): a sync of a new file
+    // takes milliseconds, the threads mostly sleep in the kernel, and
+    // concurrent syncs share journal commits, so throughput grows with the
+    // number in flight. With "batch" QMGR syncs content; the pool only
+    // creates, writes and renames, which can still wait for the journal.
+    const bool sync_each = cfg.queue.content_sync == sm::QueueConfig::ContentSync::file &&
+                           !cfg.queue.test_no_sync;
+    asio::thread_pool sync_pool(sync_each ? 32 : 4);
     smtps::CdbStore cdb(cfg.spool_dir_abs(), cfg.queue.cdb_hashed, sync_pool,
-                        cfg.queue.min_free_space);
+                        cfg.queue.min_free_space, sync_each);
     if (const auto n = cdb.remove_stale_tmp())
         spdlog::info("removed {} unfinished CDB files of an earlier run", n);
     // One TLS context for all sessions of all loops (its session cache and

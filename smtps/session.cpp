@@ -626,7 +626,7 @@ asio::awaitable<void> Session::queue(CdbWriter& w) {
 
 asio::awaitable<std::string> Session::commit(CdbWriter& w) {
     // Arrival is the end of DATA: QMGR's ack latency histogram measures
-    // from here, so it covers the content file's fsync too.
+    // from here, so it covers the content file's write (and fsync) too.
     const std::uint64_t arrival_us = sm::now_us();
     if (const int err = co_await w.commit(); err != 0) {
         spdlog::error("{}: cannot write queue file: {}", ta_id_, std::strerror(err));

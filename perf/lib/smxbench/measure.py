@@ -1,6 +1,6 @@
 """Resource figures of a relay: CPU and peak memory of its whole process
 tree (a cpuacct cgroup when we may create one, else a /proc walk), device
-I/O from /proc/diskstats, and fsync+fdatasync calls counted by strace."""
+I/O from /proc/diskstats, and fsync-family calls counted by strace."""
 import os
 import re
 import signal
@@ -144,13 +144,13 @@ def diskstats(disk):
 
 
 class SyncCounter:
-    """strace -f -c on every process of the group: counts fsync and
-    fdatasync calls. Used in a separate, untimed pass (strace slows the
+    """strace -f -c on every process of the group: counts fsync, fdatasync,
+    syncfs and sync_file_range calls. Used in a separate, untimed pass (strace slows the
     relay down)."""
 
     def __init__(self, group, out_path):
         self.out = out_path
-        args = ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", out_path]
+        args = ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync,syncfs,sync_file_range", "-o", out_path]
         pids = group.pids()
         for pid in pids:
             args += ["-p", str(pid)]
@@ -176,11 +176,11 @@ class SyncCounter:
             self.proc.kill()
             self.proc.wait()
         os.remove(self.log)
-        calls = {"fsync": 0, "fdatasync": 0}
+        calls = {"fsync": 0, "fdatasync": 0, "syncfs": 0, "sync_file_range": 0}
         try:
             with open(self.out) as f:
                 for line in f:
-                    m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(fsync|fdatasync)\s*$", line)
+                    m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(fsync|fdatasync|syncfs|sync_file_range)\s*$", line)
                     if m:
                         calls[m.group(2)] += int(m.group(1))
         except OSError:

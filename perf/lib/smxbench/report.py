@@ -70,7 +70,7 @@ def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck
         lines += ["**%s skipped**: %s" % (name, why), ""]
     lines += ["Delivered msgs/s = N / (time from the first connect until the sink has all N): the median "
               "of the reps, [min–max] the spread. Latency = end-of-DATA → 250 at the source. fsyncs = "
-              "fsync+fdatasync calls per message (strace pass, untimed). Flushes, writes and KB: "
+              "fsync-family calls (fsync, fdatasync, syncfs, sync_file_range) per message (strace pass, untimed). Flushes, writes and KB: "
               "/proc/diskstats of the whole disk per message. CPU = the relay's process tree "
               "(cgroup cpuacct) per 1000 messages. PSS = peak proportional set size of the relay.", ""]
     for tag, per_sys in summary.items():

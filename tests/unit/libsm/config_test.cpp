@@ -1,3 +1,4 @@
+#include "build_options.hpp"
 #include "config.hpp"
 #include "config_reload.hpp"
 
@@ -260,4 +261,24 @@ TEST_CASE("reload keeps the restart-only keys and names those that changed") {
     CHECK(next.log.level == "debug");
     Config same = running;
     CHECK(keep_restart_only(running, same).empty());
+}
+
+TEST_CASE("queue.content_sync is batch or file, restart-only") {
+    CHECK(load_config("").queue.content_sync == QueueConfig::ContentSync::batch);
+    const auto p = write_temp("[queue]\ncontent_sync = \"file\"\n");
+    CHECK(load_config(p).queue.content_sync == QueueConfig::ContentSync::file);
+    std::remove(p.c_str());
+    CHECK(error_key("[queue]\ncontent_sync = \"none\"\n") == "queue.content_sync");
+}
+
+TEST_CASE("queue.test_no_sync is honoured only by a test build") {
+    const std::string text = "[queue]\ntest_no_sync = true\n";
+#if SMX_TEST_HOOKS
+    const auto p = write_temp(text);
+    CHECK(load_config(p).queue.test_no_sync);
+    std::remove(p.c_str());
+#else
+    CHECK(error_key(text) == "queue.test_no_sync");
+#endif
+    CHECK_FALSE(load_config("").queue.test_no_sync);
 }

@@ -113,6 +113,21 @@ struct Env {
     }
 };
 
+// A small tmpfs at p (root only: else a warning, and mounted stays false),
+// unmounted again at the end of the scope.
+struct Tmpfs {
+    fs::path p;
+    bool mounted = false;
+    Tmpfs(fs::path path, const char* opts) : p(std::move(path)) {
+        fs::create_directories(p);
+        mounted = ::mount("tmpfs", p.c_str(), "tmpfs", 0, opts) == 0;
+        if (!mounted) WARN("skipped: cannot mount a tmpfs here (" << std::strerror(errno) << ")");
+    }
+    ~Tmpfs() {
+        if (mounted) ::umount2(p.c_str(), MNT_DETACH);
+    }
+};
+
 std::string slurp(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
     return {std::istreambuf_iterator<char>(in), {}};
@@ -489,15 +504,8 @@ TEST_CASE("a failed write is cut back and the next batch succeeds (EFBIG)", "[ib
 TEST_CASE("a full disk fails the batch, keeps no half record, and recovers (ENOSPC)", "[ibdb]") {
     Env env;
     auto mnt = env.tmp.path / "mnt";
-    fs::create_directories(mnt);
-    if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=256k") != 0) {
-        WARN("skipped: cannot mount a tmpfs here (" << std::strerror(errno) << ")");
-        return;
-    }
-    struct Unmount {
-        fs::path p;
-        ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
-    } unmount{mnt};
+    Tmpfs tmpfs(mnt, "size=256k");
+    if (!tmpfs.mounted) return;
     auto opt = env.opts();
     opt.dir = (mnt / "ibdb").string();
     auto fill = [&] {
@@ -577,4 +585,30 @@ TEST_CASE("on a failed write, content may still go and records are retried with 
     CHECK(failures >= 2);   // it keeps trying ...
     CHECK(failures <= 8);   // ... 20 ms doubling, not in a loop
     REQUIRE(env.run_until([&] { return env.file_size("00000001.log") > lim.rlim_cur; }));
+}
+
+TEST_CASE("with content_dir each commit syncs the content file system; a missing one is refused",
+          "[ibdb]") {
+    Env env;
+    auto o = env.opts();
+    o.content_dir = (env.tmp.path / "cdb").string();
+    REQUIRE_THROWS_AS(Ibdb(env.ctx.get_executor(), env.pool, o), std::runtime_error);
+    fs::create_directories(o.content_dir);
+    SECTION("the same file system: syncfs alone") {
+        Ibdb db(env.ctx.get_executor(), env.pool, o);
+        db.recover();
+        auto ta = make_ta(2);
+        CHECK(env.commit(db, ta));
+        CHECK(db.stats().commits == 1);
+        db.flush_sync();
+        CHECK(Ibdb(env.ctx.get_executor(), env.pool, o).recover().size() == 1);
+    }
+    SECTION("IBDB on another file system: syncfs, then fdatasync of the IBDB file") {
+        Tmpfs tmpfs(env.tmp.path / "ibdb", "size=1m");
+        if (!tmpfs.mounted) return;
+        Ibdb db(env.ctx.get_executor(), env.pool, o);
+        db.recover();
+        CHECK(env.commit(db, make_ta(1)));
+        CHECK(db.stats().commits == 1);
+    }
 }

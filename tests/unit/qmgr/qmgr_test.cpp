@@ -321,6 +321,26 @@ TEST_CASE("recovery puts open recipients back and drops a transaction without co
     CHECK(h.delivers[0].rcpts[0].addr == "b@example.net");
 }
 
+TEST_CASE("recovery quarantines a transaction whose content file is shorter than its envelope says") {
+    // A power cut during a batch syncfs: the envelope reached the disk, its
+    // content only in part (no 250 was sent). Never deliver it truncated.
+    Harness h;
+    auto whole = h.commit({"a@example.net"});
+    auto cut = h.commit({"b@example.net"});
+    h.stop();
+    fs::resize_file(h.cdb(cut.ta_id), cut.size - 3);
+    h.start();
+    CHECK(h.stat("quarantined") == 1);
+    CHECK(fs::exists(h.dir / "quarantine" / (cut.ta_id + ".envelope")));
+    CHECK(fs::file_size(h.dir / "quarantine" / ("cdb-" + cut.ta_id)) == cut.size - 3);
+    CHECK_FALSE(fs::exists(h.cdb(cut.ta_id)));
+    h.connect_smtpc();
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
+    CHECK(h.delivers[0].ta_id == whole.ta_id);
+    h.run_until([&] { return false; }, 100ms);
+    CHECK(h.delivers.size() == 1);
+}
+
 TEST_CASE("a recipient in DEFEDB that IBDB still has open is delivered once, and nothing is left") {
     Harness h;
     auto e = h.commit({"a@example.net"});

@@ -24,7 +24,9 @@ Harness::Harness(const std::function<void(sm::Config&)>& tweak) {
     cfg_.queue.run_dir = (dir_ / "run").string();
     cfg_.server.hostname = "mx.test";
     if (tweak) tweak(cfg_);
-    cdb_ = std::make_unique<smtps::CdbStore>(cfg_.spool_dir_abs(), cfg_.queue.cdb_hashed, pool_);
+    cdb_ = std::make_unique<smtps::CdbStore>(
+        cfg_.spool_dir_abs(), cfg_.queue.cdb_hashed, pool_, 0,
+        cfg_.queue.content_sync == sm::QueueConfig::ContentSync::file);
     qmgr_acceptor_ = std::make_unique<asio::local::stream_protocol::acceptor>(
         io_, asio::local::stream_protocol::endpoint(cfg_.qmgr_socket()));
     std::promise<void> ready;
