@@ -22,6 +22,19 @@ SCALE = float(os.environ.get("SMX_TEST_SCALE", "1"))
 PACKAGING_MODULES = {"test_deb", "test_install", "test_service", "test_manual"}
 
 
+def _sanitized():
+    try:
+        with open(os.path.join(BUILD, "meson-info", "intro-buildoptions.json")) as f:
+            opts = json.load(f)
+    except OSError:
+        return False
+    return any(o["name"] == "b_sanitize" and o["value"] != "none" for o in opts)
+
+
+# The build under test has AddressSanitizer/UBSan (scripts/test's second run).
+SANITIZED = _sanitized()
+
+
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("SMX_PACKAGING_TESTS", "1") != "0":
         return
