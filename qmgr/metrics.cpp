@@ -19,7 +19,7 @@ std::vector<Qmgr::HistogramRef> Qmgr::histograms() const {
         {"smx_ack_latency_seconds",
          "End of DATA to QMGR's acknowledgement (the 250), accepted messages",
          counters_.ack_seconds},
-        {"smx_ibdb_fsync_seconds", "Duration of an envelope-log group commit's fdatasync",
+        {"smx_ibdb_fsync_seconds", "Duration of a group commit's sync (content syncfs and/or envelope-log fdatasync)",
          s.fsync_seconds},
         {"smx_ibdb_batch_size", "Transactions per envelope-log group commit", s.batch_size},
         {"smx_delivery_latency_seconds", "DELIVER to SMTPC until its RESULT, per delivery attempt",

@@ -84,9 +84,10 @@ asio::awaitable<int> CdbWriter::commit() {
         int err = 0;
         if (fd < 0) err = sm::content::open_tmp(tmp, fd);
         if (!err) err = sm::content::write_all(fd, buf);
-        // rename after the data is durable; the directory entry becomes
-        // durable with the journal commit of QMGR's IBDB fdatasync that
-        // precedes any 250, on the same file system.
+        // With sync (content_sync = "file") the data is durable before the
+        // rename; either way QMGR's group commit (its syncfs of this file
+        // system, or the journal commit of its IBDB fdatasync) makes data
+        // and directory entry durable before any 250.
         co_return sm::content::finish(fd, err, tmp, fin, sync);
     };
     err_ = co_await asio::co_spawn(store_.pool(), std::move(job), asio::use_awaitable);
