@@ -61,6 +61,10 @@ def wait_until(pred, timeout, what):
     raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
 
 
+class SinkDidNotStart(Exception):
+    pass
+
+
 class Sink:
     """tests/integration/sink.py (or another script that records messages the
     same way, such as hostile_nexthop.py) in its own process."""
@@ -70,7 +74,12 @@ class Sink:
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, script),
                                       "--dir", self.dir, *args],
                                      stdout=subprocess.PIPE, text=True)
-        self.port = int(self.proc.stdout.readline())
+        line = self.proc.stdout.readline()
+        if not line:  # it exited: the address was taken (the traceback is on stderr)
+            self.proc.wait(10)
+            raise SinkDidNotStart("%s %s exited with %s" % (script, " ".join(args),
+                                                              self.proc.returncode))
+        self.port = int(line)
 
     def messages(self, head=-1):
         """Envelope dicts with the data (only its first `head` bytes if given: a

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import free_port, send, wait_until
+from conftest import SinkDidNotStart, free_port, send, wait_until
 
 DNSMASQ = shutil.which("dnsmasq") or "/usr/sbin/dnsmasq"
 TTL = 3  # seconds, of every local record (--local-ttl)
@@ -156,15 +156,30 @@ class Env:
                           "%s for %s" % (status, rcpt)).group(0)
 
 
+def sinks_on_one_port(make_sink, tries=10):
+    """The MX hosts share smtp_port, so every sink needs the same port on its
+    own address. A port free on 127.0.0.1 may be taken on 127.0.0.x (a client
+    bound there, a process of an earlier test): then all start again on another."""
+    for attempt in range(tries):
+        port, sinks = free_port(), {}
+        try:
+            for name, ip, args in [("a", "127.0.0.2", []), ("b", "127.0.0.3", []),
+                                   ("busy", "127.0.0.4", ["--busy"]),
+                                   ("bounces", "127.0.0.6", [])]:
+                sinks[name] = make_sink("--host", ip, "--port", str(port), *args,
+                                        sub="sink-%s-%d" % (name, attempt))
+            return port, sinks
+        except SinkDidNotStart:
+            for s in sinks.values():
+                s.stop()
+    raise AssertionError("no port was free on all of 127.0.0.2-6 in %d tries" % tries)
+
+
 @pytest.fixture
 def env(tmp_path, make_sink, make_relay):
     dns = Dns(str(tmp_path))
-    port = free_port()
-    sinks = {}
     try:
-        for name, ip, args in [("a", "127.0.0.2", []), ("b", "127.0.0.3", []),
-                               ("busy", "127.0.0.4", ["--busy"]), ("bounces", "127.0.0.6", [])]:
-            sinks[name] = make_sink("--host", ip, "--port", str(port), *args, sub="sink-" + name)
+        port, sinks = sinks_on_one_port(make_sink)
         # One message per connection: every delivery looks its MX up again.
         relay = make_relay(0, '[client]\ndns_servers = ["127.0.0.1:%d"]\nsmtp_port = %d\n'
                               'max_msgs_per_connection = 1\n' % (dns.port, port), routes=False)
