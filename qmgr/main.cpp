@@ -58,9 +58,10 @@ int main(int argc, char** argv) {
     }
 
     asio::io_context io(1);
-    // IBDB's fdatasync and the CDB unlinks; two threads keep one batch
-    // syncing while the next is written. It outlives IBDB, whose destructor
-    // may wait for a write out on it.
+    // IBDB's commits (two may sync side by side on a slow device), the CDB
+    // unlinks and DEFEDB: three threads, so that the rest does not wait for
+    // two slow syncs. It outlives IBDB, whose destructor may wait for a
+    // write out on it.
     // DEFEDB outlives the pool: a DEFEDB job may still run until join().
     Defedb defedb;
     {
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
-    asio::thread_pool workers(2);
+    asio::thread_pool workers(3);
     int status = 0;
     IbdbOptions opt;
     opt.dir = spool + "/ibdb";
