@@ -3,6 +3,7 @@
 #include "ids.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,39 +35,62 @@ int write_all(int fd, std::string_view data) {
     return 0;
 }
 
-int finish(int fd, int err, const std::string& tmp, const std::string& path, bool sync) {
+int finish(int fd, int err, const std::string& tmp, const std::string& path, bool sync,
+           bool sync_name) {
     if (fd >= 0 && !err && sync && ::fdatasync(fd) != 0) err = errno;
     if (fd >= 0 && ::close(fd) != 0 && !err) err = errno;
     if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-    if (err) ::unlink(tmp.c_str());
+    if (err) {
+        ::unlink(tmp.c_str());
+    } else if (sync_name && (err = sync_dir(std::filesystem::path(path).parent_path().string()))) {
+        ::unlink(path.c_str());
+    }
     return err;
 }
 
-int write_durable(const std::string& path, std::string_view data, mode_t mode) {
+int write_durable(const std::string& path, std::string_view data, mode_t mode, bool sync_name) {
     const std::string tmp = path + ".tmp";
     int fd = -1;
     int err = open_tmp(tmp, fd, mode);
     if (!err) err = write_all(fd, data);
-    return finish(fd, err, tmp, path);
+    return finish(fd, err, tmp, path, true, sync_name);
 }
 
-int open_read(const std::string& spool_dir, std::string_view id, bool hashed, int& fd) {
+int sync_dir(const std::string& dir) {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    const int err = ::fsync(fd) == 0 ? 0 : errno;
+    ::close(fd);
+    return err;
+}
+
+bool same_file_system(const std::string& a, const std::string& b) {
+    struct stat sa, sb;
+    return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev;
+}
+
+bool sync_names(const Config& cfg) {
+    return cfg.queue.content_sync == QueueConfig::ContentSync::file && !cfg.queue.test_no_sync &&
+           !same_file_system(cfg.content_dir_abs(), cfg.ibdb_dir_abs());
+}
+
+int open_read(const std::string& content_dir, std::string_view id, bool hashed, int& fd) {
     fd = -1;
     if (!valid_ta_id(id)) return EINVAL;
-    fd = ::open(cdb_path(spool_dir, id, hashed).c_str(), O_RDONLY | O_CLOEXEC);
+    fd = ::open(cdb_path(content_dir, id, hashed).c_str(), O_RDONLY | O_CLOEXEC);
     return fd < 0 ? errno : 0;
 }
 
-int remove(const std::string& spool_dir, std::string_view id, bool hashed) {
+int remove(const std::string& content_dir, std::string_view id, bool hashed) {
     if (!valid_ta_id(id)) return EINVAL;
-    return ::unlink(cdb_path(spool_dir, id, hashed).c_str()) == 0 ? 0 : errno;
+    return ::unlink(cdb_path(content_dir, id, hashed).c_str()) == 0 ? 0 : errno;
 }
 
-int list(const std::string& spool_dir, std::filesystem::file_time_type cutoff,
+int list(const std::string& content_dir, std::filesystem::file_time_type cutoff,
          std::vector<std::string>& ids) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(spool_dir + "/cdb", ec);
+    for (auto it = fs::recursive_directory_iterator(content_dir, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
         std::string name = it->path().filename().string();
         std::error_code fec;

@@ -9,6 +9,8 @@
 // file names. Every function returns 0 or an errno value.
 #pragma once
 
+#include "config.hpp"
+
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -28,23 +30,39 @@ int open_tmp(const std::string& tmp, int& fd, mode_t mode = file_mode);
 int write_all(int fd, std::string_view data);
 // Ends a write begun with open_tmp: err is what went wrong so far. Without
 // an error: fdatasync (unless sync is false: then a later syncfs of the
-// file system must make it durable), close, rename tmp to path. With one
-// (or on a failure here): close, unlink tmp. Closes fd in every case when
-// it is >= 0.
-int finish(int fd, int err, const std::string& tmp, const std::string& path, bool sync = true);
+// file system must make it durable), close, rename tmp to path, and with
+// sync_name an fsync of path's directory (a rename that no later sync of
+// its file system covers; on failure path is unlinked again). With an
+// error (or on a failure here): close, unlink tmp. Closes fd in every case
+// when it is >= 0.
+int finish(int fd, int err, const std::string& tmp, const std::string& path, bool sync = true,
+           bool sync_name = false);
 // open_tmp + write_all + finish for data held whole in memory.
-int write_durable(const std::string& path, std::string_view data, mode_t mode = file_mode);
+int write_durable(const std::string& path, std::string_view data, mode_t mode = file_mode,
+                  bool sync_name = false);
+// fsync of a directory: makes the names in it durable.
+int sync_dir(const std::string& dir);
+// True when both paths exist on one file system (same st_dev): one sync of
+// it covers both. False when either cannot be looked at.
+bool same_file_system(const std::string& a, const std::string& b);
+// Whether a content file's writer must fsync its directory after the
+// rename (finish's sync_name): with content_sync = "file" the IBDB's
+// fdatasync commits the rename with it on ext4 and XFS, but only when the
+// IBDB is on the content's file system. "batch" needs none: QMGR's syncfs
+// of the content file system covers names too.
+bool sync_names(const Config& cfg);
 
-// Opens content file id under spool_dir for reading (fd: a new descriptor
+// content_dir below is Config::content_dir_abs().
+// Opens content file id under content_dir for reading (fd: a new descriptor
 // the caller closes); ENOENT when it is gone.
-int open_read(const std::string& spool_dir, std::string_view id, bool hashed, int& fd);
-// Unlinks content file id under spool_dir; ENOENT when it was not there.
-int remove(const std::string& spool_dir, std::string_view id, bool hashed);
-// Appends to ids the ids of the content files under spool_dir (flat or
+int open_read(const std::string& content_dir, std::string_view id, bool hashed, int& fd);
+// Unlinks content file id under content_dir; ENOENT when it was not there.
+int remove(const std::string& content_dir, std::string_view id, bool hashed);
+// Appends to ids the ids of the content files under content_dir (flat or
 // hashed) last written before cutoff. Anything else is skipped: .tmp files
 // (not durable yet), names that are not ids, what is not a regular file. A
-// spool without cdb/ yet holds none.
-int list(const std::string& spool_dir, std::filesystem::file_time_type cutoff,
+// content_dir that does not exist yet holds none.
+int list(const std::string& content_dir, std::filesystem::file_time_type cutoff,
          std::vector<std::string>& ids);
 
 } // namespace sm::content

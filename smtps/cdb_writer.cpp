@@ -18,7 +18,7 @@ constexpr std::size_t spill_size = 256 * 1024;
 } // namespace
 
 std::string CdbStore::path_for(std::string_view ta_id) const {
-    return sm::cdb_path(spool_, ta_id, hashed_);
+    return sm::cdb_path(content_, ta_id, hashed_);
 }
 
 bool CdbStore::has_room(std::uint64_t size) {
@@ -27,7 +27,7 @@ bool CdbStore::has_room(std::uint64_t size) {
     const auto now = std::chrono::steady_clock::now();
     if (now - sampled_ >= std::chrono::seconds(1)) {
         struct statvfs vfs;
-        free_ = ::statvfs(spool_.c_str(), &vfs) == 0
+        free_ = ::statvfs(content_.c_str(), &vfs) == 0
                     ? static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize
                     : UINT64_MAX;
         sampled_ = now;
@@ -40,8 +40,7 @@ std::size_t CdbStore::remove_stale_tmp() const {
     namespace fs = std::filesystem;
     std::size_t n = 0;
     std::error_code ec;
-    const fs::path root = fs::path(spool_) / "cdb";
-    for (auto it = fs::recursive_directory_iterator(root, ec);
+    for (auto it = fs::recursive_directory_iterator(content_, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
         if (it.depth() > 1) it.disable_recursion_pending();
         const auto& p = it->path();
@@ -79,16 +78,17 @@ asio::awaitable<int> CdbWriter::commit() {
     // destroyed (shutdown) while the pool still runs it.
     int fd = fd_;
     fd_ = -1;
-    auto job = [fd, buf = std::move(buf_), tmp = tmp_, fin = final_,
-                sync = store_.sync_each()]() mutable -> asio::awaitable<int> {
+    auto job = [fd, buf = std::move(buf_), tmp = tmp_, fin = final_, sync = store_.sync_each(),
+                sync_name = store_.sync_names()]() mutable -> asio::awaitable<int> {
         int err = 0;
         if (fd < 0) err = sm::content::open_tmp(tmp, fd);
         if (!err) err = sm::content::write_all(fd, buf);
         // With sync (content_sync = "file") the data is durable before the
         // rename; either way QMGR's group commit (its syncfs of this file
-        // system, or the journal commit of its IBDB fdatasync) makes data
-        // and directory entry durable before any 250.
-        co_return sm::content::finish(fd, err, tmp, fin, sync);
+        // system, or the journal commit of its IBDB fdatasync, or with the
+        // IBDB elsewhere our sync_name) makes data and directory entry
+        // durable before any 250.
+        co_return sm::content::finish(fd, err, tmp, fin, sync, sync_name);
     };
     err_ = co_await asio::co_spawn(store_.pool(), std::move(job), asio::use_awaitable);
     committed_ = err_ == 0;

@@ -24,10 +24,14 @@ namespace asio = boost::asio;
 // Where CDB files go, the pool that syncs them, and the free-space reserve.
 class CdbStore {
 public:
-    CdbStore(std::string spool_abs, bool hashed, asio::thread_pool& pool,
-             std::uint64_t reserve = 0, bool sync_each = true)
-        : spool_(std::move(spool_abs)), hashed_(hashed), pool_(pool), reserve_(reserve),
-          sync_each_(sync_each) {}
+    // content_dir: Config::content_dir_abs(). sync_names: also fsync a
+    // file's directory after the rename (content_sync = "file" with the
+    // IBDB on another file system, whose fdatasync then no longer commits
+    // the rename with it).
+    CdbStore(std::string content_dir, bool hashed, asio::thread_pool& pool,
+             std::uint64_t reserve = 0, bool sync_each = true, bool sync_names = false)
+        : content_(std::move(content_dir)), hashed_(hashed), pool_(pool), reserve_(reserve),
+          sync_each_(sync_each), sync_names_(sync_names) {}
     std::string path_for(std::string_view ta_id) const;
     // Removes temporary files a crashed SMTPS left behind; call at start-up
     // before any session runs (there is one SMTPS per spool). Returns how
@@ -36,8 +40,9 @@ public:
     asio::thread_pool& pool() const { return pool_; }
     // True when each file is fdatasynced here (content_sync = "file").
     bool sync_each() const { return sync_each_; }
+    bool sync_names() const { return sync_names_; }
     // False when a message of `size` bytes would leave less than the reserve
-    // (queue.min_free_space) free on the spool, with postfix's margin of 1.5
+    // (queue.min_free_space) free on the content file system, with postfix's margin of 1.5
     // times the declared SIZE; so that a client hears 452 at MAIL rather
     // than after sending all its data. Free space is sampled at most once a
     // second; reserve 0 or a failing statvfs never refuse (QMGR checks too).
@@ -45,12 +50,13 @@ public:
     bool has_room(std::uint64_t size);
 
 private:
-    std::string spool_;
+    std::string content_;
     bool hashed_;
     asio::thread_pool& pool_;
     std::uint64_t reserve_;
     std::mutex sample_mu_;  // guards free_ and sampled_
     bool sync_each_;
+    bool sync_names_;
     std::uint64_t free_ = 0;
     std::chrono::steady_clock::time_point sampled_{};
 };

@@ -9,6 +9,7 @@
 #include "channel.hpp"
 #include "config.hpp"
 #include "config_reload.hpp"
+#include "content_file.hpp"
 #include "limits.hpp"
 #include "log.hpp"
 #include "panic.hpp"
@@ -216,8 +217,8 @@ int main(int argc, char** argv) {
     const bool sync_each = cfg.queue.content_sync == sm::QueueConfig::ContentSync::file &&
                            !cfg.queue.test_no_sync;
     asio::thread_pool sync_pool(sync_each ? 32 : 4);
-    smtps::CdbStore cdb(cfg.spool_dir_abs(), cfg.queue.cdb_hashed, sync_pool,
-                        cfg.queue.min_free_space, sync_each);
+    smtps::CdbStore cdb(cfg.content_dir_abs(), cfg.queue.cdb_hashed, sync_pool,
+                        cfg.queue.min_free_space, sync_each, sm::content::sync_names(cfg));
     if (const auto n = cdb.remove_stale_tmp())
         spdlog::info("removed {} unfinished CDB files of an earlier run", n);
     // One TLS context for all sessions of all loops (its session cache and
