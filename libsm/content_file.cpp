@@ -11,16 +11,24 @@
 
 namespace sm::content {
 
-int open_tmp(const std::string& tmp, int& fd, mode_t mode) {
+namespace {
+
+int open_for_write(const std::string& path, int flags, int& fd, mode_t mode) {
     for (int attempt = 0; attempt < 2; ++attempt) {
-        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+        fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | flags, mode);
         if (fd >= 0) return 0;
         if (errno != ENOENT || attempt > 0) return errno;
         std::error_code ec;
-        std::filesystem::create_directories(std::filesystem::path(tmp).parent_path(), ec);
+        std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
         if (ec) return ec.value();
     }
     return EIO;
+}
+
+} // namespace
+
+int create(const std::string& path, int& fd, mode_t mode) {
+    return open_for_write(path, O_EXCL, fd, mode);
 }
 
 int write_all(int fd, std::string_view data) {
@@ -35,14 +43,27 @@ int write_all(int fd, std::string_view data) {
     return 0;
 }
 
-int finish(int fd, int err, const std::string& tmp, const std::string& path, bool sync,
-           bool sync_name) {
-    if (fd >= 0 && !err && sync && ::fdatasync(fd) != 0) err = errno;
-    if (fd >= 0 && ::close(fd) != 0 && !err) err = errno;
-    if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-    if (err) {
+int close_created(int fd, int err, const std::string& path, bool sync, bool sync_name) {
+    if (fd < 0) return err;
+    if (!err && sync && ::fdatasync(fd) != 0) err = errno;
+    if (::close(fd) != 0 && !err) err = errno;
+    if (!err && sync_name) err = sync_dir(std::filesystem::path(path).parent_path().string());
+    if (err) ::unlink(path.c_str());
+    return err;
+}
+
+int open_tmp(const std::string& tmp, int& fd, mode_t mode) {
+    // O_TRUNC, not O_EXCL: a writer that crashed may have left the .tmp.
+    return open_for_write(tmp, O_TRUNC, fd, mode);
+}
+
+int finish_tmp(int fd, int err, const std::string& tmp, const std::string& path, bool sync_name) {
+    err = close_created(fd, err, tmp);
+    if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) {
+        err = errno;
         ::unlink(tmp.c_str());
-    } else if (sync_name && (err = sync_dir(std::filesystem::path(path).parent_path().string()))) {
+    } else if (!err && sync_name &&
+               (err = sync_dir(std::filesystem::path(path).parent_path().string()))) {
         ::unlink(path.c_str());
     }
     return err;
@@ -53,7 +74,7 @@ int write_durable(const std::string& path, std::string_view data, mode_t mode, b
     int fd = -1;
     int err = open_tmp(tmp, fd, mode);
     if (!err) err = write_all(fd, data);
-    return finish(fd, err, tmp, path, true, sync_name);
+    return finish_tmp(fd, err, tmp, path, sync_name);
 }
 
 int sync_dir(const std::string& dir) {

@@ -31,7 +31,7 @@ int copy_durable(const std::string& from, const std::string& path) {
         err = sm::content::write_all(out, std::string_view(buf, static_cast<std::size_t>(n)));
     }
     ::close(in);
-    return sm::content::finish(out, err, tmp, path);
+    return sm::content::finish_tmp(out, err, tmp, path);
 }
 
 } // namespace

@@ -1,13 +1,13 @@
 // Writes one CDB content file per transaction. The message is buffered in
-// memory and written under a temporary name in the target directory, then
-// renamed. The final write, the fdatasync (queue.content_sync = "file" only)
-// and the rename run on a worker pool so that the event loop never waits for
-// the disk: even without a sync, creating and renaming a file can wait for a
-// journal commit (done inline they halved throughput). With "batch" (the
-// default) QMGR's group commit makes the file durable with the batch that
-// holds its envelope, before the ack. Only
-// a complete file ever carries the final name, and anything not committed is
-// unlinked.
+// memory and written under its final name (no temporary name and rename:
+// nothing reads the file before TA_COMMIT names it, which follows the
+// close, and a file left by a crash has no envelope, so the orphan sweep
+// takes it). The final write and the fdatasync (queue.content_sync = "file"
+// only) run on a worker pool so that the event loop never waits for the
+// disk: even without a sync, creating a file can wait for a journal commit
+// (done inline they halved throughput). With "batch" (the default) QMGR's
+// group commit makes the file durable with the batch that holds its
+// envelope, before the ack. Anything not committed is unlinked.
 #pragma once
 
 #include <boost/asio.hpp>
@@ -33,9 +33,10 @@ public:
         : content_(std::move(content_dir)), hashed_(hashed), pool_(pool), reserve_(reserve),
           sync_each_(sync_each), sync_names_(sync_names) {}
     std::string path_for(std::string_view ta_id) const;
-    // Removes temporary files a crashed SMTPS left behind; call at start-up
-    // before any session runs (there is one SMTPS per spool). Returns how
-    // many it removed.
+    // Removes the <id>.tmp files of a writer killed mid-write (QMGR's DSNs
+    // are written that way; SMTPS writes under the final name); call at
+    // start-up before any session runs (there is one SMTPS per spool).
+    // Returns how many it removed.
     std::size_t remove_stale_tmp() const;
     asio::thread_pool& pool() const { return pool_; }
     // True when each file is fdatasynced here (content_sync = "file").
@@ -73,9 +74,8 @@ public:
     void append(std::string_view bytes);
     std::uint64_t size() const { return size_; }
 
-    // Writes the rest, fdatasyncs (content_sync = "file"), renames to the
-    // final path. Returns 0 or the errno of the first failure (the temporary
-    // file is then removed).
+    // Writes the rest, fdatasyncs (content_sync = "file"), closes. Returns 0
+    // or the errno of the first failure (the file is then removed).
     asio::awaitable<int> commit();
 
     // Removes the committed file again (QMGR refused the transaction).
@@ -85,12 +85,12 @@ private:
     void spill();
 
     const CdbStore& store_;
-    std::string final_;
-    std::string tmp_;
+    std::string path_;
     std::string buf_;
     std::uint64_t size_ = 0;
     int fd_ = -1;
     int err_ = 0;
+    bool created_ = false;  // path_ is ours to remove (a spill created it)
     bool committed_ = false;
 };
 

@@ -43,19 +43,51 @@ TEST_CASE("content files: durable write, tmp then rename, nothing left on failur
     REQUIRE(::stat((dir / "private").c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0600);
 
-    // A write that failed on the way: the .tmp goes, the final name never appears.
-    int fd = -1;
-    const std::string tmp = (dir / "c.tmp").string();
-    REQUIRE(sm::content::open_tmp(tmp, fd) == 0);
-    REQUIRE(sm::content::write_all(fd, "partial") == 0);
-    CHECK(sm::content::finish(fd, EIO, tmp, (dir / "c").string()) == EIO);
-    CHECK_FALSE(fs::exists(tmp));
-    CHECK_FALSE(fs::exists(dir / "c"));
+    // A crashed writer's .tmp is written over.
+    std::ofstream(dir / "again.tmp") << "stale and longer";
+    REQUIRE(sm::content::write_durable((dir / "again").string(), "new") == 0);
+    CHECK(slurp(dir / "again") == "new");
+    CHECK_FALSE(fs::exists(dir / "again.tmp"));
 
     // A parent that is a file: an error value, no file.
     std::ofstream(dir / "plain") << "x";
     CHECK(sm::content::write_durable((dir / "plain" / "d").string(), "data") == ENOTDIR);
     CHECK(sm::content::write_all(-1, "x") == EBADF);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("content files: created under the final name, removed on failure, never reused") {
+    const fs::path dir = fs::temp_directory_path() / ("smx-content-" + sm::new_ta_id());
+    const std::string path = (dir / "x" / "C").string();  // parents made on first use
+    int fd = -1;
+    REQUIRE(sm::content::create(path, fd) == 0);
+    REQUIRE(sm::content::write_all(fd, "whole") == 0);
+    CHECK(sm::content::close_created(fd, 0, path, false) == 0);
+    CHECK(slurp(path) == "whole");
+    CHECK(fs::directory_iterator(dir / "x")->path() == fs::path(path));  // nothing beside it
+
+    // The name is taken: EEXIST, and the error path leaves the file alone.
+    int again = -1;
+    CHECK(sm::content::create(path, again) == EEXIST);
+    CHECK(again < 0);
+    CHECK(sm::content::close_created(again, EEXIST, path) == EEXIST);
+    CHECK(slurp(path) == "whole");
+
+    // A write that failed on the way: the file goes.
+    const std::string failed = (dir / "x" / "D").string();
+    REQUIRE(sm::content::create(failed, fd) == 0);
+    REQUIRE(sm::content::write_all(fd, "partial") == 0);
+    CHECK(sm::content::close_created(fd, EIO, failed) == EIO);
+    CHECK_FALSE(fs::exists(failed));
+    fs::remove_all(dir);
+}
+
+TEST_CASE("content files: a parent that is a file") {
+    const fs::path dir = fs::temp_directory_path() / ("smx-content-" + sm::new_ta_id());
+    fs::create_directories(dir);
+    std::ofstream(dir / "plain") << "x";
+    int fd = -1;
+    CHECK(sm::content::create((dir / "plain" / "d").string(), fd) == ENOTDIR);
     fs::remove_all(dir);
 }
 

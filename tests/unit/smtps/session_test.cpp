@@ -322,6 +322,28 @@ TEST_CASE("command and data timeouts") {
     CHECK(h.cdb_files().empty());
 }
 
+TEST_CASE("a message past the spill size is written under its final name and removed when lost") {
+    Harness h([](sm::Config& c) { c.server.data_timeout = std::chrono::seconds(3); });
+    Client c(h.port());
+    ehlo(c);
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
+    CHECK(starts(c.cmd("RCPT TO:<b@b.test>"), "250"));
+    CHECK(starts(c.cmd("DATA"), "354"));
+    const std::string line(998, 'x');
+    for (int i = 0; i < 300; ++i) c.send(line + "\r\n");  // 300 KB: one spill
+    std::vector<std::string> during;
+    for (int i = 0; i < 200 && during.empty(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        during = h.cdb_files();
+    }
+    REQUIRE(during.size() == 1);
+    CHECK_FALSE(during[0].ends_with(".tmp"));  // no temporary name
+    CHECK(c.reply() == "421 4.4.2 mx.test Error: timeout exceeded");
+    CHECK(c.closed());
+    CHECK(h.cdb_files().empty());
+    CHECK(h.commits().empty());
+}
+
 TEST_CASE("hop count limit") {
     Harness h([](sm::Config& c) { c.server.max_hops = 2; });
     Client c(h.port());
