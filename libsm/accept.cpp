@@ -10,9 +10,10 @@
 namespace sm {
 
 namespace {
-int open_spare() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
 constexpr auto warn_every = std::chrono::seconds(10);
 } // namespace
+
+int AcceptGuard::open_spare() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
 AcceptGuard::AcceptGuard(std::string what, std::string refusal)
     : what_(std::move(what)), refusal_(std::move(refusal)), spare_(open_spare()) {}
@@ -27,15 +28,21 @@ bool AcceptGuard::on_error(int listener, const boost::system::error_code& ec) {
     if (!out_of_fds || spare_ < 0) return false;
     ::close(spare_);
     const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd >= 0) {
-        if (!refusal_.empty())
-            [[maybe_unused]] auto n = ::send(fd, refusal_.data(), refusal_.size(),
-                                             MSG_DONTWAIT | MSG_NOSIGNAL);
-        ::close(fd);
-        ++refused_;
+    if (fd < 0) {
+        spare_ = open_spare();
+        return false;
     }
-    spare_ = open_spare();
-    return fd >= 0;
+    if (!refusal_.empty())
+        [[maybe_unused]] auto n = ::send(fd, refusal_.data(), refusal_.size(),
+                                         MSG_DONTWAIT | MSG_NOSIGNAL);
+    // The refused socket, shut down (the client gets the reply and EOF), is
+    // the next spare: closing it and opening /dev/null would free its slot
+    // for a moment, and another loop's accept could take it and greet a
+    // client past the limit.
+    ::shutdown(fd, SHUT_RDWR);
+    spare_ = fd;
+    ++refused_;
+    return true;
 }
 
 std::chrono::milliseconds AcceptGuard::pause() {

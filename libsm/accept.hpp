@@ -2,8 +2,9 @@
 // Accept errors never spin: they back off (100 ms doubling to 1 s) and are
 // logged at most once per 10 s with a count. Out of descriptors (EMFILE,
 // ENFILE), a spare descriptor kept for the purpose is given up for a moment
-// so that the waiting client can be taken, told so (`refusal`) and closed at
-// once, instead of hanging in the backlog (the libev/nginx "spare fd" trick).
+// so that the waiting client can be taken, told so (`refusal`) and shut down
+// at once, instead of hanging in the backlog (the libev/nginx "spare fd"
+// trick); its socket is kept as the next spare.
 #pragma once
 
 #include "panic.hpp"
@@ -37,6 +38,12 @@ private:
     // (try again at once), false when the caller must wait pause() first.
     bool on_error(int native_listener, const boost::system::error_code& ec);
     std::chrono::milliseconds pause();
+    // Another thread may take the slot a spare gave up before our accept
+    // does; the spare is then gone until a descriptor is free again.
+    void restore_spare() {
+        if (spare_ < 0) spare_ = open_spare();
+    }
+    static int open_spare();
     void warn(const boost::system::error_code& ec);
 
     std::string what_, refusal_;
@@ -54,6 +61,7 @@ asio::awaitable<std::optional<typename Acceptor::protocol_type::socket>> AcceptG
         auto [ec, s] = co_await a.async_accept(asio::as_tuple(asio::use_awaitable));
         if (!ec) {
             backoff_ = std::chrono::milliseconds(0);
+            restore_spare();
             co_return std::move(s);
         }
         if (ec == asio::error::operation_aborted || !a.is_open()) co_return std::nullopt;

@@ -5,10 +5,12 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cstring>
+
 namespace sm {
 
 Channel::Channel(unix_socket s, std::string peer)
-    : sock_(std::move(s)), peer_(std::move(peer)), wake_(sock_.get_executor()) {
+    : sock_(std::move(s)), peer_(std::move(peer)), wake_(sock_.get_executor()), rbuf_(65536, '\0') {
     wake_.expires_at(asio::steady_timer::time_point::max());
 }
 
@@ -22,7 +24,7 @@ asio::awaitable<std::optional<rec::Frame>> Channel::read() {
     // Frames are parsed out of a read buffer, so a burst of records costs one
     // read(2) rather than two per record.
     for (;;) {
-        const std::string_view avail(rbuf_.data() + rpos_, rbuf_.size() - rpos_);
+        const std::string_view avail(rbuf_.data() + rpos_, rend_ - rpos_);
         if (skipping_) {
             const std::size_t n = std::min<std::size_t>(skip_, avail.size());
             rpos_ += n;
@@ -54,17 +56,20 @@ asio::awaitable<std::optional<rec::Frame>> Channel::read() {
                 co_return f;
             }
         }
+        // Not resized per read: that zero-filled 64 KiB each time.
         if (rpos_ > 0) {
-            rbuf_.erase(0, rpos_);
+            std::memmove(rbuf_.data(), rbuf_.data() + rpos_, rend_ - rpos_);
+            rend_ -= rpos_;
             rpos_ = 0;
         }
-        const std::size_t old = rbuf_.size();
-        rbuf_.resize(old + 65536);
-        auto [ec, n] = co_await sock_.async_read_some(asio::buffer(rbuf_.data() + old, 65536),
-                                                      asio::as_tuple(asio::use_awaitable));
-        rbuf_.resize(old + n);
+        if (rend_ == rbuf_.size()) rbuf_.resize(2 * rbuf_.size());
+        auto [ec, n] = co_await sock_.async_read_some(
+            asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
+            asio::as_tuple(asio::use_awaitable));
+        const bool partial = rend_ > 0;
+        rend_ += n;
         if (ec) {
-            if (old > 0 && ec == asio::error::eof)
+            if (partial && ec == asio::error::eof)
                 spdlog::error("{}: truncated frame at end of stream", peer_);
             else if (ec != asio::error::eof && ec != asio::error::operation_aborted && open_)
                 spdlog::warn("{}: read: {}", peer_, ec.message());

@@ -43,8 +43,11 @@ private:
     std::string peer_;
     asio::steady_timer wake_;
     std::deque<std::string> outq_;
+    // Bytes [rpos_, rend_) of rbuf_ are read and not yet parsed. rbuf_ keeps
+    // its size (zero-filled once) and grows only for a frame larger than it.
     std::string rbuf_;
     std::size_t rpos_ = 0;
+    std::size_t rend_ = 0;
     // An oversize frame being read past, and how many of its bytes remain.
     std::optional<rec::Header> skipping_;
     std::size_t skip_ = 0;

@@ -252,11 +252,80 @@ ClientTls Config::tls_for(const std::string& domain) const {
     return t ? *t : client.tls_security_level;
 }
 
-std::string Config::run_dir_abs() const {
-    return std::filesystem::absolute(queue.run_dir).lexically_normal().string();
+namespace {
+
+// Relative to the directory smx run started in; "a/b/" is "a/b".
+std::string absolute_dir(const std::string& dir) {
+    std::filesystem::path p = std::filesystem::absolute(dir).lexically_normal();
+    if (!p.has_filename() && p != p.root_path()) p = p.parent_path();
+    return p.string();
 }
-std::string Config::spool_dir_abs() const {
-    return std::filesystem::absolute(queue.spool_dir).lexically_normal().string();
+
+// a lies strictly below b (both absolute_dir()s): compared as written, so a
+// symbolic link can still join two stores; QMGR copies where a rename fails.
+bool below(const std::string& a, const std::string& b) {
+    return a.size() > b.size() && a.compare(0, b.size(), b) == 0 &&
+           (b.back() == '/' || a[b.size()] == '/');
+}
+
+// The stores must not share a directory: the orphan sweep lists every file
+// under content_dir, IBDB recovery every log file under ibdb_dir, and DEFEDB
+// owns its environment. Moved out of the spool they must not hold it either.
+void check_store_dirs(const Config& c) {
+    const std::string spool = c.spool_dir_abs();
+    struct Store {
+        const char* key;
+        std::string dir;
+        bool set;  // named in the file: the key to blame
+    };
+    const Store stores[] = {
+        {"queue.content_dir", c.content_dir_abs(), !c.queue.content_dir.empty()},
+        {"queue.ibdb_dir", c.ibdb_dir_abs(), !c.queue.ibdb_dir.empty()},
+        {"the deferred queue", c.defedb_dir_abs(), false},
+        {"the quarantine", c.quarantine_dir_abs(), false},
+    };
+    for (const auto& s : stores) {
+        if (!s.set) continue;
+        if (s.dir == spool || below(spool, s.dir))
+            throw ConfigError(s.key, "\"" + s.dir + "\" is or holds queue.spool_dir (" + spool +
+                                         "): give it a directory of its own");
+        // Inside the spool smx run makes it (with owner and mode); deeper
+        // down it would have to make the steps between too.
+        if (below(s.dir, spool) && std::filesystem::path(s.dir).parent_path() != spool)
+            throw ConfigError(s.key, "\"" + s.dir + "\" is inside queue.spool_dir but not directly "
+                                     "in it: use " + spool + "/<name> or a directory outside");
+    }
+    for (std::size_t i = 0; i < std::size(stores); ++i) {
+        for (std::size_t j = i + 1; j < std::size(stores); ++j) {
+            const Store& a = stores[i];
+            const Store& b = stores[j];
+            if (a.dir != b.dir && !below(a.dir, b.dir) && !below(b.dir, a.dir)) continue;
+            const Store& blame = b.set ? b : a;
+            const Store& other = b.set ? a : b;
+            throw ConfigError(blame.key, "\"" + blame.dir + "\" " +
+                                             (blame.dir == other.dir ? "is the same directory as "
+                                              : below(blame.dir, other.dir) ? "lies inside "
+                                                                              : "holds ") +
+                                             other.key + " (" + other.dir +
+                                             "): each store needs a directory of its own");
+        }
+    }
+}
+
+} // namespace
+
+std::string Config::run_dir_abs() const { return absolute_dir(queue.run_dir); }
+std::string Config::spool_dir_abs() const { return absolute_dir(queue.spool_dir); }
+std::string Config::content_dir_abs() const {
+    return queue.content_dir.empty() ? in_spool("cdb") : absolute_dir(queue.content_dir);
+}
+std::string Config::ibdb_dir_abs() const {
+    return queue.ibdb_dir.empty() ? in_spool("ibdb") : absolute_dir(queue.ibdb_dir);
+}
+std::string Config::defedb_dir_abs() const { return in_spool("defedb"); }
+std::string Config::quarantine_dir_abs() const { return in_spool("quarantine"); }
+std::string Config::in_spool(const char* name) const {
+    return (std::filesystem::path(spool_dir_abs()) / name).string();
 }
 
 Config load_config(const std::string& path) {
@@ -358,6 +427,9 @@ Config load_config(const std::string& path) {
     c.queue.run_dir = q.get<std::string>("run_dir").value_or(c.queue.run_dir);
     if (c.queue.spool_dir.empty()) throw ConfigError("queue.spool_dir", "must not be empty");
     if (c.queue.run_dir.empty()) throw ConfigError("queue.run_dir", "must not be empty");
+    c.queue.content_dir = q.get<std::string>("content_dir").value_or("");
+    c.queue.ibdb_dir = q.get<std::string>("ibdb_dir").value_or("");
+    check_store_dirs(c);
     if (auto p = q.get<std::string>("commit_policy")) {
         if (*p != "adaptive" && *p != "fixed")
             throw ConfigError("queue.commit_policy", "must be \"adaptive\" or \"fixed\"");

@@ -101,6 +101,12 @@ struct ServerConfig {
 struct QueueConfig {
     std::string spool_dir = "./var/spool";
     std::string run_dir = "./var/run";
+    // The content files and the envelope log, each possibly on a file
+    // system of its own (a dedicated log device); empty: <spool_dir>/cdb
+    // and <spool_dir>/ibdb. Read through Config::content_dir_abs() and
+    // ibdb_dir_abs().
+    std::string content_dir;
+    std::string ibdb_dir;
     // commit_policy = "adaptive" (true, the default) or "fixed" (false);
     // adaptive: commit_interval is only the ceiling of a batch's wait.
     bool commit_adaptive = true;
@@ -213,6 +219,16 @@ struct Config {
     std::string qmgr_socket() const { return run_dir_abs() + "/qmgr.sock"; }
     std::string run_dir_abs() const;
     std::string spool_dir_abs() const;
+    // The one place the stores' directories are derived (absolute, no
+    // trailing slash): content files, envelope log, deferred queue,
+    // quarantine. Only the first two can be moved out of the spool.
+    std::string content_dir_abs() const;
+    std::string ibdb_dir_abs() const;
+    std::string defedb_dir_abs() const;
+    std::string quarantine_dir_abs() const;
+
+private:
+    std::string in_spool(const char* name) const;
 };
 
 // Loads and validates; empty path = built-in defaults. Throws ConfigError.

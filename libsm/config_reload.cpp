@@ -53,6 +53,8 @@ std::vector<std::string> keep_restart_only(const Config& r, Config& n) {
     QueueConfig& nq = n.queue;
     k.keep("queue.spool_dir", rq.spool_dir, nq.spool_dir);
     k.keep("queue.run_dir", rq.run_dir, nq.run_dir);
+    k.keep("queue.content_dir", rq.content_dir, nq.content_dir);
+    k.keep("queue.ibdb_dir", rq.ibdb_dir, nq.ibdb_dir);
     k.keep("queue.commit_policy", rq.commit_adaptive, nq.commit_adaptive);
     k.keep("queue.commit_interval", rq.commit_interval, nq.commit_interval);
     k.keep("queue.commit_max_batch", rq.commit_max_batch, nq.commit_max_batch);

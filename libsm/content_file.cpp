@@ -3,6 +3,7 @@
 #include "ids.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,16 +11,24 @@
 
 namespace sm::content {
 
-int open_tmp(const std::string& tmp, int& fd, mode_t mode) {
+namespace {
+
+int open_for_write(const std::string& path, int flags, int& fd, mode_t mode) {
     for (int attempt = 0; attempt < 2; ++attempt) {
-        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+        fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | flags, mode);
         if (fd >= 0) return 0;
         if (errno != ENOENT || attempt > 0) return errno;
         std::error_code ec;
-        std::filesystem::create_directories(std::filesystem::path(tmp).parent_path(), ec);
+        std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
         if (ec) return ec.value();
     }
     return EIO;
+}
+
+} // namespace
+
+int create(const std::string& path, int& fd, mode_t mode) {
+    return open_for_write(path, O_EXCL, fd, mode);
 }
 
 int write_all(int fd, std::string_view data) {
@@ -34,39 +43,75 @@ int write_all(int fd, std::string_view data) {
     return 0;
 }
 
-int finish(int fd, int err, const std::string& tmp, const std::string& path, bool sync) {
-    if (fd >= 0 && !err && sync && ::fdatasync(fd) != 0) err = errno;
-    if (fd >= 0 && ::close(fd) != 0 && !err) err = errno;
-    if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-    if (err) ::unlink(tmp.c_str());
+int close_created(int fd, int err, const std::string& path, bool sync, bool sync_name) {
+    if (fd < 0) return err;
+    if (!err && sync && ::fdatasync(fd) != 0) err = errno;
+    if (::close(fd) != 0 && !err) err = errno;
+    if (!err && sync_name) err = sync_dir(std::filesystem::path(path).parent_path().string());
+    if (err) ::unlink(path.c_str());
     return err;
 }
 
-int write_durable(const std::string& path, std::string_view data, mode_t mode) {
+int open_tmp(const std::string& tmp, int& fd, mode_t mode) {
+    // O_TRUNC, not O_EXCL: a writer that crashed may have left the .tmp.
+    return open_for_write(tmp, O_TRUNC, fd, mode);
+}
+
+int finish_tmp(int fd, int err, const std::string& tmp, const std::string& path, bool sync_name) {
+    err = close_created(fd, err, tmp);
+    if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) {
+        err = errno;
+        ::unlink(tmp.c_str());
+    } else if (!err && sync_name &&
+               (err = sync_dir(std::filesystem::path(path).parent_path().string()))) {
+        ::unlink(path.c_str());
+    }
+    return err;
+}
+
+int write_durable(const std::string& path, std::string_view data, mode_t mode, bool sync_name) {
     const std::string tmp = path + ".tmp";
     int fd = -1;
     int err = open_tmp(tmp, fd, mode);
     if (!err) err = write_all(fd, data);
-    return finish(fd, err, tmp, path);
+    return finish_tmp(fd, err, tmp, path, sync_name);
 }
 
-int open_read(const std::string& spool_dir, std::string_view id, bool hashed, int& fd) {
+int sync_dir(const std::string& dir) {
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    const int err = ::fsync(fd) == 0 ? 0 : errno;
+    ::close(fd);
+    return err;
+}
+
+bool same_file_system(const std::string& a, const std::string& b) {
+    struct stat sa, sb;
+    return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev;
+}
+
+bool sync_names(const Config& cfg) {
+    return cfg.queue.content_sync == QueueConfig::ContentSync::file && !cfg.queue.test_no_sync &&
+           !same_file_system(cfg.content_dir_abs(), cfg.ibdb_dir_abs());
+}
+
+int open_read(const std::string& content_dir, std::string_view id, bool hashed, int& fd) {
     fd = -1;
     if (!valid_ta_id(id)) return EINVAL;
-    fd = ::open(cdb_path(spool_dir, id, hashed).c_str(), O_RDONLY | O_CLOEXEC);
+    fd = ::open(cdb_path(content_dir, id, hashed).c_str(), O_RDONLY | O_CLOEXEC);
     return fd < 0 ? errno : 0;
 }
 
-int remove(const std::string& spool_dir, std::string_view id, bool hashed) {
+int remove(const std::string& content_dir, std::string_view id, bool hashed) {
     if (!valid_ta_id(id)) return EINVAL;
-    return ::unlink(cdb_path(spool_dir, id, hashed).c_str()) == 0 ? 0 : errno;
+    return ::unlink(cdb_path(content_dir, id, hashed).c_str()) == 0 ? 0 : errno;
 }
 
-int list(const std::string& spool_dir, std::filesystem::file_time_type cutoff,
+int list(const std::string& content_dir, std::filesystem::file_time_type cutoff,
          std::vector<std::string>& ids) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(spool_dir + "/cdb", ec);
+    for (auto it = fs::recursive_directory_iterator(content_dir, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
         std::string name = it->path().filename().string();
         std::error_code fec;

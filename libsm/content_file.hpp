@@ -1,13 +1,18 @@
 // Content files (the CDB), the one owner of how they are made, read, removed
 // and found, as postfix's mail_queue.c is: SMTPS's writer and QMGR's DSNs
 // create them (and QMGR its quarantine copies), SMTPC reads them, the reaper
-// removes them, the orphan sweeper lists them. Durable creation: write
-// <path>.tmp, fdatasync, rename to <path>, and on any error remove the .tmp,
-// so a reader never sees a partial file under the final name. Names and
+// removes them, the orphan sweeper lists them. Two ways to create one:
+// create() + close_created() write under the final name at once, for a
+// file nothing reads before its writer names it to QMGR (SMTPS: TA_COMMIT
+// follows the close); write_durable() writes <path>.tmp, fdatasyncs and
+// renames, so that a partial file never carries the final name. Either
+// removes the file on an error. Names and
 // paths: sm::valid_ta_id and sm::cdb_path (ids.hpp); every operation that
 // takes an id refuses one valid_ta_id rejects (EINVAL), since ids become
 // file names. Every function returns 0 or an errno value.
 #pragma once
+
+#include "config.hpp"
 
 #include <filesystem>
 #include <string>
@@ -21,30 +26,55 @@ namespace sm::content {
 // the MCP runs each process as its own user.
 constexpr mode_t file_mode = 0640;
 
-// Opens (creates or truncates, with mode) the temporary file tmp, creating
-// its parent directory on first use.
-int open_tmp(const std::string& tmp, int& fd, mode_t mode = file_mode);
+// Creates path (with mode) for writing, creating its parent directory on
+// first use. The name must be new (O_EXCL, else EEXIST): an id names one
+// file only, and an error path then never removes another's file.
+int create(const std::string& path, int& fd, mode_t mode = file_mode);
 // Writes all of data to fd (retrying short writes and EINTR).
 int write_all(int fd, std::string_view data);
-// Ends a write begun with open_tmp: err is what went wrong so far. Without
+// Ends a write begun with create(): err is what went wrong so far. Without
 // an error: fdatasync (unless sync is false: then a later syncfs of the
-// file system must make it durable), close, rename tmp to path. With one
-// (or on a failure here): close, unlink tmp. Closes fd in every case when
-// it is >= 0.
-int finish(int fd, int err, const std::string& tmp, const std::string& path, bool sync = true);
-// open_tmp + write_all + finish for data held whole in memory.
-int write_durable(const std::string& path, std::string_view data, mode_t mode = file_mode);
+// file system must make it durable), close, and with sync_name an fsync
+// of path's directory (a new name that no later sync of its file system
+// covers). With an error (or on a failure here): close, unlink path.
+// Returns err untouched when fd < 0 (create failed: there is no file of ours).
+int close_created(int fd, int err, const std::string& path, bool sync = true,
+                  bool sync_name = false);
+// The other way: opens (creates or truncates, with mode) the temporary
+// file tmp, creating its parent directory on first use...
+int open_tmp(const std::string& tmp, int& fd, mode_t mode = file_mode);
+// ...and ends that write: err is what went wrong so far. Without one:
+// fdatasync, close, rename tmp to path (and with sync_name an fsync of
+// path's directory). With one (or on a failure here): nothing is left.
+int finish_tmp(int fd, int err, const std::string& tmp, const std::string& path,
+               bool sync_name = false);
+// open_tmp + write_all + finish_tmp for data held whole in memory.
+int write_durable(const std::string& path, std::string_view data, mode_t mode = file_mode,
+                  bool sync_name = false);
+// fsync of a directory: makes the names in it durable.
+int sync_dir(const std::string& dir);
+// True when both paths exist on one file system (same st_dev): one sync of
+// it covers both. False when either cannot be looked at.
+bool same_file_system(const std::string& a, const std::string& b);
+// Whether a content file's writer must fsync its directory after creating
+// the name (close_created's and write_durable's sync_name): with
+// content_sync = "file" the IBDB's fdatasync commits the new name with it
+// on ext4 and XFS, but only when the IBDB is on the content's file system.
+// "batch" needs none: QMGR's syncfs of the content file system covers
+// names too.
+bool sync_names(const Config& cfg);
 
-// Opens content file id under spool_dir for reading (fd: a new descriptor
+// content_dir below is Config::content_dir_abs().
+// Opens content file id under content_dir for reading (fd: a new descriptor
 // the caller closes); ENOENT when it is gone.
-int open_read(const std::string& spool_dir, std::string_view id, bool hashed, int& fd);
-// Unlinks content file id under spool_dir; ENOENT when it was not there.
-int remove(const std::string& spool_dir, std::string_view id, bool hashed);
-// Appends to ids the ids of the content files under spool_dir (flat or
+int open_read(const std::string& content_dir, std::string_view id, bool hashed, int& fd);
+// Unlinks content file id under content_dir; ENOENT when it was not there.
+int remove(const std::string& content_dir, std::string_view id, bool hashed);
+// Appends to ids the ids of the content files under content_dir (flat or
 // hashed) last written before cutoff. Anything else is skipped: .tmp files
 // (not durable yet), names that are not ids, what is not a regular file. A
-// spool without cdb/ yet holds none.
-int list(const std::string& spool_dir, std::filesystem::file_time_type cutoff,
+// content_dir that does not exist yet holds none.
+int list(const std::string& content_dir, std::filesystem::file_time_type cutoff,
          std::vector<std::string>& ids);
 
 } // namespace sm::content

@@ -44,8 +44,8 @@ bool valid_ta_id(std::string_view id) {
     return true;
 }
 
-std::string cdb_path(const std::string& spool_dir, std::string_view id, bool hashed) {
-    std::string p = spool_dir + "/cdb/";
+std::string cdb_path(const std::string& content_dir, std::string_view id, bool hashed) {
+    std::string p = content_dir + "/";
     if (hashed) {
         // FNV-1a: the low id digits alone would cluster by counter.
         std::uint32_t h = 2166136261u;

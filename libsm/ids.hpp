@@ -15,8 +15,9 @@ std::string new_ta_id();
 // since ids become file names.
 bool valid_ta_id(std::string_view id);
 
-// cdb/XX/<id> (hashed: XX = two hex digits of a hash of the id) or cdb/<id>.
-std::string cdb_path(const std::string& spool_dir, std::string_view id, bool hashed);
+// <content_dir>/XX/<id> (hashed: XX = two hex digits of a hash of the id)
+// or <content_dir>/<id>; content_dir is Config::content_dir_abs().
+std::string cdb_path(const std::string& content_dir, std::string_view id, bool hashed);
 
 std::uint64_t now_us();
 

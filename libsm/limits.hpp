@@ -13,9 +13,10 @@ namespace sm {
 // in force (the old one when it cannot be raised).
 unsigned long raise_nofile();
 
-// Descriptors SMTPS needs for `sessions` concurrent sessions: two each, plus
-// a reserve for listeners, the QMGR channel, logs and the sync pool.
-unsigned long descriptors_needed(unsigned sessions);
+// Descriptors SMTPS needs for `sessions` concurrent sessions: two each, a
+// reserve for logs, the spool and the sync pool, and each event loop's own
+// (its listening sockets, epoll, eventfd, timerfd, QMGR link and accept spare).
+unsigned long descriptors_needed(const ServerConfig& s, unsigned sessions);
 
 // The max_connections that fits in `limit` descriptors (server.max_connections
 // or less); when it is less, `warning` says so for the log or check-config.

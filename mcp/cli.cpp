@@ -256,6 +256,8 @@ int check_config(const std::string& path, std::ostream& out, std::ostream& err,
         out << (i ? ", " : "") << cfg->server.listen[i].str();
     out << "\nspool:  " << cfg->spool_dir_abs()
         << (cfg->queue.cdb_hashed ? " (cdb hashed)" : " (cdb flat)") << '\n';
+    out << "cdb:    " << cfg->content_dir_abs() << '\n';
+    out << "ibdb:   " << cfg->ibdb_dir_abs() << '\n';
     out << "run:    " << cfg->run_dir_abs() << '\n';
     out << "routes: ";
     std::string sep;

@@ -64,7 +64,7 @@ std::vector<gid_t> own_groups(const RunAs& r) {
     return groups;
 }
 
-// cdb/00 .. cdb/FF: the same upper-case hex names as sm::cdb_path().
+// <content_dir>/00 .. FF: the same upper-case hex names as sm::cdb_path().
 std::string hashed_dir(int i) {
     static const char hex[] = "0123456789ABCDEF";
     return {hex[i >> 4], hex[i & 15]};
@@ -156,8 +156,9 @@ bool lay_out(int dir, const std::string& shown, const Layout& l, std::string& er
     return fix_files(dir, shown, l, err);
 }
 
-// An absolute directory the operator named (spool_dir, run_dir): its parents
-// are the operator's, only the last step may be a child's doing.
+// An absolute directory the operator named (spool_dir, run_dir, a
+// content_dir or ibdb_dir outside the spool): its parents are the
+// operator's, only the last step may be a child's doing.
 Fd open_top(const std::string& path, std::string& err) {
     const fs::path p(path);
     std::error_code ec;
@@ -171,6 +172,14 @@ Fd open_top(const std::string& path, std::string& err) {
     return open_dir(parent.get(), p.filename().string(), path, err);
 }
 
+// A store's directory: in the spool (config.cpp allows only its direct
+// subdirectories there) through the spool's fd, else as the operator named it.
+Fd open_store(int spool_fd, const std::string& spool, const std::string& dir, std::string& err) {
+    const fs::path p(dir);
+    if (p.parent_path() == spool) return open_dir(spool_fd, p.filename().string(), dir, err);
+    return open_top(dir, err);
+}
+
 bool make_dirs_as_root(const sm::Config& cfg, const Accounts& a, std::string& err) {
     const uid_t root = 0;
     const std::string spool = cfg.spool_dir_abs();
@@ -179,22 +188,23 @@ bool make_dirs_as_root(const sm::Config& cfg, const Accounts& a, std::string& er
     if (top.get() < 0 || !lay_out(top.get(), spool, {root, a.group, 0750, 0, 0}, err))
         return false;
     // QMGR's alone.
-    for (const char* sub : {"ibdb", "defedb", "quarantine"}) {
+    for (const auto& dir : {cfg.ibdb_dir_abs(), cfg.defedb_dir_abs(), cfg.quarantine_dir_abs()}) {
         const Layout l{a.qmgr.uid, a.qmgr.gid, 0700, 0, 0};
-        Fd d = open_dir(top.get(), sub, spool + "/" + sub, err);
-        if (d.get() < 0 || !lay_out(d.get(), spool + "/" + sub, l, err)) return false;
+        Fd d = open_store(top.get(), spool, dir, err);
+        if (d.get() < 0 || !lay_out(d.get(), dir, l, err)) return false;
     }
     // Content: QMGR owns it (bounces, unlinks); SMTPS creates files through
     // its own group, and the sticky bit keeps it from removing QMGR's;
     // SMTPC may only pass through (other: x) and read (files 0640, group smx).
     const Layout cdb{a.qmgr.uid, a.smtps_group, 01771, a.group, 0640};
-    Fd c = open_dir(top.get(), "cdb", spool + "/cdb", err);
-    if (c.get() < 0 || !lay_out(c.get(), spool + "/cdb", cdb, err)) return false;
+    const std::string content = cfg.content_dir_abs();
+    Fd c = open_store(top.get(), spool, content, err);
+    if (c.get() < 0 || !lay_out(c.get(), content, cdb, err)) return false;
     if (cfg.queue.cdb_hashed) {
         for (int i = 0; i < 256; ++i) {
             const std::string name = hashed_dir(i);
-            Fd d = open_dir(c.get(), name, spool + "/cdb/" + name, err);
-            if (d.get() < 0 || !lay_out(d.get(), spool + "/cdb/" + name, cdb, err)) return false;
+            Fd d = open_dir(c.get(), name, content + "/" + name, err);
+            if (d.get() < 0 || !lay_out(d.get(), content + "/" + name, cdb, err)) return false;
         }
     }
     // QMGR makes qmgr.sock here; smx.pid, also here, is opened with care
@@ -255,11 +265,11 @@ std::optional<Accounts> lookup_accounts(const sm::Config& cfg, std::string& err)
 
 bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err) {
     if (accounts) return make_dirs_as_root(cfg, *accounts, err);
-    const std::string spool = cfg.spool_dir_abs();
-    std::vector<std::string> dirs{spool + "/ibdb", spool + "/defedb", spool + "/quarantine",
-                                  spool + "/cdb", cfg.run_dir_abs()};
+    const std::string content = cfg.content_dir_abs();
+    std::vector<std::string> dirs{cfg.ibdb_dir_abs(), cfg.defedb_dir_abs(),
+                                  cfg.quarantine_dir_abs(), content, cfg.run_dir_abs()};
     if (cfg.queue.cdb_hashed)
-        for (int i = 0; i < 256; ++i) dirs.push_back(spool + "/cdb/" + hashed_dir(i));
+        for (int i = 0; i < 256; ++i) dirs.push_back(content + "/" + hashed_dir(i));
     for (const auto& d : dirs) {
         std::error_code ec;
         fs::create_directories(d, ec);

@@ -1,9 +1,10 @@
 // Privilege separation, as in sendmail X and OpenSMTPD: started as root,
 // `smx run` gives each child its own account and lays out the spool so that
 // each can touch only what it needs (docs/mcp.md has the table):
-//   SMTPS  creates content files in cdb/
+//   SMTPS  creates content files in cdb/ (queue.content_dir)
 //   SMTPC  reads content files, nothing else in the spool
-//   QMGR   owns cdb/ (bounces, unlinks), ibdb/, defedb/, quarantine/, run_dir
+//   QMGR   owns cdb/ (bounces, unlinks), ibdb/ (queue.ibdb_dir), defedb/,
+//          quarantine/, run_dir
 // Every path a child could have replaced is opened without following
 // symbolic links, and the MCP changes owners and modes only through fds.
 #pragma once
@@ -38,7 +39,8 @@ struct Accounts {
 std::optional<Accounts> lookup_accounts(const sm::Config& cfg, std::string& err);
 
 // Creates the spool (cdb/ with 00..FF when cdb_hashed, ibdb/, defedb/,
-// quarantine/) and the run directory. With accounts, also gives every
+// quarantine/; content_dir and ibdb_dir where they are set) and the run
+// directory. With accounts, also gives every
 // directory and the files in it to their owner, with the modes of the table.
 bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err);
 

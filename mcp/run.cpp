@@ -1,6 +1,7 @@
 #include "run.hpp"
 
 #include "limits.hpp"
+#include "listen.hpp"
 #include "log.hpp"
 #include "panic.hpp"
 #include "privsep.hpp"
@@ -96,14 +97,20 @@ int run(const Args& args) {
     PidLock lock;
     if (!lock.acquire(cfg->run_dir_abs() + "/smx.pid", err)) return fatal(err);
     Listeners listeners;
-    if (!listeners.open(cfg->server.listen, err)) return fatal(err);
+    // server.threads needs a restart of smx run: a restarted SMTPS runs as
+    // many loops as it gets sockets for, whatever the file says by then.
+    if (!listeners.open(cfg->server.listen, sm::event_loops(cfg->server.threads), err))
+        return fatal(err);
     std::string where;
     for (const auto& hp : cfg->server.listen) where += (where.empty() ? "" : ", ") + hp.str();
-    spdlog::info("listening on {}, spool {}", where, cfg->spool_dir_abs());
+    spdlog::info("listening on {} with {} socket{} each, one per smx-smtps event loop; spool {}",
+                 where, listeners.loops(), listeners.loops() == 1 ? "" : "s",
+                 cfg->spool_dir_abs());
 
     if (!args.config_path.empty()) plan.config_path = fs::absolute(args.config_path).string();
     plan.qmgr_socket = cfg->qmgr_socket();
     plan.listen_fds = listeners.fds();
+    plan.listen_loops = listeners.loops();
     plan.accounts = std::move(accounts);
     plan.config = *cfg;
     const int status = Supervisor(std::move(plan)).run();

@@ -93,12 +93,13 @@ pid_t spawn(const Launch& l, std::string& err) {
 
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e)
-        if (std::strncmp(*e, "SMX_LISTEN_FDS=", 15) != 0) env.emplace_back(*e);
+        if (std::strncmp(*e, "SMX_LISTEN_", 11) != 0) env.emplace_back(*e);
     if (!l.listen_fds.empty()) {
         std::string v = "SMX_LISTEN_FDS=";
         for (std::size_t i = 0; i < l.listen_fds.size(); ++i)
             v += (i ? "," : "") + std::to_string(3 + i);
         env.push_back(v);
+        env.push_back("SMX_LISTEN_LOOPS=" + std::to_string(l.listen_loops));
     }
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());

@@ -17,6 +17,8 @@ struct Launch {
     std::vector<std::string> argv;   // argv[0] first
     std::vector<int> listen_fds;     // become fds 3, 4, ... with SMX_LISTEN_FDS set
     const RunAs* run_as = nullptr;   // set: setgroups/setgid/setuid before exec
+    unsigned listen_loops = 1;       // SMX_LISTEN_LOOPS: listen_fds are this many equal
+                                     // groups, one per event loop of the child
 };
 
 // Returns the child's pid, or -1 with err when the child could not exec

@@ -1,17 +1,15 @@
 #include "startup.hpp"
 
+#include "listen.hpp"
+
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <memory>
 
 namespace smx {
 namespace fs = std::filesystem;
@@ -71,36 +69,9 @@ Listeners::~Listeners() {
     for (int fd : fds_) ::close(fd);
 }
 
-bool Listeners::open(const std::vector<sm::HostPort>& addrs, std::string& err) {
-    for (const auto& hp : addrs) {
-        const std::string where = "cannot listen on " + hp.str() + ": ";
-        addrinfo hints{};
-        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV | (hp.literal ? AI_NUMERICHOST : 0);
-        hints.ai_family = AF_UNSPEC;
-        hints.ai_socktype = SOCK_STREAM;
-        addrinfo* res = nullptr;
-        const std::string port = std::to_string(hp.port);
-        if (const int rc = ::getaddrinfo(hp.host.c_str(), port.c_str(), &hints, &res)) {
-            err = where + ::gai_strerror(rc);
-            return false;
-        }
-        std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(res, ::freeaddrinfo);
-        const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            err = where + errno_text();
-            return false;
-        }
-        fds_.push_back(fd);
-        const int on = 1;
-        ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-        // "[::]:25" next to "0.0.0.0:25" must not collide.
-        if (res->ai_family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
-        if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, 1024) != 0) {
-            err = where + errno_text();
-            return false;
-        }
-    }
-    return true;
+bool Listeners::open(const std::vector<sm::HostPort>& addrs, unsigned loops, std::string& err) {
+    loops_ = loops;
+    return sm::listen_all(addrs, loops, fds_, err);
 }
 
 } // namespace smx

@@ -29,19 +29,24 @@ private:
     int fd_ = -1;
 };
 
-// Binds and listens on every address (SO_REUSEADDR, backlog 1024). The fds
-// are close-on-exec; only smx-smtps gets them, as fds 3, 4, ...
+// Every address bound once per SMTPS event loop (sm::listen_all: one
+// SO_REUSEPORT group per address), held until the MCP exits so that no
+// connection queued on them is lost while SMTPS restarts. The fds are
+// close-on-exec; only smx-smtps gets them, as fds 3, 4, ...
 class Listeners {
 public:
     Listeners() = default;
     Listeners(const Listeners&) = delete;
     Listeners& operator=(const Listeners&) = delete;
     ~Listeners();
-    bool open(const std::vector<sm::HostPort>& addrs, std::string& err);
+    bool open(const std::vector<sm::HostPort>& addrs, unsigned loops, std::string& err);
+    // Loop by loop, as sm::listen_all orders them.
     const std::vector<int>& fds() const { return fds_; }
+    unsigned loops() const { return loops_; }
 
 private:
     std::vector<int> fds_;
+    unsigned loops_ = 0;
 };
 
 } // namespace smx

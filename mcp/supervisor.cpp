@@ -120,7 +120,10 @@ void Supervisor::check_ready() {
 bool Supervisor::start(Child& c, std::string& why) {
     Launch l{c.path, {c.name}, {}, c.run_as};
     if (!plan_.config_path.empty()) l.argv.insert(l.argv.end(), {"-c", plan_.config_path});
-    if (c.gets_listeners) l.listen_fds = plan_.listen_fds;
+    if (c.gets_listeners) {
+        l.listen_fds = plan_.listen_fds;
+        l.listen_loops = plan_.listen_loops;
+    }
     std::string err;
     const pid_t pid = spawn(l, err);
     if (pid < 0) {

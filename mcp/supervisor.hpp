@@ -30,7 +30,8 @@ struct Plan {
     std::string qmgr_path, smtpc_path, smtps_path;
     std::string config_path;     // passed as -c when not empty
     std::string qmgr_socket;
-    std::vector<int> listen_fds;  // for smx-smtps
+    std::vector<int> listen_fds;  // for smx-smtps, loop by loop (sm::listen_all)
+    unsigned listen_loops = 0;    // its event loops: listen_fds.size() / listen addresses
     std::optional<Accounts> accounts;  // set when started as root
     sm::Config config;           // as loaded at start: a reload compares with it
 };

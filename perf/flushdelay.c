@@ -14,9 +14,12 @@
  *
  * A flush is a deadline in the shared state (CLOCK_MONOTONIC is the same in
  * every process), not a sleeping leader: whichever waiter wakes first after
- * the deadline ends it and, if anyone still needs one, starts the next. So a
- * process killed in the middle costs nothing; a robust mutex covers one
- * killed while holding the lock.
+ * the deadline ends it and, if anyone still needs one, starts the next.
+ * Waiters sleep until the deadline outside the lock; a process-shared
+ * condition variable would not do: a waiter killed inside
+ * pthread_cond_timedwait leaves it hanging every later broadcast (seen with
+ * kill -9 in perf/crash-run). So a process killed in the middle costs
+ * nothing; a robust mutex covers one killed while holding the lock.
  *
  * D = 0 or unset: every call passes straight through, the file is not used.
  * The environment is read once at load (sendmail and postfix clean theirs
@@ -47,7 +50,6 @@ struct shared {
     _Atomic uint32_t init;  /* 0 fresh (zero-filled), 1 being set up, 2 ready */
     uint32_t pad;
     pthread_mutex_t m;
-    pthread_cond_t cv;
 };
 
 static struct shared* shm;
@@ -80,11 +82,6 @@ static void setup_shared(struct shared* s) {
         pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
         pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
         pthread_mutex_init(&s->m, &ma);
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&s->cv, &ca);
         atomic_store(&s->init, 2);
         return;
     }
@@ -143,18 +140,17 @@ static void await_flush(void) {
     const uint64_t want = shm->flushes + 1;
     for (;;) {
         const int64_t now = now_ns();
-        if (shm->flushes > shm->done && now >= shm->end_ns) {
+        if (shm->flushes > shm->done && now >= shm->end_ns)
             shm->done = shm->flushes;
-            pthread_cond_broadcast(&shm->cv);
-        }
         if (shm->done >= want) break;
         if (shm->flushes == shm->done) {  /* none running: ours starts now */
             ++shm->flushes;
             shm->end_ns = now + delay_ns;
         }
         struct timespec until = {(time_t)(shm->end_ns / 1000000000), (long)(shm->end_ns % 1000000000)};
-        int e = pthread_cond_timedwait(&shm->cv, &shm->m, &until);
-        if (e == EOWNERDEAD) pthread_mutex_consistent(&shm->m);
+        pthread_mutex_unlock(&shm->m);
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR) {}
+        lock();
     }
     pthread_mutex_unlock(&shm->m);
     errno = saved;

@@ -15,7 +15,8 @@ Bouncer::Bouncer(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_p
                  ActiveQueue& queue, Ibdb& ibdb, Reaper& reaper, Hooks hooks,
                  const sm::Clock& clock)
     : cfg_(cfg), clock_(clock), ex_(std::move(ex)), workers_(workers), queue_(queue), ibdb_(ibdb),
-      reaper_(reaper), hooks_(std::move(hooks)), spool_(cfg.spool_dir_abs()) {}
+      reaper_(reaper), hooks_(std::move(hooks)), content_(cfg.content_dir_abs()),
+      sync_names_(sm::content::sync_names(cfg)) {}
 
 void Bouncer::bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why) {
     const std::string& addr = ta.rcpt(idx).addr();
@@ -166,16 +167,16 @@ asio::awaitable<std::pair<int, std::uint64_t>> Bouncer::write_dsn(
     // relay for: others (anyone can forge their sender) get headers only.
     const bool full = kind == Kind::failure && sm::dsn::ret_full(env->params) &&
                       cfg_.server.in_relay_networks(env->client_addr);
-    auto job = [env, rcpts = std::move(rcpts), rep = std::move(rep), full,
-                orig_path = sm::cdb_path(spool_, env->cdb_id, cfg_.queue.cdb_hashed),
-                path = sm::cdb_path(spool_, dsn_id, cfg_.queue.cdb_hashed)]() mutable {
+    auto job = [env, rcpts = std::move(rcpts), rep = std::move(rep), full, sync_name = sync_names_,
+                orig_path = sm::cdb_path(content_, env->cdb_id, cfg_.queue.cdb_hashed),
+                path = sm::cdb_path(content_, dsn_id, cfg_.queue.cdb_hashed)]() mutable {
         std::string err;
         // Over max_returned_message only the headers go back.
         if (auto m = full ? dsn::read_message(orig_path, err) : std::nullopt) rep.original_message = *m;
         // Without the original headers the report still says what failed.
         else if (auto h = dsn::read_header_section(orig_path, err)) rep.original_headers = *h;
         const std::string msg = dsn::build(*env, rcpts, rep);
-        return std::make_pair(sm::content::write_durable(path, msg),
+        return std::make_pair(sm::content::write_durable(path, msg, sm::content::file_mode, sync_name),
                               static_cast<std::uint64_t>(msg.size()));
     };
     co_return co_await run_on(workers_.get_executor(), std::move(job));

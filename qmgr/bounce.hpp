@@ -100,7 +100,8 @@ private:
     Ibdb& ibdb_;
     Reaper& reaper_;
     Hooks hooks_;
-    std::string spool_;
+    std::string content_;  // Config::content_dir_abs()
+    bool sync_names_;  // sm::content::sync_names()
     // Recipients failed for good (or late), by transaction: one DSN each.
     std::map<std::string, std::vector<Bounce>> bounces_, delays_;
     std::uint64_t bounced_ = 0, dsn_sent_ = 0;

@@ -43,4 +43,16 @@ CommitPolicy::Clock::time_point CommitPolicy::due(Clock::time_point oldest) cons
     return std::min(ceiling, std::max(device, quiet));
 }
 
+std::optional<CommitPolicy::Clock::time_point> CommitPolicy::due_behind(
+    Clock::time_point due, Clock::time_point out_started) const {
+    if (kind_ == Kind::fixed) return std::nullopt;
+    // A write out longer than the ceiling is on a device slower than it: a
+    // batch waiting for that write would wait for the rest of its flush and
+    // then for one of its own. Handed out now, its write and the writeback
+    // of its content run while that flush does, and the device (the
+    // journal) serves its flush right after. On a device faster than the
+    // ceiling the write is back first and this never decides.
+    return std::max(due, out_started + interval_);
+}
+
 } // namespace smx::qmgr

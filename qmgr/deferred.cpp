@@ -25,7 +25,7 @@ constexpr auto retry_after = std::chrono::seconds(5);
 
 DeferredQueue::DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, DefedbStrand& db,
                              Hooks hooks, const sm::Clock& clock)
-    : cfg_(cfg), clock_(clock), ex_(ex), db_(db), hooks_(std::move(hooks)), spool_(cfg.spool_dir_abs()),
+    : cfg_(cfg), clock_(clock), ex_(ex), db_(db), hooks_(std::move(hooks)), content_(cfg.content_dir_abs()), quarantine_(cfg.quarantine_dir_abs()),
       retry_timer_(ex), due_timer_(ex), maint_timer_(ex) {}
 
 void DeferredQueue::start() {
@@ -200,7 +200,7 @@ asio::awaitable<void> DeferredQueue::due_loop() {
 asio::awaitable<void> DeferredQueue::fetch() {
     const auto lease = std::clamp<std::chrono::seconds>(cfg_.queue.retry_min, std::chrono::seconds(5),
                                                         std::chrono::seconds(300));
-    const std::string spool = spool_, qdir = spool_ + "/quarantine";
+    const std::string content = content_, qdir = quarantine_;
     const bool hashed = cfg_.queue.cdb_hashed;
     struct Due {
         std::vector<DeferredTa> tas;
@@ -222,7 +222,7 @@ asio::awaitable<void> DeferredQueue::fetch() {
             // Envelopes whose content is gone cannot be delivered: quarantine.
             std::erase_if(out.tas, [&](const DeferredTa& t) {
                 struct stat st;
-                const auto path = sm::cdb_path(spool, t.envelope.cdb_id, hashed);
+                const auto path = sm::cdb_path(content, t.envelope.cdb_id, hashed);
                 if (::stat(path.c_str(), &st) == 0) return false;
                 const std::string name = t.envelope.ta_id + ".envelope";
                 const std::string err =

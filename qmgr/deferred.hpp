@@ -90,7 +90,7 @@ private:
     asio::any_io_executor ex_;
     DefedbStrand& db_;
     Hooks hooks_;
-    std::string spool_;
+    std::string content_, quarantine_;  // Config::content_dir_abs(), quarantine_dir_abs()
     // The next batch, and whether the writer coroutine runs.
     std::vector<Park> parks_;
     std::vector<std::pair<std::string, std::uint32_t>> removes_;

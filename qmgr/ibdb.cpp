@@ -1,10 +1,15 @@
 // IBDB group commit. All state lives on the owner's (QMGR's) executor; the
 // blocking part of a write (create, write, sync, truncate back) runs as
-// a Job on the worker pool, one at a time, and its result is posted back.
-// While a job is out the owner does not touch the file descriptor.
+// a Job on the worker pool and its result is posted back. At most two jobs
+// are out (CommitPolicy::due_behind): they write in turn (Lane), sync side
+// by side, and the owner takes their results in order, so that a job is
+// acked only when every job before it succeeded. While a job is out the
+// owner does not touch the file descriptor.
 #include "ibdb.hpp"
 
 #include "ibdb_record.hpp"
+
+#include "panic.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -16,15 +21,29 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <unordered_map>
+#include <utility>
 
 namespace smx::qmgr {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The order of the jobs that are out, on the worker side: each writes (or
+// cuts the file back) only in its turn, right behind the one before. Once
+// one failed and cut the file back to its start, no later job writes: the
+// owner fails them all (Impl::finish) and then reopens the lane.
+struct Lane {
+    std::mutex m;
+    std::condition_variable cv;
+    std::uint64_t turn = 0;  // seq of the job that writes next
+    bool cut = false;        // a job failed; the file ends at cut_off
+    std::uint64_t cut_off = 0;
+};
 
 struct Job {
     std::string buf;  // transaction records, then completion records
@@ -38,6 +57,7 @@ struct Job {
     std::uint64_t off = 0;
     std::uint32_t file = 0;
     bool open_file = false;  // create `file` first and switch to it
+    std::uint64_t seq = 0;  // its turn on the lane
     bool sync = false;
     bool no_sync = false;  // IbdbOptions::fsync off: not even the directory
     // content_sync = "batch": an fd of the content directory to syncfs, and
@@ -51,12 +71,10 @@ struct Job {
     bool truncate_failed = false;
     std::uint64_t fsync_us = 0;
     Clock::time_point started{};  // on the owner, when it was handed to the workers
-    // flush_sync() waits for a job that is out; the owner consumes the result
-    // once, either there or in the posted completion.
+    // Set by the worker when done; flush_sync() waits for it.
     std::mutex m;
     std::condition_variable cv;
     bool finished = false;
-    bool consumed = false;
 };
 
 int fsync_dir(const std::string& dir) {
@@ -79,9 +97,30 @@ bool pwrite_all(int fd, const std::string& buf, std::uint64_t off) {
     return true;
 }
 
-// Worker side. On any failure the file is cut back to where this write
-// started, so that no half record stays in front of the next batch.
-void run_job(Job& j) {
+// Under the lane's lock: cuts the file back to where j's write started, so
+// that no half record, and nothing of a job behind it, stays in front of
+// the next batch. Never extends it again past an earlier cut.
+void cut_back(Job& j, Lane& lane) {
+    if (lane.cut && lane.cut_off <= j.off) return;
+    lane.cut = true;
+    lane.cut_off = j.off;
+    while (::ftruncate(j.fd, static_cast<off_t>(j.off)) != 0) {
+        if (errno == EINTR) continue;
+        j.truncate_failed = true;
+        break;
+    }
+}
+
+// Worker side, under the lane's lock in j's turn: creates the file if asked
+// and appends j's records. True when the file may hold part of them.
+bool write_records(Job& j, const Lane& lane) {
+    if (lane.cut) {
+        // A job before this one failed and cut the file back: writing
+        // behind the cut would leave a hole in front of these records.
+        j.err = ECANCELED;
+        j.op = "write (behind a failed one) of";
+        return false;
+    }
     if (j.open_file) {
         std::string path = j.dir + "/" + ibdb::file_name(j.file);
         // O_EXCL: the number is past every file recover() saw; never clobber.
@@ -89,7 +128,7 @@ void run_job(Job& j) {
         if (fd < 0) {
             j.err = errno;
             j.op = "create";
-            return;
+            return false;
         }
         // fdatasync of the file does not make its directory entry durable;
         // a syncfs of its file system (before any ack) does.
@@ -99,7 +138,7 @@ void run_job(Job& j) {
             ::unlink(path.c_str());
             j.err = e;
             j.op = "fsync directory for";
-            return;
+            return false;
         }
         if (j.fd >= 0) ::close(j.fd);
         j.fd = fd;
@@ -109,7 +148,20 @@ void run_job(Job& j) {
     if (!pwrite_all(j.fd, j.buf, j.off)) {
         j.err = errno;
         j.op = "write";
-    } else if (j.sync) {
+    }
+    return true;
+}
+
+// Worker side.
+void run_job(Job& j, Lane& lane) {
+    {
+        std::unique_lock lock(lane.m);
+        lane.cv.wait(lock, [&] { return lane.turn == j.seq; });
+        if (write_records(j, lane) && j.err != 0) cut_back(j, lane);
+        ++lane.turn;
+    }
+    lane.cv.notify_all();
+    if (j.err == 0 && j.sync) {
         auto t0 = Clock::now();
         // Content first: an envelope must never be durable without its
         // content. syncfs reports writeback errors since Linux 5.8 (per fd:
@@ -124,12 +176,10 @@ void run_job(Job& j) {
         }
         j.fsync_us = static_cast<std::uint64_t>(
             std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
-    }
-    if (j.err == 0) return;
-    while (::ftruncate(j.fd, static_cast<off_t>(j.off)) != 0) {
-        if (errno == EINTR) continue;
-        j.truncate_failed = true;
-        break;
+        if (j.err != 0) {
+            std::lock_guard lock(lane.m);
+            cut_back(j, lane);
+        }
     }
 }
 
@@ -159,15 +209,21 @@ struct Ibdb::Impl {
 
     // Read-only is enough for syncfs, and works when QMGR runs as another
     // user than SMTPS (the content directory is shared through a group).
-    // Opened once: syncfs reports a writeback error to each open fd once.
+    // Opened once, once per job that may be out at the same time: syncfs
+    // reports a writeback error to each open fd once, so two syncs side by
+    // side on one fd could both miss an error the other one took.
     void open_content_dir() {
         std::error_code ec;
         std::filesystem::create_directories(opt.dir, ec);
-        content_fd = ::open(opt.content_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        for (int& fd : content_fds) {
+            fd = ::open(opt.content_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (fd < 0) break;
+        }
         struct stat c, i;
-        if (content_fd < 0 || ::fstat(content_fd, &c) != 0 || ::stat(opt.dir.c_str(), &i) != 0) {
+        if (content_fds[1] < 0 || ::fstat(content_fds[0], &c) != 0 ||
+            ::stat(opt.dir.c_str(), &i) != 0) {
             const int err = errno;
-            if (content_fd >= 0) ::close(content_fd);
+            close_content_dir();
             throw std::runtime_error("ibdb: cannot open " + opt.content_dir + " or " + opt.dir +
                                      ": " + std::strerror(err));
         }
@@ -175,6 +231,11 @@ struct Ibdb::Impl {
         spdlog::info("ibdb: each commit syncs the file system of {}{}", opt.content_dir,
                      ibdb_on_content_fs ? " (which holds the IBDB too)"
                                         : ", then the IBDB file (another file system)");
+    }
+
+    void close_content_dir() {
+        for (int& fd : content_fds)
+            if (fd >= 0) ::close(std::exchange(fd, -1));
     }
 
     asio::any_io_executor owner;
@@ -190,7 +251,7 @@ struct Ibdb::Impl {
     std::unordered_map<std::string, TaState> tas;   // every transaction in the IBDB
     std::map<std::uint32_t, std::uint64_t> open_in_file;  // live file → open transactions
     int fd = -1;
-    int content_fd = -1;
+    int content_fds[2] = {-1, -1};
     bool ibdb_on_content_fs = false;
     std::uint32_t cur_file = 0, next_file = 1;
     std::uint64_t cur_off = 0;
@@ -200,7 +261,13 @@ struct Ibdb::Impl {
     Clock::duration retry_delay{0};
 
     std::deque<Batch> queue;  // front = next write; only the back takes transactions
-    std::shared_ptr<Job> job;  // the write that is out, if any
+    std::deque<std::shared_ptr<Job>> out;  // handed to the workers, in order; at most two
+    Lane lane;
+    std::uint64_t next_seq = 0;
+    // A job out failed: every job behind it fails the same way.
+    int chain_err = 0;
+    const char* chain_op = "";
+    std::size_t chain_done_at = 0;  // where its completion records went back into the queue
     bool flushing = false;
 
     std::vector<RecoveredTa> recover() {
@@ -308,28 +375,49 @@ struct Ibdb::Impl {
 
     // Decides when the front batch goes out: at once when full, when the
     // commit policy says (after commit_interval at the latest), or
-    // (completion records only) after completion_delay. An idle log with nothing open is removed.
+    // (completion records only) after completion_delay; behind a write that
+    // is still out only as CommitPolicy::due_behind says. An idle log with
+    // nothing open is removed.
     void schedule() {
-        if (job || flushing) return;
+        if (flushing || out.size() >= 2) return;
         auto now = Clock::now();
         if (!queue.empty()) {
             const Batch& b = queue.front();
-            Clock::time_point due;
-            if (!b.acks.empty())
-                due = b.acks.size() >= opt.max_batch ? now : policy.due(b.oldest);
-            else
+            std::optional<Clock::time_point> due;
+            if (!b.acks.empty()) {
+                const auto alone = b.acks.size() >= opt.max_batch ? now : policy.due(b.oldest);
+                if (out.empty())
+                    due = alone;
+                else if (may_overlap())
+                    due = policy.due_behind(alone, out.front()->started);
+            } else if (out.empty()) {
                 due = b.done.size() >= (1u << 20) ? now : b.first_done + opt.completion_delay;
-            if (due <= now)
+            }
+            if (!due)
+                return;
+            if (*due <= now)
                 start();
             else
-                arm(due);
-        } else if (fd >= 0 && tas.empty()) {
+                arm(*due);
+        } else if (out.empty() && fd >= 0 && tas.empty()) {
             auto due = last_write + opt.idle_retire;
             if (due <= now)
                 retire(false);
             else
                 arm(due);
         }
+    }
+
+    // Whether the front batch may go while the one job out has not come
+    // back: only a synced write into the same file, nothing failed, and
+    // one syncfs covering content and IBDB alike, each job on a content fd
+    // of its own (two fdatasyncs side by side on the one IBDB fd could
+    // each miss a writeback error the other one took).
+    bool may_overlap() const {
+        if (out.size() != 1 || chain_err != 0 || content_fds[0] < 0 || !ibdb_on_content_fs)
+            return false;
+        const Job& o = *out.front();
+        return o.sync && !o.open_file && o.off + o.buf.size() < opt.file_size;
     }
 
     void arm(Clock::time_point due) {
@@ -349,10 +437,13 @@ struct Ibdb::Impl {
         queue.pop_front();
         auto j = std::make_shared<Job>();
         j->started = Clock::now();
-        j->open_file = fd < 0 || cur_off >= opt.file_size;
+        // Behind a job still out (never one that opens a file): right
+        // after its records.
+        j->off = out.empty() ? cur_off : out.back()->off + out.back()->buf.size();
+        j->open_file = fd < 0 || j->off >= opt.file_size;
+        if (j->open_file && !out.empty()) sm::panic("ibdb: a new log file behind a write still out");
         j->file = j->open_file ? next_file : cur_file;
         j->fd = fd;
-        j->off = cur_off;
         j->dir = opt.dir;
         j->done_from = b.tx.size();
         j->buf = std::move(b.tx);
@@ -364,32 +455,53 @@ struct Ibdb::Impl {
         j->ta_ids = std::move(b.ta_ids);
         j->sync = opt.fsync && !j->acks.empty();
         j->no_sync = !opt.fsync;
-        j->content_fd = content_fd;
+        j->seq = next_seq++;
+        j->content_fd = content_fds[j->seq % 2];
         j->ibdb_on_content_fs = ibdb_on_content_fs;
-        job = j;
+        out.push_back(j);
         return j;
     }
 
     void start() {
         auto j = make_job();
-        asio::post(workers, [j, ex = owner, w = std::weak_ptr<char>(alive), this] {
-            run_job(*j);
+        // The lane outlives the job: the destructor waits for every job out.
+        asio::post(workers, [j, ex = owner, w = std::weak_ptr<char>(alive), &lane = lane, this] {
+            run_job(*j, lane);
             {
                 std::lock_guard lock(j->m);
                 j->finished = true;
             }
             j->cv.notify_all();
-            asio::post(ex, [j, w, this] {
-                if (w.lock()) finish(j);
+            asio::post(ex, [w, this] {
+                if (w.lock()) take_results();
             });
         });
     }
 
-    // Owner side of a finished job: file bookkeeping, stats, then the acks.
+    // The results of the jobs that are back, in the order they went out.
+    void take_results() {
+        while (!out.empty()) {
+            auto j = out.front();
+            {
+                std::lock_guard lock(j->m);
+                if (!j->finished) break;
+            }
+            out.pop_front();
+            finish(j);
+        }
+        schedule();
+    }
+
+    // Owner side of a finished job, the oldest out: file bookkeeping,
+    // stats, then the acks.
     void finish(const std::shared_ptr<Job>& j) {
-        if (j->consumed) return;
-        j->consumed = true;
-        job.reset();
+        // Behind a failed job this one fails too, whatever it found: the
+        // file was cut back in front of its records, or a writeback error
+        // both syncs waited for was reported to the other one only.
+        if (chain_err != 0 && j->err == 0) {
+            j->err = chain_err;
+            j->op = chain_op;
+        }
         if (j->opened) {
             std::uint32_t old = cur_file;
             fd = j->fd;
@@ -426,6 +538,11 @@ struct Ibdb::Impl {
             error = std::string(j->op) + " " + ibdb::file_name(j->file) + ": " +
                     std::strerror(j->err);
             spdlog::error("ibdb: {} ({} transactions not logged)", error, j->acks.size());
+            if (chain_err == 0) {
+                chain_err = j->err;
+                chain_op = j->op;
+                chain_done_at = 0;
+            }
             // Could not cut the half record off: never append behind it.
             if (j->truncate_failed) cur_off = std::max(cur_off, opt.file_size);
             for (const auto& id : j->ta_ids) {
@@ -439,7 +556,9 @@ struct Ibdb::Impl {
                 if (queue.empty()) queue.emplace_back();
                 Batch& b = queue.front();
                 b.first_done = Clock::now() + retry_delay - opt.completion_delay;
-                b.done.insert(0, j->buf, j->done_from);
+                // Behind those of a failed job before it: in their order.
+                b.done.insert(chain_done_at, j->buf, j->done_from);
+                chain_done_at += j->buf.size() - j->done_from;
                 b.done_records += j->done_records;
                 // The content files still go (their `written` callbacks run
                 // below): on a full disk that is what makes room for the
@@ -447,25 +566,30 @@ struct Ibdb::Impl {
                 // quarantined envelope of a finished message at recovery.
             }
         }
+        if (out.empty() && chain_err != 0) {  // the failed ones are all back
+            chain_err = 0;
+            std::lock_guard lock(lane.m);
+            lane.cut = false;
+        }
         for (auto& cb : j->acks) cb(j->err == 0, error);
         for (auto& cb : j->written) cb();
-        schedule();
     }
 
-    // Writes out the job in flight and every queued batch on this thread.
+    // Writes out the jobs in flight and every queued batch on this thread.
     void flush_queue() {
         flushing = true;
         for (;;) {
-            if (auto j = job) {
+            if (!out.empty()) {
+                auto j = out.front();
                 std::unique_lock lock(j->m);
                 j->cv.wait(lock, [&] { return j->finished; });
                 lock.unlock();
+                out.pop_front();
                 finish(j);
             } else if (!queue.empty()) {
                 auto n = make_job();
-                run_job(*n);
+                run_job(*n, lane);
                 n->finished = true;
-                finish(n);
             } else {
                 break;
             }
@@ -507,7 +631,7 @@ struct Ibdb::Impl {
 
     ~Impl() {
         flush_queue();
-        if (content_fd >= 0) ::close(content_fd);
+        close_content_dir();
         if (fd < 0) return;
         if (tas.empty())
             retire(true);

@@ -30,20 +30,21 @@ namespace smx::qmgr {
 namespace asio = boost::asio;
 
 struct IbdbOptions {
-    std::string dir;  // <spool>/ibdb
-    std::string quarantine_dir;  // <spool>/quarantine
+    std::string dir;  // Config::ibdb_dir_abs()
+    std::string quarantine_dir;  // Config::quarantine_dir_abs()
     // adaptive: commit_interval is the ceiling of a batch's wait (commit_policy.hpp).
     CommitPolicy::Kind commit_policy = CommitPolicy::Kind::adaptive;
     std::chrono::microseconds commit_interval{1000};
     unsigned max_batch = 256;          // transactions per commit
     std::uint64_t file_size = 16u << 20;  // rotate after this many bytes
     bool fsync = true;
-    // content_sync = "batch": the content directory (cdb/), whose file system
-    // each commit syncs (syncfs) before the batch is acked, so that the
-    // content files SMTPS wrote without a sync are durable with their
-    // envelopes. On the IBDB's own file system that one call covers the IBDB
-    // file too; on another, the IBDB file is fdatasynced after it. Empty:
-    // SMTPS syncs each content file, the commit syncs only the IBDB file.
+    // content_sync = "batch": the content directory (queue.content_dir),
+    // whose file system each commit syncs (syncfs) before the batch is
+    // acked, so that the content files SMTPS wrote without a sync are
+    // durable with their envelopes. On the IBDB's own file system (same
+    // st_dev) that one call covers the IBDB file too; on another, the IBDB
+    // file is fdatasynced after it. Empty: SMTPS syncs each content file,
+    // the commit syncs only the IBDB file.
     std::string content_dir;
     // Completion records with no transaction to ride along with are written
     // (without fsync) after this delay.

@@ -47,7 +47,7 @@ void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply) {
         why = "duplicate transaction id";
     }
     if (why.empty() &&
-        ::stat(sm::cdb_path(spool_, env.cdb_id, cfg_.queue.cdb_hashed).c_str(), &st) != 0) {
+        ::stat(sm::cdb_path(content_, env.cdb_id, cfg_.queue.cdb_hashed).c_str(), &st) != 0) {
         // Gone (the orphan sweep took a file whose commit came very late, or
         // an operator): the message is fine, the client may send it again.
         const std::string err = std::strerror(errno);
@@ -109,21 +109,30 @@ void Qmgr::committed(const std::string& id, std::uint64_t req_id, const Send& re
 
 // Free space is sampled on the pool once a second, not checked per message:
 // statvfs costs more than the rest of intake, and the high-water mark needs
-// no precision.
+// no precision. Every store's file system counts (content_dir and ibdb_dir
+// may each have their own; the spool keeps DEFEDB): the fullest decides.
 asio::awaitable<void> Qmgr::watch_disk() {
+    struct Fullest {
+        std::string dir;
+        std::uint64_t free;
+    };
+    const std::vector<std::string> dirs{content_, cfg_.ibdb_dir_abs(), cfg_.spool_dir_abs()};
     while (accepting_) {
-        auto sample = [spool = spool_] {
-            struct statvfs vfs;
-            std::optional<std::uint64_t> n;
-            if (::statvfs(spool.c_str(), &vfs) == 0)
-                n = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-            return n;
+        auto sample = [dirs] {
+            std::optional<Fullest> f;
+            for (const auto& d : dirs) {
+                struct statvfs vfs;
+                if (::statvfs(d.c_str(), &vfs) != 0) continue;
+                const auto n = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+                if (!f || n < f->free) f = Fullest{d, n};
+            }
+            return f;
         };
-        const auto free = co_await run_on(workers_.get_executor(), std::move(sample));
-        if (free) {
-            const bool low = *free < cfg_.queue.min_free_space;
+        const auto fullest = co_await run_on(workers_.get_executor(), std::move(sample));
+        if (fullest) {
+            const bool low = fullest->free < cfg_.queue.min_free_space;
             if (low != disk_low_)
-                spdlog::warn("spool {}: {} bytes free, intake {}", spool_, *free,
+                spdlog::warn("spool {}: {} bytes free, intake {}", fullest->dir, fullest->free,
                              low ? "paused" : "resumed");
             disk_low_ = low;
         }

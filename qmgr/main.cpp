@@ -47,41 +47,42 @@ int main(int argc, char** argv) {
     sm::install_crash_handlers("qmgr");
     sm::raise_nofile();  // peers, metrics clients, DEFEDB and IBDB files
 
-    const std::string spool = cfg.spool_dir_abs();
-    for (const char* sub : {"/ibdb", "/defedb", "/quarantine", "/cdb"}) {
+    for (const auto& dir : {cfg.ibdb_dir_abs(), cfg.defedb_dir_abs(), cfg.quarantine_dir_abs(),
+                            cfg.content_dir_abs()}) {
         std::error_code ec;
-        std::filesystem::create_directories(spool + sub, ec);
+        std::filesystem::create_directories(dir, ec);
         if (ec) {
-            spdlog::critical("cannot create {}{}: {}", spool, sub, ec.message());
+            spdlog::critical("cannot create {}: {}", dir, ec.message());
             return 1;
         }
     }
 
     asio::io_context io(1);
-    // IBDB's fdatasync and the CDB unlinks; two threads keep one batch
-    // syncing while the next is written. It outlives IBDB, whose destructor
-    // may wait for a write out on it.
+    // IBDB's commits (two may sync side by side on a slow device), the CDB
+    // unlinks and DEFEDB: three threads, so that the rest does not wait for
+    // two slow syncs. It outlives IBDB, whose destructor may wait for a
+    // write out on it.
     // DEFEDB outlives the pool: a DEFEDB job may still run until join().
     Defedb defedb;
     {
         std::string err;
-        if (!defedb.open(spool + "/defedb", spool + "/quarantine", err)) {
+        if (!defedb.open(cfg.defedb_dir_abs(), cfg.quarantine_dir_abs(), err)) {
             spdlog::critical("defedb: {}", err);
             return 1;
         }
     }
-    asio::thread_pool workers(2);
+    asio::thread_pool workers(3);
     int status = 0;
     IbdbOptions opt;
-    opt.dir = spool + "/ibdb";
-    opt.quarantine_dir = spool + "/quarantine";
+    opt.dir = cfg.ibdb_dir_abs();
+    opt.quarantine_dir = cfg.quarantine_dir_abs();
     opt.commit_policy = cfg.queue.commit_adaptive ? CommitPolicy::Kind::adaptive : CommitPolicy::Kind::fixed;
     opt.commit_interval = cfg.queue.commit_interval;
     opt.max_batch = cfg.queue.commit_max_batch;
     opt.file_size = cfg.queue.ibdb_file_size;
     opt.fsync = !cfg.queue.test_no_sync;
     if (opt.fsync && cfg.queue.content_sync == sm::QueueConfig::ContentSync::batch)
-        opt.content_dir = spool + "/cdb";
+        opt.content_dir = cfg.content_dir_abs();
     if (cfg.queue.test_no_sync) {
         defedb.set_no_sync();
         spdlog::warn("queue.test_no_sync: nothing is synced, mail is not durable (test build)");

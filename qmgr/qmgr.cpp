@@ -29,7 +29,7 @@ SchedulerOptions scheduler_options(const sm::Config& cfg) {
 Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
            Ibdb& ibdb, Defedb& defedb, const sm::Clock& clock)
     : cfg_(cfg), clock_(clock), ex_(ex), workers_(workers), dbq_(workers, defedb), ibdb_(ibdb),
-      spool_(cfg.spool_dir_abs()), reaper_(cfg, ex, workers, ibdb),
+      content_(cfg.content_dir_abs()), reaper_(cfg, ex, workers, ibdb),
       sweeper_(cfg, ex, workers, queue_, dbq_, reaper_),
       deferred_(cfg, ex, dbq_,
                 {[this](auto parks, auto gone) { parked(std::move(parks), std::move(gone)); },

@@ -171,7 +171,7 @@ private:
     asio::thread_pool& workers_;
     DefedbStrand dbq_;
     Ibdb& ibdb_;
-    std::string spool_;
+    std::string content_;  // Config::content_dir_abs()
     ActiveQueue queue_;
     Reaper reaper_;
     OrphanSweeper sweeper_;

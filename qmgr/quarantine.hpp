@@ -1,6 +1,7 @@
 // The one writer of QMGR's quarantine directory: corrupt IBDB and DEFEDB
-// records, envelopes whose content is gone. A copy for a human, so every
-// write is checked and a partial copy is not left behind.
+// records, envelopes whose content is gone, content files no transaction
+// names or that are short. A copy for a human, so every write is checked and
+// a partial copy is not left behind.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,13 @@ namespace smx::qmgr {
 // counted.
 std::string quarantine_write(const std::string& dir, const std::string& name,
                              std::string_view bytes);
+// Moves the file `from` (a content file) to dir/name: a rename, or, when
+// queue.content_dir is on another file system than the quarantine (EXDEV),
+// a durable copy (mode 0600, as quarantine_write) and then an unlink, so
+// that one quarantine directory holds everything. Returns 0 or an errno
+// value (ENOENT: `from` is gone); a failed copy is counted as a failed
+// write and leaves `from` where it was.
+int quarantine_move(const std::string& from, const std::string& dir, const std::string& name);
 // Failed quarantine writes since start (`smx stats` quarantine_write_failures).
 // Callers run on the event loop, IBDB's thread and the pool.
 std::uint64_t quarantine_write_failures();

@@ -282,9 +282,9 @@ asio::awaitable<void> Qmgr::ctl_report(sm::msg::CtlRequest req, CtlDone done) {
             e.rcpts[i] = Line{r.addr(), to_string(r.state()), sm::msg::to_string(r.last_reply()), r.attempts(), 0};
         }
     });
-    const std::string command = req.command, spool = spool_;
+    const std::string command = req.command, content = content_;
     const bool hashed = cfg_.queue.cdb_hashed;
-    auto report = [all, o = *opts, show, command, spool, hashed, now = clock_.now_us()](Defedb& db) {
+    auto report = [all, o = *opts, show, command, content, hashed, now = clock_.now_us()](Defedb& db) {
         if (show) {
             if (auto t = db.get(o.id)) merge(*all, *t);
         } else {
@@ -296,7 +296,7 @@ asio::awaitable<void> Qmgr::ctl_report(sm::msg::CtlRequest req, CtlDone done) {
             if (it == all->end()) return sm::msg::CtlReply{1, "no such queue id"};
             const Entry& e = it->second;
             return sm::msg::CtlReply{
-                0, render_show(o.id, e, read_headers(sm::cdb_path(spool, e.cdb_id, hashed)))};
+                0, render_show(o.id, e, read_headers(sm::cdb_path(content, e.cdb_id, hashed)))};
         }
         if (command == "qshape") return sm::msg::CtlReply{0, render_qshape(*all, now)};
         return sm::msg::CtlReply{0, o.json ? render_json(*all) : render_text(*all)};

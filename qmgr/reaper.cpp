@@ -13,7 +13,7 @@ namespace smx::qmgr {
 Reaper::Reaper(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
                Ibdb& ibdb)
     : cfg_(cfg), ex_(std::move(ex)), workers_(workers), ibdb_(ibdb),
-      spool_(cfg.spool_dir_abs()) {}
+      content_(cfg.content_dir_abs()) {}
 
 Reaper::Verdict Reaper::verdict(const Ta& ta) {
     const bool parked = std::any_of(ta.rcpts().begin(), ta.rcpts().end(), [](const Rcpt& r) {
@@ -40,10 +40,10 @@ void Reaper::discard(const std::string& cdb_id) {
     unlinks_.push_back(cdb_id);
     if (unlinks_.size() > 1) return;
     asio::post(ex_, [this] {
-        asio::post(workers_, [spool = spool_, hashed = cfg_.queue.cdb_hashed,
+        asio::post(workers_, [content = content_, hashed = cfg_.queue.cdb_hashed,
                               ids = std::move(unlinks_)] {
             for (const auto& id : ids)
-                if (const int err = sm::content::remove(spool, id, hashed); err && err != ENOENT)
+                if (const int err = sm::content::remove(content, id, hashed); err && err != ENOENT)
                     spdlog::error("{}: remove content file: {}", id, std::strerror(err));
         });
         unlinks_.clear();

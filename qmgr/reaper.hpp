@@ -56,7 +56,7 @@ private:
     asio::any_io_executor ex_;
     asio::thread_pool& workers_;
     Ibdb& ibdb_;
-    std::string spool_;
+    std::string content_;  // Config::content_dir_abs()
     std::vector<std::string> unlinks_;  // content ids for the next pool job
     bool sweeping_ = false;
     std::unordered_set<std::string> unlinked_in_sweep_;

@@ -20,7 +20,7 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
     for (auto& rt : tas) {
         const auto& env = rt.envelope;
         const std::string cdb = sm::valid_ta_id(env.cdb_id)
-                                    ? sm::cdb_path(spool_, env.cdb_id, cfg_.queue.cdb_hashed)
+                                    ? sm::cdb_path(content_, env.cdb_id, cfg_.queue.cdb_hashed)
                                     : std::string();
         struct stat st;
         const bool missing =
@@ -34,17 +34,17 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
             // Nothing to deliver without content: keep the envelope (and
             // what there is of the content) for a human, and close the
             // transaction so the log can be rotated.
-            const std::string qdir = spool_ + "/quarantine";
+            const std::string qdir = cfg_.quarantine_dir_abs();
             const std::string name =
                 (sm::valid_ta_id(env.ta_id) ? env.ta_id : "invalid") + std::string(".envelope");
             const std::string what =
                 missing ? "missing"
                         : fmt::format("{} bytes, the envelope says {}", st.st_size, env.size);
             if (wrong_size) {
-                const std::string to = qdir + "/cdb-" + env.cdb_id;
-                if (::rename(cdb.c_str(), to.c_str()) != 0)
-                    spdlog::error("{}: cannot move {} to {}: {}", env.ta_id, cdb, to,
-                                  std::strerror(errno));
+                const std::string name = "cdb-" + env.cdb_id;
+                if (const int e = quarantine_move(cdb, qdir, name))
+                    spdlog::error("{}: cannot move {} to {}/{}: {}", env.ta_id, cdb, qdir, name,
+                                  std::strerror(e));
             }
             const std::string err = quarantine_write(qdir, name, sm::msg::envelope_bytes(env));
             if (err.empty())

@@ -1,5 +1,7 @@
 #include "sweeper.hpp"
 
+#include "quarantine.hpp"
+
 #include "content_file.hpp"
 #include "ids.hpp"
 
@@ -19,10 +21,10 @@ namespace fs = std::filesystem;
 
 // Ids of the content files last written before cutoff (sm::content::list:
 // a .tmp, not yet durable, is never listed).
-std::vector<std::string> old_content_files(const std::string& spool, fs::file_time_type cutoff) {
+std::vector<std::string> old_content_files(const std::string& content, fs::file_time_type cutoff) {
     std::vector<std::string> ids;
-    if (const int err = sm::content::list(spool, cutoff, ids))
-        spdlog::error("orphan sweep: {}/cdb: {}", spool, std::strerror(err));
+    if (const int err = sm::content::list(content, cutoff, ids))
+        spdlog::error("orphan sweep: {}: {}", content, std::strerror(err));
     return ids;
 }
 
@@ -39,7 +41,7 @@ OrphanSweeper::OrphanSweeper(const sm::Config& cfg, asio::any_io_executor ex,
                              asio::thread_pool& workers, const ActiveQueue& queue,
                              DefedbStrand& defedb, Reaper& reaper)
     : cfg_(cfg), ex_(ex), workers_(workers), queue_(queue), defedb_(defedb), reaper_(reaper),
-      spool_(cfg.spool_dir_abs()), timer_(ex) {}
+      content_(cfg.content_dir_abs()), quarantine_(cfg.quarantine_dir_abs()), timer_(ex) {}
 
 void OrphanSweeper::start() { tasks_.spawn(ex_, run(), "orphan sweep"); }
 
@@ -67,7 +69,7 @@ asio::awaitable<void> OrphanSweeper::run() {
 asio::awaitable<void> OrphanSweeper::sweep() {
     reaper_.sweep_begin();
     const auto cutoff = fs::file_time_type::clock::now() - cfg_.queue.orphan_age;
-    auto list = [spool = spool_, cutoff] { return old_content_files(spool, cutoff); };
+    auto list = [content = content_, cutoff] { return old_content_files(content, cutoff); };
     auto old = co_await run_on(workers_.get_executor(), std::move(list));
     if (!stopped_) {
         std::erase_if(old, [known = queued_cdb_ids(queue_)](const std::string& id) {
@@ -88,14 +90,18 @@ void OrphanSweeper::quarantine(const std::vector<std::string>& ids) {
     const auto known = queued_cdb_ids(queue_);
     for (const auto& id : ids) {
         if (reaper_.unlinked_during_sweep(id) || known.count(id)) continue;
-        const auto from = sm::cdb_path(spool_, id, cfg_.queue.cdb_hashed);
-        const auto to = spool_ + "/quarantine/cdb-" + id;
-        if (::rename(from.c_str(), to.c_str()) != 0) {
-            if (errno != ENOENT)
-                spdlog::error("{}: orphan content file {}: {}", id, from, std::strerror(errno));
+        // On the event loop, like the checks above: no TA_COMMIT can name
+        // the file between them and the move (a copy only when content_dir
+        // is on another file system, for a rare crash leftover).
+        const auto from = sm::cdb_path(content_, id, cfg_.queue.cdb_hashed);
+        const std::string name = "cdb-" + id;
+        if (const int err = quarantine_move(from, quarantine_, name)) {
+            if (err != ENOENT)
+                spdlog::error("{}: orphan content file {}: {}", id, from, std::strerror(err));
             continue;
         }
-        spdlog::warn("{}: orphan content file (no transaction names it) moved to {}", id, to);
+        spdlog::warn("{}: orphan content file (no transaction names it) moved to {}/{}", id,
+                     quarantine_, name);
         ++quarantined_;
     }
 }

@@ -43,7 +43,7 @@ private:
     const ActiveQueue& queue_;
     DefedbStrand& defedb_;
     Reaper& reaper_;
-    std::string spool_;
+    std::string content_, quarantine_;  // Config::content_dir_abs(), quarantine_dir_abs()
     asio::steady_timer timer_;
     bool stopped_ = false;
     std::uint64_t quarantined_ = 0;

@@ -50,8 +50,8 @@ MessageFile::~MessageFile() {
     if (fd_ >= 0) ::close(fd_);
 }
 
-std::string MessageFile::open(const std::string& spool_dir, std::string_view id, bool hashed) {
-    if (const int err = sm::content::open_read(spool_dir, id, hashed, fd_)) {
+std::string MessageFile::open(const std::string& content_dir, std::string_view id, bool hashed) {
+    if (const int err = sm::content::open_read(content_dir, id, hashed, fd_)) {
         if (err == ENOENT) return "queue file missing";
         if (!sm::valid_ta_id(id)) return "bad queue file id";  // not echoed: any bytes
         return "queue file " + std::string(id) + ": " + std::strerror(err);

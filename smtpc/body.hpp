@@ -38,7 +38,7 @@ public:
 
     // Opens content file id (sm::content::open_read). Empty string on
     // success, else the reason ("queue file missing").
-    std::string open(const std::string& spool_dir, std::string_view id, bool hashed);
+    std::string open(const std::string& content_dir, std::string_view id, bool hashed);
     std::uint64_t size() const { return size_; }
     // Reads up to `max` bytes at `offset` into buf (resized); false on an
     // I/O error.

@@ -56,7 +56,7 @@ Deliverer::Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cach
                    std::shared_ptr<asio::ssl::context>(std::shared_ptr<void>(), tls),
                    std::shared_ptr<const sm::CredentialMap>(std::shared_ptr<void>(), creds),
                    std::shared_ptr<TlsSessions>(std::shared_ptr<void>(), resume)})),
-      spool_(cfg.spool_dir_abs()), dns_(dns), cache_(cache) {}
+      content_(cfg.content_dir_abs()), dns_(dns), cache_(cache) {}
 
 void Deliverer::reload(std::shared_ptr<const sm::Config> cfg,
                        std::shared_ptr<asio::ssl::context> tls,
@@ -83,7 +83,7 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     r.da_id = d.da_id;
     if (d.rcpts.empty()) co_return r;
     MessageFile file;
-    if (auto err = file.open(spool_, d.cdb_id, cfg.queue.cdb_hashed); !err.empty())
+    if (auto err = file.open(content_, d.cdb_id, cfg.queue.cdb_hashed); !err.empty())
         co_return fail_all(d, {451, "4.3.0", err});
     r.rcpts.reserve(d.rcpts.size());
     for (const auto& rc : d.rcpts) r.rcpts.push_back({rc.idx, 0, {}, {}});

@@ -53,7 +53,7 @@ private:
     void done_with(const Settings& st, const std::string& key, std::shared_ptr<Session> s);
 
     std::shared_ptr<const Settings> settings_;
-    const std::string spool_;
+    const std::string content_;  // Config::content_dir_abs()
     Resolver& dns_;
     ConnectionCache& cache_;
 };

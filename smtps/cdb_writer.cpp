@@ -18,7 +18,7 @@ constexpr std::size_t spill_size = 256 * 1024;
 } // namespace
 
 std::string CdbStore::path_for(std::string_view ta_id) const {
-    return sm::cdb_path(spool_, ta_id, hashed_);
+    return sm::cdb_path(content_, ta_id, hashed_);
 }
 
 bool CdbStore::has_room(std::uint64_t size) {
@@ -27,7 +27,7 @@ bool CdbStore::has_room(std::uint64_t size) {
     const auto now = std::chrono::steady_clock::now();
     if (now - sampled_ >= std::chrono::seconds(1)) {
         struct statvfs vfs;
-        free_ = ::statvfs(spool_.c_str(), &vfs) == 0
+        free_ = ::statvfs(content_.c_str(), &vfs) == 0
                     ? static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize
                     : UINT64_MAX;
         sampled_ = now;
@@ -40,8 +40,7 @@ std::size_t CdbStore::remove_stale_tmp() const {
     namespace fs = std::filesystem;
     std::size_t n = 0;
     std::error_code ec;
-    const fs::path root = fs::path(spool_) / "cdb";
-    for (auto it = fs::recursive_directory_iterator(root, ec);
+    for (auto it = fs::recursive_directory_iterator(content_, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
         if (it.depth() > 1) it.disable_recursion_pending();
         const auto& p = it->path();
@@ -51,13 +50,13 @@ std::size_t CdbStore::remove_stale_tmp() const {
 }
 
 CdbWriter::CdbWriter(const CdbStore& store, std::string_view ta_id)
-    : store_(store), final_(store.path_for(ta_id)), tmp_(final_ + ".tmp") {
+    : store_(store), path_(store.path_for(ta_id)) {
     buf_.reserve(4096);
 }
 
 CdbWriter::~CdbWriter() {
     if (fd_ >= 0) ::close(fd_);
-    if (!committed_ && (fd_ >= 0 || err_ != 0)) ::unlink(tmp_.c_str());
+    if (created_) ::unlink(path_.c_str());
 }
 
 void CdbWriter::append(std::string_view bytes) {
@@ -68,27 +67,33 @@ void CdbWriter::append(std::string_view bytes) {
 }
 
 void CdbWriter::spill() {
-    if (fd_ < 0 && (err_ = sm::content::open_tmp(tmp_, fd_)) != 0) return;
+    if (fd_ < 0) {
+        if ((err_ = sm::content::create(path_, fd_)) != 0) return;
+        created_ = true;
+    }
     err_ = sm::content::write_all(fd_, buf_);
     buf_.clear();
 }
 
 asio::awaitable<int> CdbWriter::commit() {
     if (err_) co_return err_;
-    // The job owns copies of everything it touches: the session may be
-    // destroyed (shutdown) while the pool still runs it.
+    // The job owns copies of everything it touches (the session may be
+    // destroyed, at shutdown, while the pool still runs it), and the file:
+    // it removes it on an error.
     int fd = fd_;
     fd_ = -1;
-    auto job = [fd, buf = std::move(buf_), tmp = tmp_, fin = final_,
-                sync = store_.sync_each()]() mutable -> asio::awaitable<int> {
+    created_ = false;
+    auto job = [fd, buf = std::move(buf_), path = path_, sync = store_.sync_each(),
+                sync_name = store_.sync_names()]() mutable -> asio::awaitable<int> {
         int err = 0;
-        if (fd < 0) err = sm::content::open_tmp(tmp, fd);
+        if (fd < 0) err = sm::content::create(path, fd);
         if (!err) err = sm::content::write_all(fd, buf);
-        // With sync (content_sync = "file") the data is durable before the
-        // rename; either way QMGR's group commit (its syncfs of this file
-        // system, or the journal commit of its IBDB fdatasync) makes data
-        // and directory entry durable before any 250.
-        co_return sm::content::finish(fd, err, tmp, fin, sync);
+        // With sync (content_sync = "file") the data is durable before
+        // TA_COMMIT; either way QMGR's group commit (its syncfs of this file
+        // system, or the journal commit of its IBDB fdatasync, or with the
+        // IBDB elsewhere our sync_name) makes data and directory entry
+        // durable before any 250.
+        co_return sm::content::close_created(fd, err, path, sync, sync_name);
     };
     err_ = co_await asio::co_spawn(store_.pool(), std::move(job), asio::use_awaitable);
     committed_ = err_ == 0;
@@ -96,7 +101,7 @@ asio::awaitable<int> CdbWriter::commit() {
 }
 
 void CdbWriter::remove_committed() {
-    if (committed_) ::unlink(final_.c_str());
+    if (committed_) ::unlink(path_.c_str());
 }
 
 } // namespace smtps

@@ -1,13 +1,13 @@
 // Writes one CDB content file per transaction. The message is buffered in
-// memory and written under a temporary name in the target directory, then
-// renamed. The final write, the fdatasync (queue.content_sync = "file" only)
-// and the rename run on a worker pool so that the event loop never waits for
-// the disk: even without a sync, creating and renaming a file can wait for a
-// journal commit (done inline they halved throughput). With "batch" (the
-// default) QMGR's group commit makes the file durable with the batch that
-// holds its envelope, before the ack. Only
-// a complete file ever carries the final name, and anything not committed is
-// unlinked.
+// memory and written under its final name (no temporary name and rename:
+// nothing reads the file before TA_COMMIT names it, which follows the
+// close, and a file left by a crash has no envelope, so the orphan sweep
+// takes it). The final write and the fdatasync (queue.content_sync = "file"
+// only) run on a worker pool so that the event loop never waits for the
+// disk: even without a sync, creating a file can wait for a journal commit
+// (done inline they halved throughput). With "batch" (the default) QMGR's
+// group commit makes the file durable with the batch that holds its
+// envelope, before the ack. Anything not committed is unlinked.
 #pragma once
 
 #include <boost/asio.hpp>
@@ -24,20 +24,26 @@ namespace asio = boost::asio;
 // Where CDB files go, the pool that syncs them, and the free-space reserve.
 class CdbStore {
 public:
-    CdbStore(std::string spool_abs, bool hashed, asio::thread_pool& pool,
-             std::uint64_t reserve = 0, bool sync_each = true)
-        : spool_(std::move(spool_abs)), hashed_(hashed), pool_(pool), reserve_(reserve),
-          sync_each_(sync_each) {}
+    // content_dir: Config::content_dir_abs(). sync_names: also fsync a
+    // file's directory after the rename (content_sync = "file" with the
+    // IBDB on another file system, whose fdatasync then no longer commits
+    // the rename with it).
+    CdbStore(std::string content_dir, bool hashed, asio::thread_pool& pool,
+             std::uint64_t reserve = 0, bool sync_each = true, bool sync_names = false)
+        : content_(std::move(content_dir)), hashed_(hashed), pool_(pool), reserve_(reserve),
+          sync_each_(sync_each), sync_names_(sync_names) {}
     std::string path_for(std::string_view ta_id) const;
-    // Removes temporary files a crashed SMTPS left behind; call at start-up
-    // before any session runs (there is one SMTPS per spool). Returns how
-    // many it removed.
+    // Removes the <id>.tmp files of a writer killed mid-write (QMGR's DSNs
+    // are written that way; SMTPS writes under the final name); call at
+    // start-up before any session runs (there is one SMTPS per spool).
+    // Returns how many it removed.
     std::size_t remove_stale_tmp() const;
     asio::thread_pool& pool() const { return pool_; }
     // True when each file is fdatasynced here (content_sync = "file").
     bool sync_each() const { return sync_each_; }
+    bool sync_names() const { return sync_names_; }
     // False when a message of `size` bytes would leave less than the reserve
-    // (queue.min_free_space) free on the spool, with postfix's margin of 1.5
+    // (queue.min_free_space) free on the content file system, with postfix's margin of 1.5
     // times the declared SIZE; so that a client hears 452 at MAIL rather
     // than after sending all its data. Free space is sampled at most once a
     // second; reserve 0 or a failing statvfs never refuse (QMGR checks too).
@@ -45,12 +51,13 @@ public:
     bool has_room(std::uint64_t size);
 
 private:
-    std::string spool_;
+    std::string content_;
     bool hashed_;
     asio::thread_pool& pool_;
     std::uint64_t reserve_;
     std::mutex sample_mu_;  // guards free_ and sampled_
     bool sync_each_;
+    bool sync_names_;
     std::uint64_t free_ = 0;
     std::chrono::steady_clock::time_point sampled_{};
 };
@@ -67,9 +74,8 @@ public:
     void append(std::string_view bytes);
     std::uint64_t size() const { return size_; }
 
-    // Writes the rest, fdatasyncs (content_sync = "file"), renames to the
-    // final path. Returns 0 or the errno of the first failure (the temporary
-    // file is then removed).
+    // Writes the rest, fdatasyncs (content_sync = "file"), closes. Returns 0
+    // or the errno of the first failure (the file is then removed).
     asio::awaitable<int> commit();
 
     // Removes the committed file again (QMGR refused the transaction).
@@ -79,12 +85,12 @@ private:
     void spill();
 
     const CdbStore& store_;
-    std::string final_;
-    std::string tmp_;
+    std::string path_;
     std::string buf_;
     std::uint64_t size_ = 0;
     int fd_ = -1;
     int err_ = 0;
+    bool created_ = false;  // path_ is ours to remove (a spill created it)
     bool committed_ = false;
 };
 

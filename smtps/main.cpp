@@ -1,15 +1,18 @@
-// smx-smtps: the SMTP server process. Takes its listening sockets from the
-// MCP (SMX_LISTEN_FDS) or binds server.listen itself and runs server.threads
-// event loops (Asio's io_context per CPU): each accepts on its own dup of
-// every listening socket, has its own QMGR link and runs its sessions as
-// coroutines; the connection limits and the reloadable settings are shared
-// (smtps::Shared). The first loop runs on the main thread and also owns the
-// signals, the reload and the shutdown.
+// smx-smtps: the SMTP server process. Runs several event loops (Asio's
+// io_context per CPU, server.threads): each accepts on its own listening
+// socket of every address (one SO_REUSEPORT group per address, so the kernel
+// spreads connections over the loops), has its own QMGR link and runs its
+// sessions as coroutines; the connection limits and the reloadable settings
+// are shared (smtps::Shared). The sockets come from the MCP (SMX_LISTEN_FDS,
+// SMX_LISTEN_LOOPS), else it binds server.listen itself. The first loop runs
+// on the main thread and also owns the signals, the reload and the shutdown.
 #include "cdb_writer.hpp"
 #include "channel.hpp"
 #include "config.hpp"
 #include "config_reload.hpp"
+#include "content_file.hpp"
 #include "limits.hpp"
+#include "listen.hpp"
 #include "log.hpp"
 #include "panic.hpp"
 #include "qmgr_client.hpp"
@@ -17,16 +20,12 @@
 #include "tls.hpp"
 
 #include <spdlog/spdlog.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <csignal>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -44,64 +43,46 @@ constexpr auto ack_timeout = 60s;
 constexpr auto drain_window = 2s;
 constexpr int exit_tempfail = 75;  // EX_TEMPFAIL: the MCP restarts us
 
-std::vector<tcp::acceptor> inherited_listeners(asio::io_context& io, const char* fds) {
-    std::vector<tcp::acceptor> out;
+// The listening fds loop by loop (sm::listen_all's order) and how many loops
+// they are for: the MCP's, else bound here for server.threads loops.
+struct ListenFds {
+    std::vector<int> fds;
+    unsigned loops = 1;
+    bool inherited = false;
+};
+
+ListenFds listen_fds(const sm::Config& cfg) {
+    ListenFds out;
+    const char* fds = std::getenv("SMX_LISTEN_FDS");
+    if (!fds || !*fds) {
+        out.loops = sm::event_loops(cfg.server.threads);
+        std::string err;
+        if (!sm::listen_all(cfg.server.listen, out.loops, out.fds, err))
+            throw std::runtime_error(err);
+        return out;
+    }
+    out.inherited = true;
     std::stringstream ss(fds);
-    for (std::string item; std::getline(ss, item, ',');) {
-        const int fd = std::stoi(item);
-        sockaddr_storage sa{};
-        socklen_t len = sizeof sa;
-        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0)
-            throw std::runtime_error("SMX_LISTEN_FDS: fd " + item + " is not a socket");
-        out.emplace_back(io, sa.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd);
-    }
+    for (std::string item; std::getline(ss, item, ',');) out.fds.push_back(std::stoi(item));
+    const char* loops = std::getenv("SMX_LISTEN_LOOPS");
+    out.loops = loops && *loops ? static_cast<unsigned>(std::stoul(loops)) : 1;
+    if (out.loops == 0 || out.loops > out.fds.size() || out.fds.size() % out.loops != 0)
+        throw std::runtime_error("SMX_LISTEN_LOOPS=" + std::to_string(out.loops) +
+                                 " does not divide the " + std::to_string(out.fds.size()) +
+                                 " SMX_LISTEN_FDS");
     return out;
 }
 
-std::vector<tcp::acceptor> bound_listeners(asio::io_context& io, const sm::Config& cfg) {
-    std::vector<tcp::acceptor> out;
-    tcp::resolver resolver(io);
-    for (const auto& hp : cfg.server.listen) {
-        for (const auto& r : resolver.resolve(hp.host, std::to_string(hp.port),
-                                              tcp::resolver::numeric_service)) {
-            tcp::acceptor a(io, r.endpoint().protocol());
-            a.set_option(tcp::acceptor::reuse_address(true));
-            if (r.endpoint().address().is_v6()) a.set_option(asio::ip::v6_only(true));
-            a.bind(r.endpoint());
-            a.listen(asio::socket_base::max_listen_connections);
-            out.push_back(std::move(a));
-        }
-    }
-    return out;
+tcp::acceptor acceptor_for(asio::io_context& io, int fd) {
+    sockaddr_storage sa{};
+    socklen_t len = sizeof sa;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0)
+        throw std::runtime_error("listening fd " + std::to_string(fd) + " is not a socket");
+    return tcp::acceptor(io, sa.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd);
 }
 
-// server.threads = 0: one loop per CPU this process may run on (so that
-// taskset or a cgroup's cpuset is respected), at most the configurable 64.
-unsigned event_loops(unsigned configured) {
-    if (configured != 0) return configured;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const int n = ::sched_getaffinity(0, sizeof set, &set) == 0
-                      ? CPU_COUNT(&set)
-                      : static_cast<int>(std::thread::hardware_concurrency());
-    return static_cast<unsigned>(std::clamp(n, 1, 64));
-}
-
-// The same listening sockets for another loop: dups, so that each loop's
-// epoll waits on them and whichever loop is free first accepts.
-std::vector<tcp::acceptor> dup_listeners(asio::io_context& io,
-                                         std::vector<tcp::acceptor>& of) {
-    std::vector<tcp::acceptor> out;
-    for (auto& a : of) {
-        const int fd = ::dup(a.native_handle());
-        if (fd < 0) throw std::runtime_error(std::string("dup: ") + std::strerror(errno));
-        out.emplace_back(io, a.local_endpoint().protocol(), fd);
-    }
-    return out;
-}
-
-// One event loop: its thread's io_context, its share of the listening
-// sockets, its QMGR link and the sessions it accepted. Only its own thread
+// One event loop: its thread's io_context, its own listening socket of each
+// address, its QMGR link and the sessions it accepted. Only its own thread
 // touches it after start.
 struct Loop {
     asio::io_context io{1};
@@ -160,9 +141,13 @@ struct Process {
     }
 
     asio::awaitable<void> drain() {
-        for (auto& l : loops)
-            asio::post(l->io, [&l = *l] {
-                if (l.server) l.server->stop_accepting();
+        for (std::size_t i = 0; i < loops.size(); ++i)
+            asio::post(loops[i]->io, [&l = *loops[i], i, n = loops.size()] {
+                if (!l.server) return;
+                l.server->stop_accepting();
+                // How evenly the kernel spread the connections.
+                spdlog::info("event loop {} of {}: {} connections accepted", i + 1, n,
+                             l.server->accepted());
             });
         const auto until = std::chrono::steady_clock::now() + drain_window;
         while (shared->committing() > 0 && std::chrono::steady_clock::now() < until) {
@@ -216,8 +201,8 @@ int main(int argc, char** argv) {
     const bool sync_each = cfg.queue.content_sync == sm::QueueConfig::ContentSync::file &&
                            !cfg.queue.test_no_sync;
     asio::thread_pool sync_pool(sync_each ? 32 : 4);
-    smtps::CdbStore cdb(cfg.spool_dir_abs(), cfg.queue.cdb_hashed, sync_pool,
-                        cfg.queue.min_free_space, sync_each);
+    smtps::CdbStore cdb(cfg.content_dir_abs(), cfg.queue.cdb_hashed, sync_pool,
+                        cfg.queue.min_free_space, sync_each, sm::content::sync_names(cfg));
     if (const auto n = cdb.remove_stale_tmp())
         spdlog::info("removed {} unfinished CDB files of an earlier run", n);
     // One TLS context for all sessions of all loops (its session cache and
@@ -233,20 +218,24 @@ int main(int argc, char** argv) {
         }
     }
     Process p{cfg, cdb, std::make_shared<smtps::Shared>(cfg, tls.get()), {}};
-    const unsigned n_loops = event_loops(cfg.server.threads);
-    for (unsigned i = 0; i < n_loops; ++i) p.loops.push_back(std::make_unique<Loop>());
     try {
-        auto& first = *p.loops[0];
-        const char* fds = std::getenv("SMX_LISTEN_FDS");
-        first.listeners = fds && *fds ? inherited_listeners(first.io, fds)
-                                      : bound_listeners(first.io, cfg);
-        for (unsigned i = 1; i < n_loops; ++i)
-            p.loops[i]->listeners = dup_listeners(p.loops[i]->io, first.listeners);
+        const ListenFds lf = listen_fds(cfg);
+        if (lf.inherited && sm::event_loops(cfg.server.threads) != lf.loops)
+            spdlog::warn("server.threads asks for {} event loops; running {}, as many as the listening "
+                         "sockets smx run bound at its start (a restart of smx run applies it)",
+                         sm::event_loops(cfg.server.threads), lf.loops);
+        const std::size_t per_loop = lf.fds.size() / lf.loops;
+        for (unsigned i = 0; i < lf.loops; ++i) {
+            auto& l = *p.loops.emplace_back(std::make_unique<Loop>());
+            for (std::size_t a = 0; a < per_loop; ++a)
+                l.listeners.push_back(acceptor_for(l.io, lf.fds[i * per_loop + a]));
+        }
     } catch (const std::exception& e) {
         spdlog::critical("cannot listen: {}", e.what());
         spdlog::shutdown();
         return 1;
     }
+    const auto n_loops = static_cast<unsigned>(p.loops.size());
 
     asio::signal_set signals(p.main_io(), SIGTERM, SIGINT);
     signals.async_wait([&](const boost::system::error_code& ec, int sig) {

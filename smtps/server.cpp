@@ -96,6 +96,7 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
     for (;;) {
         auto accepted = co_await guard.next(acceptor);
         if (!accepted) co_return;
+        ++accepted_;
         tcp::socket sock = std::move(*accepted);
         boost::system::error_code pec;
         const auto peer = sock.remote_endpoint(pec);

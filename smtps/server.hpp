@@ -105,6 +105,9 @@ public:
     void listen(tcp::acceptor acceptor);
     // Stops accepting; running sessions continue. Call on this Server's thread.
     void stop_accepting();
+    // Connections this Server's loop took from the kernel (those refused for
+    // the connection limits too).
+    unsigned long accepted() const { return accepted_; }
 
     std::shared_ptr<const Settings> settings() const { return shared_->settings(); }
     Shared& shared() { return *shared_; }
@@ -119,6 +122,7 @@ private:
     QmgrClient& qmgr_;
     CdbStore& cdb_;
     std::list<tcp::acceptor> acceptors_;
+    unsigned long accepted_ = 0;
 };
 
 // The printable client address: v4-mapped IPv6 is shown as IPv4.

@@ -3,6 +3,7 @@ stays bounded per connection, deadlines hold however slowly a client drips,
 routing through a relay domain is refused, running out of descriptors gets a
 421 at once, and bystanders are never hurt."""
 import os
+import re
 import resource
 import socket
 import subprocess
@@ -140,13 +141,36 @@ def test_untrusted_routing_in_local_part_is_refused(sink, make_relay):
     assert c.cmd("RCPT TO:<u@example.net>").startswith("250")
 
 
-# Under ASan a client past the limit got its 220 (CI, stop 15): the
-# sanitizer runtime's own descriptors and the budget differ; not yet known why.
-@pytest.mark.skipif(SANITIZED, reason="descriptor budget differs under ASan; open in the stop 15 note")
+def settled_descriptors(relay, pid):
+    """smx-smtps's open descriptors once the sessions of the start-up probes
+    (ours and the MCP's) have ended. Counted while one is still open, its
+    descriptor comes free after the limit is set and lets one client past
+    the limit be greeted: that happened in the sanitizer run, where sessions
+    end later."""
+    wait_until(lambda: "ready: smx-smtps answers" in relay.log_text(), 10, "the MCP's probe")
+
+    def ended():
+        log = relay.log_text()
+        return len(re.findall(r"\bconnect from", log)) == log.count("disconnect from")
+    wait_until(ended, 10, "the probes' sessions to end")
+
+    def stable():
+        before = len(os.listdir("/proc/%d/fd" % pid))
+        time.sleep(0.2)
+        after = len(os.listdir("/proc/%d/fd" % pid))
+        return after if after == before else None
+    return wait_until(stable, 10, "a steady descriptor count")
+
+
+# Under ASan a client past the limit got its 220 (CI, stop 15). Two ways
+# that can happen are closed (settled_descriptors above; the refused socket
+# kept as the spare, libsm/accept.cpp), but this has not run in the
+# sanitizer build since: remove the skip once it has passed there.
+@pytest.mark.skipif(SANITIZED, reason="not yet run under ASan since the stop 15 fixes")
 def test_out_of_descriptors_gets_421_at_once(sink, make_relay):
     relay = make_relay(sink.port)
     smtps = relay.child_pids("smx-smtps")[0]
-    nfds = len(os.listdir("/proc/%d/fd" % smtps))
+    nfds = settled_descriptors(relay, smtps)
     hard = resource.prlimit(smtps, resource.RLIMIT_NOFILE)[1]
     resource.prlimit(smtps, resource.RLIMIT_NOFILE, (nfds + 3, hard))
     held, refused = [], None

@@ -89,6 +89,7 @@ def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck
                                      ("postfix", "sendmail"), ("postfix", "direct"),
                                      ("smx+tls", "postfix+tls"), ("smx+tls", "smx"),
                                      ("postfix+tls", "postfix"))
+                 + tuple(("smx", b) for b in per_sys if b.startswith("smx-"))
                  if ratio(per_sys, a, b) != "n/a"]
         if pairs:
             lines += ["Ratios of delivered msgs/s: " + ", ".join(

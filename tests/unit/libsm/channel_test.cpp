@@ -68,6 +68,24 @@ TEST_CASE("an over-size frame is skipped and reported with its request id") {
     CHECK(got[2]->body == small.substr(rec::header_size));
 }
 
+TEST_CASE("a frame larger than the read buffer arrives whole, between small ones") {
+    Pair p;
+    const std::string small = msg::encode(msg::TaAck{"A", msg::AckStatus::ok, ""}, 5);
+    std::string big_body(1u << 20, 'b');  // 16 times the 64 KiB the buffer starts with
+    big_body[0] = 'B';
+    big_body.back() = 'E';
+    const std::string feed = small + header(static_cast<std::uint32_t>(big_body.size()),
+                                            msg::TA_COMMIT, 7) + big_body + small;
+    auto got = read_all(p, feed, 3);
+    REQUIRE(got.size() == 3);
+    REQUIRE(got[1]);
+    CHECK_FALSE(got[1]->oversize);
+    CHECK(got[1]->hdr.req_id == 7);
+    CHECK(got[1]->body == big_body);
+    REQUIRE(got[2]);
+    CHECK(got[2]->body == small.substr(rec::header_size));
+}
+
 TEST_CASE("a length beyond max_skip drops the link") {
     Pair p;
     auto got = read_all(p, header(rec::max_skip + 1, msg::TA_COMMIT, 1) + "abc", 2);

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <unistd.h>
 
@@ -281,4 +282,38 @@ TEST_CASE("queue.test_no_sync is honoured only by a test build") {
     CHECK(error_key(text) == "queue.test_no_sync");
 #endif
     CHECK_FALSE(load_config("").queue.test_no_sync);
+}
+
+TEST_CASE("content_dir and ibdb_dir: in the spool by default, else where named; restart-only") {
+    const Config d = load_config("");
+    const std::string spool = std::filesystem::current_path().string() + "/var/spool";
+    CHECK(d.spool_dir_abs() == spool);
+    CHECK(d.content_dir_abs() == spool + "/cdb");
+    CHECK(d.ibdb_dir_abs() == spool + "/ibdb");
+    CHECK(d.defedb_dir_abs() == spool + "/defedb");
+    CHECK(d.quarantine_dir_abs() == spool + "/quarantine");
+
+    // Relative paths resolve as spool_dir does; a trailing slash is dropped.
+    const auto p = write_temp("[queue]\nspool_dir = \"/s/spool/\"\ncontent_dir = \"/fast/cdb/\"\n"
+                              "ibdb_dir = \"log/ibdb\"\n");
+    Config c = load_config(p);
+    std::remove(p.c_str());
+    CHECK(c.spool_dir_abs() == "/s/spool");
+    CHECK(c.content_dir_abs() == "/fast/cdb");
+    CHECK(c.ibdb_dir_abs() == std::filesystem::current_path().string() + "/log/ibdb");
+    CHECK(c.defedb_dir_abs() == "/s/spool/defedb");
+    CHECK(c.quarantine_dir_abs() == "/s/spool/quarantine");
+    // A direct subdirectory of the spool is fine, and siblings of each other.
+    CHECK(error_key("[queue]\nspool_dir = \"/s\"\ncontent_dir = \"/s/content\"\n") == "<no error>");
+    CHECK(error_key("[queue]\ncontent_dir = \"/d/cdb\"\nibdb_dir = \"/d/cdbx\"\n") == "<no error>");
+    CHECK(error_key("[queue]\ncontent_dir = \"/d\"\nibdb_dir = \"/d/ibdb\"\n") == "queue.ibdb_dir");
+    CHECK(error_key("[queue]\nspool_dir = \"/s\"\ncontent_dir = \"/s/defedb\"\n") == "queue.content_dir");
+    CHECK(error_key("[queue]\ncontent_dir = 1\n") == "queue.content_dir");
+
+    Config next = c;
+    next.queue.content_dir = "/other/cdb";
+    next.queue.ibdb_dir = "";
+    CHECK(keep_restart_only(c, next) == std::vector<std::string>{"queue.content_dir", "queue.ibdb_dir"});
+    CHECK(next.content_dir_abs() == "/fast/cdb");
+    CHECK(next.queue.ibdb_dir == "log/ibdb");
 }

@@ -43,14 +43,11 @@ TEST_CASE("content files: durable write, tmp then rename, nothing left on failur
     REQUIRE(::stat((dir / "private").c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0600);
 
-    // A write that failed on the way: the .tmp goes, the final name never appears.
-    int fd = -1;
-    const std::string tmp = (dir / "c.tmp").string();
-    REQUIRE(sm::content::open_tmp(tmp, fd) == 0);
-    REQUIRE(sm::content::write_all(fd, "partial") == 0);
-    CHECK(sm::content::finish(fd, EIO, tmp, (dir / "c").string()) == EIO);
-    CHECK_FALSE(fs::exists(tmp));
-    CHECK_FALSE(fs::exists(dir / "c"));
+    // A crashed writer's .tmp is written over.
+    std::ofstream(dir / "again.tmp") << "stale and longer";
+    REQUIRE(sm::content::write_durable((dir / "again").string(), "new") == 0);
+    CHECK(slurp(dir / "again") == "new");
+    CHECK_FALSE(fs::exists(dir / "again.tmp"));
 
     // A parent that is a file: an error value, no file.
     std::ofstream(dir / "plain") << "x";
@@ -59,12 +56,47 @@ TEST_CASE("content files: durable write, tmp then rename, nothing left on failur
     fs::remove_all(dir);
 }
 
+TEST_CASE("content files: created under the final name, removed on failure, never reused") {
+    const fs::path dir = fs::temp_directory_path() / ("smx-content-" + sm::new_ta_id());
+    const std::string path = (dir / "x" / "C").string();  // parents made on first use
+    int fd = -1;
+    REQUIRE(sm::content::create(path, fd) == 0);
+    REQUIRE(sm::content::write_all(fd, "whole") == 0);
+    CHECK(sm::content::close_created(fd, 0, path, false) == 0);
+    CHECK(slurp(path) == "whole");
+    CHECK(fs::directory_iterator(dir / "x")->path() == fs::path(path));  // nothing beside it
+
+    // The name is taken: EEXIST, and the error path leaves the file alone.
+    int again = -1;
+    CHECK(sm::content::create(path, again) == EEXIST);
+    CHECK(again < 0);
+    CHECK(sm::content::close_created(again, EEXIST, path) == EEXIST);
+    CHECK(slurp(path) == "whole");
+
+    // A write that failed on the way: the file goes.
+    const std::string failed = (dir / "x" / "D").string();
+    REQUIRE(sm::content::create(failed, fd) == 0);
+    REQUIRE(sm::content::write_all(fd, "partial") == 0);
+    CHECK(sm::content::close_created(fd, EIO, failed) == EIO);
+    CHECK_FALSE(fs::exists(failed));
+    fs::remove_all(dir);
+}
+
+TEST_CASE("content files: a parent that is a file") {
+    const fs::path dir = fs::temp_directory_path() / ("smx-content-" + sm::new_ta_id());
+    fs::create_directories(dir);
+    std::ofstream(dir / "plain") << "x";
+    int fd = -1;
+    CHECK(sm::content::create((dir / "plain" / "d").string(), fd) == ENOTDIR);
+    fs::remove_all(dir);
+}
+
 TEST_CASE("content files: open, remove and list by id; bad ids refused") {
     const fs::path spool = fs::temp_directory_path() / ("smx-content-" + sm::new_ta_id());
     for (const bool hashed : {false, true}) {
-        const std::string dir = (spool / (hashed ? "hashed" : "flat")).string();
+        const std::string dir = (spool / (hashed ? "hashed" : "flat") / "cdb").string();
         std::vector<std::string> ids;
-        // A spool without cdb/ yet holds no content files.
+        // A content directory not made yet holds no content files.
         CHECK(sm::content::list(dir, fs::file_time_type::max(), ids) == 0);
         CHECK(ids.empty());
 
@@ -89,12 +121,13 @@ TEST_CASE("content files: open, remove and list by id; bad ids refused") {
         }
 
         // Foreign files beside it: a .tmp (not durable yet), a name that is
-        // not an id, a directory named like an id, a file in the spool root.
+        // not an id, a directory named like an id, a file beside the content
+        // directory.
         const fs::path cdb_dir = fs::path(path).parent_path();
         std::ofstream(cdb_dir / (sm::new_ta_id() + ".tmp")) << "x";
         std::ofstream(cdb_dir / "README") << "x";
         fs::create_directories(cdb_dir / sm::new_ta_id());
-        std::ofstream(fs::path(dir) / sm::new_ta_id()) << "x";
+        std::ofstream(fs::path(dir).parent_path() / sm::new_ta_id()) << "x";
         REQUIRE(sm::content::list(dir, fs::file_time_type::max(), ids) == 0);
         CHECK(ids == std::vector<std::string>{id});
 
@@ -108,11 +141,38 @@ TEST_CASE("content files: open, remove and list by id; bad ids refused") {
         CHECK(sm::content::remove(dir, id, hashed) == ENOENT);
         CHECK(sm::content::open_read(dir, id, hashed, fd) == ENOENT);
     }
-    // A cdb/ that is a file cannot be listed: an error value, not a crash.
+    // A content directory that is a file cannot be listed: an error value,
+    // not a crash.
     const std::string odd = (spool / "odd").string();
-    fs::create_directories(odd);
-    std::ofstream(odd + "/cdb") << "x";
+    std::ofstream(odd) << "x";
     std::vector<std::string> ids;
     CHECK(sm::content::list(odd, fs::file_time_type::max(), ids) == ENOTDIR);
     fs::remove_all(spool);
+}
+
+TEST_CASE("content files: the rename made durable too, and which directories share a file system") {
+    const fs::path dir = fs::temp_directory_path() / ("smx-content-" + sm::new_ta_id());
+    const std::string path = (dir / "XX" / "FILE").string();
+    REQUIRE(sm::content::write_durable(path, "named", sm::content::file_mode, true) == 0);
+    CHECK(slurp(path) == "named");
+    CHECK(sm::content::sync_dir(dir.string()) == 0);
+    CHECK(sm::content::sync_dir((dir / "none").string()) == ENOENT);
+    CHECK(sm::content::same_file_system(dir.string(), path));
+    CHECK_FALSE(sm::content::same_file_system(dir.string(), (dir / "none").string()));
+    // /proc is never the temporary directory's file system.
+    CHECK_FALSE(sm::content::same_file_system(dir.string(), "/proc"));
+
+    // sync_names: only content_sync = "file" with the IBDB elsewhere.
+    sm::Config cfg;
+    cfg.queue.spool_dir = dir.string();
+    fs::create_directories(cfg.content_dir_abs());
+    fs::create_directories(cfg.ibdb_dir_abs());
+    CHECK_FALSE(sm::content::sync_names(cfg));  // batch
+    cfg.queue.content_sync = sm::QueueConfig::ContentSync::file;
+    CHECK_FALSE(sm::content::sync_names(cfg));  // one file system
+    cfg.queue.ibdb_dir = "/proc";               // stands in for another one
+    CHECK(sm::content::sync_names(cfg));
+    cfg.queue.test_no_sync = true;
+    CHECK_FALSE(sm::content::sync_names(cfg));
+    fs::remove_all(dir);
 }

@@ -178,6 +178,8 @@ default = "[127.0.0.1]:2600"
     CHECK(r.out.rfind("config OK (", 0) == 0);
     CHECK(r.out.find("listen: 127.0.0.1:2526, [::1]:2526\n") != std::string::npos);
     CHECK(r.out.find("spool:  /var/spool/smx (cdb hashed)\n") != std::string::npos);
+    CHECK(r.out.find("cdb:    /var/spool/smx/cdb\n") != std::string::npos);
+    CHECK(r.out.find("ibdb:   /var/spool/smx/ibdb\n") != std::string::npos);
     CHECK(r.out.find("run:    /run/smx\n") != std::string::npos);
     CHECK(r.out.find("routes: example.net = [10.0.0.1]:25 [10.0.0.2]:25, "
                      "default = [127.0.0.1]:2600\n") != std::string::npos);
@@ -214,6 +216,31 @@ TEST_CASE("check-config: errors name the key, exit 2") {
          "smx: config error: server.stats_group: no such group 'no-such-group-smx'\n"},
         {"[server]\ngroup = \"\"\n", "smx: config error: server.group: must not be empty\n"},
         {"[qeue]\n", "smx: config error: qeue: unknown section\n"},
+        // The stores each need a directory of their own.
+        {"[queue]\nspool_dir = \"/s\"\ncontent_dir = \"/d\"\nibdb_dir = \"/d/\"\n",
+         "smx: config error: queue.ibdb_dir: \"/d\" is the same directory as queue.content_dir "
+         "(/d): each store needs a directory of its own\n"},
+        {"[queue]\nspool_dir = \"/s\"\ncontent_dir = \"/d\"\nibdb_dir = \"/d/log\"\n",
+         "smx: config error: queue.ibdb_dir: \"/d/log\" lies inside queue.content_dir (/d): each "
+         "store needs a directory of its own\n"},
+        {"[queue]\nspool_dir = \"/s\"\ncontent_dir = \"/d/cdb\"\nibdb_dir = \"/d\"\n",
+         "smx: config error: queue.ibdb_dir: \"/d\" holds queue.content_dir (/d/cdb): each store "
+         "needs a directory of its own\n"},
+        {"[queue]\nspool_dir = \"/s\"\ncontent_dir = \"/s/ibdb\"\n",
+         "smx: config error: queue.content_dir: \"/s/ibdb\" is the same directory as "
+         "queue.ibdb_dir (/s/ibdb): each store needs a directory of its own\n"},
+        {"[queue]\nspool_dir = \"/s\"\nibdb_dir = \"/s/quarantine\"\n",
+         "smx: config error: queue.ibdb_dir: \"/s/quarantine\" is the same directory as the "
+         "quarantine (/s/quarantine): each store needs a directory of its own\n"},
+        {"[queue]\nspool_dir = \"/s\"\ncontent_dir = \"/s/\"\n",
+         "smx: config error: queue.content_dir: \"/s\" is or holds queue.spool_dir (/s): give it "
+         "a directory of its own\n"},
+        {"[queue]\nspool_dir = \"/s/spool\"\nibdb_dir = \"/s\"\n",
+         "smx: config error: queue.ibdb_dir: \"/s\" is or holds queue.spool_dir (/s/spool): give "
+         "it a directory of its own\n"},
+        {"[queue]\nspool_dir = \"/s\"\ncontent_dir = \"/s/a/cdb\"\n",
+         "smx: config error: queue.content_dir: \"/s/a/cdb\" is inside queue.spool_dir but not "
+         "directly in it: use /s/<name> or a directory outside\n"},
     };
     for (const auto& c : cases) {
         INFO(c.text);

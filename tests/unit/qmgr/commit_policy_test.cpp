@@ -85,3 +85,19 @@ TEST_CASE("adaptive: a long pause does not count as the usual gap", "[commit_pol
     p.arrived(last + 60s);
     CHECK(p.gap_estimate() <= 2000us);
 }
+
+TEST_CASE("fixed: a batch never goes while a write is out", "[commit_policy]") {
+    CommitPolicy p(Kind::fixed, 1000us);
+    CHECK_FALSE(p.due_behind(t0, t0 - 10s).has_value());
+}
+
+TEST_CASE("adaptive: behind a write out, a batch goes once that write has been out for the ceiling",
+          "[commit_policy]") {
+    CommitPolicy p(Kind::adaptive, 1000us);
+    // The write went out at t0: a batch due earlier waits for the ceiling...
+    CHECK(p.due_behind(t0 + 200us, t0) == t0 + 1000us);
+    // ...one due later goes when due: the write out is slow by then.
+    CHECK(p.due_behind(t0 + 1500us, t0) == t0 + 1500us);
+    // A write out long ago (a slow device): at once when due.
+    CHECK(p.due_behind(t0, t0 - 3ms) == t0);
+}

@@ -57,9 +57,6 @@ struct Harness {
         sm::Route r;
         r.hosts.push_back(sm::HostPort{"127.0.0.1", 2600, true});
         cfg.routes["example.net"] = r;
-        fs::create_directories(dir / "ibdb");
-        fs::create_directories(dir / "defedb");
-        fs::create_directories(dir / "quarantine");
         start();
     }
     ~Harness() {
@@ -83,15 +80,19 @@ struct Harness {
         io_.reset();
         defedb.reset();
     }
+    // Tests that move a store set cfg.queue.content_dir or ibdb_dir
+    // between stop() and start().
     void start() {
+        for (const auto& d : {cfg.ibdb_dir_abs(), cfg.defedb_dir_abs(), cfg.quarantine_dir_abs()})
+            fs::create_directories(d);
         defedb = std::make_unique<Defedb>();
         std::string err;
-        REQUIRE(defedb->open((dir / "defedb").string(), (dir / "quarantine").string(), err));
+        REQUIRE(defedb->open(cfg.defedb_dir_abs(), cfg.quarantine_dir_abs(), err));
         io_ = std::make_unique<asio::io_context>();
         pool_ = std::make_unique<asio::thread_pool>(2);
         IbdbOptions o;
-        o.dir = (dir / "ibdb").string();
-        o.quarantine_dir = (dir / "quarantine").string();
+        o.dir = cfg.ibdb_dir_abs();
+        o.quarantine_dir = cfg.quarantine_dir_abs();
         o.commit_interval = 200us;
         o.fsync = false;
         ibdb = std::make_unique<Ibdb>(io().get_executor(), *pool_, o);
@@ -113,7 +114,7 @@ struct Harness {
         return p();
     }
     std::string cdb(const std::string& id) {
-        return sm::cdb_path(dir.string(), id, cfg.queue.cdb_hashed);
+        return sm::cdb_path(cfg.content_dir_abs(), id, cfg.queue.cdb_hashed);
     }
     sm::msg::TaCommit commit(std::vector<std::string> rcpts, bool with_file = true) {
         sm::msg::TaCommit e;

@@ -612,3 +612,130 @@ TEST_CASE("with content_dir each commit syncs the content file system; a missing
         CHECK(db.stats().commits == 1);
     }
 }
+
+namespace {
+
+// Options for the overlap tests: the default policy, syncfs of a content
+// directory on the IBDB's file system (what lets two writes be out at once).
+IbdbOptions overlap_opts(const Env& env) {
+    auto o = env.opts();
+    o.commit_policy = CommitPolicy::Kind::adaptive;
+    o.commit_interval = 1ms;
+    o.content_dir = (env.tmp.path / "cdb").string();
+    fs::create_directories(o.content_dir);
+    return o;
+}
+
+// Holds both workers of env.pool until release() (a device that does not
+// come back), so that writes stay out.
+struct HeldPool {
+    std::promise<void> p;
+    explicit HeldPool(asio::thread_pool& pool) {
+        auto f = p.get_future().share();
+        for (int i = 0; i < 2; ++i) asio::post(pool, [f] { f.wait(); });
+    }
+    void release() { p.set_value(); }
+};
+
+} // namespace
+
+TEST_CASE("adaptive: behind a write out longer than the ceiling the next batch goes too; acks "
+          "come in order",
+          "[ibdb]") {
+    Env env;
+    auto opt = overlap_opts(env);
+    Ibdb db(env.ctx.get_executor(), env.pool, opt);
+    db.recover();
+    auto first = make_ta(1);
+    REQUIRE(env.commit(db, first));  // the file exists: no write below creates one
+    HeldPool held(env.pool);
+    std::vector<std::string> acked;
+    auto ack = [&](const sm::msg::TaCommit& ta) {
+        return [&acked, id = ta.ta_id](bool ok, const std::string&) {
+            CHECK(ok);
+            acked.push_back(id);
+        };
+    };
+    auto a = make_ta(1), b = make_ta(2), c = make_ta(3);
+    db.append_transaction(a, ack(a));
+    REQUIRE(env.run_until([&] { return db.pending() == 0; }));  // a is out
+    db.append_transaction(b, ack(b));
+    // b goes once a has been out for the ceiling, long before a is back.
+    REQUIRE(env.run_until([&] { return db.pending() == 0; }, 1000ms));
+    db.append_transaction(c, ack(c));
+    env.run_for(30ms);
+    CHECK(db.pending() == 1);  // never more than two out
+    CHECK(acked.empty());
+    held.release();
+    REQUIRE(env.run_until([&] { return acked.size() == 3; }));
+    CHECK(acked == std::vector<std::string>{a.ta_id, b.ta_id, c.ta_id});
+    CHECK(db.stats().commits == 4);
+    db.flush_sync();
+    // Written one behind the other: recovery reads all of them, in order.
+    auto got = Ibdb(env.ctx.get_executor(), env.pool, opt).recover();
+    REQUIRE(got.size() == 4);
+    CHECK(got[1].envelope.ta_id == a.ta_id);
+    CHECK(got[2].envelope.ta_id == b.ta_id);
+    CHECK(got[3].envelope.ta_id == c.ta_id);
+}
+
+TEST_CASE("fixed: a batch waits until the write before it is back", "[ibdb]") {
+    Env env;
+    auto opt = overlap_opts(env);
+    opt.commit_policy = CommitPolicy::Kind::fixed;
+    Ibdb db(env.ctx.get_executor(), env.pool, opt);
+    db.recover();
+    REQUIRE(env.commit(db, make_ta(1)));  // the file exists: no write below creates one
+    HeldPool held(env.pool);
+    int acked = 0;
+    db.append_transaction(make_ta(1), [&](bool ok, const std::string&) { acked += ok; });
+    REQUIRE(env.run_until([&] { return db.pending() == 0; }));
+    db.append_transaction(make_ta(1), [&](bool ok, const std::string&) { acked += ok; });
+    env.run_for(50ms);
+    CHECK(db.pending() == 1);
+    held.release();
+    REQUIRE(env.run_until([&] { return acked == 2; }));
+    CHECK(db.stats().commits == 3);
+}
+
+TEST_CASE("a failed write fails the write out behind it too, and neither stays in the file",
+          "[ibdb]") {
+    Env env;
+    auto opt = overlap_opts(env);
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit old{};
+    ::getrlimit(RLIMIT_FSIZE, &old);
+    auto a = make_ta(1), big = make_ta(1, 20000), b = make_ta(1), c = make_ta(1);
+    const auto log = fs::path(opt.dir) / "00000001.log";
+    {
+        Ibdb db(env.ctx.get_executor(), env.pool, opt);
+        db.recover();
+        REQUIRE(env.commit(db, a));
+        const auto good = fs::file_size(log);
+        HeldPool held(env.pool);
+        std::vector<std::pair<bool, std::string>> results;
+        auto note = [&](bool ok, const std::string& e) { results.emplace_back(ok, e); };
+        db.append_transaction(big, note);
+        REQUIRE(env.run_until([&] { return db.pending() == 0; }));
+        db.append_transaction(b, note);
+        REQUIRE(env.run_until([&] { return db.pending() == 0; }, 1000ms));  // both out
+        // The file may grow by only half the big record.
+        rlimit lim = old;
+        lim.rlim_cur = good + 10000;
+        REQUIRE(::setrlimit(RLIMIT_FSIZE, &lim) == 0);
+        held.release();
+        REQUIRE(env.run_until([&] { return results.size() == 2; }));
+        ::setrlimit(RLIMIT_FSIZE, &old);
+        CHECK_FALSE(results[0].first);
+        CHECK_THAT(results[0].second, Catch::Contains("File too large"));
+        CHECK_FALSE(results[1].first);
+        CHECK_THAT(results[1].second, Catch::Contains("behind a failed one"));
+        CHECK(fs::file_size(log) == good);
+        CHECK(db.stats().commits == 1);
+        REQUIRE(env.commit(db, c));
+    }
+    auto got = Ibdb(env.ctx.get_executor(), env.pool, opt).recover();
+    REQUIRE(got.size() == 2);
+    CHECK(got[0].envelope.ta_id == a.ta_id);
+    CHECK(got[1].envelope.ta_id == c.ta_id);
+}

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
 
 using namespace qmgr_test;
 
@@ -465,4 +466,68 @@ TEST_CASE("clock: a deferred recipient comes back when its backoff has passed, n
     REQUIRE(h.run_until([&] { return h.delivers.size() == 3; }));
     h.result(h.delivers[2], {250});
     CHECK(h.stat("delivered") == 1);
+}
+
+TEST_CASE("content_dir and ibdb_dir outside the spool: delivery, bounce, recovery and quarantine") {
+    // The content on another file system where there is one (/dev/shm is a
+    // tmpfs on Linux): moves into the spool's quarantine/ are then copies.
+    fs::path other = "/dev/shm";
+    struct stat a, b;
+    const bool cross = ::stat(other.c_str(), &a) == 0 &&
+                       ::stat(fs::temp_directory_path().c_str(), &b) == 0 && a.st_dev != b.st_dev;
+    if (!cross) {
+        WARN("no second file system: content and quarantine share one (rename, not copy)");
+        other = fs::temp_directory_path();
+    }
+    const fs::path content = other / ("smx-content-" + sm::new_ta_id());
+    Harness h;
+    h.stop();
+    h.cfg.queue.content_dir = content.string();
+    h.cfg.queue.ibdb_dir = (h.dir.parent_path() / (h.dir.filename().string() + "-ibdb")).string();
+    h.cfg.routes["example.org"] = h.cfg.routes["example.net"];
+    h.start();
+    REQUIRE(h.cdb("X").rfind(content.string() + "/", 0) == 0);
+    h.connect_smtpc();
+    const auto ok = h.commit({"a@example.net"});
+    const auto failed = h.commit({"b@example.net"});
+    const auto cut = h.commit({"c@example.net"});
+    CHECK(fs::exists(h.cfg.ibdb_dir_abs() + "/00000001.log"));
+    CHECK(fs::is_empty(h.dir / "ibdb"));  // made by the first start(), with the defaults
+    CHECK_FALSE(fs::exists(h.dir / "cdb"));
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 3; }));
+    for (const auto& d : h.delivers) {
+        if (d.ta_id == ok.ta_id) h.result(d, {250});
+        if (d.ta_id == failed.ta_id) h.result(d, {550});
+    }
+    // The DSN's content goes to content_dir too; the finished ones are gone.
+    REQUIRE(h.run_until([&] {
+        return h.stat("dsn_sent") == 1 && !fs::exists(h.cdb(ok.ta_id)) &&
+               !fs::exists(h.cdb(failed.ta_id));
+    }));
+    std::size_t files = 0;
+    for (const auto& f : fs::recursive_directory_iterator(content))
+        files += f.is_regular_file();
+    CHECK(files == 2);  // cut, the DSN
+    h.stop();
+
+    // cut is short after a power cut; an orphan lies beside it.
+    fs::resize_file(h.cdb(cut.ta_id), cut.size - 1);
+    const std::string orphan = sm::new_ta_id();
+    fs::create_directories(fs::path(h.cdb(orphan)).parent_path());
+    std::ofstream(h.cdb(orphan)) << "orphan";
+    fs::last_write_time(h.cdb(orphan), fs::file_time_type::clock::now() - h.cfg.queue.orphan_age - 1s);
+    h.delivers.clear();
+    h.start();
+    REQUIRE(h.run_until([&] { return h.stat("quarantined") == 2; }));
+    CHECK(fs::file_size(h.dir / "quarantine" / ("cdb-" + cut.ta_id)) == cut.size - 1);
+    CHECK(fs::exists(h.dir / "quarantine" / (cut.ta_id + ".envelope")));
+    CHECK(fs::file_size(h.dir / "quarantine" / ("cdb-" + orphan)) == 6);
+    CHECK_FALSE(fs::exists(h.cdb(cut.ta_id)));
+    CHECK_FALSE(fs::exists(h.cdb(orphan)));
+    CHECK(h.stat("quarantine_write_failures") == 0);
+    // The DSN, recovered from the other IBDB directory, is still there to go.
+    CHECK(h.stat("queue_transactions") == 1);
+    h.stop();
+    fs::remove_all(content);
+    fs::remove_all(h.cfg.ibdb_dir_abs());
 }

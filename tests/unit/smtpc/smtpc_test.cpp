@@ -54,7 +54,7 @@ struct Harness {
         d.sender = "sender@example.org";
         for (std::uint32_t i = 0; i < rcpts.size(); ++i) d.rcpts.push_back({i, rcpts[i], ""});
         d.nexthops = {nexthop};
-        const fs::path p = sm::cdb_path(cfg.spool_dir_abs(), d.cdb_id, cfg.queue.cdb_hashed);
+        const fs::path p = sm::cdb_path(cfg.content_dir_abs(), d.cdb_id, cfg.queue.cdb_hashed);
         fs::create_directories(p.parent_path());
         std::ofstream(p, std::ios::binary) << body;
         d.size = body.size();
@@ -370,7 +370,7 @@ TEST_CASE("missing queue file gives 4xx without connecting") {
     Harness h;
     Sink sink(h.io);
     auto d = h.message(simple, {"a@x.test"}, sink.nexthop());
-    fs::remove(sm::cdb_path(h.cfg.spool_dir_abs(), d.cdb_id, true));
+    fs::remove(sm::cdb_path(h.cfg.content_dir_abs(), d.cdb_id, true));
     auto r = h.deliver(d);
     CHECK(r.rcpts[0].code == 451);
     CHECK(r.rcpts[0].enhanced == "4.3.0");

@@ -1,6 +1,7 @@
 #include "harness.hpp"
 
 #include "channel.hpp"
+#include "content_file.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -25,8 +26,8 @@ Harness::Harness(const std::function<void(sm::Config&)>& tweak) {
     cfg_.server.hostname = "mx.test";
     if (tweak) tweak(cfg_);
     cdb_ = std::make_unique<smtps::CdbStore>(
-        cfg_.spool_dir_abs(), cfg_.queue.cdb_hashed, pool_, 0,
-        cfg_.queue.content_sync == sm::QueueConfig::ContentSync::file);
+        cfg_.content_dir_abs(), cfg_.queue.cdb_hashed, pool_, 0,
+        cfg_.queue.content_sync == sm::QueueConfig::ContentSync::file, sm::content::sync_names(cfg_));
     qmgr_acceptor_ = std::make_unique<asio::local::stream_protocol::acceptor>(
         io_, asio::local::stream_protocol::endpoint(cfg_.qmgr_socket()));
     std::promise<void> ready;
@@ -100,8 +101,7 @@ asio::awaitable<void> Harness::fake_qmgr() {
 std::vector<std::string> Harness::cdb_files() const {
     std::vector<std::string> out;
     std::error_code ec;
-    const auto root = std::filesystem::path(cfg_.spool_dir_abs()) / "cdb";
-    for (auto it = std::filesystem::recursive_directory_iterator(root, ec);
+    for (auto it = std::filesystem::recursive_directory_iterator(cfg_.content_dir_abs(), ec);
          !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
         if (it->is_regular_file()) out.push_back(it->path().string());
     return out;

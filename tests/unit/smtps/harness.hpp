@@ -34,7 +34,7 @@ public:
     std::uint16_t port() const { return port_; }
     const sm::Config& cfg() const { return cfg_; }
     std::string cdb_path(const std::string& ta_id) const { return cdb_->path_for(ta_id); }
-    // Files under <spool>/cdb, temporary ones included.
+    // Files under the content directory, temporary ones included.
     std::vector<std::string> cdb_files() const;
     std::vector<sm::msg::TaCommit> commits();
     std::atomic<QmgrMode> mode{QmgrMode::ok};

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -37,7 +38,7 @@ TEST_CASE("stale temporary CDB files are removed at start-up") {
     { std::ofstream(tmp) << "partial"; }
     { std::ofstream(h.cdb_path(id)) << "complete"; }
     asio::thread_pool pool(1);
-    smtps::CdbStore store(h.cfg().spool_dir_abs(), true, pool);
+    smtps::CdbStore store(h.cfg().content_dir_abs(), true, pool);
     CHECK(store.remove_stale_tmp() == 1);
     CHECK(h.cdb_files() == std::vector<std::string>{h.cdb_path(id)});
 }
@@ -61,6 +62,25 @@ TEST_CASE("the free-space reserve: a declared SIZE gets 1.5 times its size as ma
     CHECK_FALSE(fresh.has_room(free / 2));
     smtps::CdbStore all(h.cfg().spool_dir_abs(), true, pool, free * 2);
     CHECK_FALSE(all.has_room(0));
+}
+
+TEST_CASE("queue.content_dir: content files go there, not into the spool") {
+    const auto content = std::filesystem::temp_directory_path() /
+                         ("smtps-content-" + std::to_string(::getpid()));
+    Harness h([&](sm::Config& c) {
+        c.queue.content_dir = content.string();
+        c.queue.content_sync = sm::QueueConfig::ContentSync::file;
+    });
+    Client c(h.port());
+    ehlo(c);
+    const std::string r = send_message(c, "sender@a.test", {"rcpt@b.test"}, "Subject: x\r\n\r\nbody\r\n.\r\n");
+    REQUIRE(starts(r, "250 2.0.0 Ok: queued as "));
+    const std::string path = h.cdb_path(queued_id(r));
+    CHECK(starts(path, content.string() + "/"));
+    CHECK(read_file(path).find("\r\nbody\r\n") != std::string::npos);
+    CHECK(h.cdb_files() == std::vector<std::string>{path});
+    CHECK_FALSE(std::filesystem::exists(std::filesystem::path(h.cfg().spool_dir_abs()) / "cdb"));
+    std::filesystem::remove_all(content);
 }
 
 TEST_CASE("greeting and EHLO keywords") {
@@ -300,6 +320,28 @@ TEST_CASE("command and data timeouts") {
         CHECK(c.closed());
     }
     CHECK(h.cdb_files().empty());
+}
+
+TEST_CASE("a message past the spill size is written under its final name and removed when lost") {
+    Harness h([](sm::Config& c) { c.server.data_timeout = std::chrono::seconds(3); });
+    Client c(h.port());
+    ehlo(c);
+    CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
+    CHECK(starts(c.cmd("RCPT TO:<b@b.test>"), "250"));
+    CHECK(starts(c.cmd("DATA"), "354"));
+    const std::string line(998, 'x');
+    for (int i = 0; i < 300; ++i) c.send(line + "\r\n");  // 300 KB: one spill
+    std::vector<std::string> during;
+    for (int i = 0; i < 200 && during.empty(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        during = h.cdb_files();
+    }
+    REQUIRE(during.size() == 1);
+    CHECK_FALSE(during[0].ends_with(".tmp"));  // no temporary name
+    CHECK(c.reply() == "421 4.4.2 mx.test Error: timeout exceeded");
+    CHECK(c.closed());
+    CHECK(h.cdb_files().empty());
+    CHECK(h.commits().empty());
 }
 
 TEST_CASE("hop count limit") {
