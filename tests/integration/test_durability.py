@@ -8,7 +8,7 @@ import threading
 import time
 
 from conftest import SCALE, free_port, send, wait_until
-from test_mcp import run_load
+from test_mcp import kill_under_load, run_load
 
 
 def test_tempfail_three_times_then_delivered(make_sink, make_relay):
@@ -119,19 +119,9 @@ def test_crashes_lose_nothing_that_got_250(make_sink, make_relay):
     result = {}
     load = threading.Thread(target=lambda: result.setdefault("acc", run_load(relay, 50, per_session, "cr")))
     load.start()
-    rng = random.Random(4)
-    kills = 0
-    while load.is_alive() and kills < 6:
-        time.sleep(rng.uniform(0.5, 1.5))
-        victims = rng.choice([["smx-qmgr"], ["smx-smtps"], ["smx-smtpc"],
-                              ["smx-qmgr", "smx-smtps", "smx-smtpc"]])
-        for v in victims:
-            for p in relay.child_pids(v):
-                os.kill(p, signal.SIGKILL)
-        kills += 1
-        # Let the MCP bring everything back before the next blow.
-        wait_until(lambda: all(relay.child_pids(v) for v in ("smx-qmgr", "smx-smtps", "smx-smtpc")),
-                   60, "all children back")
+    kills = kill_under_load(relay, load, random.Random(4), 6,
+                            [["smx-qmgr"], ["smx-smtps"], ["smx-smtpc"],
+                             ["smx-qmgr", "smx-smtps", "smx-smtpc"]], (0.5, 1.5))
     load.join(600)
     accepted = set(result["acc"])
     wait_until(lambda: {m["from"] for m in sink.messages()} >= accepted, 180,

@@ -34,6 +34,23 @@ def run_load(relay, n_sessions, per_session, tag):
     return accepted
 
 
+def kill_under_load(relay, load, rng, max_kills, choices, pause):
+    """kill -9 of a random choice of children (one list of names from
+    choices) at random moments (pause: seconds, low and high) while the load
+    thread runs, waiting each time for the MCP to bring them all back.
+    Returns the number of blows."""
+    kills = 0
+    while load.is_alive() and kills < max_kills:
+        time.sleep(rng.uniform(*pause))
+        for v in rng.choice(choices):
+            for p in relay.child_pids(v):
+                os.kill(p, signal.SIGKILL)
+        kills += 1
+        wait_until(lambda: all(relay.child_pids(v) for v in ("smx-qmgr", "smx-smtps", "smx-smtpc")),
+                   60, "all children back")
+    return kills
+
+
 def kill_during_load(relay, sink, child, tag):
     old = wait_until(lambda: relay.child_pids(child), 10, child)
     result = {}

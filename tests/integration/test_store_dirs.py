@@ -12,7 +12,6 @@ import grp
 import os
 import random
 import re
-import signal
 import smtplib
 import stat
 import subprocess
@@ -24,7 +23,7 @@ import pytest
 from conftest import SMX, send, wait_until
 from test_disk import (assert_delivered_once, fill, free_bytes, held_sinks,  # noqa: F401
                        message, mount_tmpfs, release, send_one, try_send)
-from test_mcp import run_load
+from test_mcp import kill_under_load, run_load
 from test_privsep import accounts, dead_port, open_dir, root_only  # noqa: F401
 
 FS_SIZE = 16 << 20
@@ -102,16 +101,8 @@ def test_split_stores_relay_sweep_and_survive_kill_9(make_sink, make_split_relay
     result = {}
     load = threading.Thread(target=lambda: result.setdefault("acc", run_load(relay, 20, 30, "kx")))
     load.start()
-    rng = random.Random(11)
-    kills = 0
-    while load.is_alive() and kills < 3:
-        time.sleep(rng.uniform(0.3, 1.0))
-        for v in rng.choice([["smx-qmgr"], ["smx-smtps"], ["smx-qmgr", "smx-smtps", "smx-smtpc"]]):
-            for p in relay.child_pids(v):
-                os.kill(p, signal.SIGKILL)
-        kills += 1
-        wait_until(lambda: all(relay.child_pids(v) for v in ("smx-qmgr", "smx-smtps", "smx-smtpc")),
-                   60, "all children back")
+    kill_under_load(relay, load, random.Random(11), 3,
+                    [["smx-qmgr"], ["smx-smtps"], ["smx-qmgr", "smx-smtps", "smx-smtpc"]], (0.3, 1.0))
     load.join(300)
     accepted = set(result["acc"])
     assert len(accepted) > 100
