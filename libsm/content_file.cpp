@@ -25,6 +25,13 @@ int open_for_write(const std::string& path, int flags, int& fd, mode_t mode) {
     return EIO;
 }
 
+// fsync of path's directory (its name durable); on failure path is unlinked.
+int sync_parent(const std::string& path) {
+    const int err = sync_dir(std::filesystem::path(path).parent_path().string());
+    if (err) ::unlink(path.c_str());
+    return err;
+}
+
 } // namespace
 
 int create(const std::string& path, int& fd, mode_t mode) {
@@ -47,9 +54,11 @@ int close_created(int fd, int err, const std::string& path, bool sync, bool sync
     if (fd < 0) return err;
     if (!err && sync && ::fdatasync(fd) != 0) err = errno;
     if (::close(fd) != 0 && !err) err = errno;
-    if (!err && sync_name) err = sync_dir(std::filesystem::path(path).parent_path().string());
-    if (err) ::unlink(path.c_str());
-    return err;
+    if (err) {
+        ::unlink(path.c_str());
+        return err;
+    }
+    return sync_name ? sync_parent(path) : 0;
 }
 
 int open_tmp(const std::string& tmp, int& fd, mode_t mode) {
@@ -62,11 +71,9 @@ int finish_tmp(int fd, int err, const std::string& tmp, const std::string& path,
     if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) {
         err = errno;
         ::unlink(tmp.c_str());
-    } else if (!err && sync_name &&
-               (err = sync_dir(std::filesystem::path(path).parent_path().string()))) {
-        ::unlink(path.c_str());
+        return err;
     }
-    return err;
+    return !err && sync_name ? sync_parent(path) : err;
 }
 
 int write_durable(const std::string& path, std::string_view data, mode_t mode, bool sync_name) {
