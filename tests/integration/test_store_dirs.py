@@ -182,7 +182,9 @@ def test_free_space_reserve_counts_the_ibdb_file_system(make_sink, make_split_re
     body = message("r", 1000)
     code, text = send_one(relay, "refused@client.test", ["x@example.net"], body)
     assert (code, text.split(" ")[0]) == (452, "4.3.1"), (code, text)
-    assert "TA_COMMIT deferred: spool low on free space" in relay.log_text()
+    # Log lines reach the file through each process's log buffer (up to 250 ms).
+    wait_until(lambda: "TA_COMMIT deferred: spool low on free space" in relay.log_text(), 10,
+               "the deferred TA_COMMIT logged")
     wait_until(lambda: content_state(relay) == ([], []), 10, "the refused content removed")
 
     os.unlink(ballast)
