@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <unordered_set>
 
 namespace smtps {
 namespace {
@@ -136,6 +137,7 @@ private:
         sender_.clear();
         mail_params_.clear();
         rcpts_.clear();
+        rcpt_keys_.clear();
         envelope_size_ = 0;
         ta_id_.clear();
         chunking_.reset();
@@ -162,6 +164,7 @@ private:
     std::string sender_;
     std::string mail_params_;
     std::vector<sm::msg::Recipient> rcpts_;
+    std::unordered_set<std::string> rcpt_keys_;  // local part + lower-case domain, of rcpts_
     std::size_t envelope_size_ = 0;  // what rcpts_ add to the TA_COMMIT
     std::unique_ptr<Chunking> chunking_;  // after the first BDAT of a transaction
     unsigned errors_ = 0;
@@ -410,13 +413,11 @@ void Session::rcpt(std::string_view arg) {
     if (auto e = sm::dsn::check_params(p->params, true); !e.empty()) return error(e);
     // A recipient named twice gets one copy (postfix's duplicate filter):
     // the same local part, the domain in any case.
-    const auto same = [&](const sm::msg::Recipient& r) {
-        const std::string_view a = r.addr, b = p->addr;
-        const std::size_t local = a.size() - sm::domain_part(a).size();
-        return a.size() == b.size() && a.substr(0, local) == b.substr(0, local) &&
-               iequals(a.substr(local), b.substr(local));
-    };
-    if (std::any_of(rcpts_.begin(), rcpts_.end(), same)) {
+    // A set, not a scan of rcpts_: a client may send RCPTs without end.
+    const std::string_view domain = sm::domain_part(p->addr);
+    std::string key(p->addr.substr(0, p->addr.size() - domain.size()));
+    key += sm::lower(domain);
+    if (rcpt_keys_.contains(key)) {
         spdlog::info("{}: duplicate recipient <{}> stored once", ta_id_, p->addr);
         return reply("250 2.1.5 Ok");
     }
@@ -435,6 +436,7 @@ void Session::rcpt(std::string_view arg) {
         return error(r);
     }
     envelope_size_ += grows;
+    rcpt_keys_.insert(std::move(key));
     rcpts_.push_back({std::string(p->addr), std::string(p->params)});
     reply("250 2.1.5 Ok");
 }

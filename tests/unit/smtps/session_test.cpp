@@ -568,6 +568,14 @@ TEST_CASE("a recipient named twice is stored once, the domain in any case") {
     REQUIRE(commits[0].rcpts.size() == 2);
     CHECK(commits[0].rcpts[0].addr == "b@b.test");
     CHECK(commits[0].rcpts[1].addr == "B@b.test");
+    // The next transaction starts with none seen.
+    REQUIRE(starts(c.cmd("MAIL FROM:<a@a.test>"), "250 "));
+    CHECK(starts(c.cmd("RCPT TO:<b@B.TEST>"), "250 2.1.5"));
+    REQUIRE(starts(c.cmd("DATA"), "354"));
+    REQUIRE(starts(c.cmd("x\r\n."), "250 2.0.0"));
+    REQUIRE(h.commits().size() == 2);
+    REQUIRE(h.commits()[1].rcpts.size() == 1);
+    CHECK(h.commits()[1].rcpts[0].addr == "b@B.TEST");
 }
 
 TEST_CASE("SMTPUTF8: UTF-8 addresses only with the parameter, and well-formed") {
