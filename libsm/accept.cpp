@@ -13,6 +13,8 @@ namespace {
 constexpr auto warn_every = std::chrono::seconds(10);
 } // namespace
 
+std::mutex AcceptGuard::accepting_;
+
 int AcceptGuard::open_spare() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
 AcceptGuard::AcceptGuard(std::string what, std::string refusal)

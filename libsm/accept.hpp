@@ -4,13 +4,17 @@
 // ENFILE), a spare descriptor kept for the purpose is given up for a moment
 // so that the waiting client can be taken, told so (`refusal`) and shut down
 // at once, instead of hanging in the backlog (the libev/nginx "spare fd"
-// trick); its socket is kept as the next spare.
+// trick); its socket is kept as the next spare. Every accept of the process
+// (SMTPS has one listener per event loop, each in its own thread) and every
+// such refusal take one mutex: the slot a spare gives up goes to the client
+// it is given up for, never to another loop's accept.
 #pragma once
 
 #include "panic.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -45,6 +49,7 @@ private:
     }
     static int open_spare();
     void warn(const boost::system::error_code& ec);
+    static std::mutex accepting_;
 
     std::string what_, refusal_;
     int spare_ = -1;
@@ -57,15 +62,27 @@ private:
 template <class Acceptor>
 asio::awaitable<std::optional<typename Acceptor::protocol_type::socket>> AcceptGuard::next(
     Acceptor& a) {
+    // Wait for readiness, then accept without blocking under accepting_
+    // (an async_accept would accept in the reactor, outside the mutex).
+    if (!a.non_blocking()) a.non_blocking(true);
     for (;;) {
-        auto [ec, s] = co_await a.async_accept(asio::as_tuple(asio::use_awaitable));
+        auto [wec] =
+            co_await a.async_wait(Acceptor::wait_read, asio::as_tuple(asio::use_awaitable));
+        if (wec == asio::error::operation_aborted || !a.is_open()) co_return std::nullopt;
+        boost::system::error_code ec;
+        std::unique_lock lock(accepting_);
+        auto s = a.accept(ec);
         if (!ec) {
+            lock.unlock();
             backoff_ = std::chrono::milliseconds(0);
             restore_spare();
             co_return std::move(s);
         }
+        if (ec == asio::error::would_block || ec == asio::error::try_again) continue;  // gone
         if (ec == asio::error::operation_aborted || !a.is_open()) co_return std::nullopt;
-        if (on_error(a.native_handle(), ec)) continue;
+        const bool refused = on_error(a.native_handle(), ec);
+        lock.unlock();
+        if (refused) continue;
         asio::steady_timer t(co_await asio::this_coro::executor, pause());
         co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
         if (!a.is_open()) co_return std::nullopt;

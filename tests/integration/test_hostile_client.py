@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import SANITIZED, SMX, send, wait_until
+from conftest import SMX, send, wait_until
 from test_smtp import Raw
 
 
@@ -162,18 +162,11 @@ def settled_descriptors(relay, pid):
     return wait_until(stable, 10, "a steady descriptor count")
 
 
-# Under ASan a client past the limit got its 220 (CI, stop 15). Two ways
-# that can happen are closed (settled_descriptors above; the refused socket
-# kept as the spare, libsm/accept.cpp), but this has not run in the
-# sanitizer build since: remove the skip once it has passed there.
-@pytest.mark.skipif(SANITIZED, reason="not yet run under ASan since the stop 15 fixes")
 def test_out_of_descriptors_gets_421_at_once(sink, make_relay):
-    # One event loop: with two, a loop's accept can take the descriptor
-    # another loop's guard frees for a moment to refuse a client (close the
-    # spare, accept, answer 421), and greet a client past the limit (seen
-    # once in 2 full runs). Open: serialize the refusal with every loop's
-    # accept.
-    relay = make_relay(sink.port, "[server]\nthreads = 1\n")
+    # Two event loops, each with its own listener and spare descriptor: a
+    # loop's accept must never take the descriptor the other loop's guard
+    # gives up for a moment to refuse a client (libsm/accept.hpp).
+    relay = make_relay(sink.port, "[server]\nthreads = 2\n")
     smtps = relay.child_pids("smx-smtps")[0]
     nfds = settled_descriptors(relay, smtps)
     hard = resource.prlimit(smtps, resource.RLIMIT_NOFILE)[1]
@@ -192,13 +185,16 @@ def test_out_of_descriptors_gets_421_at_once(sink, make_relay):
         assert refused is not None and refused.startswith(b"421 4.3.2"), refused
         wait_until(lambda: "accept: Too many open files" in relay.log_text(), 10,
                    "the accept warning")
-        # Every further client is turned away at once, and waiting at the
+        # Every further client is turned away at once, also many at the
+        # same moment (both loops refusing together), and waiting at the
         # limit costs no CPU (no accept loop spinning on EMFILE).
         cpu0 = cpu_seconds(smtps)
-        for _ in range(20):
-            s = socket.create_connection(("127.0.0.1", relay.port), timeout=5)
-            assert s.recv(512).startswith(b"421 4.3.2")
-            s.close()
+        for _ in range(5):
+            burst = [socket.create_connection(("127.0.0.1", relay.port), timeout=5)
+                     for _ in range(20)]
+            for s in burst:
+                assert s.recv(512).startswith(b"421 4.3.2")
+                s.close()
         time.sleep(2)
         assert cpu_seconds(smtps) - cpu0 < 0.5
     finally:
