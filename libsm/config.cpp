@@ -369,6 +369,10 @@ Config load_config(const std::string& path) {
     c.server.max_connections_per_client =
         s.small("max_connections_per_client", c.server.max_connections_per_client, 1000000);
     c.server.command_timeout = s.seconds("command_timeout", c.server.command_timeout);
+    c.server.max_transactions = s.small("max_transactions", c.server.max_transactions, 1000000, true);
+    c.server.transaction_wait = std::chrono::milliseconds(
+        s.small("transaction_wait_ms", static_cast<unsigned>(c.server.transaction_wait.count()),
+                60000, true));
     c.server.data_timeout = s.seconds("data_timeout", c.server.data_timeout);
     c.server.min_data_rate = s.small("min_data_rate", c.server.min_data_rate, 1u << 30, true);
     c.server.allow_untrusted_routing =

@@ -62,6 +62,10 @@ struct ServerConfig {
     std::vector<std::string> relay_domains;
     unsigned max_connections = 2000;
     unsigned max_connections_per_client = 50;  // relay_networks are exempt
+    // Mail transactions SMTPS runs at once (0: no limit); a MAIL past it
+    // waits at most transaction_wait for one to end (smtps/transaction_gate).
+    unsigned max_transactions = 100;
+    std::chrono::milliseconds transaction_wait{2000};
     std::chrono::seconds command_timeout{300};
     std::chrono::seconds data_timeout{300};
     // DATA must go on at this many bytes a second on average (postfix's

@@ -122,7 +122,8 @@ struct Process {
             stop_from_any(exit_tempfail);
         });
         l.qmgr->start();
-        l.server = std::make_unique<smtps::Server>(l.io.get_executor(), shared, *l.qmgr, cdb);
+        l.server = std::make_unique<smtps::Server>(l.io.get_executor(), shared, *l.qmgr, cdb,
+                                                  static_cast<unsigned>(loops.size()));
         for (auto& a : l.listeners) l.server->listen(std::move(a));
         l.listeners.clear();
         spdlog::info("ready: {} ESMTP, qmgr at {} (event loop {} of {})", cfg.server.hostname,

@@ -76,8 +76,10 @@ std::size_t Shared::sessions() const {
 }
 
 Server::Server(asio::any_io_executor ex, std::shared_ptr<Shared> shared, QmgrClient& qmgr,
-               CdbStore& cdb)
-    : ex_(std::move(ex)), shared_(std::move(shared)), qmgr_(qmgr), cdb_(cdb) {}
+               CdbStore& cdb, unsigned loops)
+    : ex_(std::move(ex)), shared_(std::move(shared)), qmgr_(qmgr), cdb_(cdb), loops_(loops) {
+    if (loops_ == 0) sm::panic("smtps: a Server of 0 event loops");
+}
 
 void Server::listen(tcp::acceptor acceptor) {
     acceptors_.push_back(std::move(acceptor));

@@ -8,6 +8,7 @@
 #include "config.hpp"
 #include "policy.hpp"
 #include "qmgr_client.hpp"
+#include "transaction_gate.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl/context.hpp>
@@ -97,9 +98,10 @@ private:
 class Server {
 public:
     // shared is held by every session, which may outlive the Server when
-    // its coroutine is destroyed with the io_context at exit.
+    // its coroutine is destroyed with the io_context at exit. loops: how
+    // many Servers (event loops) share server.max_transactions.
     Server(asio::any_io_executor ex, std::shared_ptr<Shared> shared, QmgrClient& qmgr,
-           CdbStore& cdb);
+           CdbStore& cdb, unsigned loops);
 
     // Serves an already listening socket.
     void listen(tcp::acceptor acceptor);
@@ -113,6 +115,11 @@ public:
     Shared& shared() { return *shared_; }
     QmgrClient& qmgr() { return qmgr_; }
     CdbStore& cdb() { return cdb_; }
+    const std::shared_ptr<TransactionGate>& gate() { return gate_; }
+    // This loop's share of max_transactions (0: no limit).
+    std::size_t transaction_limit(const sm::ServerConfig& cfg) const {
+        return (cfg.max_transactions + loops_ - 1) / loops_;
+    }
 
 private:
     asio::awaitable<void> accept_loop(tcp::acceptor& acceptor);
@@ -121,6 +128,8 @@ private:
     std::shared_ptr<Shared> shared_;
     QmgrClient& qmgr_;
     CdbStore& cdb_;
+    const unsigned loops_;
+    const std::shared_ptr<TransactionGate> gate_ = std::make_shared<TransactionGate>();
     std::list<tcp::acceptor> acceptors_;
     unsigned long accepted_ = 0;
 };

@@ -119,6 +119,10 @@ private:
     }
     static constexpr std::string_view tls_required_reply =
         "530 5.7.0 Must issue a STARTTLS command first";
+    // A place among the loop's server.max_transactions for the MAIL to
+    // come (smtps/transaction_gate.hpp), unless that MAIL will be refused
+    // anyway.
+    asio::awaitable<void> admit_transaction();
     void mail(std::string_view arg);
     void rcpt(std::string_view arg);
     asio::awaitable<bool> data(std::string_view arg);
@@ -138,6 +142,7 @@ private:
         mail_params_.clear();
         rcpts_.clear();
         rcpt_keys_.clear();
+        slot_.reset();
         envelope_size_ = 0;
         ta_id_.clear();
         chunking_.reset();
@@ -167,6 +172,7 @@ private:
     std::unordered_set<std::string> rcpt_keys_;  // local part + lower-case domain, of rcpts_
     std::size_t envelope_size_ = 0;  // what rcpts_ add to the TA_COMMIT
     std::unique_ptr<Chunking> chunking_;  // after the first BDAT of a transaction
+    TransactionGate::Slot slot_;          // from MAIL to the end of the transaction
     unsigned errors_ = 0;
     unsigned commands_ = 0;
     bool closing_ = false;
@@ -260,7 +266,11 @@ asio::awaitable<void> Session::run() {
             break;
         }
         case Verb::helo: helo(arg, false); break;
-        case Verb::mail: mail(arg); break;
+        case Verb::mail:
+            co_await admit_transaction();
+            mail(arg);
+            if (!in_mail_) slot_.reset();  // refused: its place goes on
+            break;
         case Verb::rcpt: rcpt(arg); break;
         case Verb::data: {
             const bool go_on = co_await data(arg);
@@ -398,6 +408,16 @@ void Session::mail(std::string_view arg) {
     mail_params_.assign(p->params);
     spdlog::info("{}: client={}", ta_id_, client());
     reply("250 2.1.0 Ok");
+}
+
+asio::awaitable<void> Session::admit_transaction() {
+    if (in_mail_ || slot_ || tls_required() || helo_.empty()) co_return;
+    const auto& gate = srv_.gate();
+    const std::size_t limit = srv_.transaction_limit(cfg_);
+    // Our replies so far go out before we wait (a pipelining client may
+    // be waiting for them).
+    if (limit != 0 && gate->open() >= limit && !co_await flush()) co_return;
+    slot_ = co_await gate->enter(limit, cfg_.transaction_wait);
 }
 
 void Session::rcpt(std::string_view arg) {

@@ -203,6 +203,20 @@ TEST_CASE("hardening keys and their bounds") {
     CHECK(error_key("[queue]\nmax_delivery_time = 0\n") == "queue.max_delivery_time");
 }
 
+TEST_CASE("server.max_transactions and transaction_wait_ms: defaults and bounds") {
+    const Config d = load_config("");
+    CHECK(d.server.max_transactions == 100);
+    CHECK(d.server.transaction_wait == std::chrono::milliseconds(2000));
+    const auto p = write_temp("[server]\nmax_transactions = 0\ntransaction_wait_ms = 250\n");
+    const Config c = load_config(p);
+    std::remove(p.c_str());
+    CHECK(c.server.max_transactions == 0);
+    CHECK(c.server.transaction_wait == std::chrono::milliseconds(250));
+    CHECK(error_key("[server]\nmax_transactions = -1\n") == "server.max_transactions");
+    CHECK(error_key("[server]\ntransaction_wait_ms = 60001\n") == "server.transaction_wait_ms");
+    CHECK(error_key("[server]\ntransaction_wait_ms = \"2s\"\n") == "server.transaction_wait_ms");
+}
+
 TEST_CASE("tls_security_level: its default follows the certificate, may/encrypt need one") {
     CHECK(load_config("").server.tls_security_level == TlsLevel::none);
     const std::string pair = "[server]\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n";

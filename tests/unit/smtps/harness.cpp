@@ -56,7 +56,7 @@ asio::awaitable<void> Harness::start(std::promise<void>& ready) {
                                                 [this] { qmgr_lost = true; });
     qmgr_->start();
     server_ = std::make_unique<smtps::Server>(
-        io_.get_executor(), std::make_shared<smtps::Shared>(cfg_, nullptr), *qmgr_, *cdb_);
+        io_.get_executor(), std::make_shared<smtps::Shared>(cfg_, nullptr), *qmgr_, *cdb_, 1);
     tcp::acceptor a(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
     port_ = a.local_endpoint().port();
     server_->listen(std::move(a));

@@ -1,0 +1,66 @@
+#include "transaction_gate.hpp"
+
+#include "panic.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace smtps {
+namespace {
+constexpr auto warn_every = std::chrono::seconds(60);
+} // namespace
+
+asio::awaitable<TransactionGate::Slot> TransactionGate::enter(
+    std::size_t limit, std::chrono::steady_clock::duration wait) {
+    limit_ = limit;
+    if (limit == 0 || open_ < limit) {
+        ++open_;
+        co_return Slot(shared_from_this());
+    }
+    // The gate outlives our place in waiters_, also when the loop is torn
+    // down (its Server first) with this coroutine still waiting.
+    const auto self = shared_from_this();
+    asio::steady_timer timer(co_await asio::this_coro::executor, wait);
+    Waiter w{&timer};
+    const auto it = waiters_.insert(waiters_.end(), &w);
+    // Unlinked however the wait ends.
+    struct Unlink {
+        std::list<Waiter*>& l;
+        std::list<Waiter*>::iterator it;
+        bool& granted;
+        ~Unlink() {
+            if (!granted) l.erase(it);
+        }
+    } unlink{waiters_, it, w.granted};
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    // Granted: leave() passed its place on (open_ stays). Else the wait is
+    // over and the transaction goes ahead over the limit.
+    if (!w.granted) {
+        ++open_;
+        ++overruns_;
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_warn_ >= warn_every) {
+            spdlog::warn("smtp: {} transactions open, {} MAIL commands waiting: a MAIL went ahead "
+                         "over server.max_transactions after waiting server.transaction_wait_ms "
+                         "({} times in all)",
+                         open_ - 1, waiters_.size() - 1, overruns_);
+            last_warn_ = now;
+        }
+    }
+    co_return Slot(self);
+}
+
+void TransactionGate::leave() {
+    if (open_ == 0) sm::panic("transaction gate: a transaction ended that was never open");
+    // Hand the place to the first waiter, while the limit still allows it
+    // (open_ may be over it after overruns or a lowered limit).
+    if (!waiters_.empty() && (limit_ == 0 || open_ <= limit_)) {
+        Waiter* w = waiters_.front();
+        waiters_.pop_front();
+        w->granted = true;
+        w->timer->cancel();
+        return;
+    }
+    --open_;
+}
+
+} // namespace smtps

@@ -1,0 +1,64 @@
+// How many mail transactions (MAIL to its reply after the content) an event
+// loop runs at once. Past the limit a MAIL waits for one to end, at most
+// `wait`: with more clients than the CPU and disk can serve together, the
+// queue forms before a transaction instead of between a message's last
+// byte and its 250 (postfix's smtpd process limit does the same with the
+// listen backlog). A client holding transactions open cannot lock others
+// out: past `wait` a MAIL goes ahead over the limit.
+#pragma once
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstddef>
+#include <list>
+#include <memory>
+
+namespace smtps {
+
+namespace asio = boost::asio;
+
+class TransactionGate : public std::enable_shared_from_this<TransactionGate> {
+public:
+    // Releases its transaction's place when it goes (reset or destroyed).
+    class Slot {
+    public:
+        Slot() = default;
+        explicit Slot(std::shared_ptr<TransactionGate> g) : gate_(std::move(g)) {}
+        Slot(Slot&&) = default;
+        Slot& operator=(Slot&& o) noexcept {
+            reset();
+            gate_ = std::move(o.gate_);
+            return *this;
+        }
+        ~Slot() { reset(); }
+        void reset() {
+            if (auto g = std::move(gate_)) g->leave();
+        }
+        explicit operator bool() const { return gate_ != nullptr; }
+
+    private:
+        std::shared_ptr<TransactionGate> gate_;
+    };
+
+    // A place among `limit` (0: no limit); waits while the others take
+    // them all, at most `wait`. Call on the gate's loop only.
+    asio::awaitable<Slot> enter(std::size_t limit, std::chrono::steady_clock::duration wait);
+
+    // Transactions holding a place (or over the limit).
+    std::size_t open() const { return open_; }
+
+private:
+    struct Waiter {
+        asio::steady_timer* timer;
+        bool granted = false;
+    };
+    void leave();
+
+    std::size_t open_ = 0;
+    std::size_t limit_ = 0;  // the last enter()'s: a reload may change it
+    std::list<Waiter*> waiters_;  // in arrival order
+    unsigned long overruns_ = 0;  // MAILs that went ahead over the limit
+    std::chrono::steady_clock::time_point last_warn_{};
+};
+
+} // namespace smtps
