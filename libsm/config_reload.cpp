@@ -95,6 +95,12 @@ ConfigReloader::ConfigReloader(boost::asio::io_context& io, std::string path,
                                const Config& running, Apply apply)
     : hup_(io, SIGHUP), path_(std::move(path)), running_(running), apply_(std::move(apply)) {
     wait();
+    // The MCP starts its children with SIGHUP blocked (mcp/spawn.cpp): one
+    // that came during the start-up is taken now.
+    sigset_t hup;
+    ::sigemptyset(&hup);
+    ::sigaddset(&hup, SIGHUP);
+    ::pthread_sigmask(SIG_UNBLOCK, &hup, nullptr);
 }
 
 void ConfigReloader::stop() {

@@ -36,14 +36,14 @@ struct Failure {
                                std::vector<int>& fds, int report, pid_t supervisor) {
     // The supervisor blocks its signals for sigtimedwait and ignores SIGPIPE;
     // both would survive exec.
-    sigset_t none;
-    ::sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    // A reload's SIGHUP that comes before the child has set up its handler
+    // must neither end it nor be lost (it may have read the file before the
+    // change): blocked, it waits until sm::ConfigReloader unblocks it.
+    sigset_t hup;
+    ::sigemptyset(&hup);
+    ::sigaddset(&hup, SIGHUP);
+    ::sigprocmask(SIG_SETMASK, &hup, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
-    // A reload's SIGHUP must not end a child that has not set up its own
-    // handler yet (sm::ConfigReloader replaces this); it reads the file at
-    // start anyway.
-    ::signal(SIGHUP, SIG_IGN);
     // Own process group: Ctrl-C reaches only `smx run`, which stops the
     // children in order (SMTPS first).
     ::setpgid(0, 0);

@@ -44,7 +44,10 @@ def kill_under_load(relay, load, rng, max_kills, choices, pause):
         time.sleep(rng.uniform(*pause))
         for v in rng.choice(choices):
             for p in relay.child_pids(v):
-                os.kill(p, signal.SIGKILL)
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass  # gone already: SMTPS and SMTPC exit when QMGR, killed first, goes
         kills += 1
         wait_until(lambda: all(relay.child_pids(v) for v in ("smx-qmgr", "smx-smtps", "smx-smtpc")),
                    60, "all children back")
