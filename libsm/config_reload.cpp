@@ -87,6 +87,13 @@ std::vector<std::string> keep_restart_only(const Config& r, Config& n) {
     return out;
 }
 
+sigset_t reload_signals() {
+    sigset_t s;
+    ::sigemptyset(&s);
+    ::sigaddset(&s, SIGHUP);
+    return s;
+}
+
 void set_log_level(const LogConfig& cfg) {
     spdlog::default_logger()->set_level(spdlog::level::from_str(cfg.level));
 }
@@ -95,11 +102,8 @@ ConfigReloader::ConfigReloader(boost::asio::io_context& io, std::string path,
                                const Config& running, Apply apply)
     : hup_(io, SIGHUP), path_(std::move(path)), running_(running), apply_(std::move(apply)) {
     wait();
-    // The MCP starts its children with SIGHUP blocked (mcp/spawn.cpp): one
-    // that came during the start-up is taken now.
-    sigset_t hup;
-    ::sigemptyset(&hup);
-    ::sigaddset(&hup, SIGHUP);
+    // One that came during the start-up is taken now.
+    const sigset_t hup = reload_signals();
     ::pthread_sigmask(SIG_UNBLOCK, &hup, nullptr);
 }
 

@@ -14,6 +14,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <csignal>
 
 #include <functional>
 #include <memory>
@@ -27,6 +28,11 @@ namespace sm {
 // [queue] settings QMGR's parts took at start, log sinks, ... Gives next the
 // running value of each such key that differs, and returns their names.
 std::vector<std::string> keep_restart_only(const Config& running, Config& next);
+
+// The reload signal (SIGHUP) as a set: the MCP starts its children with it
+// blocked, so that one sent during a child's start-up waits, and
+// ConfigReloader unblocks it once its handler is set.
+sigset_t reload_signals();
 
 // Sets the level of the process's logger (log.level).
 void set_log_level(const LogConfig& cfg);

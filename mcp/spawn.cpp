@@ -1,5 +1,7 @@
 #include "spawn.hpp"
 
+#include "config_reload.hpp"
+
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
@@ -39,9 +41,7 @@ struct Failure {
     // A reload's SIGHUP that comes before the child has set up its handler
     // must neither end it nor be lost (it may have read the file before the
     // change): blocked, it waits until sm::ConfigReloader unblocks it.
-    sigset_t hup;
-    ::sigemptyset(&hup);
-    ::sigaddset(&hup, SIGHUP);
+    const sigset_t hup = sm::reload_signals();
     ::sigprocmask(SIG_SETMASK, &hup, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
     // Own process group: Ctrl-C reaches only `smx run`, which stops the

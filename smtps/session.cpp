@@ -416,7 +416,7 @@ asio::awaitable<void> Session::admit_transaction() {
     const std::size_t limit = srv_.transaction_limit(cfg_);
     // Our replies so far go out before we wait (a pipelining client may
     // be waiting for them).
-    if (limit != 0 && gate->open() >= limit && !co_await flush()) co_return;
+    if (gate->full(limit) && !co_await flush()) co_return;
     slot_ = co_await gate->enter(limit, cfg_.transaction_wait);
 }
 

@@ -12,7 +12,7 @@ constexpr auto warn_every = std::chrono::seconds(60);
 asio::awaitable<TransactionGate::Slot> TransactionGate::enter(
     std::size_t limit, std::chrono::steady_clock::duration wait) {
     limit_ = limit;
-    if (limit == 0 || open_ < limit) {
+    if (!full(limit)) {
         ++open_;
         co_return Slot(shared_from_this());
     }

@@ -44,8 +44,8 @@ public:
     // them all, at most `wait`. Call on the gate's loop only.
     asio::awaitable<Slot> enter(std::size_t limit, std::chrono::steady_clock::duration wait);
 
-    // Transactions holding a place (or over the limit).
-    std::size_t open() const { return open_; }
+    // Whether enter(limit, ...) would wait now.
+    bool full(std::size_t limit) const { return limit != 0 && open_ >= limit; }
 
 private:
     struct Waiter {

@@ -10,8 +10,6 @@ import subprocess
 import threading
 import time
 
-import pytest
-
 from conftest import SMX, send, wait_until
 from test_smtp import Raw
 
