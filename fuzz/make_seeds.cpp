@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
     put(out / "record", "hello", encode(Hello{"smtps", protocol_version, 42}));
     put(out / "record", "ta_commit", encode(ta, 7));
     put(out / "record", "ta_ack", encode(TaAck{ta.ta_id, AckStatus::tempfail, "4.3.0 x"}, 7));
+    put(out / "record", "smtps_load", encode(SmtpsLoad{1, 1000, 100, 7}));
     put(out / "record", "deliver",
         encode(Deliver{9, ta.ta_id, ta.cdb_id, ta.sender, ta.size,
                        {{0, "a@example.net"}, {1, "b@example.net"}}, {"[127.0.0.1]:25", "mx"}}));

@@ -32,6 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     round_trip<sm::msg::HelloAck>(f);
     round_trip<sm::msg::TaCommit>(f);
     round_trip<sm::msg::TaAck>(f);
+    round_trip<sm::msg::SmtpsLoad>(f);
     round_trip<sm::msg::Deliver>(f);
     round_trip<sm::msg::Result>(f);
     round_trip<sm::msg::CtlRequest>(f);

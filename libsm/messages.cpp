@@ -9,7 +9,7 @@ enum Tag : std::uint16_t {
     T_ROLE = 1, T_VERSION, T_PID, T_STATUS, T_TEXT, T_TA_ID, T_CLIENT_ADDR,
     T_CLIENT_NAME, T_HELO, T_SENDER, T_PARAMS, T_RCPT, T_CDB_ID, T_SIZE,
     T_ARRIVAL, T_DA_ID, T_IDX, T_ADDR, T_NEXTHOP, T_RELAY, T_CODE, T_ENHANCED,
-    T_COMMAND, T_ARG, T_PEER_DSN,
+    T_COMMAND, T_ARG, T_PEER_DSN, T_LOOP, T_SESSIONS, T_TRANSACTIONS, T_WAITING,
 };
 
 // How one tag of a record is read: required or not, may it repeat, and the
@@ -135,6 +135,10 @@ std::string encode(const TaAck& m, std::uint64_t id) {
         .u32(T_STATUS, static_cast<std::uint32_t>(m.status)).str(T_TEXT, m.text)
         .frame(TA_ACK, id);
 }
+std::string encode(const SmtpsLoad& m, std::uint64_t id) {
+    return rec::Writer().u32(T_LOOP, m.loop).u64(T_SESSIONS, m.sessions)
+        .u64(T_TRANSACTIONS, m.transactions).u64(T_WAITING, m.waiting).frame(SMTPS_LOAD, id);
+}
 std::string encode(const Deliver& m, std::uint64_t id) {
     rec::Writer w;
     w.u64(T_DA_ID, m.da_id).str(T_TA_ID, m.ta_id).str(T_CDB_ID, m.cdb_id)
@@ -201,6 +205,17 @@ template <>
 std::optional<TaCommit> decode<TaCommit>(const rec::Frame& f, std::string& err) {
     if (!type_is(f, TA_COMMIT, err)) return std::nullopt;
     return commit_from(f.body, err);
+}
+template <>
+std::optional<SmtpsLoad> decode<SmtpsLoad>(const rec::Frame& f, std::string& err) {
+    SmtpsLoad m;
+    if (!type_is(f, SMTPS_LOAD, err) ||
+        !apply(f.body, {{T_LOOP, true, false, num(m.loop)},
+                        {T_SESSIONS, true, false, num(m.sessions)},
+                        {T_TRANSACTIONS, true, false, num(m.transactions)},
+                        {T_WAITING, true, false, num(m.waiting)}}, err))
+        return std::nullopt;
+    return m;
 }
 template <>
 std::optional<TaAck> decode<TaAck>(const rec::Frame& f, std::string& err) {

@@ -12,13 +12,15 @@
 
 namespace sm::msg {
 
-inline constexpr std::uint32_t protocol_version = 1;
+// 2: SMTPS_LOAD.
+inline constexpr std::uint32_t protocol_version = 2;
 
 enum Type : std::uint16_t {
     HELLO = 1,       // peer → QMGR: role, version
     HELLO_ACK = 2,   // QMGR → peer: status, text
     TA_COMMIT = 10,  // SMTPS → QMGR
     TA_ACK = 11,     // QMGR → SMTPS
+    SMTPS_LOAD = 12, // SMTPS → QMGR, when it changes
     DELIVER = 20,    // QMGR → SMTPC
     RESULT = 21,     // SMTPC → QMGR
     CTL_REQ = 30,    // CLI → QMGR
@@ -52,6 +54,16 @@ struct TaCommit {
     std::string cdb_id;
     std::uint64_t size = 0;        // bytes in the CDB file
     std::uint64_t arrival_us = 0;  // unix time in microseconds
+};
+
+// One SMTPS event loop's sessions and transactions, for `smx stats`: sent
+// when they change, at most once a second.
+struct SmtpsLoad {
+    std::uint32_t loop = 0;          // its index in its process, from 0
+    std::uint64_t sessions = 0;      // connections it serves
+    std::uint64_t transactions = 0;  // from MAIL to the reply after the content
+    std::uint64_t waiting = 0;       // MAILs waiting for server.max_transactions
+    bool operator==(const SmtpsLoad&) const = default;
 };
 
 enum class AckStatus : std::uint32_t { ok = 0, tempfail = 1, reject = 2 };
@@ -123,6 +135,7 @@ std::string encode(const Hello&, std::uint64_t req_id = 0);
 std::string encode(const HelloAck&, std::uint64_t req_id = 0);
 std::string encode(const TaCommit&, std::uint64_t req_id);
 std::string encode(const TaAck&, std::uint64_t req_id);
+std::string encode(const SmtpsLoad&, std::uint64_t req_id = 0);
 std::string encode(const Deliver&, std::uint64_t req_id = 0);
 std::string encode(const Result&, std::uint64_t req_id = 0);
 std::string encode(const CtlRequest&, std::uint64_t req_id = 0);

@@ -16,6 +16,7 @@ namespace smx::qmgr {
 
 std::vector<Metric> Qmgr::metrics() const {
     const IbdbStats& s = ibdb_.stats();
+    const sm::msg::SmtpsLoad smtps = smtps_loads_.total();
     return {
         {"received", counters_.received, true, "Transactions accepted (TA_COMMIT acknowledged)"},
         {"rejected", counters_.rejected, true, "TA_COMMITs refused as invalid"},
@@ -43,7 +44,12 @@ std::vector<Metric> Qmgr::metrics() const {
         {"dead_destinations", sched_.dead_destinations(), false,
          "Destinations suspended after a cohort of connection failures"},
         {"smtpc_connections", sched_.links(), false, "SMTPC processes connected"},
-        {"smtps_connections", counters_.smtps_connections, false, "SMTPS links connected (one per smx-smtps event loop)"},
+        {"smtps_connections", smtps_loads_.links(), false, "SMTPS links connected (one per smx-smtps event loop)"},
+        {"smtps_sessions", smtps.sessions, false, "SMTP connections SMTPS serves (reported each second)"},
+        {"smtps_transactions", smtps.transactions, false,
+         "SMTP transactions open in SMTPS, MAIL to the reply after the content (reported each second)"},
+        {"smtps_transactions_waiting", smtps.waiting, false,
+         "MAIL commands waiting for server.max_transactions (reported each second)"},
     };
 }
 
@@ -57,6 +63,8 @@ void Qmgr::control(const sm::msg::CtlRequest& req, CtlDone done) {
     if (c == "stats") {
         std::string text;
         for (const Metric& m : metrics()) text += fmt::format("{} {}\n", m.name, m.value);
+        for (const auto& [loop, n] : smtps_sessions_by_loop())
+            text += fmt::format("smtps_loop_{}_sessions {}\n", loop, n);
         done({0, std::move(text)});
     } else if (c == "queue" || c == "qshape" || c == "show") {
         tasks_.spawn(ex_, ctl_report(req, std::move(done)), "smx queue");

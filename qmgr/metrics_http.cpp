@@ -43,6 +43,9 @@ std::string prometheus_text(Qmgr& q) {
     expose_labels(out, "smx_destination_active_recipients", "destination",
                   "Recipients waiting or out for delivery per destination (the 20 largest)",
                   q.active_by_destination());
+    expose_labels(out, "smx_smtps_loop_sessions", "loop",
+                  "SMTP connections each SMTPS event loop serves (reported each second)",
+                  q.smtps_sessions_by_loop());
     expose_labels(out, "smx_domain_deferred_recipients", "domain",
                   "Deferred recipients per recipient domain (the 20 largest; counted every 30 s)",
                   q.deferred_by_domain());

@@ -30,6 +30,7 @@
 #include "reaper.hpp"
 #include "routing.hpp"
 #include "scheduler.hpp"
+#include "smtps_loads.hpp"
 #include "sweeper.hpp"
 
 #include "config.hpp"
@@ -58,7 +59,6 @@ struct Counters {
     std::uint64_t delivered = 0;  // recipients: status=sent
     std::uint64_t deferred = 0;   // recipient deferrals
     std::uint64_t quarantined = 0;  // orphan files and envelopes without content
-    unsigned smtps_connections = 0;
     // End of DATA (the arrival SMTPS stamps) to TA_ACK, accepted mail only.
     Histogram ack_seconds{latency_buckets};
     // Arrival to delivery, per delivered recipient.
@@ -125,8 +125,12 @@ public:
     // the caller gets the previous result meanwhile.
     const LabelCounts& deferred_by_domain();
 
-    // SMTPS links come and go; a TA_COMMIT too large to decode was refused.
-    void smtps_link(bool up) { up ? ++counters_.smtps_connections : --counters_.smtps_connections; }
+    // SMTPS links come and go and report their loop's load; a TA_COMMIT
+    // too large to decode was refused.
+    std::uint64_t add_smtps() { return smtps_loads_.add_link(); }
+    void remove_smtps(std::uint64_t link) { smtps_loads_.remove_link(link); }
+    void smtps_load(std::uint64_t link, const sm::msg::SmtpsLoad& l) { smtps_loads_.update(link, l); }
+    LabelCounts smtps_sessions_by_loop() const { return smtps_loads_.sessions_by_loop(); }
     void commit_refused() { ++counters_.rejected; }
     const ActiveQueue& queue() const { return queue_; }
 
@@ -180,6 +184,7 @@ private:
     Router router_;
     Scheduler sched_;
     Counters counters_;
+    SmtpsLoads smtps_loads_;
     asio::steady_timer disk_timer_;
     bool disk_low_ = false;
     asio::steady_timer reclaim_timer_;

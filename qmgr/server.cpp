@@ -56,19 +56,23 @@ struct Next {
     std::uint64_t req_id = 0;
 };
 template <class T>
+std::optional<Next<T>> take(const sm::Channel& ch, const sm::rec::Frame& f, std::uint16_t type) {
+    std::string err;
+    Next<T> n{std::nullopt, f.hdr.req_id};
+    if (f.hdr.type != type) err = "unexpected record type " + std::to_string(f.hdr.type);
+    else if (f.oversize) return n;
+    else n.rec = sm::msg::decode<T>(f, err);
+    if (!n.rec) {
+        spdlog::error("{}: protocol error: {}; dropping the peer", ch.peer(), err);
+        return std::nullopt;
+    }
+    return n;
+}
+template <class T>
 asio::awaitable<std::optional<Next<T>>> next(sm::Channel& ch, std::uint16_t type) {
     auto f = co_await ch.read();
     if (!f) co_return std::nullopt;
-    std::string err;
-    Next<T> n{std::nullopt, f->hdr.req_id};
-    if (f->hdr.type != type) err = "unexpected record type " + std::to_string(f->hdr.type);
-    else if (f->oversize) co_return n;
-    else n.rec = sm::msg::decode<T>(*f, err);
-    if (!n.rec) {
-        spdlog::error("{}: protocol error: {}; dropping the peer", ch.peer(), err);
-        co_return std::nullopt;
-    }
-    co_return n;
+    co_return take<T>(ch, *f, type);
 }
 
 std::optional<uid_t> uid_of(const sm::Config& cfg, sm::ServerConfig::Process p) {
@@ -219,9 +223,18 @@ asio::awaitable<void> Server::session(std::shared_ptr<sm::Channel> ch, Peer peer
 }
 
 asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch) {
-    q_.smtps_link(true);
+    const auto link = q_.add_smtps();
     spdlog::info("{}: connected", ch->peer());
-    while (auto ta = co_await next<sm::msg::TaCommit>(*ch, sm::msg::TA_COMMIT)) {
+    while (auto f = co_await ch->read()) {
+        if (f->hdr.type == sm::msg::SMTPS_LOAD) {
+            // Never oversize from a well-behaved SMTPS: take() refuses it.
+            auto load = take<sm::msg::SmtpsLoad>(*ch, *f, sm::msg::SMTPS_LOAD);
+            if (!load || !load->rec) break;
+            q_.smtps_load(link, *load->rec);
+            continue;
+        }
+        auto ta = take<sm::msg::TaCommit>(*ch, *f, sm::msg::TA_COMMIT);
+        if (!ta) break;
         if (!ta->rec) {
             q_.commit_refused();
             ch->send(sm::msg::encode(
@@ -232,7 +245,7 @@ asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch) {
         q_.on_commit(std::move(*ta->rec), ta->req_id,
                      [ch](std::string frame) { ch->send(std::move(frame)); });
     }
-    q_.smtps_link(false);
+    q_.remove_smtps(link);
     spdlog::info("{}: disconnected", ch->peer());
 }
 

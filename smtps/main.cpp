@@ -126,6 +126,7 @@ struct Process {
                                                   static_cast<unsigned>(loops.size()));
         for (auto& a : l.listeners) l.server->listen(std::move(a));
         l.listeners.clear();
+        l.server->start_load_reports(index);
         spdlog::info("ready: {} ESMTP, qmgr at {} (event loop {} of {})", cfg.server.hostname,
                      cfg.qmgr_socket(), index + 1, loops.size());
     }

@@ -29,6 +29,8 @@ public:
     // Commits a transaction: QMGR's answer, or nullopt when none came
     // (timeout, QMGR gone), in which case QMGR may or may not have it.
     asio::awaitable<std::optional<sm::msg::TaAck>> commit(const sm::msg::TaCommit& ta);
+    // One-way: QMGR answers nothing.
+    void report(const sm::msg::SmtpsLoad& load) { ch_->send(sm::msg::encode(load)); }
 
 private:
     struct Waiter {

@@ -125,10 +125,33 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
                 std::shared_ptr<Shared> shared;
                 const std::string& ip;
                 bool per_client;
-                ~Slot() { shared->release(ip, per_client); }
-            } slot{shared_, ip, !trusted};
+                std::shared_ptr<std::size_t> loop_sessions;
+                ~Slot() {
+                    shared->release(ip, per_client);
+                    --*loop_sessions;
+                }
+            } slot{shared_, ip, !trusted, sessions_};
+            ++*sessions_;
             co_await run_session(*this, std::move(s), ip, trusted);
         }, sm::crash_on_exception("smtps session"));
+    }
+}
+
+void Server::start_load_reports(unsigned loop) {
+    asio::co_spawn(ex_, report_load(loop), sm::crash_on_exception("smtps load report"));
+}
+
+asio::awaitable<void> Server::report_load(unsigned loop) {
+    std::optional<sm::msg::SmtpsLoad> sent;
+    asio::steady_timer timer(ex_);
+    while (qmgr_.connected()) {
+        const sm::msg::SmtpsLoad now{loop, *sessions_, gate_->open(), gate_->waiting()};
+        if (now != sent) {
+            qmgr_.report(now);
+            sent = now;
+        }
+        timer.expires_after(std::chrono::seconds(1));
+        co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
     }
 }
 

@@ -110,6 +110,9 @@ public:
     // Connections this Server's loop took from the kernel (those refused for
     // the connection limits too).
     unsigned long accepted() const { return accepted_; }
+    // Tells QMGR this loop's sessions and transactions (`smx stats`) when
+    // they change, at most once a second, while the QMGR link is up.
+    void start_load_reports(unsigned loop);
 
     std::shared_ptr<const Settings> settings() const { return shared_->settings(); }
     Shared& shared() { return *shared_; }
@@ -123,6 +126,7 @@ public:
 
 private:
     asio::awaitable<void> accept_loop(tcp::acceptor& acceptor);
+    asio::awaitable<void> report_load(unsigned loop);
 
     asio::any_io_executor ex_;
     std::shared_ptr<Shared> shared_;
@@ -132,6 +136,9 @@ private:
     const std::shared_ptr<TransactionGate> gate_ = std::make_shared<TransactionGate>();
     std::list<tcp::acceptor> acceptors_;
     unsigned long accepted_ = 0;
+    // This loop's sessions; shared, as a session's coroutine may outlive
+    // the Server at exit.
+    const std::shared_ptr<std::size_t> sessions_ = std::make_shared<std::size_t>(0);
 };
 
 // The printable client address: v4-mapped IPv6 is shown as IPv4.

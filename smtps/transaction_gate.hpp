@@ -46,6 +46,8 @@ public:
 
     // Whether enter(limit, ...) would wait now.
     bool full(std::size_t limit) const { return limit != 0 && open_ >= limit; }
+    std::size_t open() const { return open_; }
+    std::size_t waiting() const { return waiters_.size(); }
 
 private:
     struct Waiter {

@@ -62,6 +62,46 @@ def held(port, n):
     return None
 
 
+def loop_sessions(stats):
+    """smx stats' sessions of each SMTPS loop, by loop index."""
+    return {int(m.group(1)): v for k, v in stats.items()
+            if (m := re.fullmatch(r"smtps_loop_(\d+)_sessions", k))}
+
+
+def test_stats_show_each_loops_sessions_and_the_open_and_waiting_transactions(sink, make_relay):
+    """What SMTPS reports each second: the sessions of each loop (the same as
+    the sockets each loop's epoll gained), transactions open, and MAILs
+    waiting for server.max_transactions (here 1 a loop)."""
+    relay = make_relay(sink.port, TWO + "max_transactions = 2\ntransaction_wait_ms = 60000\n")
+    wait_until(lambda: relay.log_text().count("(event loop ") == 2, 10, "both loops ready")
+    pid = smtps_pid(relay)
+    before = epoll_registrations(pid)
+    clients = held(relay.port, 40)
+    assert clients, "a session was refused"
+    after = epoll_registrations(pid)
+    gained = sorted((n for n in (after.get(fd, 0) - n for fd, n in before.items()) if n), reverse=True)
+    stats = wait_until(lambda: (s := relay.stats())["smtps_sessions"] == 40 and s, 10,
+                       "40 sessions in smx stats")
+    assert sorted(loop_sessions(stats).values(), reverse=True) == gained, (stats, gained)
+    assert set(loop_sessions(stats)) == {0, 1}
+    assert stats["smtps_transactions"] == 0 and stats["smtps_transactions_waiting"] == 0
+    for c in clients:
+        c.send(b"EHLO client.test\r\nMAIL FROM:<a@client.test>\r\n")
+    # One transaction open on each loop, every other MAIL waiting.
+    wait_until(lambda: (s := relay.stats())["smtps_transactions"] == 2
+               and s["smtps_transactions_waiting"] == 38, 10,
+               "2 open and 38 waiting in %s" % relay.stats())
+    # Those who got their 250 end theirs; the places pass on, and as each
+    # client is gone, everything drains.
+    for c in clients:
+        c.close()
+    wait_until(lambda: (s := relay.stats())["smtps_sessions"] == 0 and s["smtps_transactions"] == 0
+               and s["smtps_transactions_waiting"] == 0 and sum(loop_sessions(s).values()) == 0, 15,
+               "nothing left in %s" % relay.stats())
+    relay.stop()
+    assert "panic" not in relay.log_text()
+
+
 def test_two_loops_both_serve_sessions_and_all_mail_arrives(sink, make_relay):
     relay = make_relay(sink.port, TWO)
     wait_until(lambda: relay.log_text().count("(event loop ") == 2, 10, "both loops ready")

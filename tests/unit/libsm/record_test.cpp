@@ -77,6 +77,20 @@ TEST_CASE("DELIVER and RESULT round trip") {
     CHECK(msg::to_string({0, "", "no route"}) == "no route");
 }
 
+TEST_CASE("SMTPS_LOAD round trip, every count required") {
+    const msg::SmtpsLoad l{3, 50000, 100, 12};
+    std::string err;
+    auto d = msg::decode<msg::SmtpsLoad>(to_frame(msg::encode(l)), err);
+    REQUIRE(d);
+    CHECK(*d == l);
+    // Without its waiting count (the last field: a type and a length, then 8 bytes).
+    std::string wire = msg::encode(l);
+    auto frame = to_frame(wire);
+    frame.body.resize(frame.body.size() - 14);
+    CHECK_FALSE(msg::decode<msg::SmtpsLoad>(frame, err));
+    CHECK_FALSE(msg::decode<msg::SmtpsLoad>(to_frame(msg::encode(msg::TaAck{"A", msg::AckStatus::ok, ""}, 1)), err));
+}
+
 TEST_CASE("decoder rejects what a strict peer must reject") {
     std::string err;
     SECTION("wrong type") {

@@ -371,7 +371,8 @@ TEST_CASE("control: stats and unknown commands") {
     for (const char* name : {"received ", "delivered ", "deferred ", "bounced ", "dsn_sent ", "ibdb_commits ",
                              "ibdb_transactions ", "ibdb_records ", "fsync_us_total ",
                              "queue_size ", "queue_transactions ", "active_deliveries ",
-                             "smtpc_connections ", "smtps_connections "})
+                             "smtpc_connections ", "smtps_connections ", "smtps_sessions ",
+                             "smtps_transactions ", "smtps_transactions_waiting "})
         CHECK(("\n" + r.text).find(std::string("\n") + name) != std::string::npos);
     auto bad = h.ctl("frobnicate");
     CHECK(bad.status == 1);

@@ -144,3 +144,43 @@ TEST_CASE("server: a peer that stays silent does not hold up others") {
     CHECK(silent.in.empty());
     CHECK_FALSE(silent.eof);
 }
+
+TEST_CASE("server: SMTPS links report their loops' load to smx stats; a bad report drops the link") {
+    Served s;
+    auto stats = [&] {
+        Client c(s.path);
+        REQUIRE(s.hello(c, sm::msg::encode(sm::msg::Hello{"cli", sm::msg::protocol_version, 1})).status == 0);
+        c.send(sm::msg::encode(sm::msg::CtlRequest{"stats", {}}, 3));
+        REQUIRE(s.run_until([&] { return c.has_frame(); }));
+        return c.take<sm::msg::CtlReply>().text;
+    };
+    auto has = [&](const std::string& line) { return ("\n" + stats()).find("\n" + line + "\n") != std::string::npos; };
+    const auto smtps_hello = sm::msg::encode(sm::msg::Hello{"smtps", sm::msg::protocol_version, 1});
+    {
+        Client a(s.path), b(s.path);
+        REQUIRE(s.hello(a, smtps_hello).status == 0);
+        REQUIRE(s.hello(b, smtps_hello).status == 0);
+        a.send(sm::msg::encode(sm::msg::SmtpsLoad{0, 30, 5, 2}));
+        b.send(sm::msg::encode(sm::msg::SmtpsLoad{1, 12, 1, 0}));
+        CHECK(s.run_until([&] { return has("smtps_sessions 42"); }));
+        CHECK(has("smtps_connections 2"));
+        CHECK(has("smtps_transactions 6"));
+        CHECK(has("smtps_transactions_waiting 2"));
+        CHECK(has("smtps_loop_0_sessions 30"));
+        CHECK(has("smtps_loop_1_sessions 12"));
+        // A newer report replaces the link's last one.
+        a.send(sm::msg::encode(sm::msg::SmtpsLoad{0, 3, 0, 0}));
+        CHECK(s.run_until([&] { return has("smtps_sessions 15"); }));
+        // A report without its counts is a protocol error: the link goes,
+        // and with it what it reported.
+        a.send(sm::rec::Writer().u32(1, 0).frame(sm::msg::SMTPS_LOAD, 0));
+        CHECK(s.run_until([&] { a.poll(); return a.eof; }, 4000ms));
+        CHECK(s.run_until([&] { return has("smtps_sessions 12"); }));
+        CHECK(has("smtps_connections 1"));
+        CHECK_FALSE(has("smtps_loop_0_sessions 3"));
+    }
+    // Both gone: nothing left of them.
+    CHECK(s.run_until([&] { return has("smtps_connections 0"); }));
+    CHECK(has("smtps_sessions 0"));
+    CHECK(stats().find("smtps_loop_") == std::string::npos);
+}

@@ -1,0 +1,50 @@
+// What each SMTPS event loop last reported of its sessions and transactions
+// (SMTPS_LOAD), kept per QMGR link while the link is up: `smx stats` and
+// Prometheus show the sums and the sessions of each loop.
+#pragma once
+
+#include "histogram.hpp"
+#include "messages.hpp"
+
+#include <cstdint>
+#include <map>
+
+namespace smx::qmgr {
+
+class SmtpsLoads {
+public:
+    std::uint64_t add_link() {
+        loads_.emplace(++next_link_, sm::msg::SmtpsLoad{});
+        return next_link_;
+    }
+    void remove_link(std::uint64_t link) { loads_.erase(link); }
+    void update(std::uint64_t link, const sm::msg::SmtpsLoad& load) {
+        if (auto it = loads_.find(link); it != loads_.end()) it->second = load;
+    }
+
+    std::uint64_t links() const { return loads_.size(); }
+    // Summed over the links.
+    sm::msg::SmtpsLoad total() const {
+        sm::msg::SmtpsLoad t;
+        for (const auto& [link, l] : loads_) {
+            t.sessions += l.sessions;
+            t.transactions += l.transactions;
+            t.waiting += l.waiting;
+        }
+        return t;
+    }
+    // Sessions by loop index, in index order (links of one index summed).
+    LabelCounts sessions_by_loop() const {
+        std::map<std::uint32_t, std::uint64_t> by;
+        for (const auto& [link, l] : loads_) by[l.loop] += l.sessions;
+        LabelCounts out;
+        for (const auto& [loop, n] : by) out.emplace_back(std::to_string(loop), n);
+        return out;
+    }
+
+private:
+    std::map<std::uint64_t, sm::msg::SmtpsLoad> loads_;
+    std::uint64_t next_link_ = 0;
+};
+
+} // namespace smx::qmgr
