@@ -1,6 +1,7 @@
 """Fixtures that start the real smx processes and a recording sink on 127.0.0.1."""
 import json
 import os
+import re
 import signal
 import smtplib
 import socket
@@ -13,6 +14,10 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("SMX_BUILD", os.path.join(REPO, "build"))
 SMX = os.path.join(BUILD, "mcp", "smx")
+# The record protocol's version a peer's HELLO must carry, as smx is built
+# with it (libsm/messages.hpp), for the tests that speak it raw.
+with open(os.path.join(REPO, "libsm", "messages.hpp")) as _f:
+    PROTOCOL_VERSION = int(re.search(r"protocol_version = (\d+);", _f.read()).group(1))
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Fewer messages in the slower sanitizer build (scripts/test sets it).
 SCALE = float(os.environ.get("SMX_TEST_SCALE", "1"))

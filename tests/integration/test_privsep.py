@@ -19,7 +19,7 @@ import tempfile
 
 import pytest
 
-from conftest import REPO, SMX, Relay, send, wait_until
+from conftest import PROTOCOL_VERSION, REPO, SMX, Relay, send, wait_until
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: it switches users")
 
@@ -109,7 +109,7 @@ HELLO_PROBE = r"""
 import os, socket, struct, sys
 def field(tag, value):
     return struct.pack(">HI", tag, len(value)) + value
-body = (field(1, sys.argv[2].encode()) + field(2, struct.pack(">I", 1)) +
+body = (field(1, sys.argv[2].encode()) + field(2, struct.pack(">I", int(sys.argv[3]))) +
         field(3, struct.pack(">I", os.getpid())))
 s = socket.socket(socket.AF_UNIX)
 s.settimeout(10)
@@ -132,7 +132,7 @@ def test_qmgr_takes_a_role_only_from_its_account(sink, make_separate):
     sock = relay.run_dir + "/qmgr.sock"
     for role, want in (("smtps", "1"), ("smtpc", "0")):
         r = as_user("smxc", "smx", sys.executable, "-c", HELLO_PROBE, sock, role,
-                    groups=["smx", "smxc"])
+                    str(PROTOCOL_VERSION), groups=["smx", "smxc"])
         assert r.returncode == 0 and r.stdout.strip() == want, (role, r)
     wait_until(lambda: "role smtps not allowed for uid %d" % pwd.getpwnam("smxc").pw_uid
                in relay.log_text(), 5, "QMGR to log the refusal")

@@ -8,7 +8,7 @@ import struct
 import time
 import urllib.request
 
-from conftest import free_port, send, wait_until
+from conftest import PROTOCOL_VERSION, free_port, send, wait_until
 
 MAX_BODY = 4 << 20
 HELLO, HELLO_ACK, TA_COMMIT, TA_ACK = 1, 2, 10, 11
@@ -29,7 +29,7 @@ class Peer:
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.s.settimeout(20)
         self.s.connect(path)
-        self.s.sendall(frame(HELLO, 0, field(1, role.encode()) + field(2, struct.pack(">I", 1)) +
+        self.s.sendall(frame(HELLO, 0, field(1, role.encode()) + field(2, struct.pack(">I", PROTOCOL_VERSION)) +
                              field(3, struct.pack(">I", os.getpid()))))
         rtype, _, fields = self.read()
         assert rtype == HELLO_ACK and fields[4] == struct.pack(">I", 0), fields
