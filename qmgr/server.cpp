@@ -227,9 +227,13 @@ asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch) {
     spdlog::info("{}: connected", ch->peer());
     while (auto f = co_await ch->read()) {
         if (f->hdr.type == sm::msg::SMTPS_LOAD) {
-            // Never oversize from a well-behaved SMTPS: take() refuses it.
             auto load = take<sm::msg::SmtpsLoad>(*ch, *f, sm::msg::SMTPS_LOAD);
-            if (!load || !load->rec) break;
+            if (!load) break;
+            // A few counts: no SMTPS sends one over the frame limit.
+            if (!load->rec) {
+                spdlog::error("{}: protocol error: oversize SMTPS_LOAD; dropping the peer", ch->peer());
+                break;
+            }
             q_.smtps_load(link, *load->rec);
             continue;
         }

@@ -5,6 +5,7 @@
 
 #include "histogram.hpp"
 #include "messages.hpp"
+#include "panic.hpp"
 
 #include <cstdint>
 #include <map>
@@ -17,9 +18,13 @@ public:
         loads_.emplace(++next_link_, sm::msg::SmtpsLoad{});
         return next_link_;
     }
-    void remove_link(std::uint64_t link) { loads_.erase(link); }
+    void remove_link(std::uint64_t link) {
+        if (loads_.erase(link) == 0) sm::panic("smtps loads: removing a link never added");
+    }
     void update(std::uint64_t link, const sm::msg::SmtpsLoad& load) {
-        if (auto it = loads_.find(link); it != loads_.end()) it->second = load;
+        const auto it = loads_.find(link);
+        if (it == loads_.end()) sm::panic("smtps loads: a report from a link never added");
+        it->second = load;
     }
 
     std::uint64_t links() const { return loads_.size(); }

@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 using namespace qmgr_test;
 
@@ -178,6 +179,29 @@ TEST_CASE("server: SMTPS links report their loops' load to smx stats; a bad repo
         CHECK(s.run_until([&] { return has("smtps_sessions 12"); }));
         CHECK(has("smtps_connections 1"));
         CHECK_FALSE(has("smtps_loop_0_sessions 3"));
+    }
+    // An oversize report is refused too: the link is dropped.
+    {
+        Client c(s.path);
+        REQUIRE(s.hello(c, smtps_hello).status == 0);
+        c.send(sm::msg::encode(sm::msg::SmtpsLoad{0, 7, 0, 0}));
+        CHECK(s.run_until([&] { return has("smtps_sessions 7"); }));
+        // By hand: rec::Writer refuses to build a frame over the limit.
+        const std::string frame = sm::rec::put_u32(sm::rec::max_body + 1) +
+                                  sm::rec::put_u16(sm::msg::SMTPS_LOAD) + sm::rec::put_u16(0) +
+                                  sm::rec::put_u64(0) + std::string(sm::rec::max_body + 1, 'x');
+        // More than a socket buffer: written by a thread while this one
+        // runs QMGR's loop, which reads past it.
+        std::thread writer([&] {
+            for (std::size_t off = 0; off < frame.size();) {
+                const ssize_t n = ::send(c.fd, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
+                if (n <= 0) return;
+                off += static_cast<std::size_t>(n);
+            }
+        });
+        CHECK(s.run_until([&] { c.poll(); return c.eof; }, 4000ms));
+        writer.join();
+        CHECK(s.run_until([&] { return has("smtps_connections 0"); }));
     }
     // Both gone: nothing left of them.
     CHECK(s.run_until([&] { return has("smtps_connections 0"); }));
