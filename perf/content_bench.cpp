@@ -3,7 +3,8 @@
 // thread, batch by batch: write each message of a batch, make the batch
 // durable with one sync, read each message back, remove it. Two designs:
 //
-//   files    one file per message in cdb/XX/ (as SMTPS writes them), one
+//   files    one file per message through smx's own libsm/content_file.hpp
+//            (cdb/XX/<id>, created as SMTPS creates them), one
 //            syncfs per batch (content_sync = "batch"), open+read, unlink;
 //   segment  messages appended to a segment file, one fdatasync per batch,
 //            pread by offset, a segment unlinked once all of it is read.
@@ -13,12 +14,15 @@
 // message. Run it on the file system of the spool, on a quiet machine,
 // with both designs in one run: docs/benchmarks.md.
 #include "common.hpp"
+#include "content_file.hpp"
+#include "ids.hpp"
 
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -56,11 +60,9 @@ double process_cpu_seconds() {
 }
 
 void write_all(int fd, const std::string& data) {
-    std::size_t off = 0;
-    while (off < data.size()) {
-        const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-        if (n < 0) die("write");
-        off += static_cast<std::size_t>(n);
+    if (const int err = sm::content::write_all(fd, data)) {
+        errno = err;
+        die("write");
     }
 }
 
@@ -73,44 +75,46 @@ struct Options {
     std::size_t segment_bytes = 16u << 20;
 };
 
+// smx's own content files (libsm/content_file.hpp), under ids of smx's form.
 class FileStore {
 public:
-    explicit FileStore(const fs::path& dir) : dir_(dir / "cdb") {
-        for (int i = 0; i < 256; ++i) {
-            char sub[3];
-            std::snprintf(sub, sizeof sub, "%02X", i);
-            fs::create_directories(dir_ / sub);
-        }
+    explicit FileStore(const fs::path& dir) : dir_((dir / "cdb").string()) {
+        fs::create_directories(dir_);
         dirfd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dirfd_ < 0) die("open cdb");
     }
     ~FileStore() { ::close(dirfd_); }
     void write(long id, const std::string& data) {
-        const int fd = ::open(path(id).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd < 0) die("create");
-        write_all(fd, data);
-        ::close(fd);
+        const std::string path = sm::cdb_path(dir_, ta_id(id), true);
+        int fd = -1;
+        int err = sm::content::create(path, fd);
+        if (!err) err = sm::content::write_all(fd, data);
+        // No sync here: the batch's syncfs makes it durable, as in smx.
+        check(sm::content::close_created(fd, err, path, false), "create");
     }
     void sync() {
         if (::syncfs(dirfd_) != 0) die("syncfs");
     }
     void read(long id, std::string& buf) {
-        const int fd = ::open(path(id).c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) die("open");
+        int fd = -1;
+        check(sm::content::open_read(dir_, ta_id(id), true, fd), "open");
         if (::read(fd, buf.data(), buf.size()) != static_cast<ssize_t>(buf.size())) die("read");
         ::close(fd);
     }
-    void remove(long id) {
-        if (::unlink(path(id).c_str()) != 0) die("unlink");
-    }
+    void remove(long id) { check(sm::content::remove(dir_, ta_id(id), true), "unlink"); }
 
 private:
-    std::string path(long id) const {
-        char name[32];
-        std::snprintf(name, sizeof name, "%02lX/%016lX", id % 256, id);
-        return (dir_ / name).string();
+    static std::string ta_id(long id) {
+        char s[18];
+        std::snprintf(s, sizeof s, "%017lX", id);
+        return s;
     }
-    fs::path dir_;
+    static void check(int err, const char* what) {
+        if (err == 0) return;
+        errno = err;
+        die(what);
+    }
+    std::string dir_;
     int dirfd_ = -1;
 };
 
