@@ -82,13 +82,12 @@ class Dns:
         # Never answers: dnsmasq forwards timeout.test here and waits.
         self.silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.silent.bind(("127.0.0.1", 0))
-        self.port = free_udp_port()
         mx = lambda dom, host, pref: "--mx-host=%s,%s,%d" % (dom, host, pref)
         a = lambda host, ip: "--host-record=%s,%s" % (host, ip)
         args = [
             DNSMASQ, "--keep-in-foreground", "--conf-file=/dev/null", "--pid-file=",
             "--no-resolv", "--no-hosts", "--bind-interfaces", "--listen-address=127.0.0.1",
-            "--port=%d" % self.port, "--user=%s" % getpass.getuser(),
+            "--port=%d", "--user=%s" % getpass.getuser(),
             "--log-queries", "--log-facility=%s" % self.log,
             "--local=/test/",  # authoritative for .test: unknown names are NXDOMAIN
             "--local-ttl=%d" % TTL, "--addn-hosts=%s" % self.hosts,
@@ -111,13 +110,27 @@ class Dns:
             mx("loop3.test", "a.pref.test", 5), mx("loop3.test", "smx.test", 10),
             "--dns-rr=null.test,15,000000",  # MX 0 "." (RFC 7505)
         ]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # The port is free when chosen but another test's process may take it
+        # (UDP or TCP) before dnsmasq binds; then dnsmasq exits and we choose again.
+        for attempt in range(5):
+            self.port = free_dns_port()
+            self.proc = subprocess.Popen([a % self.port if a == "--port=%d" else a for a in args],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            if self._answers():
+                return
+            err = self.proc.stderr.read().decode()
+            if "Address already in use" not in err or attempt == 4:
+                raise AssertionError("dnsmasq exited: %s" % err)
+
+    def _answers(self):
+        """True once dnsmasq answers; False if it exited."""
         deadline = time.monotonic() + 10
         while query(self.port, "a.pref.test", 1) is None:
             if self.proc.poll() is not None:
-                raise AssertionError("dnsmasq exited: %s" % self.proc.stderr.read().decode())
+                return False
             assert time.monotonic() < deadline, "dnsmasq does not answer"
             time.sleep(0.05)
+        return True
 
     def set_host(self, ip, name):
         with open(self.hosts, "w") as f:
@@ -133,10 +146,18 @@ class Dns:
         self.silent.close()
 
 
-def free_udp_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_dns_port():
+    """A port free for both UDP and TCP on 127.0.0.1: dnsmasq binds both."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u, socket.socket() as t:
+            u.bind(("127.0.0.1", 0))
+            port = u.getsockname()[1]
+            try:
+                t.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no port free for both UDP and TCP in 100 tries")
 
 
 class Env:
