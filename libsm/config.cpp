@@ -446,10 +446,19 @@ Config load_config(const std::string& path) {
     c.queue.commit_max_batch = q.small("commit_max_batch", c.queue.commit_max_batch, 100000);
     c.queue.ibdb_file_size = q.positive("ibdb_file_size", c.queue.ibdb_file_size);
     c.queue.cdb_hashed = q.get<bool>("cdb_hashed").value_or(c.queue.cdb_hashed);
+    c.queue.content_segments =
+        q.get<bool>("content_segments").value_or(c.queue.content_segments);
     if (auto v = q.get<std::string>("content_sync")) {
         if (*v == "batch") c.queue.content_sync = QueueConfig::ContentSync::batch;
         else if (*v == "file") c.queue.content_sync = QueueConfig::ContentSync::file;
         else throw ConfigError("queue.content_sync", "must be \"batch\" or \"file\"");
+    }
+    if (auto v = q.get<std::int64_t>("test_segment_age")) {
+        if (!SMX_TEST_HOOKS)
+            throw ConfigError("queue.test_segment_age",
+                              "only a test build (meson -Dtest_hooks=true) honours it");
+        if (*v < 3 || *v > 3600) throw ConfigError("queue.test_segment_age", "must be 3..3600");
+        c.queue.segment_age = std::chrono::seconds(*v);
     }
     c.queue.test_no_sync = q.get<bool>("test_no_sync").value_or(false);
     if (c.queue.test_no_sync && !SMX_TEST_HOOKS)

@@ -118,6 +118,13 @@ struct QueueConfig {
     unsigned commit_max_batch = 256;
     std::uint64_t ibdb_file_size = 16u << 20;
     bool cdb_hashed = true;
+    // Small messages go to content segments rather than a file each
+    // (libsm/content_segment.hpp, docs/design.md).
+    bool content_segments = true;
+    // QMGR names no segment older than this and removes older ones nothing
+    // names; SMTPS appends to one for a sixth of it. 30 s; test builds may
+    // shorten it (test_segment_age) so that tests see segments go.
+    std::chrono::seconds segment_age{30};
     // batch: SMTPS writes content files without a sync and QMGR's group
     // commit makes them durable with the batch (syncfs); file: SMTPS
     // fdatasyncs each content file itself (docs/design.md).

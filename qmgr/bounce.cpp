@@ -168,13 +168,16 @@ asio::awaitable<std::pair<int, std::uint64_t>> Bouncer::write_dsn(
     const bool full = kind == Kind::failure && sm::dsn::ret_full(env->params) &&
                       cfg_.server.in_relay_networks(env->client_addr);
     auto job = [env, rcpts = std::move(rcpts), rep = std::move(rep), full, sync_name = sync_names_,
-                orig_path = sm::cdb_path(content_, env->cdb_id, cfg_.queue.cdb_hashed),
+                content = content_, hashed = cfg_.queue.cdb_hashed,
                 path = sm::cdb_path(content_, dsn_id, cfg_.queue.cdb_hashed)]() mutable {
         std::string err;
-        // Over max_returned_message only the headers go back.
-        if (auto m = full ? dsn::read_message(orig_path, err) : std::nullopt) rep.original_message = *m;
+        sm::content::Body body;
         // Without the original headers the report still says what failed.
-        else if (auto h = dsn::read_header_section(orig_path, err)) rep.original_headers = *h;
+        if (body.open(content, env->cdb_id, hashed, env->ta_id) == 0) {
+            // Over max_returned_message only the headers go back.
+            if (auto m = full ? dsn::read_message(body, err) : std::nullopt) rep.original_message = *m;
+            else if (auto h = dsn::read_header_section(body, err)) rep.original_headers = *h;
+        }
         const std::string msg = dsn::build(*env, rcpts, rep);
         return std::make_pair(sm::content::write_durable(path, msg, sm::content::file_mode, sync_name),
                               static_cast<std::uint64_t>(msg.size()));

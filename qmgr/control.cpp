@@ -126,7 +126,7 @@ asio::awaitable<void> Qmgr::ctl_delete(std::string id, CtlDone done) {
     std::string cdb = id;
     if (Ta* ta = queue_.find(id); ta && !ta->deleted()) {
         queue_.mark_deleted(*ta);
-        cdb = ta->cdb_id();
+        cdb = Reaper::file_of(*ta, true);
         // Deferrals not yet handed to DEFEDB are simply not written.
         std::vector<bool> unparked(ta->rcpts().size());
         for (auto i : deferred_.cancel_parks(id)) unparked[i] = true;

@@ -3,6 +3,8 @@
 // Every DEFEDB call runs on the DEFEDB strand of the worker pool.
 #include "deferred.hpp"
 
+#include "content_file.hpp"
+#include "content_segment.hpp"
 #include "ids.hpp"
 #include "quarantine.hpp"
 
@@ -10,6 +12,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -20,6 +24,35 @@ namespace {
 constexpr std::size_t due_batch = 1000;  // recipients per due() call
 constexpr auto maintenance_every = std::chrono::seconds(60);
 constexpr auto retry_after = std::chrono::seconds(5);
+
+// DEFEDB never names a content segment (which goes once memory no longer
+// names it): a message in one is copied to a content file of its own, named
+// by its transaction id and durable (synced, its name too) before DEFEDB
+// holds the envelope that names it. A copy that cannot be written fails
+// the batch, which is tried again; a record that cannot be read is logged
+// and the envelope names the missing copy: quarantined when it comes due.
+void copy_out(const std::string& content, bool hashed, sm::msg::TaCommit& env) {
+    const std::string path = sm::cdb_path(content, env.ta_id, hashed);
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) == env.size) {
+        env.cdb_id = env.ta_id;  // copied for an earlier batch (written whole, then renamed)
+        return;
+    }
+    sm::content::Body body;
+    std::string data;
+    int err = body.open(content, env.cdb_id, hashed, env.ta_id, true);
+    if (!err) err = body.read_at(0, static_cast<std::size_t>(body.size()), data);
+    const std::string from = std::exchange(env.cdb_id, env.ta_id);
+    if (err || data.size() != env.size) {
+        spdlog::error("{}: content segment record {} unreadable ({}): not copied for DEFEDB",
+                      env.ta_id, from, err ? std::strerror(err) : "short");
+        return;
+    }
+    if (const int e = sm::content::write_durable(path, data,
+                                                 sm::content::file_mode, true))
+        throw DefedbError(env.ta_id + ": copy of its content for DEFEDB: " + std::strerror(e),
+                          false);
+}
 
 } // namespace
 
@@ -114,7 +147,7 @@ asio::awaitable<void> DeferredQueue::writer() {
         auto removes = std::exchange(removes_, {});
         auto checks = std::exchange(checks_, {});
         // The job reads this frame, which waits for it.
-        auto batch = [&](Defedb& db) {
+        auto batch = [&, content = content_, hashed = cfg_.queue.cdb_hashed](Defedb& db) {
             std::vector<DeferredTa> fresh;
             std::unordered_map<std::string, std::size_t> at;
             std::unordered_set<std::string> held;
@@ -125,7 +158,11 @@ asio::awaitable<void> DeferredQueue::writer() {
                     continue;
                 }
                 auto [it, added] = at.try_emplace(p.rec.ta_id, fresh.size());
-                if (added) fresh.push_back(DeferredTa{*p.env, {}});
+                if (added) {
+                    fresh.push_back(DeferredTa{*p.env, {}});
+                    auto& env = fresh.back().envelope;
+                    if (sm::content::parse_segment_ref(env.cdb_id)) copy_out(content, hashed, env);
+                }
                 fresh[it->second].rcpts.push_back(p.rec);
             }
             // One durable commit; IBDB records the moves only after it.

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 
 namespace smx::qmgr::dsn {
 namespace {
@@ -238,19 +237,13 @@ std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcp
     return out;
 }
 
-std::optional<std::string> read_header_section(const std::string& path, std::string& err, std::size_t cap) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        err = path + ": " + std::strerror(errno);
+std::optional<std::string> read_header_section(const sm::content::Body& body, std::string& err,
+                                               std::size_t cap) {
+    std::string buf;
+    if (const int e = body.read_at(0, cap, buf)) {
+        err = std::string("read error: ") + std::strerror(e);
         return std::nullopt;
     }
-    std::string buf(cap, '\0');
-    in.read(buf.data(), static_cast<std::streamsize>(cap));
-    if (in.bad()) {
-        err = path + ": read error";
-        return std::nullopt;
-    }
-    buf.resize(static_cast<std::size_t>(in.gcount()));
     // The first empty line ends the header section; without one inside the
     // cap, keep the whole lines read.
     std::size_t pos = 0;
@@ -261,25 +254,19 @@ std::optional<std::string> read_header_section(const std::string& path, std::str
         if (line.empty() || line == "\r") return buf.substr(0, pos);
         pos = lf + 1;
     }
-    bool whole_file = in.eof();
-    return buf.substr(0, whole_file ? buf.size() : pos);
+    const bool whole = buf.size() == body.size();
+    return buf.substr(0, whole ? buf.size() : pos);
 }
 
-std::optional<std::string> read_message(const std::string& path, std::string& err, std::size_t cap) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        err = path + ": " + std::strerror(errno);
+std::optional<std::string> read_message(const sm::content::Body& body, std::string& err,
+                                        std::size_t cap) {
+    if (body.size() > cap) {
+        err = "larger than " + std::to_string(cap) + " bytes";
         return std::nullopt;
     }
-    std::string buf(cap + 1, '\0');
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    if (in.bad()) {
-        err = path + ": read error";
-        return std::nullopt;
-    }
-    buf.resize(static_cast<std::size_t>(in.gcount()));
-    if (buf.size() > cap) {
-        err = path + ": larger than " + std::to_string(cap) + " bytes";
+    std::string buf;
+    if (const int e = body.read_at(0, cap, buf)) {
+        err = std::string("read error: ") + std::strerror(e);
         return std::nullopt;
     }
     return buf;

@@ -19,6 +19,7 @@
 // caller gives it (RET=FULL from a trusted client, failures only).
 #pragma once
 
+#include "content_segment.hpp"
 #include "messages.hpp"
 
 #include <cstddef>
@@ -64,16 +65,15 @@ inline constexpr std::size_t max_header_section = 64 * 1024;
 // (as postfix's bounce_size_limit, which is 50000 bytes).
 inline constexpr std::size_t max_returned_message = 1 << 20;
 
-// The header section of the message in a CDB file: the bytes before the first
+// The header section of an open message body: the bytes before the first
 // empty line, at most `cap` bytes (cut after the last whole line). nullopt
-// with err when the file cannot be read.
-std::optional<std::string> read_header_section(const std::string& path, std::string& err,
+// with err when it cannot be read.
+std::optional<std::string> read_header_section(const sm::content::Body& body, std::string& err,
                                                std::size_t cap = max_header_section);
 
-
-// The whole message in a CDB file if it has at most `cap` bytes; nullopt
-// with err when it is larger or cannot be read.
-std::optional<std::string> read_message(const std::string& path, std::string& err,
+// The whole message if it has at most `cap` bytes; nullopt with err when it
+// is larger or cannot be read.
+std::optional<std::string> read_message(const sm::content::Body& body, std::string& err,
                                         std::size_t cap = max_returned_message);
 
 FailedRcpt failed_rcpt(const std::string& addr, sm::msg::Reply reply, std::string relay);

@@ -339,6 +339,17 @@ struct Ibdb::Impl {
         schedule();
     }
 
+    // Completion records ride the front batch; those of earlier batches
+    // are in jobs out, whose results come back in order.
+    void after_completions(std::function<void()> written) {
+        if (!queue.empty() && queue.front().done_records > 0)
+            queue.front().written.push_back(std::move(written));
+        else if (!out.empty())
+            out.back()->written.push_back(std::move(written));
+        else
+            written();
+    }
+
     void queue_done(ibdb::RecType type, const std::string& payload) {
         if (queue.empty()) queue.emplace_back();
         Batch& b = queue.front();  // rides along with the next write
@@ -677,6 +688,10 @@ asio::awaitable<std::tuple<bool, std::string>> Ibdb::append(sm::msg::TaCommit ta
 
 void Ibdb::ta_done(const std::string& ta_id, std::function<void()> written) {
     impl_->done(ta_id, std::move(written));
+}
+
+void Ibdb::after_completions(std::function<void()> written) {
+    impl_->after_completions(std::move(written));
 }
 
 void Ibdb::flush_sync() { impl_->flush_sync(); }

@@ -108,6 +108,10 @@ public:
     // written, not synced: a crash of QMGR after that cannot bring the
     // transaction back. At once when the log no longer holds it.
     void ta_done(const std::string& ta_id, std::function<void()> written = {});
+    // written runs (on the owner's executor) once every completion record
+    // asked for so far is written (or its write failed, as for ta_done):
+    // a crash of QMGR after that cannot bring back what they closed.
+    void after_completions(std::function<void()> written);
 
     // Writes whatever is queued now (used at shutdown); returns when durable.
     // Blocks the calling thread; needs the worker pool still running if a

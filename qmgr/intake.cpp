@@ -2,6 +2,7 @@
 // acked once durable; and start-up recovery, which is intake from the log.
 #include "qmgr.hpp"
 
+#include "content_segment.hpp"
 #include "ids.hpp"
 
 #include <spdlog/spdlog.h>
@@ -36,7 +37,7 @@ void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply) {
     struct stat st;
     if (!sm::valid_ta_id(env.ta_id)) {
         why = "invalid transaction id";
-    } else if (!sm::valid_ta_id(env.cdb_id)) {
+    } else if (!sm::content::valid_content_id(env.cdb_id)) {
         why = "invalid content id";
     } else if (env.rcpts.empty()) {
         why = "no recipients";
@@ -46,15 +47,21 @@ void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply) {
     } else if (queue_.find(env.ta_id)) {
         why = "duplicate transaction id";
     }
-    if (why.empty() &&
-        ::stat(sm::cdb_path(content_, env.cdb_id, cfg_.queue.cdb_hashed).c_str(), &st) != 0) {
+    if (why.empty()) {
         // Gone (the orphan sweep took a file whose commit came very late, or
-        // an operator): the message is fine, the client may send it again.
-        const std::string err = std::strerror(errno);
-        spdlog::warn("{}: TA_COMMIT deferred: content file: {}", env.ta_id, err);
-        ++counters_.tempfailed;
-        answer(AckStatus::tempfail, "4.3.0 Content file missing: " + err);
-        return;
+        // an operator; a segment too old to be named): the message is fine,
+        // the client may send it again.
+        std::string gone;
+        if (const auto ref = sm::content::parse_segment_ref(env.cdb_id))
+            gone = segments_.check(*ref, env.ta_id, env.size);
+        else if (::stat(sm::cdb_path(content_, env.cdb_id, cfg_.queue.cdb_hashed).c_str(), &st) != 0)
+            gone = std::string("Content file missing: ") + std::strerror(errno);
+        if (!gone.empty()) {
+            spdlog::warn("{}: TA_COMMIT deferred: {}", env.ta_id, gone);
+            ++counters_.tempfailed;
+            answer(AckStatus::tempfail, "4.3.0 " + gone);
+            return;
+        }
     }
     if (!why.empty()) {
         // An invalid id is not echoed: it could carry anything into the log.

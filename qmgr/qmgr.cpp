@@ -30,7 +30,7 @@ Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& w
            Ibdb& ibdb, Defedb& defedb, const sm::Clock& clock)
     : cfg_(cfg), clock_(clock), ex_(ex), workers_(workers), dbq_(workers, defedb), ibdb_(ibdb),
       content_(cfg.content_dir_abs()), reaper_(cfg, ex, workers, ibdb),
-      sweeper_(cfg, ex, workers, queue_, dbq_, reaper_),
+      sweeper_(cfg, ex, workers, queue_, dbq_, reaper_), segments_(cfg, ex, workers, queue_, ibdb),
       deferred_(cfg, ex, dbq_,
                 {[this](auto parks, auto gone) { parked(std::move(parks), std::move(gone)); },
                  [this](auto tas) { got_due(std::move(tas)); },
@@ -83,11 +83,15 @@ void Qmgr::stop() {
     deferred_.stop();
     disk_timer_.cancel();
     sweeper_.stop();
+    segments_.stop();
     reclaim_timer_.cancel();
     sched_.stop();
 }
 
-bool Qmgr::idle() const { return tasks_.idle() && sweeper_.idle() && deferred_.idle() && bouncer_.idle(); }
+bool Qmgr::idle() const {
+    return tasks_.idle() && sweeper_.idle() && segments_.idle() && deferred_.idle() &&
+           bouncer_.idle();
+}
 
 void drain(asio::io_context& io, const Qmgr& q, std::chrono::milliseconds limit) {
     const auto end = std::chrono::steady_clock::now() + limit;
@@ -134,7 +138,7 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
 // held some of it.
 void Qmgr::check_ta(Ta& ta) {
     if (ta.open() > 0) return;
-    const std::string id = ta.id, cdb = ta.cdb_id();
+    const std::string id = ta.id, cdb = Reaper::file_of(ta);
     const auto verdict = Reaper::verdict(ta);
     sched_.forget(ta);
     queue_.retire(ta);

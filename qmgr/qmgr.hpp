@@ -28,6 +28,7 @@
 #include "ibdb.hpp"
 #include "queue.hpp"
 #include "reaper.hpp"
+#include "segments.hpp"
 #include "routing.hpp"
 #include "scheduler.hpp"
 #include "smtps_loads.hpp"
@@ -179,6 +180,7 @@ private:
     ActiveQueue queue_;
     Reaper reaper_;
     OrphanSweeper sweeper_;
+    Segments segments_;
     DeferredQueue deferred_;
     Bouncer bouncer_;
     Router router_;

@@ -6,6 +6,8 @@
 // content file happen there too, off the event loop.
 #include "qmgr.hpp"
 
+#include "content_segment.hpp"
+
 #include "domain.hpp"
 #include "ids.hpp"
 #include "json.hpp"
@@ -16,7 +18,6 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <map>
 #include <memory>
 
@@ -203,13 +204,13 @@ std::string render_qshape(const Listing& all, std::uint64_t now_us) {
     return out;
 }
 
-// The header section of a content file, LF line ends, at most max_header.
-std::string read_headers(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return fmt::format("(content file {}: {})\n", path, std::strerror(errno));
-    std::string buf(max_header, '\0');
-    f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    buf.resize(static_cast<std::size_t>(f.gcount()));
+// The header section of a message's content, LF line ends, at most max_header.
+std::string read_headers(const std::string& content, const std::string& cdb_id, bool hashed) {
+    sm::content::Body body;
+    std::string buf;
+    int err = body.open(content, cdb_id, hashed);
+    if (!err) err = body.read_at(0, max_header, buf);
+    if (err) return fmt::format("(content {}: {})\n", cdb_id, std::strerror(err));
     std::string out;
     bool cut = true;
     for (std::size_t pos = 0; pos < buf.size();) {
@@ -296,7 +297,7 @@ asio::awaitable<void> Qmgr::ctl_report(sm::msg::CtlRequest req, CtlDone done) {
             if (it == all->end()) return sm::msg::CtlReply{1, "no such queue id"};
             const Entry& e = it->second;
             return sm::msg::CtlReply{
-                0, render_show(o.id, e, read_headers(sm::cdb_path(content, e.cdb_id, hashed)))};
+                0, render_show(o.id, e, read_headers(content, e.cdb_id, hashed))};
         }
         if (command == "qshape") return sm::msg::CtlReply{0, render_qshape(*all, now)};
         return sm::msg::CtlReply{0, o.json ? render_json(*all) : render_text(*all)};

@@ -1,6 +1,7 @@
 #include "reaper.hpp"
 
 #include "content_file.hpp"
+#include "content_segment.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -23,6 +24,11 @@ Reaper::Verdict Reaper::verdict(const Ta& ta) {
     return ta.touched_defedb() ? Verdict::ask_defedb : Verdict::now;
 }
 
+std::string Reaper::file_of(const Ta& ta, bool any_copy) {
+    if (!sm::content::parse_segment_ref(ta.cdb_id())) return ta.cdb_id();
+    return any_copy || ta.touched_defedb() ? ta.id : std::string();
+}
+
 void Reaper::finish(const std::string& id, const std::string& cdb_id) {
     drop(id, cdb_id);
     spdlog::info("{}: removed", id);
@@ -36,6 +42,7 @@ void Reaper::drop(const std::string& id, const std::string& cdb_id) {
 // Unlinks run on the worker pool: removing the files cost as much as the
 // whole run in the sendmail X measurements.
 void Reaper::discard(const std::string& cdb_id) {
+    if (cdb_id.empty() || sm::content::parse_segment_ref(cdb_id)) return;
     if (sweeping_) unlinked_in_sweep_.insert(cdb_id);
     unlinks_.push_back(cdb_id);
     if (unlinks_.size() > 1) return;

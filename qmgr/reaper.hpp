@@ -36,13 +36,18 @@ public:
 
     // For a transaction leaving memory with no open recipient.
     static Verdict verdict(const Ta& ta);
+    // The content file that goes with ta: its own, or for a message in a
+    // content segment its DEFEDB copy when DEFEDB touched it (any_copy: or
+    // may be writing one now); empty when there is none (segments go by
+    // the segment sweep, qmgr/segments.hpp).
+    static std::string file_of(const Ta& ta, bool any_copy = false);
 
     // Every recipient is final: IBDB ta_done, then the unlink; logs "removed".
     void finish(const std::string& id, const std::string& cdb_id);
     // The same without the log line (`smx delete` logs its own).
     void drop(const std::string& id, const std::string& cdb_id);
     // Content that no envelope will ever name (its IBDB record was never
-    // written): unlinked now.
+    // written): unlinked now. An empty id or a segment reference: nothing.
     void discard(const std::string& cdb_id);
 
     // The orphan sweep: a file unlinked while it runs is not an orphan,

@@ -3,11 +3,14 @@
 // timer starts reading the index head. Then the orphan sweeper starts.
 #include "qmgr.hpp"
 
+#include "content_segment.hpp"
 #include "ids.hpp"
 #include "quarantine.hpp"
 
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,47 +18,130 @@
 
 namespace smx::qmgr {
 
+namespace {
+
+// Whether recovery has the content of env, and if not what there is of it.
+struct Content {
+    bool whole = false;
+    std::string where;   // for the log: the file, or the segment record
+    std::string what;    // why it is not whole
+    std::string cdb_id;  // what names it (a DEFEDB copy may stand in for a record)
+};
+
+// A segment record must be whole and match its CRC: a power cut during a
+// batch sync can leave an envelope durable and its record not. Its DEFEDB
+// copy (a content file named by the transaction id, synced before DEFEDB
+// held it) stands in when the segment already went.
+Content segment_content(const std::string& content, bool hashed,
+                        const sm::msg::TaCommit& env) {
+    Content c;
+    c.where = "segment record " + env.cdb_id;
+    sm::content::Body body;
+    const int err = body.open(content, env.cdb_id, hashed, env.ta_id, true);
+    if (!err && body.size() == env.size) {
+        c.whole = true;
+        c.cdb_id = env.cdb_id;
+        return c;
+    }
+    struct stat st;
+    const std::string copy = sm::cdb_path(content, env.ta_id, hashed);
+    if (::stat(copy.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) == env.size) {
+        c.whole = true;
+        c.cdb_id = env.ta_id;
+        return c;
+    }
+    c.what = err ? std::strerror(err)
+                 : fmt::format("{} bytes, the envelope says {}", body.size(), env.size);
+    return c;
+}
+
+Content file_content(const std::string& content, bool hashed, const sm::msg::TaCommit& env) {
+    Content c;
+    c.cdb_id = env.cdb_id;
+    c.where = sm::valid_ta_id(env.cdb_id) ? sm::cdb_path(content, env.cdb_id, hashed)
+                                           : std::string("(invalid id)");
+    struct stat st;
+    if (!sm::valid_ta_id(env.cdb_id) || ::stat(c.where.c_str(), &st) != 0) {
+        c.what = "missing";
+        return c;
+    }
+    // The envelope's size is the content file's: a power cut during a
+    // batch sync whose ack never went out can leave an envelope durable
+    // with its content file short (content_sync = "batch" syncs both
+    // in one syncfs). Never deliver a truncated message.
+    c.whole = static_cast<std::uint64_t>(st.st_size) == env.size;
+    if (!c.whole) c.what = fmt::format("{} bytes, the envelope says {}", st.st_size, env.size);
+    return c;
+}
+
+// What there is of the content, kept beside the envelope: the content file
+// moved, or a segment record's bytes (header included) copied.
+void quarantine_content(const std::string& content, bool hashed, const sm::msg::TaCommit& env,
+                        const std::string& qdir) {
+    const std::string name = "cdb-" + env.ta_id;
+    const auto ref = sm::content::parse_segment_ref(env.cdb_id);
+    int err = 0;
+    if (!ref) {
+        err = quarantine_move(sm::cdb_path(content, env.cdb_id, hashed), qdir, name);
+    } else if (const int fd = ::open(sm::content::segment_path(content, ref->segment).c_str(),
+                                     O_RDONLY | O_CLOEXEC);
+               fd < 0) {
+        err = errno;
+    } else {
+        std::string bytes(sm::content::segment_header_size +
+                              std::min<std::uint64_t>(env.size, sm::content::segment_max_size),
+                          '\0');
+        const ssize_t n = ::pread(fd, bytes.data(), bytes.size(), static_cast<off_t>(ref->offset));
+        err = n < 0 ? errno : 0;
+        ::close(fd);
+        bytes.resize(n < 0 ? 0 : static_cast<std::size_t>(n));
+        if (!err && !quarantine_write(qdir, name, bytes).empty()) err = EIO;
+    }
+    if (err)
+        spdlog::error("{}: cannot keep its content {} in {}/{}: {}", env.ta_id, env.cdb_id, qdir,
+                      name, std::strerror(err));
+}
+
+} // namespace
+
 void Qmgr::restore(std::vector<RecoveredTa> tas) {
     std::size_t restored = 0;
+    const bool hashed = cfg_.queue.cdb_hashed;
     for (auto& rt : tas) {
-        const auto& env = rt.envelope;
-        const std::string cdb = sm::valid_ta_id(env.cdb_id)
-                                    ? sm::cdb_path(content_, env.cdb_id, cfg_.queue.cdb_hashed)
-                                    : std::string();
-        struct stat st;
-        const bool missing =
-            !sm::valid_ta_id(env.ta_id) || cdb.empty() || ::stat(cdb.c_str(), &st) != 0;
-        // The envelope's size is the content file's: a power cut during a
-        // batch sync whose ack never went out can leave an envelope durable
-        // with its content file short (content_sync = "batch" syncs both
-        // in one syncfs). Never deliver a truncated message.
-        const bool wrong_size = !missing && static_cast<std::uint64_t>(st.st_size) != env.size;
-        if (missing || wrong_size) {
+        auto& env = rt.envelope;
+        const bool segment = sm::content::parse_segment_ref(env.cdb_id).has_value();
+        Content c = segment ? segment_content(content_, hashed, env)
+                            : file_content(content_, hashed, env);
+        // With every recipient done nothing needs a segment record (it may
+        // have gone once the transaction left memory before the crash).
+        const bool needed =
+            !segment || std::any_of(rt.rcpt_done.begin(), rt.rcpt_done.end(),
+                                    [](bool done) { return !done; }) ||
+            rt.rcpt_done.size() < env.rcpts.size();
+        if (!sm::valid_ta_id(env.ta_id) || (!c.whole && needed)) {
             // Nothing to deliver without content: keep the envelope (and
             // what there is of the content) for a human, and close the
             // transaction so the log can be rotated.
             const std::string qdir = cfg_.quarantine_dir_abs();
             const std::string name =
                 (sm::valid_ta_id(env.ta_id) ? env.ta_id : "invalid") + std::string(".envelope");
-            const std::string what =
-                missing ? "missing"
-                        : fmt::format("{} bytes, the envelope says {}", st.st_size, env.size);
-            if (wrong_size) {
-                const std::string name = "cdb-" + env.cdb_id;
-                if (const int e = quarantine_move(cdb, qdir, name))
-                    spdlog::error("{}: cannot move {} to {}/{}: {}", env.ta_id, cdb, qdir, name,
-                                  std::strerror(e));
-            }
+            if (c.what != "missing" && sm::valid_ta_id(env.ta_id))
+                quarantine_content(content_, hashed, env, qdir);
             const std::string err = quarantine_write(qdir, name, sm::msg::envelope_bytes(env));
             if (err.empty())
-                spdlog::error("{}: content file {} {} at recovery; envelope saved as {}/{}",
-                              env.ta_id, cdb.empty() ? "(invalid id)" : cdb, what, qdir, name);
+                spdlog::error("{}: content {} {} at recovery; envelope saved as {}/{}",
+                              env.ta_id, c.where, c.what, qdir, name);
             else
-                spdlog::error("{}: content file {} {} at recovery; envelope not saved ({})",
-                              env.ta_id, cdb.empty() ? "(invalid id)" : cdb, what, err);
+                spdlog::error("{}: content {} {} at recovery; envelope not saved ({})",
+                              env.ta_id, c.where, c.what, err);
             ++counters_.quarantined;
             ibdb_.ta_done(env.ta_id);
             continue;
+        }
+        if (c.whole && c.cdb_id != env.cdb_id) {
+            spdlog::info("{}: content segment record {} gone; its DEFEDB copy stands in",
+                         env.ta_id, env.cdb_id);
+            env.cdb_id = c.cdb_id;
         }
         // Those IBDB marks deferred stay closed: DEFEDB's timer brings them back.
         Ta* ta = queue_.admit_recovered(env, rt.rcpt_done, rt.rcpt_deferred);
@@ -81,6 +167,7 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
         spdlog::info("recovery: {} transactions back in the active queue", restored);
     deferred_.start();
     sweeper_.start();
+    segments_.start();
 }
 
 } // namespace smx::qmgr

@@ -28,10 +28,14 @@ std::vector<std::string> old_content_files(const std::string& content, fs::file_
     return ids;
 }
 
-// A CDB id is the id of the transaction that wrote it.
+// The content files the active queue may name: a CDB id is the id of the
+// transaction that wrote it; one in a content segment may have a DEFEDB copy.
 std::unordered_set<std::string> queued_cdb_ids(const ActiveQueue& queue) {
     std::unordered_set<std::string> ids;
-    queue.for_each([&](const Ta& ta) { ids.insert(ta.cdb_id()); });
+    queue.for_each([&](const Ta& ta) {
+        ids.insert(ta.cdb_id());
+        ids.insert(ta.id);
+    });
     return ids;
 }
 

@@ -1,11 +1,5 @@
 #include "body.hpp"
 
-#include "content_file.hpp"
-#include "ids.hpp"
-
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 
@@ -46,35 +40,14 @@ void encode_body(std::string_view in, BodyState& st, std::string& out) {
     }
 }
 
-MessageFile::~MessageFile() {
-    if (fd_ >= 0) ::close(fd_);
-}
-
-std::string MessageFile::open(const std::string& content_dir, std::string_view id, bool hashed) {
-    if (const int err = sm::content::open_read(content_dir, id, hashed, fd_)) {
+std::string MessageFile::open(const std::string& content_dir, std::string_view cdb_id, bool hashed,
+                              std::string_view ta_id) {
+    if (const int err = body_.open(content_dir, cdb_id, hashed, ta_id)) {
         if (err == ENOENT) return "queue file missing";
-        if (!sm::valid_ta_id(id)) return "bad queue file id";  // not echoed: any bytes
-        return "queue file " + std::string(id) + ": " + std::strerror(err);
+        if (!sm::content::valid_content_id(cdb_id)) return "bad queue file id";  // not echoed: any bytes
+        return "queue file " + std::string(cdb_id) + ": " + std::strerror(err);
     }
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) return "queue file " + std::string(id) + ": " + std::strerror(errno);
-    size_ = static_cast<std::uint64_t>(st.st_size);
     return {};
-}
-
-bool MessageFile::read_at(std::uint64_t offset, std::size_t max, std::string& buf) const {
-    buf.resize(max);
-    std::size_t got = 0;
-    while (got < max) {
-        const ssize_t n = ::pread(fd_, buf.data() + got, max - got,
-                                  static_cast<off_t>(offset + got));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return false;
-        if (n == 0) break;
-        got += static_cast<std::size_t>(n);
-    }
-    buf.resize(got);
-    return true;
 }
 
 } // namespace smtpc

@@ -3,6 +3,8 @@
 // 4.5.2, 4.5.3.1.6).
 #pragma once
 
+#include "content_segment.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -27,26 +29,24 @@ struct BodyState {
 // breaking lines over line_length_limit; blocks may be cut anywhere.
 void encode_body(std::string_view in, BodyState& st, std::string& out);
 
-// An open CDB file; read with pread so that a retry on another connection
+// A message's open content (a content file or a segment record,
+// sm::content::Body); read with pread so that a retry on another connection
 // starts from the beginning again.
 class MessageFile {
 public:
-    MessageFile() = default;
-    ~MessageFile();
-    MessageFile(const MessageFile&) = delete;
-    MessageFile& operator=(const MessageFile&) = delete;
-
-    // Opens content file id (sm::content::open_read). Empty string on
+    // Opens the content cdb_id names, of transaction ta_id. Empty string on
     // success, else the reason ("queue file missing").
-    std::string open(const std::string& content_dir, std::string_view id, bool hashed);
-    std::uint64_t size() const { return size_; }
+    std::string open(const std::string& content_dir, std::string_view cdb_id, bool hashed,
+                     std::string_view ta_id);
+    std::uint64_t size() const { return body_.size(); }
     // Reads up to `max` bytes at `offset` into buf (resized); false on an
     // I/O error.
-    bool read_at(std::uint64_t offset, std::size_t max, std::string& buf) const;
+    bool read_at(std::uint64_t offset, std::size_t max, std::string& buf) const {
+        return body_.read_at(offset, max, buf) == 0;
+    }
 
 private:
-    int fd_ = -1;
-    std::uint64_t size_ = 0;
+    sm::content::Body body_;
 };
 
 } // namespace smtpc

@@ -83,7 +83,7 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     r.da_id = d.da_id;
     if (d.rcpts.empty()) co_return r;
     MessageFile file;
-    if (auto err = file.open(content_, d.cdb_id, cfg.queue.cdb_hashed); !err.empty())
+    if (auto err = file.open(content_, d.cdb_id, cfg.queue.cdb_hashed, d.ta_id); !err.empty())
         co_return fail_all(d, {451, "4.3.0", err});
     r.rcpts.reserve(d.rcpts.size());
     for (const auto& rc : d.rcpts) r.rcpts.push_back({rc.idx, 0, {}, {}});

@@ -1,8 +1,10 @@
 #include "cdb_writer.hpp"
 
 #include "content_file.hpp"
+#include "content_segment.hpp"
 #include "ids.hpp"
 
+#include <cerrno>
 #include <cstdint>
 #include <filesystem>
 #include <sys/statvfs.h>
@@ -49,8 +51,10 @@ std::size_t CdbStore::remove_stale_tmp() const {
     return n;
 }
 
-CdbWriter::CdbWriter(const CdbStore& store, std::string_view ta_id)
-    : store_(store), path_(store.path_for(ta_id)) {
+CdbWriter::CdbWriter(const CdbStore& store, std::string_view ta_id,
+                     std::shared_ptr<SegmentWriter> segment)
+    : store_(store), segment_(std::move(segment)), ta_id_(ta_id), cdb_id_(ta_id),
+      path_(store.path_for(ta_id)) {
     buf_.reserve(4096);
 }
 
@@ -77,6 +81,7 @@ void CdbWriter::spill() {
 
 asio::awaitable<int> CdbWriter::commit() {
     if (err_) co_return err_;
+    if (segment_ && fd_ < 0) co_return co_await commit_to_segment();
     // The job owns copies of everything it touches (the session may be
     // destroyed, at shutdown, while the pool still runs it), and the file:
     // it removes it on an error.
@@ -97,6 +102,25 @@ asio::awaitable<int> CdbWriter::commit() {
     };
     err_ = co_await asio::co_spawn(store_.pool(), std::move(job), asio::use_awaitable);
     committed_ = err_ == 0;
+    co_return err_;
+}
+
+// The place is taken here, on the loop; the write, on the pool, needs no
+// lock: places never overlap. Durable as a file is: QMGR's batch syncfs,
+// or with content_sync = "file" an fdatasync here (which makes the
+// segment's other records durable too).
+asio::awaitable<int> CdbWriter::commit_to_segment() {
+    auto place = segment_->reserve(sm::content::segment_header_size + buf_.size());
+    auto job = [file = place.file, offset = place.offset, id = ta_id_, buf = std::move(buf_),
+                sync = store_.sync_each()]() -> asio::awaitable<int> {
+        const int fd = file->fd();
+        if (fd < 0) co_return -fd;
+        int err = sm::content::write_segment_record(fd, offset, id, buf);
+        if (!err && sync && ::fdatasync(fd) != 0) err = errno;
+        co_return err;
+    };
+    err_ = co_await asio::co_spawn(store_.pool(), std::move(job), asio::use_awaitable);
+    if (!err_) cdb_id_ = sm::content::segment_ref(place.file->id(), place.offset);
     co_return err_;
 }
 

@@ -204,7 +204,11 @@ int main(int argc, char** argv) {
                            !cfg.queue.test_no_sync;
     asio::thread_pool sync_pool(sync_each ? 32 : 4);
     smtps::CdbStore cdb(cfg.content_dir_abs(), cfg.queue.cdb_hashed, sync_pool,
-                        cfg.queue.min_free_space, sync_each, sm::content::sync_names(cfg));
+                        cfg.queue.min_free_space, sync_each, sm::content::sync_names(cfg),
+                        cfg.queue.content_segments
+                            ? std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  cfg.queue.segment_age) / 6
+                            : std::chrono::milliseconds(0));
     if (const auto n = cdb.remove_stale_tmp())
         spdlog::info("removed {} unfinished CDB files of an earlier run", n);
     // One TLS context for all sessions of all loops (its session cache and

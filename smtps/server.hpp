@@ -118,6 +118,8 @@ public:
     Shared& shared() { return *shared_; }
     QmgrClient& qmgr() { return qmgr_; }
     CdbStore& cdb() { return cdb_; }
+    // This loop's content segment (null with queue.content_segments off).
+    const std::shared_ptr<SegmentWriter>& segment() const { return segment_; }
     const std::shared_ptr<TransactionGate>& gate() { return gate_; }
     // This loop's share of max_transactions (0: no limit).
     std::size_t transaction_limit(const sm::ServerConfig& cfg) const {
@@ -132,6 +134,7 @@ private:
     std::shared_ptr<Shared> shared_;
     QmgrClient& qmgr_;
     CdbStore& cdb_;
+    const std::shared_ptr<SegmentWriter> segment_;
     const unsigned loops_;
     const std::shared_ptr<TransactionGate> gate_ = std::make_shared<TransactionGate>();
     std::list<tcp::acceptor> acceptors_;

@@ -64,8 +64,9 @@ private:
 
 // A BDAT transaction under way: the content so far, across commands.
 struct Chunking {
-    Chunking(CdbStore& store, const std::string& ta_id, bool normalize, std::uint64_t max)
-        : w(store, ta_id), content(normalize, max) {}
+    Chunking(CdbStore& store, const std::string& ta_id, std::shared_ptr<SegmentWriter> segment,
+             bool normalize, std::uint64_t max)
+        : w(store, ta_id, std::move(segment)), content(normalize, max) {}
     CdbWriter w;
     BdatContent content;
     std::uint64_t header_size = 0;
@@ -500,7 +501,7 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
         co_return true;
     }
     reply("354 End data with <CR><LF>.<CR><LF>");
-    CdbWriter w(srv_.cdb(), ta_id_);
+    CdbWriter w(srv_.cdb(), ta_id_, srv_.segment());
     w.append(received_header());
     const std::uint64_t header_size = w.size();
     reader_.set_max_line(data_chunk);
@@ -561,7 +562,7 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
     }
     const std::string refused = bdat_refusal();
     if (refused.empty() && !chunking_) {
-        chunking_ = std::make_unique<Chunking>(srv_.cdb(), ta_id_, !cfg_.reject_bare_lf,
+        chunking_ = std::make_unique<Chunking>(srv_.cdb(), ta_id_, srv_.segment(), !cfg_.reject_bare_lf,
                                                cfg_.max_message_size);
         chunking_->w.append(received_header());
         chunking_->header_size = chunking_->w.size();
@@ -663,7 +664,7 @@ asio::awaitable<std::string> Session::commit(CdbWriter& w) {
     ta.sender = sender_;
     ta.params = mail_params_;
     ta.rcpts = rcpts_;
-    ta.cdb_id = ta_id_;
+    ta.cdb_id = w.cdb_id();
     ta.size = w.size();
     ta.arrival_us = arrival_us;
     const auto ack = co_await srv_.qmgr().commit(ta);

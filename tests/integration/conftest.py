@@ -174,7 +174,10 @@ class Relay:
         sections = {
             "server": {"listen": '["127.0.0.1:%d"]' % self.port, "hostname": '"smx.test"'},
             "queue": {"spool_dir": '"%s"' % self.spool, "run_dir": '"%s"' % self.run_dir,
-                      "retry_min": "1", "retry_max": "2"},
+                      "retry_min": "1", "retry_max": "2",
+                      # Content segments go 6 s after their last message is
+                      # done (30 s by default), so "an empty spool" comes soon.
+                      "test_segment_age": "6"},
             "client": {"idle_timeout": "2"},
             "routes": {"default": '"[127.0.0.1]:%d"' % sink_port},
         }

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <vector>
 
 namespace dsn = smx::qmgr::dsn;
 
@@ -197,24 +199,26 @@ TEST_CASE("dsn: delay warning and the null sender") {
 TEST_CASE("dsn: header section of a CDB file") {
     auto dir = std::filesystem::temp_directory_path() / ("dsn-test-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
-    auto write = [&](const std::string& name, const std::string& data) {
-        std::ofstream(dir / name, std::ios::binary) << data;
-        return (dir / name).string();
+    // A content file (id) of data, opened.
+    std::vector<std::unique_ptr<sm::content::Body>> bodies;
+    auto write = [&](const std::string& id, const std::string& data) -> const sm::content::Body& {
+        std::ofstream(dir / id, std::ios::binary) << data;
+        bodies.push_back(std::make_unique<sm::content::Body>());
+        REQUIRE(bodies.back()->open(dir.string(), id, false) == 0);
+        return *bodies.back();
     };
     std::string err;
-    CHECK(dsn::read_header_section(write("a", headers + "\r\nbody\r\n\r\nmore\r\n"), err) == headers);
-    CHECK(dsn::read_header_section(write("b", headers), err) == headers);  // no body at all
-    CHECK(dsn::read_header_section(write("c", "\r\nbody only\r\n"), err) == "");
+    CHECK(dsn::read_header_section(write("0000000000000000A", headers + "\r\nbody\r\n\r\nmore\r\n"), err) == headers);
+    CHECK(dsn::read_header_section(write("0000000000000000B", headers), err) == headers);  // no body at all
+    CHECK(dsn::read_header_section(write("0000000000000000C", "\r\nbody only\r\n"), err) == "");
     // No empty line within the cap: whole lines only.
     std::string huge;
     for (int i = 0; huge.size() < 100'000; ++i) huge += "X-Filler-" + std::to_string(i) + ": some value\r\n";
-    auto h = dsn::read_header_section(write("d", huge), err, 1000);
+    auto h = dsn::read_header_section(write("0000000000000000D", huge), err, 1000);
     REQUIRE(h);
     CHECK(h->size() <= 1000);
     CHECK(h->ends_with("\r\n"));
     CHECK(huge.rfind(*h, 0) == 0);
-    CHECK_FALSE(dsn::read_header_section((dir / "missing").string(), err));
-    CHECK(err.find("missing") != std::string::npos);
     std::filesystem::remove_all(dir);
 }
 
@@ -266,12 +270,12 @@ TEST_CASE("dsn: RET=FULL returns the whole message in a failure report") {
 TEST_CASE("dsn: read_message returns a message up to its cap, nothing larger") {
     auto dir = std::filesystem::temp_directory_path() / ("dsn-msg-test-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
-    const std::string path = (dir / "m").string();
-    std::ofstream(path, std::ios::binary) << std::string(1000, 'x');
+    std::ofstream(dir / "0000000000000000E", std::ios::binary) << std::string(1000, 'x');
+    sm::content::Body body;
+    REQUIRE(body.open(dir.string(), "0000000000000000E", false) == 0);
     std::string err;
-    CHECK(dsn::read_message(path, err, 1000) == std::string(1000, 'x'));
-    CHECK_FALSE(dsn::read_message(path, err, 999));
+    CHECK(dsn::read_message(body, err, 1000) == std::string(1000, 'x'));
+    CHECK_FALSE(dsn::read_message(body, err, 999));
     CHECK(err.find("larger than 999") != std::string::npos);
-    CHECK_FALSE(dsn::read_message((dir / "missing").string(), err));
     std::filesystem::remove_all(dir);
 }

@@ -152,9 +152,9 @@ std::vector<std::size_t> record_offsets(const std::string& data) {
 } // namespace
 
 TEST_CASE("crc32c check value", "[ibdb]") {
-    CHECK(crc32c("123456789") == 0xE3069283u);
-    CHECK(crc32c("6789", crc32c("12345")) == 0xE3069283u);
-    CHECK(crc32c("") == 0u);
+    CHECK(sm::crc32c("123456789") == 0xE3069283u);
+    CHECK(sm::crc32c("6789", sm::crc32c("12345")) == 0xE3069283u);
+    CHECK(sm::crc32c("") == 0u);
 }
 
 TEST_CASE("completion payloads round trip and reject bad lengths", "[ibdb]") {

@@ -1,0 +1,186 @@
+#include "content_segment.hpp"
+
+#include "content_file.hpp"
+#include "crc32c.hpp"
+#include "ids.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace sm::content {
+
+namespace {
+
+constexpr std::string_view magic = "SMXSEG1\n";
+constexpr std::size_t max_offset_digits = 12;  // 256 TiB: far beyond segment_max_size
+
+void put_le(char* p, std::uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+std::uint64_t get_le(const char* p, int n) {
+    std::uint64_t v = 0;
+    for (int i = n - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+    return v;
+}
+
+int pread_all(int fd, char* buf, std::size_t n, std::uint64_t offset, std::size_t& got) {
+    got = 0;
+    while (got < n) {
+        const ssize_t r = ::pread(fd, buf + got, n - got, static_cast<off_t>(offset + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return errno;
+        if (r == 0) break;
+        got += static_cast<std::size_t>(r);
+    }
+    return 0;
+}
+
+} // namespace
+
+std::string segment_ref(std::string_view segment, std::uint64_t offset) {
+    char hex[24];
+    std::snprintf(hex, sizeof hex, "+%llX", static_cast<unsigned long long>(offset));
+    return std::string(segment) + hex;
+}
+
+std::optional<SegmentRef> parse_segment_ref(std::string_view cdb_id) {
+    const auto plus = cdb_id.find('+');
+    if (plus == std::string_view::npos) return std::nullopt;
+    const auto seg = cdb_id.substr(0, plus), off = cdb_id.substr(plus + 1);
+    if (!valid_ta_id(seg) || off.empty() || off.size() > max_offset_digits) return std::nullopt;
+    if (off.size() > 1 && off[0] == '0') return std::nullopt;  // one spelling per offset
+    SegmentRef r{std::string(seg), 0};
+    for (char c : off) {
+        int d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+        else return std::nullopt;
+        r.offset = r.offset * 16 + static_cast<std::uint64_t>(d);
+    }
+    return r;
+}
+
+bool valid_content_id(std::string_view cdb_id) {
+    return valid_ta_id(cdb_id) || parse_segment_ref(cdb_id).has_value();
+}
+
+std::string segments_dir(const std::string& content_dir) { return content_dir + "/segments"; }
+
+std::string segment_path(const std::string& content_dir, std::string_view segment) {
+    return segments_dir(content_dir) + "/" + std::string(segment) + ".seg";
+}
+
+std::string segment_of_file_name(std::string_view name) {
+    if (!name.ends_with(".seg")) return {};
+    name.remove_suffix(4);
+    return valid_ta_id(name) ? std::string(name) : std::string();
+}
+
+int write_segment_record(int fd, std::uint64_t offset, std::string_view ta_id,
+                         std::string_view data) {
+    if (!valid_ta_id(ta_id)) return EINVAL;
+    char h[segment_header_size] = {};
+    std::memcpy(h, magic.data(), magic.size());
+    put_le(h + 8, data.size(), 8);
+    put_le(h + 16, crc32c(data), 4);
+    std::memcpy(h + 23, ta_id.data(), ta_id.size());
+    iovec iov[2] = {{h, sizeof h}, {const_cast<char*>(data.data()), data.size()}};
+    std::size_t done = 0;
+    const std::size_t total = sizeof h + data.size();
+    while (done < total) {
+        // Skip what went out already (a short write).
+        iovec v[2];
+        int n = 0;
+        std::size_t skip = done;
+        for (const auto& x : iov) {
+            if (skip >= x.iov_len) {
+                skip -= x.iov_len;
+                continue;
+            }
+            v[n++] = {static_cast<char*>(x.iov_base) + skip, x.iov_len - skip};
+            skip = 0;
+        }
+        const ssize_t w = ::pwritev(fd, v, n, static_cast<off_t>(offset + done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return errno;
+        if (w == 0) return EIO;
+        done += static_cast<std::size_t>(w);
+    }
+    return 0;
+}
+
+int read_segment_record(int fd, std::uint64_t offset, std::uint64_t file_size,
+                        SegmentRecord& rec) {
+    char h[segment_header_size];
+    std::size_t got = 0;
+    if (const int err = pread_all(fd, h, sizeof h, offset, got)) return err;
+    if (got != sizeof h || std::string_view(h, magic.size()) != magic) return EBADMSG;
+    rec.size = get_le(h + 8, 8);
+    rec.crc = static_cast<std::uint32_t>(get_le(h + 16, 4));
+    rec.ta_id.assign(h + 23, 17);
+    const std::uint64_t data_at = offset + segment_header_size;
+    if (!valid_ta_id(rec.ta_id) || rec.size > file_size || data_at > file_size - rec.size)
+        return EBADMSG;
+    return 0;
+}
+
+Body::~Body() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
+int Body::open(const std::string& content_dir, std::string_view cdb_id, bool hashed,
+               std::string_view ta_id, bool verify) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    start_ = size_ = 0;
+    const auto ref = parse_segment_ref(cdb_id);
+    int fd = -1;
+    if (!ref) {
+        if (const int err = open_read(content_dir, cdb_id, hashed, fd)) return err;
+    } else if ((fd = ::open(segment_path(content_dir, ref->segment).c_str(),
+                            O_RDONLY | O_CLOEXEC)) < 0) {
+        return errno;
+    }
+    fd_ = fd;
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return errno;
+    const auto file_size = static_cast<std::uint64_t>(st.st_size);
+    if (!ref) {
+        size_ = file_size;
+        return 0;
+    }
+    SegmentRecord rec;
+    if (const int err = read_segment_record(fd_, ref->offset, file_size, rec)) return err;
+    if (!ta_id.empty() && rec.ta_id != ta_id) return EBADMSG;
+    start_ = ref->offset + segment_header_size;
+    size_ = rec.size;
+    if (verify) {
+        std::string data;
+        if (const int err = read_at(0, static_cast<std::size_t>(size_), data)) return err;
+        if (data.size() != size_ || crc32c(data) != rec.crc) return EBADMSG;
+    }
+    return 0;
+}
+
+int Body::read_at(std::uint64_t offset, std::size_t max, std::string& buf) const {
+    if (offset >= size_) {
+        buf.clear();
+        return 0;
+    }
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(max, size_ - offset));
+    buf.resize(n);
+    std::size_t got = 0;
+    const int err = pread_all(fd_, buf.data(), n, start_ + offset, got);
+    buf.resize(got);
+    return err;
+}
+
+} // namespace sm::content

@@ -1,0 +1,88 @@
+// Content segments: small messages appended to a shared file instead of a
+// file each (creating and unlinking a file per message cost more CPU than
+// the rest of the relay, docs/design.md). The one owner of the segment
+// format, of the references that name a message in one, and of reading a
+// message's body wherever it is kept (a content file or a segment record).
+//
+// A segment is <content_dir>/segments/<id>.seg, id a new_ta_id() (so its
+// name says when it was made). A message in it is a record: a header of
+// segment_header_size bytes (magic, data size, CRC32C of the data, the
+// transaction id) and the data. Its reference, the envelope's cdb_id, is
+// "<segment id>+<offset of the record, hex>". QMGR refuses a TA_COMMIT
+// naming a segment made longer than [queue] segment_age ago (30 s), and
+// removes a segment once it is that old and no transaction in memory names
+// it; one SMTPS event loop appends to a segment for a sixth of that. So a
+// segment never outlives its messages by much, and DEFEDB never names one:
+// a deferred message is copied to a content file of its own first.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace sm::content {
+
+inline constexpr std::size_t segment_header_size = 40;
+// Where a segment ends: the writer starts a new one at this size, or after
+// segment_age / 6.
+inline constexpr std::uint64_t segment_max_size = 16 * 1024 * 1024;
+
+struct SegmentRef {
+    std::string segment;  // a valid_ta_id
+    std::uint64_t offset = 0;
+};
+
+// The reference for the record at offset of segment; and back, strictly
+// (nullopt for anything segment_ref could not have made).
+std::string segment_ref(std::string_view segment, std::uint64_t offset);
+std::optional<SegmentRef> parse_segment_ref(std::string_view cdb_id);
+// A content file's id (valid_ta_id) or a segment reference.
+bool valid_content_id(std::string_view cdb_id);
+
+std::string segments_dir(const std::string& content_dir);
+std::string segment_path(const std::string& content_dir, std::string_view segment);
+// The segment id of a segment file name ("<id>.seg"), or empty.
+std::string segment_of_file_name(std::string_view name);
+
+// Writes the record of ta_id's data at offset of fd (one pwritev, retried
+// while short). Returns 0 or an errno value.
+int write_segment_record(int fd, std::uint64_t offset, std::string_view ta_id,
+                         std::string_view data);
+
+// A record's header as read back: checked for magic, and that the record
+// lies within a file of file_size bytes (EBADMSG otherwise).
+struct SegmentRecord {
+    std::uint64_t size = 0;
+    std::uint32_t crc = 0;
+    std::string ta_id;
+};
+int read_segment_record(int fd, std::uint64_t offset, std::uint64_t file_size,
+                        SegmentRecord& rec);
+
+// A message's body, open for reading by offset (pread, so that a retry on
+// another connection starts again from the beginning).
+class Body {
+public:
+    Body() = default;
+    ~Body();
+    Body(const Body&) = delete;
+    Body& operator=(const Body&) = delete;
+
+    // Opens the body cdb_id names under content_dir (Config::content_dir_abs()).
+    // For a segment record: its header must be whole and for ta_id (when
+    // not empty), and with verify its data must match the CRC (it is read
+    // once). ENOENT when the file is gone, EINVAL for an invalid id,
+    // EBADMSG for a record that is not what the reference says.
+    int open(const std::string& content_dir, std::string_view cdb_id, bool hashed,
+             std::string_view ta_id = {}, bool verify = false);
+    std::uint64_t size() const { return size_; }
+    // Up to max bytes from offset of the body into buf (resized); 0 or errno.
+    int read_at(std::uint64_t offset, std::size_t max, std::string& buf) const;
+
+private:
+    int fd_ = -1;
+    std::uint64_t start_ = 0, size_ = 0;
+};
+
+} // namespace sm::content

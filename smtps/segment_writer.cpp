@@ -1,0 +1,51 @@
+#include "segment_writer.hpp"
+
+#include "content_file.hpp"
+#include "content_segment.hpp"
+#include "ids.hpp"
+
+#include <unistd.h>
+
+namespace smtps {
+
+SegmentFile::SegmentFile(std::string content_dir, bool sync_name)
+    : id_(sm::new_ta_id()), dir_(sm::content::segments_dir(content_dir)),
+      path_(sm::content::segment_path(content_dir, id_)), sync_name_(sync_name) {}
+
+SegmentFile::~SegmentFile() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
+int SegmentFile::fd() {
+    std::call_once(made_, [this] {
+        int fd = -1;
+        int err = sm::content::create(path_, fd);
+        if (!err && sync_name_) err = sm::content::sync_dir(dir_);
+        if (err) {
+            if (fd >= 0) {
+                ::close(fd);
+                ::unlink(path_.c_str());
+            }
+            fd_ = -err;
+            failed_ = true;
+            return;
+        }
+        fd_ = fd;
+    });
+    return fd_;
+}
+
+SegmentWriter::Place SegmentWriter::reserve(std::uint64_t bytes) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!cur_ || cur_->failed() || used_ + bytes > sm::content::segment_max_size ||
+        now - started_ >= append_for_) {
+        cur_ = std::make_shared<SegmentFile>(content_, sync_name_);
+        used_ = 0;
+        started_ = now;
+    }
+    Place p{cur_, used_};
+    used_ += bytes;
+    return p;
+}
+
+} // namespace smtps

@@ -1,0 +1,114 @@
+// Content segments: references are checked strictly, a record reads back
+// only whole, for its own transaction and (verified) with its CRC.
+#include "content_segment.hpp"
+
+#include "content_file.hpp"
+#include "ids.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+
+namespace fs = std::filesystem;
+using namespace sm::content;
+
+namespace {
+
+struct Dir {
+    fs::path p = fs::temp_directory_path() / ("segment-test-" + std::to_string(::getpid()));
+    Dir() {
+        fs::remove_all(p);
+        fs::create_directories(p / "segments");
+    }
+    ~Dir() { fs::remove_all(p); }
+};
+
+int open_segment(const Dir& d, const std::string& seg) {
+    return ::open(segment_path(d.p.string(), seg).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+}
+
+} // namespace
+
+TEST_CASE("segment references: one spelling, checked strictly") {
+    const std::string seg = "6B05B3564B3F00001";
+    CHECK(segment_ref(seg, 0) == seg + "+0");
+    CHECK(segment_ref(seg, 0x1A2B) == seg + "+1A2B");
+    auto r = parse_segment_ref(seg + "+1A2B");
+    REQUIRE(r);
+    CHECK(r->segment == seg);
+    CHECK(r->offset == 0x1A2B);
+    CHECK_FALSE(parse_segment_ref(seg));  // a content file's id
+    for (const char* bad : {"+0", "6B05B3564B3F00001+", "6B05B3564B3F00001+01",
+                            "6B05B3564B3F00001+1a", "6B05B3564B3F00001+-1", "6B05B3564B3F0000+1",
+                            "6B05B3564B3F00001+1+2", "6B05B3564B3F00001+1000000000000",
+                            "../../etc/passwd+1", "6B05B3564B3F00001 +1"}) {
+        INFO(bad);
+        CHECK_FALSE(parse_segment_ref(bad));
+        CHECK_FALSE(valid_content_id(bad));
+    }
+    CHECK(valid_content_id(seg));
+    CHECK(valid_content_id(seg + "+FFFFFFFFFFFF"));
+    CHECK(segment_of_file_name(seg + ".seg") == seg);
+    CHECK(segment_of_file_name(seg) == "");
+    CHECK(segment_of_file_name("x.seg") == "");
+    CHECK(sm::ta_id_time_us("6B05B3564B3F00001") == 0x6B05B356ull * 1000000 + 0x4B3F0);
+}
+
+TEST_CASE("a segment record reads back whole, for its transaction") {
+    Dir d;
+    const std::string seg = sm::new_ta_id(), ta1 = sm::new_ta_id(), ta2 = sm::new_ta_id();
+    const int fd = open_segment(d, seg);
+    REQUIRE(fd >= 0);
+    const std::string m1 = "Subject: one\r\n\r\nbody\r\n", m2(100000, 'x');
+    REQUIRE(write_segment_record(fd, 0, ta1, m1) == 0);
+    const std::uint64_t off2 = segment_header_size + m1.size();
+    REQUIRE(write_segment_record(fd, off2, ta2, m2) == 0);
+    CHECK(write_segment_record(fd, 0, "not-an-id", m1) == EINVAL);
+
+    Body b;
+    REQUIRE(b.open(d.p.string(), segment_ref(seg, 0), true, ta1, true) == 0);
+    CHECK(b.size() == m1.size());
+    std::string buf;
+    REQUIRE(b.read_at(0, 1 << 20, buf) == 0);
+    CHECK(buf == m1);
+    REQUIRE(b.read_at(9, 3, buf) == 0);
+    CHECK(buf == "one");
+    REQUIRE(b.open(d.p.string(), segment_ref(seg, off2), true, ta2, true) == 0);
+    REQUIRE(b.read_at(0, 1 << 20, buf) == 0);
+    CHECK(buf == m2);
+
+    // Another transaction's record, a place that is no record, a segment
+    // that is not there.
+    CHECK(b.open(d.p.string(), segment_ref(seg, 0), true, ta2) == EBADMSG);
+    CHECK(b.open(d.p.string(), segment_ref(seg, 1), true) == EBADMSG);
+    CHECK(b.open(d.p.string(), segment_ref(seg, off2 + 1000000), true) == EBADMSG);
+    CHECK(b.open(d.p.string(), segment_ref(sm::new_ta_id(), 0), true) == ENOENT);
+
+    // Cut short (a power cut before the data was on disk): not whole.
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(off2 + segment_header_size + 10)) == 0);
+    CHECK(b.open(d.p.string(), segment_ref(seg, off2), true, ta2) == EBADMSG);
+    // Whole in length but not the bytes written: the CRC says so.
+    REQUIRE(::pwrite(fd, "X", 1, static_cast<off_t>(segment_header_size + 2)) == 1);
+    CHECK(b.open(d.p.string(), segment_ref(seg, 0), true, ta1, false) == 0);
+    CHECK(b.open(d.p.string(), segment_ref(seg, 0), true, ta1, true) == EBADMSG);
+    ::close(fd);
+}
+
+TEST_CASE("a content file's body is the whole file") {
+    Dir d;
+    const std::string id = sm::new_ta_id();
+    REQUIRE(write_durable(sm::cdb_path(d.p.string(), id, true), "hello\r\n") == 0);
+    Body b;
+    REQUIRE(b.open(d.p.string(), id, true) == 0);
+    CHECK(b.size() == 7);
+    std::string buf;
+    REQUIRE(b.read_at(0, 100, buf) == 0);
+    CHECK(buf == "hello\r\n");
+    CHECK(b.open(d.p.string(), "bad/../id", true) == EINVAL);
+    CHECK(b.open(d.p.string(), sm::new_ta_id(), true) == ENOENT);
+}
