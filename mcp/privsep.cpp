@@ -13,6 +13,7 @@
 #include <memory>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace smx {
 namespace fs = std::filesystem;
@@ -200,12 +201,13 @@ bool make_dirs_as_root(const sm::Config& cfg, const Accounts& a, std::string& er
     const std::string content = cfg.content_dir_abs();
     Fd c = open_store(top.get(), spool, content, err);
     if (c.get() < 0 || !lay_out(c.get(), content, cdb, err)) return false;
-    if (cfg.queue.cdb_hashed) {
-        for (int i = 0; i < 256; ++i) {
-            const std::string name = hashed_dir(i);
-            Fd d = open_dir(c.get(), name, content + "/" + name, err);
-            if (d.get() < 0 || !lay_out(d.get(), content + "/" + name, cdb, err)) return false;
-        }
+    // The content segments' directory is laid out as the hashed ones.
+    std::vector<std::string> subdirs{"segments"};
+    if (cfg.queue.cdb_hashed)
+        for (int i = 0; i < 256; ++i) subdirs.push_back(hashed_dir(i));
+    for (const auto& name : subdirs) {
+        Fd d = open_dir(c.get(), name, content + "/" + name, err);
+        if (d.get() < 0 || !lay_out(d.get(), content + "/" + name, cdb, err)) return false;
     }
     // QMGR makes qmgr.sock here; smx.pid, also here, is opened with care
     // (PidLock). Others may enter to reach the socket, whose mode decides.
@@ -267,7 +269,8 @@ bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err
     if (accounts) return make_dirs_as_root(cfg, *accounts, err);
     const std::string content = cfg.content_dir_abs();
     std::vector<std::string> dirs{cfg.ibdb_dir_abs(), cfg.defedb_dir_abs(),
-                                  cfg.quarantine_dir_abs(), content, cfg.run_dir_abs()};
+                                  cfg.quarantine_dir_abs(), content, cfg.run_dir_abs(),
+                                  content + "/segments"};
     if (cfg.queue.cdb_hashed)
         for (int i = 0; i < 256; ++i) dirs.push_back(content + "/" + hashed_dir(i));
     for (const auto& d : dirs) {
