@@ -3,11 +3,17 @@
 // DEFEDB, bounces with DSNs, boundary checks, recovery and control.
 #include "harness.hpp"
 
+#include "content_segment.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 using namespace qmgr_test;
 
@@ -284,6 +290,54 @@ TEST_CASE("TA_COMMIT is checked at the boundary") {
     CHECK(reject(e).text.find("no recipients") != std::string::npos);
     CHECK(h.stat("rejected") == 2);
     CHECK(h.stat("ibdb_records") == 0);
+}
+
+TEST_CASE("a TA_COMMIT naming a content segment record is checked against the record") {
+    Harness h;
+    const std::string content = h.cfg.content_dir_abs();
+    fs::create_directories(sm::content::segments_dir(content));
+    const std::string seg = sm::new_ta_id(), a = sm::new_ta_id(), b = sm::new_ta_id();
+    const std::string ma = "Subject: a\r\n\r\nbody a\r\n", mb = "Subject: b\r\n\r\nbody b, longer\r\n";
+    const int fd = ::open(sm::content::segment_path(content, seg).c_str(), O_RDWR | O_CREAT, 0640);
+    REQUIRE(fd >= 0);
+    const std::uint64_t off_b = sm::content::segment_header_size + ma.size();
+    REQUIRE(sm::content::write_segment_record(fd, 0, a, ma) == 0);
+    REQUIRE(sm::content::write_segment_record(fd, off_b, b, mb) == 0);
+    ::close(fd);
+    auto ack = [&](const std::string& ta, const std::string& cdb, std::uint64_t size) {
+        sm::msg::TaCommit e;
+        e.ta_id = ta;
+        e.cdb_id = cdb;
+        e.size = size;
+        e.rcpts = {{"a@example.net", ""}};
+        h.acks.clear();
+        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
+        REQUIRE(h.run_until([&] { return !h.acks.empty(); }));
+        return h.acks[0];
+    };
+    using sm::msg::AckStatus;
+    // Another transaction's record, the wrong size, no record there.
+    auto r = ack(sm::new_ta_id(), sm::content::segment_ref(seg, 0), ma.size());
+    CHECK(r.status == AckStatus::tempfail);
+    CHECK(r.text.find("another message's") != std::string::npos);
+    r = ack(b, sm::content::segment_ref(seg, off_b), mb.size() + 1);
+    CHECK(r.text.find("another message's") != std::string::npos);
+    r = ack(b, sm::content::segment_ref(seg, 5), mb.size());
+    CHECK(r.status == AckStatus::tempfail);
+    CHECK(r.text.find("Content record") != std::string::npos);
+    // A segment that is not there; one made longer ago than segment_age.
+    r = ack(b, sm::content::segment_ref(sm::new_ta_id(), 0), mb.size());
+    CHECK(r.text.find("Content segment: No such file") != std::string::npos);
+    char old[32];
+    std::snprintf(old, sizeof old, "%08llX%05X%04X",
+                  static_cast<unsigned long long>(sm::now_us() / 1000000 - 3600), 0, 1);
+    r = ack(b, sm::content::segment_ref(old, 0), mb.size());
+    CHECK(r.text.find("too old") != std::string::npos);
+    CHECK(ack(b, sm::content::segment_ref(seg, 0) + "0", mb.size()).status == AckStatus::reject);
+    CHECK(h.stat("ibdb_records") == 0);
+    // Its own record: taken.
+    CHECK(ack(a, sm::content::segment_ref(seg, 0), ma.size()).status == AckStatus::ok);
+    CHECK(ack(b, sm::content::segment_ref(seg, off_b), mb.size()).status == AckStatus::ok);
 }
 
 TEST_CASE("a full active queue tempfails intake") {
