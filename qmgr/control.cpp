@@ -27,6 +27,7 @@ std::vector<Metric> Qmgr::metrics() const {
         {"dsn_sent", bouncer_.dsn_sent(), true, "Delivery status notifications queued"},
         {"quarantined", counters_.quarantined + sweeper_.quarantined() + deferred_.quarantined(), true, "Files and records moved to quarantine/"},
         {"quarantine_write_failures", quarantine_write_failures(), true, "Copies to quarantine/ that could not be written"},
+        {"content_segments_removed", segments_.removed(), true, "Content segments removed once nothing named them"},
         {"ibdb_commits", s.commits, true, "Envelope-log group commits"},
         {"ibdb_transactions", s.transactions, true, "Transactions in envelope-log group commits"},
         {"ibdb_records", s.records, true, "Envelope-log records written"},
