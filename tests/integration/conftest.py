@@ -56,6 +56,57 @@ def free_port():
         return s.getsockname()[1]
 
 
+def _crc32c_table():
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _CRC32C[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def segment_records(content_dir):
+    """The whole records in the content segments under content_dir
+    (libsm/content_segment.hpp: 40-byte header of magic, size, CRC32C, the
+    transaction id; then the data), read one after the other from each
+    segment's start: {ta id: data}. A record cut short or with a wrong CRC is
+    not whole and not listed; the walk of a segment stops at it."""
+    out = {}
+    seg_dir = os.path.join(content_dir, "segments")
+    for name in sorted(os.listdir(seg_dir)) if os.path.isdir(seg_dir) else []:
+        with open(os.path.join(seg_dir, name), "rb") as f:
+            data = f.read()
+        off = 0
+        while off + 40 <= len(data) and data[off:off + 8] == b"SMXSEG1\n":
+            size = int.from_bytes(data[off + 8:off + 16], "little")
+            crc = int.from_bytes(data[off + 16:off + 20], "little")
+            body = data[off + 40:off + 40 + size]
+            if len(body) != size or crc32c(body) != crc:
+                break
+            out[data[off + 23:off + 40].decode()] = body
+            off += 40 + size
+    return out
+
+
+def content_files(content_dir):
+    """Content files (not segments) under content_dir, .tmp ones included."""
+    found = []
+    for d, _, files in os.walk(content_dir):
+        found += [os.path.join(d, f) for f in files if not f.endswith(".seg")]
+    return found
+
+
 def wait_until(pred, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

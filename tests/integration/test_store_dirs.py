@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import SMX, send, wait_until
+from conftest import SMX, content_files, send, wait_until
 from test_disk import (assert_delivered_once, fill, free_bytes, held_sinks,  # noqa: F401
                        message, mount_tmpfs, release, send_one, try_send)
 from test_mcp import kill_under_load, run_load
@@ -64,7 +64,8 @@ def make_split_relay(tmp_path, mount_tmpfs, make_relay):
 
 
 def content_state(relay):
-    files = files_under(relay.content)
+    """Content files (not segments) and .tmp files."""
+    files = content_files(relay.content)
     return [f for f in files if not f.endswith(".tmp")], [f for f in files if f.endswith(".tmp")]
 
 
@@ -162,6 +163,7 @@ def test_ibdb_file_system_full_answers_452(make_sink, make_split_relay):
     os.unlink(os.path.join(os.path.dirname(relay.ibdb), "filler"))
     assert send_one(relay, "ok@client.test", ["x@example.net"], body) == (250, "")
     wait_until(lambda: sink.count() >= 1, 30, "the message sent after the space came back")
+    wait_until(lambda: not files_under(relay.content), 30, "an empty content directory")
     time.sleep(1)
     assert_delivered_once(sink, ["ok@client.test"], ["lost@client.test"])
 
