@@ -32,10 +32,8 @@ constexpr auto retry_after = std::chrono::seconds(5);
 // the batch, which is tried again; a record that cannot be read is logged
 // and the envelope names the missing copy: quarantined when it comes due.
 void copy_out(const std::string& content, bool hashed, sm::msg::TaCommit& env) {
-    const std::string path = sm::cdb_path(content, env.ta_id, hashed);
-    struct stat st;
-    if (::stat(path.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) == env.size) {
-        env.cdb_id = env.ta_id;  // copied for an earlier batch (written whole, then renamed)
+    if (has_defedb_copy(content, hashed, env)) {
+        env.cdb_id = env.ta_id;  // copied for an earlier batch
         return;
     }
     sm::content::Body body;
@@ -48,13 +46,19 @@ void copy_out(const std::string& content, bool hashed, sm::msg::TaCommit& env) {
                       env.ta_id, from, err ? std::strerror(err) : "short");
         return;
     }
-    if (const int e = sm::content::write_durable(path, data,
+    if (const int e = sm::content::write_durable(sm::cdb_path(content, env.ta_id, hashed), data,
                                                  sm::content::file_mode, true))
         throw DefedbError(env.ta_id + ": copy of its content for DEFEDB: " + std::strerror(e),
                           false);
 }
 
 } // namespace
+
+bool has_defedb_copy(const std::string& content, bool hashed, const sm::msg::TaCommit& env) {
+    struct stat st;
+    return ::stat(sm::cdb_path(content, env.ta_id, hashed).c_str(), &st) == 0 &&
+           static_cast<std::uint64_t>(st.st_size) == env.size;
+}
 
 DeferredQueue::DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, DefedbStrand& db,
                              Hooks hooks, const sm::Clock& clock)

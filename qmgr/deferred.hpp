@@ -28,6 +28,11 @@ namespace smx::qmgr {
 
 namespace asio = boost::asio;
 
+// The DEFEDB copy of a message kept in a content segment (written before
+// DEFEDB names it): the content file named by its transaction id, there
+// and of the envelope's size (written whole, then renamed).
+bool has_defedb_copy(const std::string& content, bool hashed, const sm::msg::TaCommit& env);
+
 class DeferredQueue {
 public:
     // A DEFEDB write waiting for the next batch.

@@ -23,6 +23,7 @@ namespace {
 // Whether recovery has the content of env, and if not what there is of it.
 struct Content {
     bool whole = false;
+    bool found = true;   // something of it is there to keep beside the envelope
     std::string where;   // for the log: the file, or the segment record
     std::string what;    // why it is not whole
     std::string cdb_id;  // what names it (a DEFEDB copy may stand in for a record)
@@ -43,13 +44,12 @@ Content segment_content(const std::string& content, bool hashed,
         c.cdb_id = env.cdb_id;
         return c;
     }
-    struct stat st;
-    const std::string copy = sm::cdb_path(content, env.ta_id, hashed);
-    if (::stat(copy.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) == env.size) {
+    if (has_defedb_copy(content, hashed, env)) {
         c.whole = true;
         c.cdb_id = env.ta_id;
         return c;
     }
+    c.found = err != ENOENT;
     c.what = err ? std::strerror(err)
                  : fmt::format("{} bytes, the envelope says {}", body.size(), env.size);
     return c;
@@ -62,6 +62,7 @@ Content file_content(const std::string& content, bool hashed, const sm::msg::TaC
                                            : std::string("(invalid id)");
     struct stat st;
     if (!sm::valid_ta_id(env.cdb_id) || ::stat(c.where.c_str(), &st) != 0) {
+        c.found = false;
         c.what = "missing";
         return c;
     }
@@ -125,7 +126,7 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
             const std::string qdir = cfg_.quarantine_dir_abs();
             const std::string name =
                 (sm::valid_ta_id(env.ta_id) ? env.ta_id : "invalid") + std::string(".envelope");
-            if (c.what != "missing" && sm::valid_ta_id(env.ta_id))
+            if (c.found && sm::valid_ta_id(env.ta_id))
                 quarantine_content(content_, hashed, env, qdir);
             const std::string err = quarantine_write(qdir, name, sm::msg::envelope_bytes(env));
             if (err.empty())
