@@ -298,6 +298,25 @@ TEST_CASE("queue.test_no_sync is honoured only by a test build") {
     CHECK_FALSE(load_config("").queue.test_no_sync);
 }
 
+TEST_CASE("content segments: on by default; test_segment_age only in a test build, 3..3600") {
+    const Config d = load_config("");
+    CHECK(d.queue.content_segments);
+    CHECK(d.queue.segment_age == std::chrono::seconds(30));
+    const auto off = write_temp("[queue]\ncontent_segments = false\n");
+    CHECK_FALSE(load_config(off).queue.content_segments);
+    std::remove(off.c_str());
+    CHECK(error_key("[queue]\ncontent_segments = \"no\"\n") == "queue.content_segments");
+#if SMX_TEST_HOOKS
+    const auto p = write_temp("[queue]\ntest_segment_age = 3\n");
+    CHECK(load_config(p).queue.segment_age == std::chrono::seconds(3));
+    std::remove(p.c_str());
+    CHECK(error_key("[queue]\ntest_segment_age = 2\n") == "queue.test_segment_age");
+    CHECK(error_key("[queue]\ntest_segment_age = 3601\n") == "queue.test_segment_age");
+#else
+    CHECK(error_key("[queue]\ntest_segment_age = 6\n") == "queue.test_segment_age");
+#endif
+}
+
 TEST_CASE("content_dir and ibdb_dir: in the spool by default, else where named; restart-only") {
     const Config d = load_config("");
     const std::string spool = std::filesystem::current_path().string() + "/var/spool";
