@@ -83,7 +83,10 @@ def notify_socket(tmp_path):
 
 def test_ready_is_sent_only_after_smtps_greets(tmp_path, sink, notify_socket):
     path, ns = notify_socket
-    relay = Relay(str(tmp_path), sink.port)
+    # One event loop, so one listening socket: with one per loop
+    # (SO_REUSEPORT) the kernel may hand this client and the MCP's probe to
+    # different loops, and the probe's loop may greet first.
+    relay = Relay(str(tmp_path), sink.port, extra="[server]\nthreads = 1")
     log = open(relay.log_path, "ab")
     proc = subprocess.Popen([SMX, "run", "-c", relay.config], stdout=log,
                             stderr=subprocess.STDOUT, env=dict(os.environ, NOTIFY_SOCKET=path))
