@@ -5,10 +5,11 @@
 // memory and written under its final name (no temporary name and rename:
 // nothing reads the file before TA_COMMIT names it, which follows the
 // close, and a file left by a crash has no envelope, so the orphan sweep
-// takes it). The final write and the fdatasync (queue.content_sync = "file"
-// only) run on a worker pool so that the event loop never waits for the
-// disk: even without a sync, creating a file can wait for a journal commit
-// (done inline they halved throughput). With "batch" (the default) QMGR's
+// takes it). Creating a file, its final write and the fdatasync
+// (queue.content_sync = "file" only) run on a worker pool so that the event
+// loop never waits for the disk: even without a sync, creating a file can
+// wait for a journal commit (done inline they halved throughput). Only a
+// record appended to a segment that exists is written on the loop. With "batch" (the default) QMGR's
 // group commit makes the file durable with the batch that holds its
 // envelope, before the ack. Anything not committed is unlinked.
 #pragma once

@@ -31,6 +31,7 @@ int SegmentFile::fd() {
             return;
         }
         fd_ = fd;
+        made_fd_.store(fd, std::memory_order_release);
     });
     return fd_;
 }

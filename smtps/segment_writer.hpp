@@ -1,6 +1,7 @@
 // The content segment of one event loop (libsm/content_segment.hpp): the
-// loop reserves each small message's place in it, and the pool thread that
-// writes the message opens the file on first use and writes there. A
+// loop reserves each small message's place in it; the file is made on a
+// pool thread by the first write, and later records are written on the loop
+// (smtps/cdb_writer.cpp says why). A
 // segment is used for [queue] segment_age / 6 or up to segment_max_size,
 // then the next one starts; QMGR removes old ones once nothing names them.
 #pragma once
@@ -27,6 +28,9 @@ public:
     // The descriptor, the file made on the first call (any thread; with
     // sync_name its directory is synced then); or -errno.
     int fd();
+    // The descriptor once a call of fd() has made the file, else -1: never
+    // waits for the disk (any thread).
+    int made_fd() const { return made_fd_.load(std::memory_order_acquire); }
     // Making it failed (seen on the loop: the next message starts a new one).
     bool failed() const { return failed_; }
 
@@ -35,6 +39,7 @@ private:
     bool sync_name_;
     std::once_flag made_;
     int fd_ = -1;
+    std::atomic<int> made_fd_ = -1;
     std::atomic<bool> failed_ = false;
 };
 
