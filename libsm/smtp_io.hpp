@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/asio.hpp>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <string>
@@ -31,8 +32,8 @@ struct Line {
 // Reads lines from a stream (TCP socket or SSL stream) with a deadline per
 // read. Returned views are valid until the next call. On a plain TCP
 // connection the reader holds no buffer while it waits with nothing unread:
-// it waits for the socket to be readable and only then takes one, so an
-// idle connection costs a few hundred bytes, not the 16 KiB of a read.
+// it waits with a receive into a small array of its own and only then takes
+// one, so an idle connection costs a few KB, not the 16 KiB of a read.
 template <class Stream>
 class LineReader {
 public:
@@ -80,20 +81,27 @@ private:
         static void arm(const std::shared_ptr<Watch>& w);
     };
 
+    static constexpr std::size_t read_room = 16384;  // what a read may bring
     asio::awaitable<ReadStatus> fill(std::chrono::steady_clock::duration timeout);
 
     Stream& stream_;
     std::size_t max_line_;
     // Makes room for `room` bytes after the unread data.
     void reserve_room(std::size_t room);
-    // Waits until the socket is readable, holding no buffer meanwhile.
-    asio::awaitable<ReadStatus> wait_readable();
+    // A plain TCP connection with nothing unread: reads what is there, or
+    // waits for input holding no buffer meanwhile.
+    asio::awaitable<std::tuple<boost::system::error_code, std::size_t>> read_plain(
+        asio::ip::tcp::socket& sock);
 
     std::unique_ptr<char[]> buf_;  // data is [pos_, end_) of cap_ bytes
     std::size_t cap_ = 0;
     std::size_t pos_ = 0;
     std::size_t end_ = 0;
+    bool more_ = false;  // the last read filled all it was given: more may be there
     std::shared_ptr<Watch> watch_;
+    // What a wait for input receives first: an SMTP command or reply line,
+    // or a small message's text.
+    std::array<char, 2048> first_;
 };
 
 // How much of a reply is kept (postfix keeps about as much): the rest is
