@@ -31,9 +31,11 @@ public:
     AcceptGuard(const AcceptGuard&) = delete;
     AcceptGuard& operator=(const AcceptGuard&) = delete;
 
-    // The next connection; nullopt once the acceptor is closed.
+    // The next connection; nullopt once the acceptor is closed. peer, when
+    // given, gets the client's address from the accept itself.
     template <class Acceptor>
-    asio::awaitable<std::optional<typename Acceptor::protocol_type::socket>> next(Acceptor& a);
+    asio::awaitable<std::optional<typename Acceptor::protocol_type::socket>> next(
+        Acceptor& a, typename Acceptor::endpoint_type* peer = nullptr);
 
     unsigned long refused() const { return refused_; }
 
@@ -61,24 +63,32 @@ private:
 
 template <class Acceptor>
 asio::awaitable<std::optional<typename Acceptor::protocol_type::socket>> AcceptGuard::next(
-    Acceptor& a) {
-    // Wait for readiness, then accept without blocking under accepting_
-    // (an async_accept would accept in the reactor, outside the mutex).
+    Acceptor& a, typename Acceptor::endpoint_type* peer) {
+    // Accept without blocking under accepting_ (an async_accept would accept
+    // in the reactor, outside the mutex), and wait for readiness only when
+    // no client is waiting: under load one usually is, and the wait costs
+    // asio an EPOLL_CTL_MOD each time.
     if (!a.non_blocking()) a.non_blocking(true);
     for (;;) {
-        auto [wec] =
-            co_await a.async_wait(Acceptor::wait_read, asio::as_tuple(asio::use_awaitable));
-        if (wec == asio::error::operation_aborted || !a.is_open()) co_return std::nullopt;
+        if (!a.is_open()) co_return std::nullopt;
         boost::system::error_code ec;
         std::unique_lock lock(accepting_);
-        auto s = a.accept(ec);
+        typename Acceptor::endpoint_type from;
+        auto s = a.accept(from, ec);
         if (!ec) {
             lock.unlock();
             backoff_ = std::chrono::milliseconds(0);
             restore_spare();
+            if (peer) *peer = from;
             co_return std::move(s);
         }
-        if (ec == asio::error::would_block || ec == asio::error::try_again) continue;  // gone
+        if (ec == asio::error::would_block || ec == asio::error::try_again) {
+            lock.unlock();
+            auto [wec] =
+                co_await a.async_wait(Acceptor::wait_read, asio::as_tuple(asio::use_awaitable));
+            if (wec == asio::error::operation_aborted) co_return std::nullopt;
+            continue;
+        }
         if (ec == asio::error::operation_aborted || !a.is_open()) co_return std::nullopt;
         const bool refused = on_error(a.native_handle(), ec);
         lock.unlock();

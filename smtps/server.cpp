@@ -87,6 +87,12 @@ Server::Server(asio::any_io_executor ex, std::shared_ptr<Shared> shared, QmgrCli
 }
 
 void Server::listen(tcp::acceptor acceptor) {
+    // Linux gives an accepted socket the listener's TCP_NODELAY: set once
+    // here, not once per client (replies are whole writes already, but
+    // pipelined ones must not wait for an ACK).
+    boost::system::error_code ec;
+    acceptor.set_option(tcp::no_delay(true), ec);
+    if (ec) spdlog::warn("cannot set TCP_NODELAY on a listener: {}", ec.message());
     acceptors_.push_back(std::move(acceptor));
     asio::co_spawn(ex_, accept_loop(acceptors_.back()), sm::crash_on_exception("smtps accept"));
 }
@@ -101,14 +107,11 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
     sm::AcceptGuard guard("smtp", "421 4.3.2 " + settings()->server().hostname +
                                       " Error: too many open files, try again later\r\n");
     for (;;) {
-        auto accepted = co_await guard.next(acceptor);
+        tcp::endpoint peer;
+        auto accepted = co_await guard.next(acceptor, &peer);
         if (!accepted) co_return;
         ++accepted_;
         tcp::socket sock = std::move(*accepted);
-        boost::system::error_code pec;
-        const auto peer = sock.remote_endpoint(pec);
-        if (pec) continue;  // already gone
-        sock.set_option(tcp::no_delay(true), pec);
         std::string ip = client_ip(peer);
         const auto settings = shared_->settings();
         const bool trusted = settings->policy.trusted_client(ip);

@@ -304,7 +304,7 @@ asio::awaitable<void> Session::run() {
     }
     const bool flushed = co_await flush();
     if (flushed && quit_ && stream_.tls()) co_await stream_.close_tls(close_notify_timeout);
-    stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+    // No shutdown(2): the socket closes as the session ends, right after.
     spdlog::info("disconnect from {} commands={} errors={}", client(), commands_, errors_);
 }
 
