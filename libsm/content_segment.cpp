@@ -132,33 +132,58 @@ int read_segment_record(int fd, std::uint64_t offset, std::uint64_t file_size,
     return 0;
 }
 
-Body::~Body() {
+OpenFile::~OpenFile() {
     if (fd_ >= 0) ::close(fd_);
 }
 
+std::shared_ptr<const OpenFile> SegmentFds::get(const std::string& segment, int& err) {
+    err = 0;
+    if (auto it = open_.find(segment); it != open_.end()) return it->second;
+    const int fd = ::open(segment_path(content_, segment).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        err = errno;
+        return nullptr;
+    }
+    auto file = std::make_shared<const OpenFile>(fd);
+    if (open_.size() >= max_open_) open_.erase(open_.begin());
+    open_.emplace(segment, file);
+    return file;
+}
+
+void SegmentFds::close_before(std::uint64_t cutoff_us) {
+    while (!open_.empty() && ta_id_time_us(open_.begin()->first) < cutoff_us)
+        open_.erase(open_.begin());
+}
+
 int Body::open(const std::string& content_dir, std::string_view cdb_id, bool hashed,
-               std::string_view ta_id, bool verify) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+               std::string_view ta_id, bool verify, SegmentFds* segments) {
+    file_.reset();
     start_ = size_ = 0;
     const auto ref = parse_segment_ref(cdb_id);
-    int fd = -1;
-    if (!ref) {
-        if (const int err = open_read(content_dir, cdb_id, hashed, fd)) return err;
-    } else if ((fd = ::open(segment_path(content_dir, ref->segment).c_str(),
-                            O_RDONLY | O_CLOEXEC)) < 0) {
-        return errno;
+    if (ref && segments) {
+        int err = 0;
+        file_ = segments->get(ref->segment, err);
+        if (!file_) return err;
+    } else {
+        int fd = -1;
+        if (!ref) {
+            if (const int err = open_read(content_dir, cdb_id, hashed, fd)) return err;
+        } else if ((fd = ::open(segment_path(content_dir, ref->segment).c_str(),
+                                O_RDONLY | O_CLOEXEC)) < 0) {
+            return errno;
+        }
+        file_ = std::make_shared<const OpenFile>(fd);
     }
-    fd_ = fd;
+    const int fd = file_->fd();
     struct stat st;
-    if (::fstat(fd_, &st) != 0) return errno;
+    if (::fstat(fd, &st) != 0) return errno;
     const auto file_size = static_cast<std::uint64_t>(st.st_size);
     if (!ref) {
         size_ = file_size;
         return 0;
     }
     SegmentRecord rec;
-    if (const int err = read_segment_record(fd_, ref->offset, file_size, rec)) return err;
+    if (const int err = read_segment_record(fd, ref->offset, file_size, rec)) return err;
     if (!ta_id.empty() && rec.ta_id != ta_id) return EBADMSG;
     start_ = ref->offset + segment_header_size;
     size_ = rec.size;
@@ -178,7 +203,7 @@ int Body::read_at(std::uint64_t offset, std::size_t max, std::string& buf) const
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(max, size_ - offset));
     buf.resize(n);
     std::size_t got = 0;
-    const int err = pread_all(fd_, buf.data(), n, start_ + offset, got);
+    const int err = pread_all(file_->fd(), buf.data(), n, start_ + offset, got);
     buf.resize(got);
     return err;
 }

@@ -17,6 +17,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,12 +62,47 @@ struct SegmentRecord {
 int read_segment_record(int fd, std::uint64_t offset, std::uint64_t file_size,
                         SegmentRecord& rec);
 
+// An open descriptor, closed when the last holder lets go.
+class OpenFile {
+public:
+    explicit OpenFile(int fd) : fd_(fd) {}
+    ~OpenFile();
+    OpenFile(const OpenFile&) = delete;
+    OpenFile& operator=(const OpenFile&) = delete;
+    int fd() const { return fd_; }
+
+private:
+    int fd_;
+};
+
+// Segments kept open, by id, for a process that reads many records from a
+// few segments (QMGR's intake, SMTPC): one open(2) per segment and not per
+// message (an open and a close were a fifth of SMTPC's system calls). At
+// most max_open; the oldest go first. A segment removed meanwhile stays
+// readable through a descriptor still held, so a reader keeps its own
+// reference while it reads (Body does).
+class SegmentFds {
+public:
+    explicit SegmentFds(std::string content_dir, std::size_t max_open = 32)
+        : content_(std::move(content_dir)), max_open_(max_open) {}
+    // The open segment; null with err set (an errno value) when it cannot be opened.
+    std::shared_ptr<const OpenFile> get(const std::string& segment, int& err);
+    // Lets go of the segments made before cutoff_us (ta_id_time_us).
+    void close_before(std::uint64_t cutoff_us);
+    std::size_t open_count() const { return open_.size(); }
+
+private:
+    std::string content_;
+    std::size_t max_open_;
+    // By id, so oldest first: an id starts with the time it was made.
+    std::map<std::string, std::shared_ptr<const OpenFile>, std::less<>> open_;
+};
+
 // A message's body, open for reading by offset (pread, so that a retry on
 // another connection starts again from the beginning).
 class Body {
 public:
     Body() = default;
-    ~Body();
     Body(const Body&) = delete;
     Body& operator=(const Body&) = delete;
 
@@ -74,14 +111,15 @@ public:
     // not empty), and with verify its data must match the CRC (it is read
     // once). ENOENT when the file is gone, EINVAL for an invalid id,
     // EBADMSG for a record that is not what the reference says.
+    // A segment comes from `segments` when given (its open descriptor shared).
     int open(const std::string& content_dir, std::string_view cdb_id, bool hashed,
-             std::string_view ta_id = {}, bool verify = false);
+             std::string_view ta_id = {}, bool verify = false, SegmentFds* segments = nullptr);
     std::uint64_t size() const { return size_; }
     // Up to max bytes from offset of the body into buf (resized); 0 or errno.
     int read_at(std::uint64_t offset, std::size_t max, std::string& buf) const;
 
 private:
-    int fd_ = -1;
+    std::shared_ptr<const OpenFile> file_;
     std::uint64_t start_ = 0, size_ = 0;
 };
 

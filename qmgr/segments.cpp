@@ -28,9 +28,7 @@ std::uint64_t us(std::chrono::seconds s) {
 Segments::Segments(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
                    const ActiveQueue& queue, Ibdb& ibdb)
     : cfg_(cfg), ex_(ex), workers_(workers), queue_(queue), ibdb_(ibdb),
-      content_(cfg.content_dir_abs()), timer_(ex) {}
-
-Segments::~Segments() { close_before(UINT64_MAX); }
+      content_(cfg.content_dir_abs()), fds_(content_), timer_(ex) {}
 
 std::string Segments::check(const sm::content::SegmentRef& ref, const std::string& ta_id,
                             std::uint64_t size) {
@@ -38,18 +36,14 @@ std::string Segments::check(const sm::content::SegmentRef& ref, const std::strin
     if (made < cutoff_us_ || made + us(cfg_.queue.segment_age) < now)
         return "Content segment too old";
     if (made > now + us(cfg_.queue.segment_age)) return "Content segment from the future";
-    auto it = fds_.find(ref.segment);
-    if (it == fds_.end()) {
-        const int fd = ::open(sm::content::segment_path(content_, ref.segment).c_str(),
-                              O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return std::string("Content segment: ") + std::strerror(errno);
-        it = fds_.emplace(ref.segment, fd).first;
-    }
+    int err = 0;
+    const auto file = fds_.get(ref.segment, err);
+    if (!file) return std::string("Content segment: ") + std::strerror(err);
     struct stat st;
-    if (::fstat(it->second, &st) != 0) return std::string("Content segment: ") + std::strerror(errno);
+    if (::fstat(file->fd(), &st) != 0) return std::string("Content segment: ") + std::strerror(errno);
     sm::content::SegmentRecord rec;
-    if (const int err = sm::content::read_segment_record(
-            it->second, ref.offset, static_cast<std::uint64_t>(st.st_size), rec))
+    if ((err = sm::content::read_segment_record(file->fd(), ref.offset,
+                                                static_cast<std::uint64_t>(st.st_size), rec)))
         return std::string("Content record: ") + std::strerror(err);
     if (rec.ta_id != ta_id || rec.size != size) return "Content record is another message's";
     return {};
@@ -72,24 +66,13 @@ asio::awaitable<void> Segments::run() {
     }
 }
 
-void Segments::close_before(std::uint64_t cutoff_us) {
-    for (auto it = fds_.begin(); it != fds_.end();) {
-        if (sm::ta_id_time_us(it->first) >= cutoff_us) {
-            ++it;
-            continue;
-        }
-        ::close(it->second);
-        it = fds_.erase(it);
-    }
-}
-
 asio::awaitable<void> Segments::sweep() {
     // The order matters: the cutoff first (from here on no TA_COMMIT names
     // an older segment), then what memory names, then the IBDB barrier.
     const std::uint64_t now = sm::now_us(), named_for = us(cfg_.queue.segment_age);
     cutoff_us_ = std::max(cutoff_us_, now > named_for ? now - named_for : 0);
     const std::uint64_t cutoff = cutoff_us_;
-    close_before(cutoff);
+    fds_.close_before(cutoff);
     std::unordered_set<std::string> named;
     queue_.for_each([&](const Ta& ta) {
         if (auto ref = sm::content::parse_segment_ref(ta.cdb_id())) named.insert(ref->segment);

@@ -22,7 +22,6 @@
 
 #include <boost/asio.hpp>
 #include <cstdint>
-#include <map>
 #include <string>
 
 namespace smx::qmgr {
@@ -33,7 +32,6 @@ class Segments {
 public:
     Segments(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
              const ActiveQueue& queue, Ibdb& ibdb);
-    ~Segments();
     Segments(const Segments&) = delete;
     Segments& operator=(const Segments&) = delete;
 
@@ -50,7 +48,6 @@ public:
 private:
     asio::awaitable<void> run();
     asio::awaitable<void> sweep();
-    void close_before(std::uint64_t cutoff_us);
 
     const sm::Config& cfg_;
     asio::any_io_executor ex_;
@@ -60,8 +57,8 @@ private:
     std::string content_;  // Config::content_dir_abs()
     // Segments made before this are never named again (only rises).
     std::uint64_t cutoff_us_ = 0;
-    // Open descriptors of the segments intake read lately, by id.
-    std::map<std::string, int> fds_;
+    // The segments intake read lately.
+    sm::content::SegmentFds fds_;
     asio::steady_timer timer_;
     bool stopped_ = false;
     std::uint64_t removed_ = 0;

@@ -56,7 +56,7 @@ Deliverer::Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cach
                    std::shared_ptr<asio::ssl::context>(std::shared_ptr<void>(), tls),
                    std::shared_ptr<const sm::CredentialMap>(std::shared_ptr<void>(), creds),
                    std::shared_ptr<TlsSessions>(std::shared_ptr<void>(), resume)})),
-      content_(cfg.content_dir_abs()), dns_(dns), cache_(cache) {}
+      content_(cfg.content_dir_abs()), segments_(content_), dns_(dns), cache_(cache) {}
 
 void Deliverer::reload(std::shared_ptr<const sm::Config> cfg,
                        std::shared_ptr<asio::ssl::context> tls,
@@ -82,8 +82,20 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     sm::msg::Result r;
     r.da_id = d.da_id;
     if (d.rcpts.empty()) co_return r;
+    struct Running {
+        Deliverer& d;
+        explicit Running(Deliverer& x) : d(x) { ++d.running_; }
+        ~Running() {
+            if (--d.running_ == 0) d.segments_.close_before(UINT64_MAX);
+        }
+    } running(*this);
+    const auto keep_us = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(cfg.queue.segment_age).count());
+    const std::uint64_t now = sm::now_us();
+    segments_.close_before(now > keep_us ? now - keep_us : 0);
     MessageFile file;
-    if (auto err = file.open(content_, d.cdb_id, cfg.queue.cdb_hashed, d.ta_id); !err.empty())
+    if (auto err = file.open(content_, d.cdb_id, cfg.queue.cdb_hashed, d.ta_id, &segments_);
+        !err.empty())
         co_return fail_all(d, {451, "4.3.0", err});
     r.rcpts.reserve(d.rcpts.size());
     for (const auto& rc : d.rcpts) r.rcpts.push_back({rc.idx, 0, {}, {}});

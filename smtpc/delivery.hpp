@@ -54,6 +54,11 @@ private:
 
     std::shared_ptr<const Settings> settings_;
     const std::string content_;  // Config::content_dir_abs()
+    // Segments stay open while deliveries run, up to segment_age since they
+    // were made (QMGR may remove them then); all go when none runs, so a
+    // removed segment's space is never held by an idle SMTPC.
+    sm::content::SegmentFds segments_;
+    std::size_t running_ = 0;
     Resolver& dns_;
     ConnectionCache& cache_;
 };

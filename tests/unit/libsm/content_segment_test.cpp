@@ -112,3 +112,53 @@ TEST_CASE("a content file's body is the whole file") {
     CHECK(b.open(d.p.string(), "bad/../id", true) == EINVAL);
     CHECK(b.open(d.p.string(), sm::new_ta_id(), true) == ENOENT);
 }
+
+TEST_CASE("open segments: one descriptor per segment, the oldest go first, a reader keeps its own") {
+    Dir d;
+    // Ids made a second apart, oldest first (an id starts with its time).
+    const std::uint64_t t0 = sm::now_us();
+    auto id_at = [](std::uint64_t us) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%08llX%05llX%04X",
+                      static_cast<unsigned long long>(us / 1000000),
+                      static_cast<unsigned long long>(us % 1000000), 1u);
+        return std::string(buf);
+    };
+    const std::string a = id_at(t0 - 3000000), b = id_at(t0 - 2000000), c = id_at(t0 - 1000000);
+    const std::string ta = sm::new_ta_id(), msg = "Subject: kept\r\n\r\nbody\r\n";
+    for (const auto& seg : {a, b, c}) {
+        const int fd = open_segment(d, seg);
+        REQUIRE(fd >= 0);
+        REQUIRE(write_segment_record(fd, 0, ta, msg) == 0);
+        ::close(fd);
+    }
+    SegmentFds fds(d.p.string(), 2);
+    int err = -1;
+    const auto fa = fds.get(a, err);
+    REQUIRE(fa);
+    CHECK(err == 0);
+    CHECK(fds.get(a, err) == fa);  // opened once
+    CHECK(!fds.get(sm::new_ta_id(), err));
+    CHECK(err == ENOENT);
+    CHECK(fds.open_count() == 1);
+
+    // A body read through the set keeps its segment open: evicted (max 2,
+    // the oldest first) and unlinked, it still reads.
+    Body body;
+    REQUIRE(body.open(d.p.string(), segment_ref(a, 0), true, ta, true, &fds) == 0);
+    REQUIRE(fds.get(b, err));
+    REQUIRE(fds.get(c, err));
+    CHECK(fds.open_count() == 2);
+    REQUIRE(::unlink(segment_path(d.p.string(), a).c_str()) == 0);
+    std::string buf;
+    REQUIRE(body.read_at(0, 1 << 20, buf) == 0);
+    CHECK(buf == msg);
+    // a was evicted: asked again it is gone.
+    CHECK(!fds.get(a, err));
+    CHECK(err == ENOENT);
+
+    fds.close_before(sm::ta_id_time_us(c));
+    CHECK(fds.open_count() == 1);
+    fds.close_before(UINT64_MAX);
+    CHECK(fds.open_count() == 0);
+}
