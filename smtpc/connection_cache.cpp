@@ -35,14 +35,15 @@ std::shared_ptr<Session> ConnectionCache::take(const std::string& dest) {
 
 void ConnectionCache::put(const std::string& dest, std::shared_ptr<Session> s) {
     if (!s->usable()) return;
-    if (s->has_unread()) {
-        // E.g. a reply line after the end-of-data reply: the next
-        // transaction would read it as its own (replies out of step).
+    // E.g. a reply line after the end-of-data reply: the next transaction
+    // would read it as its own (replies out of step). Such bytes still on
+    // the socket end the idle watch below at once.
+    auto out_of_step = [](const std::shared_ptr<Session>& s) {
         spdlog::warn("{}: unexpected data after the transaction; closing the connection",
                      s->relay());
         s->close();
-        return;
-    }
+    };
+    if (s->has_buffered()) return out_of_step(s);
     if (s->transactions() >= cfg_->max_msgs_per_connection) {
         asio::co_spawn(s->socket().get_executor(), quit_and_keep(s, keep_),
                        sm::crash_on_exception("smtpc quit"));
@@ -52,14 +53,13 @@ void ConnectionCache::put(const std::string& dest, std::shared_ptr<Session> s) {
     idle_[dest].push_back(s);
     // The server speaking or closing while we are idle ends the session
     // (typically its own idle timeout: 421 or EOF).
-    s->socket().async_wait(tcp::socket::wait_read,
-                           [this, dest, s, gen](boost::system::error_code ec) {
-                               if (ec || s->idle_gen != gen) return;
-                               spdlog::debug("{}: idle connection closed by server",
-                                             s->relay());
-                               remove(dest, s);
-                               s->close();
-                           });
+    s->watch_idle([this, dest, s, gen, out_of_step](Session::IdleEnd end) {
+        if (end == Session::IdleEnd::cancelled || s->idle_gen != gen) return;
+        remove(dest, s);
+        if (end == Session::IdleEnd::data) return out_of_step(s);
+        spdlog::debug("{}: idle connection closed by server", s->relay());
+        s->close();
+    });
     s->idle_timer().expires_after(cfg_->idle_timeout);
     s->idle_timer().async_wait([this, dest, s, gen](boost::system::error_code ec) {
         if (ec || s->idle_gen != gen) return;

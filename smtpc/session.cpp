@@ -93,11 +93,14 @@ asio::awaitable<bool> Session::write(std::string_view data, const char* stage) {
     co_return ok;
 }
 
+bool Session::has_buffered() {
+    return reader_.buffered() > 0 || (stream_.tls() && SSL_pending(stream_.ssl()) > 0);
+}
+
 bool Session::has_unread() {
     boost::system::error_code ec;
     const std::size_t pending = stream_.socket().available(ec);
-    const bool tls_pending = stream_.tls() && SSL_pending(stream_.ssl()) > 0;
-    return reader_.buffered() > 0 || pending > 0 || tls_pending || ec;
+    return has_buffered() || pending > 0 || ec;
 }
 
 // Reads the next reply into rep_. false when the connection is gone: EOF,

@@ -14,6 +14,7 @@
 #include "tls_sessions.hpp"
 
 #include <boost/asio.hpp>
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,7 +58,28 @@ public:
     bool usable() const { return open_; }
     // The server sent something nobody asked for yet: the next reply read
     // would be out of step, so such a connection is never reused.
+    // has_buffered looks only at what was read already (no system call).
     bool has_unread();
+    bool has_buffered();
+    // What ended an idle wait (watch_idle).
+    enum class IdleEnd { cancelled, closed, data };
+    // Calls done once the server sends or closes anything while the
+    // session is idle (at once if it already has), or the wait is
+    // cancelled (socket().cancel()): a receive that only peeks, asio's
+    // speculative try included, so that waiting costs no epoll change.
+    // A 421 (the server's idle timeout) counts as closed; other plaintext
+    // bytes as data nobody asked for.
+    template <class Done>
+    void watch_idle(Done done) {
+        socket().async_receive(
+            asio::buffer(peek_), tcp::socket::message_peek,
+            [this, done = std::move(done)](boost::system::error_code ec, std::size_t n) mutable {
+                if (ec == asio::error::operation_aborted) return done(IdleEnd::cancelled);
+                const bool data = n > 0 && !stream_.tls() &&
+                                  std::string_view(peek_.data(), n).substr(0, 3) != "421";
+                done(data ? IdleEnd::data : IdleEnd::closed);
+            });
+    }
     unsigned transactions() const { return transactions_; }
     const std::string& relay() const { return relay_; }
     // Its EHLO offered DSN: NOTIFY, ORCPT, RET and ENVID went on with the mail.
@@ -97,6 +119,7 @@ private:
     sm::smtp::Stream stream_;
     sm::smtp::LineReader<sm::smtp::Stream> reader_;
     asio::steady_timer idle_timer_;
+    std::array<char, 3> peek_{};  // what watch_idle peeks at
     std::string relay_;
     bool open_ = false;
     bool pipelining_ = false;
