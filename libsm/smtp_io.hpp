@@ -45,8 +45,9 @@ public:
     void set_max_line(std::size_t n) { max_line_ = n; }
     // Bytes already buffered beyond what was consumed (pipelined input).
     std::size_t buffered() const { return end_ - pos_; }
-    // Bytes of buffer held now (0 while a plain TCP connection waits idle).
-    std::size_t held() const { return cap_; }
+    // Bytes of buffer taken from the heap now (0 while a plain TCP
+    // connection waits idle, and while what it holds fits in first_).
+    std::size_t held() const { return heap_ ? cap_ : 0; }
     // Drops the buffered input; returns how many bytes went. After STARTTLS
     // nothing the client sent in plaintext may be read as if it came over
     // TLS (CVE-2011-0411).
@@ -93,7 +94,10 @@ private:
     asio::awaitable<std::tuple<boost::system::error_code, std::size_t>> read_plain(
         asio::ip::tcp::socket& sock);
 
-    std::unique_ptr<char[]> buf_;  // data is [pos_, end_) of cap_ bytes
+    // Data is [pos_, end_) of cap_ bytes at buf_: in first_ after a wait,
+    // else in heap_.
+    char* buf_ = nullptr;
+    std::unique_ptr<char[]> heap_;
     std::size_t cap_ = 0;
     std::size_t pos_ = 0;
     std::size_t end_ = 0;

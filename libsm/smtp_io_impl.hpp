@@ -69,14 +69,15 @@ template <class Stream>
 void LineReader<Stream>::reserve_room(std::size_t room) {
     // Move the unread part to the front when that is cheaper than growing.
     if (pos_ > 0 && (pos_ == end_ || cap_ - end_ < room)) {
-        std::memmove(buf_.get(), buf_.get() + pos_, end_ - pos_);
+        std::memmove(buf_, buf_ + pos_, end_ - pos_);
         end_ -= pos_;
         pos_ = 0;
     }
     if (cap_ - end_ >= room) return;
     auto bigger = std::make_unique_for_overwrite<char[]>(end_ + room);
-    if (end_ > 0) std::memcpy(bigger.get(), buf_.get(), end_);
-    buf_ = std::move(bigger);
+    if (end_ > 0) std::memcpy(bigger.get(), buf_, end_);
+    heap_ = std::move(bigger);
+    buf_ = heap_.get();
     cap_ = end_ + room;
 }
 
@@ -94,21 +95,21 @@ LineReader<Stream>::read_plain(asio::ip::tcp::socket& sock) {
     if (cap_ > 0 && more_) {
         reserve_room(read_room);
         const std::size_t want = cap_ - end_;
-        const std::size_t n = sock.read_some(asio::buffer(buf_.get() + end_, want), ec);
+        const std::size_t n = sock.read_some(asio::buffer(buf_ + end_, want), ec);
         if (ec != asio::error::would_block && ec != asio::error::try_again) {
             more_ = n == want;
             co_return std::tuple{ec, n};
         }
     }
-    buf_.reset();
+    heap_.reset();
+    buf_ = nullptr;
     cap_ = pos_ = end_ = 0;
     auto [rec, n] = co_await sock.async_receive(asio::buffer(first_),
                                                 asio::as_tuple(asio::use_awaitable));
     more_ = n == first_.size();
-    if (n > 0) {
-        reserve_room(read_room);
-        std::memcpy(buf_.get(), first_.data(), n);
-    }
+    // What came is read where it landed: no allocation for a command line.
+    buf_ = first_.data();
+    cap_ = first_.size();
     co_return std::tuple{rec, n};
 }
 
@@ -136,7 +137,7 @@ asio::awaitable<ReadStatus> LineReader<Stream>::fill(
     if (!done) {
         reserve_room(read_room);
         std::tie(ec, n) = co_await stream_.async_read_some(
-            asio::buffer(buf_.get() + end_, cap_ - end_), asio::as_tuple(asio::use_awaitable));
+            asio::buffer(buf_ + end_, cap_ - end_), asio::as_tuple(asio::use_awaitable));
     }
     w.reading = false;
     end_ += n;
@@ -153,7 +154,7 @@ asio::awaitable<Line> LineReader<Stream>::read_line(
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::size_t scanned = 0;
     for (;;) {
-        std::string_view avail(buf_.get() + pos_, end_ - pos_);
+        std::string_view avail(buf_ + pos_, end_ - pos_);
         // Room for max_line_ bytes of text plus CRLF.
         const std::size_t limit = std::min(avail.size(), max_line_ + 2);
         const auto lf = avail.substr(0, limit).find('\n', scanned);
@@ -198,7 +199,7 @@ asio::awaitable<Line> LineReader<Stream>::read_bytes(
         }
     }
     const std::size_t n = std::min(max, end_ - pos_);
-    l.text = std::string_view(buf_.get() + pos_, n);
+    l.text = std::string_view(buf_ + pos_, n);
     pos_ += n;
     co_return l;
 }
@@ -208,7 +209,7 @@ asio::awaitable<ReadStatus> LineReader<Stream>::skip_line(
     std::chrono::steady_clock::duration timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
-        std::string_view avail(buf_.get() + pos_, end_ - pos_);
+        std::string_view avail(buf_ + pos_, end_ - pos_);
         const auto lf = avail.find('\n');
         if (lf != std::string_view::npos) {
             pos_ += lf + 1;
