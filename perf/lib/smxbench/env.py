@@ -34,7 +34,8 @@ def apt_install(packages):
 
 
 def ensure_packages(need_plot=True):
-    missing = [p for p, probe in (("postfix", "postfix"), ("strace", "strace")) if not shutil.which(probe)]
+    missing = [p for p, probe in (("postfix", "postfix"), ("strace", "strace"), ("linux-perf", "perf"))
+               if not shutil.which(probe)]
     if not shutil.which("smtp-source"):
         missing.append("postfix")
     if need_plot:

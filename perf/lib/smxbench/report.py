@@ -30,7 +30,7 @@ def summarize(results):
                 "inject": med([r["inject_msgs_per_s"] for r in runs]),
                 "p50": med([r["latency_ms"].get("p50") for r in runs]),
                 "p99": med([r["latency_ms"].get("p99") for r in runs]),
-                "fsyncs": runs[0].get("fsyncs_per_msg"),
+                "fsyncs": med([r.get("fsyncs_per_msg") for r in runs]),
                 "flushes": med([r["flushes_per_msg"] for r in runs]),
                 "writes": med([r["disk_writes_per_msg"] for r in runs]),
                 "kb": med([r["disk_kb_per_msg"] for r in runs]),
@@ -70,7 +70,9 @@ def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck
         lines += ["**%s skipped**: %s" % (name, why), ""]
     lines += ["Delivered msgs/s = N / (time from the first connect until the sink has all N): the median "
               "of the reps, [min–max] the spread. Latency = end-of-DATA → 250 at the source. fsyncs = "
-              "fsync-family calls (fsync, fdatasync, syncfs, sync_file_range) per message (strace pass, untimed). Flushes, writes and KB: "
+              "fsync-family calls (fsync, fdatasync, syncfs, sync_file_range) per message, counted in the timed runs by "
+              "`perf stat` on the syscall tracepoints of the relay's cgroup (where that is not possible: a separate "
+              "strace pass, which slows the relay and so shrinks its batches). Flushes, writes and KB: "
               "/proc/diskstats of the whole disk per message. CPU = the relay's process tree "
               "(cgroup cpuacct) per 1000 messages. PSS = peak proportional set size of the relay.", ""]
     for tag, per_sys in summary.items():
