@@ -43,6 +43,11 @@ SegmentWriter::Place SegmentWriter::reserve(std::uint64_t bytes) {
         cur_ = std::make_shared<SegmentFile>(content_, sync_name_);
         used_ = 0;
         started_ = now;
+        retire_.expires_after(append_for_);  // cancels the previous segment's wait
+        retire_.async_wait([this, file = std::weak_ptr<SegmentFile>(cur_)](
+                               const boost::system::error_code& ec) {
+            if (!ec && cur_ == file.lock()) cur_.reset();
+        });
     }
     Place p{cur_, used_};
     used_ += bytes;

@@ -6,6 +6,8 @@
 // then the next one starts; QMGR removes old ones once nothing names them.
 #pragma once
 
+#include <boost/asio.hpp>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -14,6 +16,8 @@
 #include <string>
 
 namespace smtps {
+
+namespace asio = boost::asio;
 
 // One segment file, shared by the writes into it (on pool threads) and the
 // writer that hands out places; closed when the last of them lets go.
@@ -46,9 +50,13 @@ private:
 class SegmentWriter {
 public:
     // sync_name: as sm::content::sync_names(cfg); a segment takes messages
-    // for append_for.
-    SegmentWriter(std::string content_dir, bool sync_name, std::chrono::milliseconds append_for)
-        : content_(std::move(content_dir)), sync_name_(sync_name), append_for_(append_for) {}
+    // for append_for, and is let go then even if no message comes to start
+    // the next (QMGR removes it later: an open descriptor would keep its
+    // space); ex: the event loop's.
+    SegmentWriter(asio::any_io_executor ex, std::string content_dir, bool sync_name,
+                  std::chrono::milliseconds append_for)
+        : content_(std::move(content_dir)), sync_name_(sync_name), append_for_(append_for),
+          retire_(std::move(ex)) {}
 
     struct Place {
         std::shared_ptr<SegmentFile> file;
@@ -64,6 +72,7 @@ private:
     std::shared_ptr<SegmentFile> cur_;
     std::uint64_t used_ = 0;
     std::chrono::steady_clock::time_point started_{};
+    asio::steady_timer retire_;  // lets cur_ go once its time is up
 };
 
 } // namespace smtps

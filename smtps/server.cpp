@@ -79,7 +79,7 @@ Server::Server(asio::any_io_executor ex, std::shared_ptr<Shared> shared, QmgrCli
                CdbStore& cdb, unsigned loops)
     : ex_(std::move(ex)), shared_(std::move(shared)), qmgr_(qmgr), cdb_(cdb),
       segment_(cdb.segment_for().count() > 0
-                   ? std::make_shared<SegmentWriter>(cdb.content_dir(), cdb.sync_names(),
+                   ? std::make_shared<SegmentWriter>(ex_, cdb.content_dir(), cdb.sync_names(),
                                                      cdb.segment_for())
                    : nullptr),
       loops_(loops) {

@@ -48,6 +48,25 @@ def test_small_messages_share_a_segment_and_it_goes(make_sink, make_relay):
     # Nothing names them any more: gone within test_segment_age and a sweep.
     wait_until(lambda: not relay.spool_files("cdb"), 30, "the segments to go")
     assert "TA_COMMIT deferred" not in relay.log_text()
+    # And no process keeps one open, so its space is free: SMTPS lets a
+    # segment go when its time to take messages is up, QMGR and SMTPC when
+    # they no longer read it.
+    wait_until(lambda: not deleted_segments_open(relay), 5, "removed segments to be closed")
+
+
+def deleted_segments_open(relay):
+    held = []
+    for name in ("smx-smtps", "smx-qmgr", "smx-smtpc"):
+        for pid in relay.child_pids(name):
+            fd_dir = "/proc/%d/fd" % pid
+            for fd in os.listdir(fd_dir):
+                try:
+                    target = os.readlink(os.path.join(fd_dir, fd))
+                except OSError:
+                    continue
+                if ".seg" in target and target.endswith("(deleted)"):
+                    held.append((name, target))
+    return held
 
 
 def test_a_large_message_keeps_a_file_of_its_own(make_sink, make_relay):
