@@ -117,19 +117,32 @@ int write_segment_record(int fd, std::uint64_t offset, std::string_view ta_id,
     return 0;
 }
 
+namespace {
+
+// The header at h (segment_header_size bytes): 0, or EBADMSG.
+int parse_segment_header(const char* h, SegmentRecord& rec) {
+    if (std::string_view(h, magic.size()) != magic) return EBADMSG;
+    rec.size = get_le(h + 8, 8);
+    rec.crc = static_cast<std::uint32_t>(get_le(h + 16, 4));
+    rec.ta_id.assign(h + 23, 17);
+    return valid_ta_id(rec.ta_id) ? 0 : EBADMSG;
+}
+
+bool record_within(std::uint64_t offset, std::uint64_t size, std::uint64_t file_size) {
+    const std::uint64_t data_at = offset + segment_header_size;
+    return size <= file_size && data_at <= file_size - size;
+}
+
+} // namespace
+
 int read_segment_record(int fd, std::uint64_t offset, std::uint64_t file_size,
                         SegmentRecord& rec) {
     char h[segment_header_size];
     std::size_t got = 0;
     if (const int err = pread_all(fd, h, sizeof h, offset, got)) return err;
-    if (got != sizeof h || std::string_view(h, magic.size()) != magic) return EBADMSG;
-    rec.size = get_le(h + 8, 8);
-    rec.crc = static_cast<std::uint32_t>(get_le(h + 16, 4));
-    rec.ta_id.assign(h + 23, 17);
-    const std::uint64_t data_at = offset + segment_header_size;
-    if (!valid_ta_id(rec.ta_id) || rec.size > file_size || data_at > file_size - rec.size)
-        return EBADMSG;
-    return 0;
+    if (got != sizeof h) return EBADMSG;
+    if (const int err = parse_segment_header(h, rec)) return err;
+    return record_within(offset, rec.size, file_size) ? 0 : EBADMSG;
 }
 
 OpenFile::~OpenFile() {
@@ -158,6 +171,7 @@ void SegmentFds::close_before(std::uint64_t cutoff_us) {
 int Body::open(const std::string& content_dir, std::string_view cdb_id, bool hashed,
                std::string_view ta_id, bool verify, SegmentFds* segments) {
     file_.reset();
+    head_.clear();
     start_ = size_ = 0;
     const auto ref = parse_segment_ref(cdb_id);
     if (ref && segments) {
@@ -175,17 +189,35 @@ int Body::open(const std::string& content_dir, std::string_view cdb_id, bool has
         file_ = std::make_shared<const OpenFile>(fd);
     }
     const int fd = file_->fd();
+    if (ref) return open_record(fd, ref->offset, ta_id, verify);
     struct stat st;
     if (::fstat(fd, &st) != 0) return errno;
-    const auto file_size = static_cast<std::uint64_t>(st.st_size);
-    if (!ref) {
-        size_ = file_size;
-        return 0;
-    }
+    size_ = static_cast<std::uint64_t>(st.st_size);
+    return 0;
+}
+
+// The header and the first data in one pread: a small message is then read
+// whole, and what came back shows it whole, with no fstat.
+int Body::open_record(int fd, std::uint64_t offset, std::string_view ta_id, bool verify) {
+    head_.resize(segment_header_size + prefetch);
+    std::size_t got = 0;
+    if (const int err = pread_all(fd, head_.data(), head_.size(), offset, got)) return err;
+    if (got < segment_header_size) return EBADMSG;
     SegmentRecord rec;
-    if (const int err = read_segment_record(fd, ref->offset, file_size, rec)) return err;
+    if (const int err = parse_segment_header(head_.data(), rec)) return err;
+    const std::size_t data_got = got - segment_header_size;
+    if (got < head_.size()) {
+        if (data_got < rec.size) return EBADMSG;  // the file ends inside the record
+    } else if (rec.size > data_got) {
+        struct stat st;
+        if (::fstat(fd, &st) != 0) return errno;
+        if (!record_within(offset, rec.size, static_cast<std::uint64_t>(st.st_size)))
+            return EBADMSG;
+    }
     if (!ta_id.empty() && rec.ta_id != ta_id) return EBADMSG;
-    start_ = ref->offset + segment_header_size;
+    head_.erase(0, segment_header_size);
+    head_.resize(static_cast<std::size_t>(std::min<std::uint64_t>(data_got, rec.size)));
+    start_ = offset + segment_header_size;
     size_ = rec.size;
     if (verify) {
         std::string data;
@@ -201,6 +233,10 @@ int Body::read_at(std::uint64_t offset, std::size_t max, std::string& buf) const
         return 0;
     }
     const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(max, size_ - offset));
+    if (offset + n <= head_.size()) {
+        buf.assign(head_.data() + offset, n);
+        return 0;
+    }
     buf.resize(n);
     std::size_t got = 0;
     const int err = pread_all(file_->fd(), buf.data(), n, start_ + offset, got);

@@ -119,8 +119,13 @@ public:
     int read_at(std::uint64_t offset, std::size_t max, std::string& buf) const;
 
 private:
+    // What a record's opening read brings beyond its header.
+    static constexpr std::size_t prefetch = 16 * 1024;
+    int open_record(int fd, std::uint64_t offset, std::string_view ta_id, bool verify);
+
     std::shared_ptr<const OpenFile> file_;
     std::uint64_t start_ = 0, size_ = 0;
+    std::string head_;  // the body's first bytes, read with a record's header
 };
 
 } // namespace sm::content

@@ -82,11 +82,16 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     sm::msg::Result r;
     r.da_id = d.da_id;
     if (d.rcpts.empty()) co_return r;
+    if (!idle_close_) idle_close_.emplace(co_await asio::this_coro::executor);
     struct Running {
         Deliverer& d;
         explicit Running(Deliverer& x) : d(x) { ++d.running_; }
         ~Running() {
-            if (--d.running_ == 0) d.segments_.close_before(UINT64_MAX);
+            if (--d.running_ > 0) return;
+            d.idle_close_->expires_after(std::chrono::seconds(1));  // cancels the last wait
+            d.idle_close_->async_wait([&d = d](boost::system::error_code ec) {
+                if (!ec && d.running_ == 0) d.segments_.close_before(UINT64_MAX);
+            });
         }
     } running(*this);
     const auto keep_us = static_cast<std::uint64_t>(

@@ -55,10 +55,12 @@ private:
     std::shared_ptr<const Settings> settings_;
     const std::string content_;  // Config::content_dir_abs()
     // Segments stay open while deliveries run, up to segment_age since they
-    // were made (QMGR may remove them then); all go when none runs, so a
-    // removed segment's space is never held by an idle SMTPC.
+    // were made (QMGR may remove them then); all go a second after the last
+    // delivery ended, so a removed segment's space is never held long by an
+    // idle SMTPC.
     sm::content::SegmentFds segments_;
     std::size_t running_ = 0;
+    std::optional<asio::steady_timer> idle_close_;
     Resolver& dns_;
     ConnectionCache& cache_;
 };

@@ -89,13 +89,19 @@ TEST_CASE("a segment record reads back whole, for its transaction") {
     CHECK(b.open(d.p.string(), segment_ref(seg, off2 + 1000000), true) == EBADMSG);
     CHECK(b.open(d.p.string(), segment_ref(sm::new_ta_id(), 0), true) == ENOENT);
 
-    // Cut short (a power cut before the data was on disk): not whole.
+    // Cut short (a power cut before the data was on disk): not whole,
+    // whether the cut is past the first read of a large record or in it.
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(off2 + segment_header_size + 50000)) == 0);
+    CHECK(b.open(d.p.string(), segment_ref(seg, off2), true, ta2) == EBADMSG);
     REQUIRE(::ftruncate(fd, static_cast<off_t>(off2 + segment_header_size + 10)) == 0);
     CHECK(b.open(d.p.string(), segment_ref(seg, off2), true, ta2) == EBADMSG);
     // Whole in length but not the bytes written: the CRC says so.
     REQUIRE(::pwrite(fd, "X", 1, static_cast<off_t>(segment_header_size + 2)) == 1);
     CHECK(b.open(d.p.string(), segment_ref(seg, 0), true, ta1, false) == 0);
     CHECK(b.open(d.p.string(), segment_ref(seg, 0), true, ta1, true) == EBADMSG);
+    // A small record one byte short.
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(segment_header_size + m1.size() - 1)) == 0);
+    CHECK(b.open(d.p.string(), segment_ref(seg, 0), true, ta1) == EBADMSG);
     ::close(fd);
 }
 
