@@ -54,8 +54,10 @@ def test_thousands_of_idle_connections_are_cheap_and_a_new_client_is_served(sink
         assert greeted == IDLE
         time.sleep(0.5)
         per_conn_kb = (rss_kb(smtps) - before) / IDLE
-        # 20 KB each with a 16 KiB read buffer held by every waiting session.
-        assert per_conn_kb < 8, per_conn_kb
+        # Issue 11's bound. About 6.6 KB in a release build (the reader's 2 KiB
+        # first-read array included), 10 KB under AddressSanitizer; 20 KB
+        # each when every waiting session held a 16 KiB read buffer.
+        assert per_conn_kb < 12, per_conn_kb
         greet_ms = []
         for _ in range(3):
             t0 = time.monotonic()
