@@ -128,6 +128,11 @@ int parse_segment_header(const char* h, SegmentRecord& rec) {
     return valid_ta_id(rec.ta_id) ? 0 : EBADMSG;
 }
 
+// A segment opened for reading: the descriptor, or -1 with errno set.
+int open_segment(const std::string& content_dir, std::string_view segment) {
+    return ::open(segment_path(content_dir, segment).c_str(), O_RDONLY | O_CLOEXEC);
+}
+
 bool record_within(std::uint64_t offset, std::uint64_t size, std::uint64_t file_size) {
     const std::uint64_t data_at = offset + segment_header_size;
     return size <= file_size && data_at <= file_size - size;
@@ -152,7 +157,7 @@ OpenFile::~OpenFile() {
 std::shared_ptr<const OpenFile> SegmentFds::get(const std::string& segment, int& err) {
     err = 0;
     if (auto it = open_.find(segment); it != open_.end()) return it->second;
-    const int fd = ::open(segment_path(content_, segment).c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = open_segment(content_, segment);
     if (fd < 0) {
         err = errno;
         return nullptr;
@@ -182,8 +187,7 @@ int Body::open(const std::string& content_dir, std::string_view cdb_id, bool has
         int fd = -1;
         if (!ref) {
             if (const int err = open_read(content_dir, cdb_id, hashed, fd)) return err;
-        } else if ((fd = ::open(segment_path(content_dir, ref->segment).c_str(),
-                                O_RDONLY | O_CLOEXEC)) < 0) {
+        } else if ((fd = open_segment(content_dir, ref->segment)) < 0) {
             return errno;
         }
         file_ = std::make_shared<const OpenFile>(fd);

@@ -46,12 +46,16 @@ class ProcessGroup:
                     pass
                 break
 
+    def cgroup_paths(self):
+        """The groups the relay's processes join: cpuacct (v1) and v2."""
+        return ([self.path] if self.cgroup else []) + ([self.v2] if self.v2 else [])
+
     def preexec(self):
         """For subprocess: the started process joins the group before exec,
         pinned to cpus; its descendants inherit both."""
         if self.cpus:
             os.sched_setaffinity(0, self.cpus)
-        for path in ([self.path] if self.cgroup else []) + ([self.v2] if self.v2 else []):
+        for path in self.cgroup_paths():
             with open(os.path.join(path, "cgroup.procs"), "w") as f:
                 f.write(str(os.getpid()))
 
@@ -73,7 +77,7 @@ class ProcessGroup:
         return total
 
     def remove(self):
-        for path in ([self.path] if self.cgroup else []) + ([self.v2] if self.v2 else []):
+        for path in self.cgroup_paths():
             try:
                 os.rmdir(path)
             except OSError:
@@ -160,6 +164,17 @@ def diskstats(disk):
     return {"writes": 0, "sectors": 0, "flushes": 0}
 
 
+def stop_tool(proc, timeout=30):
+    """Stops a measuring tool (perf, strace) as ^C would, so that it writes
+    its counts; killed if it has not ended within timeout seconds."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class TimedSyncCounter:
     """fsync-family calls of the group's processes during a timed run:
     `perf stat -a -G` on the sys_enter tracepoints, counted in the kernel
@@ -183,12 +198,7 @@ class TimedSyncCounter:
         """{call: count}, or None when not counted."""
         if not self.proc:
             return None
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_tool(self.proc)
         calls = {}
         try:
             with open(self.out) as f:
@@ -227,12 +237,7 @@ class SyncCounter:
         time.sleep(0.2)
 
     def stop(self):
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_tool(self.proc)
         os.remove(self.log)
         calls = {c: 0 for c in SYNC_CALLS}
         try:
