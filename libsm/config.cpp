@@ -414,6 +414,7 @@ Config load_config(const std::string& path) {
                               "\"" + *l + "\" needs tls_cert and tls_key");
     }
     c.server.threads = s.small("threads", c.server.threads, 64, true);
+    c.server.processes = s.small("processes", c.server.processes, max_smtps_processes, true);
     c.server.user = s.get<std::string>("user").value_or("");
     for (auto [key, v] : {std::pair{"smtps_user", &c.server.smtps_user},
                           std::pair{"qmgr_user", &c.server.qmgr_user},

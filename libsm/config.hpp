@@ -50,6 +50,9 @@ struct Route {
 // encrypt (required before MAIL, RCPT and DATA).
 enum class TlsLevel { none, may, encrypt };
 
+// server.processes at most: each has its own stream of queue ids (sm::new_ta_id).
+inline constexpr unsigned max_smtps_processes = 16;
+
 struct ServerConfig {
     std::vector<HostPort> listen{{"127.0.0.1", 2525, true}};
     std::string hostname;  // default: the system host name
@@ -83,6 +86,9 @@ struct ServerConfig {
     std::string tls_key;
     TlsLevel tls_security_level = TlsLevel::none;  // may when tls_cert is set
     unsigned threads = 0;  // SMTPS event loops; 0: one per CPU it may run on
+    // smx-smtps processes; 0: as many as max_connections needs under the
+    // descriptor limit of one process (sm::smtps_layout).
+    unsigned processes = 0;
     // Accounts of the children when `smx run` starts as root: each its own
     // user (sendmail X's smxs/smxq/smxc), the primary group of all three
     // the shared `group` (content files, qmgr.sock, the log file). `user`

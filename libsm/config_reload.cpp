@@ -37,6 +37,7 @@ std::vector<std::string> keep_restart_only(const Config& r, Config& n) {
     // SMTPS serves the sockets the MCP bound; the accounts are set at fork.
     k.keep("server.listen", r.server.listen, n.server.listen, same_listen);
     k.keep("server.threads", r.server.threads, n.server.threads);
+    k.keep("server.processes", r.server.processes, n.server.processes);
     k.keep("server.user", r.server.user, n.server.user);
     k.keep("server.smtps_user", r.server.smtps_user, n.server.smtps_user);
     k.keep("server.qmgr_user", r.server.qmgr_user, n.server.qmgr_user);

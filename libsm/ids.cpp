@@ -1,4 +1,5 @@
 #include "ids.hpp"
+#include "panic.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -26,6 +27,15 @@ std::uint64_t now_us() {
         duration_cast<microseconds>(system_clock::now().time_since_epoch()).count());
 }
 
+namespace {
+std::atomic<unsigned> id_stream_bits{0};
+}
+
+void set_id_stream(unsigned stream) {
+    if (stream >= id_streams) panic("id stream " + std::to_string(stream) + " out of range");
+    id_stream_bits.store(stream << 11, std::memory_order_relaxed);
+}
+
 std::string new_ta_id() {
     static std::atomic<std::uint32_t> counter{0};
     const std::uint64_t us = now_us();
@@ -33,7 +43,8 @@ std::string new_ta_id() {
     std::snprintf(buf, sizeof buf, "%08llX%05llX%04X",
                   static_cast<unsigned long long>((us / 1000000) & 0xffffffffu),
                   static_cast<unsigned long long>(us % 1000000),
-                  static_cast<unsigned>(counter.fetch_add(1) & 0xffff));
+                  id_stream_bits.load(std::memory_order_relaxed) |
+                      static_cast<unsigned>(counter.fetch_add(1) & 0x7ff));
     return buf;
 }
 

@@ -8,8 +8,18 @@
 namespace sm {
 
 // A new transaction id: 17 upper-case hex digits (unix seconds, microseconds,
-// a per-process counter), unique across restarts and sortable by arrival.
+// and 16 bits of this process's stream and counter), unique across restarts
+// and sortable by arrival.
 std::string new_ta_id();
+
+// The processes that make ids at the same time each take their own stream
+// (0-31, the top 5 bits of the last four digits), so that two ids made in
+// the same microsecond differ: SMTPS process i takes i, QMGR (DSNs) its own.
+// Within a stream the counter (11 bits) would have to wrap within one
+// microsecond to repeat. Call before any id is made; the default is 0.
+inline constexpr unsigned id_streams = 32;
+inline constexpr unsigned qmgr_id_stream = id_streams - 1;
+void set_id_stream(unsigned stream);
 
 // True for strings new_ta_id() could have made; checked at every boundary
 // since ids become file names.

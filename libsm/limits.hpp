@@ -18,8 +18,33 @@ unsigned long raise_nofile();
 // (its listening sockets, epoll, eventfd, timerfd, QMGR link and accept spare).
 unsigned long descriptors_needed(const ServerConfig& s, unsigned sessions);
 
+// The sessions whose descriptors fit in `limit` beside the fixed ones (at least 1).
+unsigned sessions_fitting(const ServerConfig& s, unsigned long limit);
+
 // The max_connections that fits in `limit` descriptors (server.max_connections
 // or less); when it is less, `warning` says so for the log or check-config.
 unsigned fitting_connections(const ServerConfig& s, unsigned long limit, std::string& warning);
+
+// How `smx run` splits SMTP service: `processes` smx-smtps processes (each
+// with its own descriptor limit, so that together they hold more sessions
+// than one may) of `loops` event loops each.
+struct SmtpsLayout {
+    unsigned processes = 1;
+    unsigned loops = 1;
+};
+// server.processes, or when 0 the fewest (up to max_smtps_processes) whose
+// shares of max_connections, and a tenth more for an uneven spread, fit in
+// `limit` descriptors each; server.threads
+// loops each, or when 0 the CPUs shared out among the processes (at least
+// one loop each). When even then a process's share does not fit, `warning`
+// says so (as fitting_connections; each process lowers its share).
+SmtpsLayout smtps_layout(const ServerConfig& s, unsigned long limit, std::string& warning);
+
+// One of `processes` smx-smtps processes' part of the server-wide limits:
+// max_connections, max_connections_per_client and max_transactions divided
+// among them, rounded up (the kernel spreads connections evenly, by a hash
+// of their addresses). smx-smtps counts max_connections for all of them
+// together (sm::SessionCounts); its share is what the layout must fit.
+ServerConfig process_share(const ServerConfig& s, unsigned processes);
 
 } // namespace sm

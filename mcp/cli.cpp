@@ -278,7 +278,7 @@ int check_config(const std::string& path, std::ostream& out, std::ostream& err,
     // What `smx run` from this shell would get (a service manager may set
     // another limit: LimitNOFILE=).
     std::string warning;
-    sm::fitting_connections(cfg->server, sm::raise_nofile(), warning);
+    sm::smtps_layout(cfg->server, sm::raise_nofile(), warning);
     if (!warning.empty()) err << "smx: warning: " << warning << '\n';
     return exit_ok;
 }

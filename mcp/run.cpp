@@ -1,6 +1,7 @@
 #include "run.hpp"
 
 #include "limits.hpp"
+#include "session_counts.hpp"
 #include "listen.hpp"
 #include "log.hpp"
 #include "panic.hpp"
@@ -56,13 +57,11 @@ int run(const Args& args) {
     sm::init_logging("mcp", cfg->log);
     sm::install_crash_handlers("mcp");
     spdlog::info("config: {}", args.config_source);
-    {
-        // The children inherit the raised limit; SMTPS clamps max_connections
-        // to it and says so too.
-        std::string warning;
-        sm::fitting_connections(cfg->server, sm::raise_nofile(), warning);
-        if (!warning.empty()) spdlog::warn("{}", warning);
-    }
+    // The children inherit the raised limit; each SMTPS clamps its share of
+    // max_connections to it and says so too.
+    std::string warning;
+    const sm::SmtpsLayout layout = sm::smtps_layout(cfg->server, sm::raise_nofile(), warning);
+    if (!warning.empty()) spdlog::warn("{}", warning);
     // Few lines, each about a process coming or going: show them at once.
     spdlog::default_logger()->flush_on(spdlog::level::info);
     auto fatal = [&](const std::string& what) {
@@ -97,20 +96,27 @@ int run(const Args& args) {
     PidLock lock;
     if (!lock.acquire(cfg->run_dir_abs() + "/smx.pid", err)) return fatal(err);
     Listeners listeners;
-    // server.threads needs a restart of smx run: a restarted SMTPS runs as
-    // many loops as it gets sockets for, whatever the file says by then.
-    if (!listeners.open(cfg->server.listen, sm::event_loops(cfg->server.threads), err))
+    // server.threads and server.processes need a restart of smx run: a
+    // restarted SMTPS runs as many loops as it gets sockets for, whatever the
+    // file says by then.
+    if (!listeners.open(cfg->server.listen, layout.processes * layout.loops, err))
         return fatal(err);
     std::string where;
     for (const auto& hp : cfg->server.listen) where += (where.empty() ? "" : ", ") + hp.str();
-    spdlog::info("listening on {} with {} socket{} each, one per smx-smtps event loop; spool {}",
-                 where, listeners.loops(), listeners.loops() == 1 ? "" : "s",
+    spdlog::info("listening on {} with {} socket{} each, one per event loop of {} smx-smtps "
+                 "process{} ({} loop{} each); spool {}",
+                 where, listeners.loops(), listeners.loops() == 1 ? "" : "s", layout.processes,
+                 layout.processes == 1 ? "" : "es", layout.loops, layout.loops == 1 ? "" : "s",
                  cfg->spool_dir_abs());
 
     if (!args.config_path.empty()) plan.config_path = fs::absolute(args.config_path).string();
     plan.qmgr_socket = cfg->qmgr_socket();
     plan.listen_fds = listeners.fds();
     plan.listen_loops = listeners.loops();
+    plan.smtps_processes = layout.processes;
+    // Kept open for the MCP's whole life, as the listeners are.
+    if (layout.processes > 1 && (plan.session_counts = sm::SessionCounts::create(err)) < 0)
+        return fatal(err);
     plan.accounts = std::move(accounts);
     plan.config = *cfg;
     const int status = Supervisor(std::move(plan)).run();

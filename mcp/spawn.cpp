@@ -48,8 +48,9 @@ struct Failure {
     // children in order (SMTPS first).
     ::setpgid(0, 0);
 
-    // Lift the report pipe, the executable and the listeners above 3..3+n
-    // before dup2 puts the listeners there, so no move clobbers another.
+    // Lift the report pipe, the executable and the inherited fds (listeners,
+    // session counts) above 3..3+n before dup2 puts them there, so no move
+    // clobbers another.
     const int first_free = 3 + static_cast<int>(fds.size());
     report = ::fcntl(report, F_DUPFD_CLOEXEC, first_free);
     if (report < 0) ::_exit(127);
@@ -93,7 +94,8 @@ pid_t spawn(const Launch& l, std::string& err) {
 
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e)
-        if (std::strncmp(*e, "SMX_LISTEN_", 11) != 0) env.emplace_back(*e);
+        if (std::strncmp(*e, "SMX_LISTEN_", 11) != 0 && std::strncmp(*e, "SMX_SMTPS_", 10) != 0)
+            env.emplace_back(*e);
     if (!l.listen_fds.empty()) {
         std::string v = "SMX_LISTEN_FDS=";
         for (std::size_t i = 0; i < l.listen_fds.size(); ++i)
@@ -101,11 +103,15 @@ pid_t spawn(const Launch& l, std::string& err) {
         env.push_back(v);
         env.push_back("SMX_LISTEN_LOOPS=" + std::to_string(l.listen_loops));
     }
+    if (!l.smtps_process.empty()) env.push_back("SMX_SMTPS_PROCESS=" + l.smtps_process);
+    if (l.session_counts >= 0)
+        env.push_back("SMX_SMTPS_COUNTS=" + std::to_string(3 + l.listen_fds.size()));
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
 
     std::vector<int> fds = l.listen_fds;  // the child rewrites its copy
+    if (l.session_counts >= 0) fds.push_back(l.session_counts);
     const int exe = ::open(l.path.c_str(), O_PATH | O_CLOEXEC);
     if (exe < 0) {
         err = "exec " + l.path + ": " + std::strerror(errno);

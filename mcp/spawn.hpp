@@ -19,6 +19,9 @@ struct Launch {
     const RunAs* run_as = nullptr;   // set: setgroups/setgid/setuid before exec
     unsigned listen_loops = 1;       // SMX_LISTEN_LOOPS: listen_fds are this many equal
                                      // groups, one per event loop of the child
+    std::string smtps_process;       // SMX_SMTPS_PROCESS when set: "i/n"
+    int session_counts = -1;         // set: inherited after the listeners, named by
+                                     // SMX_SMTPS_COUNTS (sm::SessionCounts)
 };
 
 // Returns the child's pid, or -1 with err when the child could not exec

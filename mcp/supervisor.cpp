@@ -67,19 +67,39 @@ void block_supervisor_signals() {
 }
 
 Supervisor::Supervisor(Plan plan) : plan_(std::move(plan)) {
-    qmgr_.name = "smx-qmgr";
+    qmgr_.name = qmgr_.program = "smx-qmgr";
     qmgr_.path = plan_.qmgr_path;
-    smtpc_.name = "smx-smtpc";
+    smtpc_.name = smtpc_.program = "smx-smtpc";
     smtpc_.path = plan_.smtpc_path;
-    smtps_.name = "smx-smtps";
-    smtps_.path = plan_.smtps_path;
-    smtps_.gets_listeners = true;
+    smtps_.resize(plan_.smtps_processes);
+    for (unsigned i = 0; i < smtps_.size(); ++i) {
+        Child& c = smtps_[i];
+        c.name = smtps_.size() == 1 ? "smx-smtps" : "smx-smtps#" + std::to_string(i + 1);
+        c.program = "smx-smtps";
+        c.path = plan_.smtps_path;
+        c.smtps_index = i;
+    }
     if (plan_.accounts) {
         qmgr_.run_as = &plan_.accounts->qmgr;
         smtpc_.run_as = &plan_.accounts->smtpc;
-        smtps_.run_as = &plan_.accounts->smtps;
+        for (Child& c : smtps_) c.run_as = &plan_.accounts->smtps;
     }
-    all_ = {&qmgr_, &smtpc_, &smtps_};
+    if (plan_.session_counts >= 0)
+        counts_ = std::make_unique<sm::SessionCounts>(plan_.session_counts);
+    all_ = {&qmgr_};
+    for (Child* w : workers()) all_.push_back(w);
+}
+
+std::vector<Supervisor::Child*> Supervisor::smtps() {
+    std::vector<Child*> out;
+    for (Child& c : smtps_) out.push_back(&c);
+    return out;
+}
+
+std::vector<Supervisor::Child*> Supervisor::workers() {
+    std::vector<Child*> out{&smtpc_};
+    for (Child& c : smtps_) out.push_back(&c);
+    return out;
 }
 
 int Supervisor::run() {
@@ -109,7 +129,8 @@ int Supervisor::run() {
 }
 
 void Supervisor::check_ready() {
-    if (ready_ || smtps_.pid == 0 || plan_.listen_fds.empty() ||
+    if (ready_ || std::any_of(smtps_.begin(), smtps_.end(), [](const Child& c) { return c.pid == 0; }) ||
+        plan_.listen_fds.empty() ||
         !smtp_greets(plan_.listen_fds.front()))
         return;
     ready_ = true;
@@ -118,11 +139,16 @@ void Supervisor::check_ready() {
 }
 
 bool Supervisor::start(Child& c, std::string& why) {
-    Launch l{c.path, {c.name}, {}, c.run_as};
+    Launch l{c.path, {c.program}, {}, c.run_as, 1, {}, -1};
     if (!plan_.config_path.empty()) l.argv.insert(l.argv.end(), {"-c", plan_.config_path});
-    if (c.gets_listeners) {
-        l.listen_fds = plan_.listen_fds;
-        l.listen_loops = plan_.listen_loops;
+    if (c.smtps_index) {
+        // Loop by loop, so each process's loops are one run of the fds.
+        const std::size_t n = plan_.listen_fds.size() / plan_.smtps_processes;
+        const auto first = plan_.listen_fds.begin() + static_cast<std::ptrdiff_t>(*c.smtps_index * n);
+        l.listen_fds.assign(first, first + static_cast<std::ptrdiff_t>(n));
+        l.listen_loops = plan_.listen_loops / plan_.smtps_processes;
+        l.smtps_process = std::to_string(*c.smtps_index) + "/" + std::to_string(plan_.smtps_processes);
+        l.session_counts = plan_.session_counts;
     }
     std::string err;
     const pid_t pid = spawn(l, err);
@@ -166,7 +192,7 @@ bool Supervisor::start_qmgr(std::string& why) {
 }
 
 void Supervisor::start_workers() {
-    for (Child* w : {&smtpc_, &smtps_}) {
+    for (Child* w : workers()) {
         std::string why;
         if (w->pid == 0 && !start(*w, why)) restart_later(*w, why);
     }
@@ -183,7 +209,7 @@ void Supervisor::start_due() {
         else if (!stop_requested_) restart_later(qmgr_, why);
         return;
     }
-    for (Child* w : {&smtpc_, &smtps_})
+    for (Child* w : workers())
         if (due(*w) && !start(*w, why)) restart_later(*w, why);
 }
 
@@ -191,7 +217,7 @@ std::optional<Supervisor::Clock::time_point> Supervisor::next_due() const {
     // Workers wait for QMGR, so only its restart counts while it is down.
     if (qmgr_.pid == 0) return qmgr_.start_at;
     std::optional<Clock::time_point> t;
-    for (const Child* w : {&smtpc_, &smtps_})
+    for (const Child* w : all_)
         if (w->pid == 0 && w->start_at && (!t || *w->start_at < *t)) t = w->start_at;
     return t;
 }
@@ -252,6 +278,8 @@ void Supervisor::reap() {
         for (Child* c : all_) {
             if (c->pid != pid) continue;
             c->pid = 0;
+            // Its sessions are gone: the others may take them.
+            if (counts_ && c->smtps_index) counts_->set(*c->smtps_index, 0);
             if (c->stopping) {
                 c->stopping = false;
                 spdlog::info("{} stopped ({})", c->name, describe(status));
@@ -296,7 +324,7 @@ void Supervisor::kill_now(Child& c) {
 
 void Supervisor::stop_workers() {
     std::vector<Child*> running;
-    for (Child* w : {&smtps_, &smtpc_})
+    for (Child* w : workers())
         if (w->pid != 0) running.push_back(w);
     if (running.empty()) return;
     spdlog::info("stopping smx-smtps and smx-smtpc until smx-qmgr is back");
@@ -308,8 +336,8 @@ void Supervisor::stop_workers() {
 void Supervisor::shutdown() {
     const auto deadline = Clock::now() + stop_timeout;
     // Intake first, while QMGR is still there to ack what SMTPS holds.
-    terminate(smtps_);
-    wait_exit({&smtps_}, Clock::now() + smtps_drain_timeout);
+    for (Child* c : smtps()) terminate(*c);
+    wait_exit(smtps(), Clock::now() + smtps_drain_timeout);
     terminate(smtpc_);
     terminate(qmgr_);
     wait_exit(all_, deadline);

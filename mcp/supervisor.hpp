@@ -1,5 +1,6 @@
 // The MCP's supervision loop: starts smx-qmgr, then smx-smtpc and
-// smx-smtps; restarts a child that dies (backoff 1 s doubling to 30 s,
+// smx-smtps (server.processes of them, each with its share of the
+// listening sockets); restarts a child that dies (backoff 1 s doubling to 30 s,
 // reset after 60 s of running; a QMGR restart restarts the others); on
 // SIGTERM/SIGINT stops SMTPS first, then SMTPC and QMGR; on SIGHUP reloads
 // the config (reload.hpp). Tells a service manager when SMTPS first answers
@@ -13,8 +14,10 @@
 #include "spawn.hpp"
 
 #include "config.hpp"
+#include "session_counts.hpp"
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <signal.h>
 #include <string>
@@ -31,7 +34,9 @@ struct Plan {
     std::string config_path;     // passed as -c when not empty
     std::string qmgr_socket;
     std::vector<int> listen_fds;  // for smx-smtps, loop by loop (sm::listen_all)
-    unsigned listen_loops = 0;    // its event loops: listen_fds.size() / listen addresses
+    unsigned listen_loops = 0;    // all their event loops: listen_fds.size() / listen addresses
+    unsigned smtps_processes = 1; // the loops' sockets split evenly among them, in order
+    int session_counts = -1;      // several: their sm::SessionCounts memfd
     std::optional<Accounts> accounts;  // set when started as root
     sm::Config config;           // as loaded at start: a reload compares with it
 };
@@ -46,9 +51,10 @@ private:
     using Clock = std::chrono::steady_clock;
 
     struct Child {
-        std::string name;  // "smx-qmgr"
+        std::string name;     // "smx-qmgr"; "smx-smtps#2" for one of several
+        std::string program;  // its argv[0]: "smx-smtps"
         std::string path;
-        bool gets_listeners = false;
+        std::optional<unsigned> smtps_index;  // an smx-smtps: its share of the listeners
         const RunAs* run_as = nullptr;  // its account when started as root
         pid_t pid = 0;
         Clock::time_point started{};
@@ -78,10 +84,15 @@ private:
     void kill_stragglers(const std::vector<Child*>& cs);
     void kill_now(Child& c);
     void stop_workers();
+    // smx-smtpc and the smx-smtps processes.
+    std::vector<Child*> workers();
+    std::vector<Child*> smtps();
     void shutdown();
 
     Plan plan_;
-    Child qmgr_, smtpc_, smtps_;
+    Child qmgr_, smtpc_;
+    std::vector<Child> smtps_;  // sized once: all_ points into it
+    std::unique_ptr<sm::SessionCounts> counts_;  // several smtps_: a dead one's slot is cleared
     std::vector<Child*> all_;
     bool stop_requested_ = false;
     bool reload_requested_ = false;

@@ -9,6 +9,7 @@
 
 #include "config.hpp"
 #include "config_reload.hpp"
+#include "ids.hpp"
 #include "limits.hpp"
 #include "log.hpp"
 #include "panic.hpp"
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
     }
     sm::init_logging("qmgr", cfg.log);
     sm::install_crash_handlers("qmgr");
+    sm::set_id_stream(sm::qmgr_id_stream);  // DSN ids, beside SMTPS's
     sm::raise_nofile();  // peers, metrics clients, DEFEDB and IBDB files
 
     for (const auto& dir : {cfg.ibdb_dir_abs(), cfg.defedb_dir_abs(), cfg.quarantine_dir_abs(),

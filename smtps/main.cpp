@@ -4,19 +4,22 @@
 // spreads connections over the loops), has its own QMGR link and runs its
 // sessions as coroutines; the connection limits and the reloadable settings
 // are shared (smtps::Shared). The sockets come from the MCP (SMX_LISTEN_FDS,
-// SMX_LISTEN_LOOPS), else it binds server.listen itself. The first loop runs
+// SMX_LISTEN_LOOPS; SMX_SMTPS_PROCESS when it is one of several), else it
+// binds server.listen itself. The first loop runs
 // on the main thread and also owns the signals, the reload and the shutdown.
 #include "cdb_writer.hpp"
 #include "channel.hpp"
 #include "config.hpp"
 #include "config_reload.hpp"
 #include "content_file.hpp"
+#include "ids.hpp"
 #include "limits.hpp"
 #include "listen.hpp"
 #include "log.hpp"
 #include "panic.hpp"
 #include "qmgr_client.hpp"
 #include "server.hpp"
+#include "session_counts.hpp"
 #include "tls.hpp"
 
 #include <spdlog/spdlog.h>
@@ -25,6 +28,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -73,6 +77,47 @@ ListenFds listen_fds(const sm::Config& cfg) {
     return out;
 }
 
+// This process's place among the smx-smtps processes of `smx run`
+// (SMX_SMTPS_PROCESS=i/n, sm::smtps_layout, and the session counts they
+// share in SMX_SMTPS_COUNTS); alone, 0 of 1 and no counts.
+struct Place {
+    unsigned index = 0, count = 1;
+    std::unique_ptr<sm::SessionCounts> counts;
+};
+
+Place process_place() {
+    Place out;
+    const char* v = std::getenv("SMX_SMTPS_PROCESS");
+    if (!v || !*v) return out;
+    char end = 0;
+    if (std::sscanf(v, "%u/%u%c", &out.index, &out.count, &end) != 2 || out.count == 0 ||
+        out.count > sm::max_smtps_processes || out.index >= out.count)
+        throw std::runtime_error(std::string("SMX_SMTPS_PROCESS=") + v +
+                                 " is not i/n with i < n <= " +
+                                 std::to_string(sm::max_smtps_processes));
+    const char* c = std::getenv("SMX_SMTPS_COUNTS");
+    if (out.count > 1) {
+        if (!c || !*c) throw std::runtime_error("SMX_SMTPS_PROCESS without SMX_SMTPS_COUNTS");
+        out.counts = std::make_unique<sm::SessionCounts>(std::atoi(c));
+    }
+    return out;
+}
+
+// This process's part of the server-wide limits (max_connections holds for
+// all processes together through the shared counts); returns the sessions
+// its own descriptors allow.
+unsigned take_share(sm::ServerConfig& s, const Place& place) {
+    const unsigned long nofile = sm::raise_nofile();
+    std::string warning;
+    sm::fitting_connections(sm::process_share(s, place.count), nofile, warning);
+    if (!warning.empty())
+        spdlog::warn("{}{}", warning, place.count > 1 ? " (this process's share)" : "");
+    const unsigned total = s.max_connections;
+    s = sm::process_share(s, place.count);
+    s.max_connections = total;
+    return sm::sessions_fitting(s, nofile);
+}
+
 tcp::acceptor acceptor_for(asio::io_context& io, int fd) {
     sockaddr_storage sa{};
     socklen_t len = sizeof sa;
@@ -102,7 +147,8 @@ struct Process {
     asio::io_context& main_io() { return loops[0]->io; }
 
     // Runs on l's thread: connects l's QMGR link, then serves l's listeners.
-    asio::awaitable<void> start(Loop& l, unsigned index) {
+    // index: the loop's among all smx-smtps processes' (stats, metrics).
+    asio::awaitable<void> start(Loop& l, unsigned index, unsigned of) {
         const auto until = std::chrono::steady_clock::now() + qmgr_connect_window;
         std::string err;
         std::shared_ptr<sm::Channel> ch;
@@ -128,7 +174,7 @@ struct Process {
         l.listeners.clear();
         l.server->start_load_reports(index);
         spdlog::info("ready: {} ESMTP, qmgr at {} (event loop {} of {})", cfg.server.hostname,
-                     cfg.qmgr_socket(), index + 1, loops.size());
+                     cfg.qmgr_socket(), index + 1, of);
     }
 
     void stop_from_any(int code) {
@@ -187,12 +233,16 @@ int main(int argc, char** argv) {
     }
     sm::init_logging("smtps", cfg.log);
     sm::install_crash_handlers("smtps");
-    {
-        std::string warning;
-        cfg.server.max_connections =
-            sm::fitting_connections(cfg.server, sm::raise_nofile(), warning);
-        if (!warning.empty()) spdlog::warn("{}", warning);
+    Place place;
+    try {
+        place = process_place();
+    } catch (const std::exception& e) {
+        spdlog::critical("{}", e.what());
+        spdlog::shutdown();
+        return 2;
     }
+    sm::set_id_stream(place.index);
+    const unsigned own_max = take_share(cfg.server, place);
     std::signal(SIGPIPE, SIG_IGN);
 
     // fdatasync of CDB files (content_sync = "file"): a sync of a new file
@@ -224,6 +274,7 @@ int main(int argc, char** argv) {
         }
     }
     Process p{cfg, cdb, std::make_shared<smtps::Shared>(cfg, tls.get()), {}};
+    p.shared->limit_process(own_max, place.counts.get(), place.index);
     try {
         const ListenFds lf = listen_fds(cfg);
         if (lf.inherited && sm::event_loops(cfg.server.threads) != lf.loops)
@@ -252,17 +303,15 @@ int main(int argc, char** argv) {
     // SIGHUP from the MCP: new sessions, on every loop, get the new config
     // and certificate.
     sm::ConfigReloader reloader(p.main_io(), cfg_path, cfg, [&](sm::Config next) {
-        std::string warning;
-        next.server.max_connections =
-            sm::fitting_connections(next.server, sm::raise_nofile(), warning);
-        if (!warning.empty()) spdlog::warn("{}", warning);
+        take_share(next.server, place);
         std::shared_ptr<asio::ssl::context> ctx;
         if (next.server.tls_security_level != sm::TlsLevel::none)
             ctx = sm::tls::server_context(next.server);
         p.shared->reload(std::make_shared<const sm::Config>(std::move(next)), std::move(ctx));
     });
     for (unsigned i = 0; i < n_loops; ++i)
-        asio::co_spawn(p.loops[i]->io, p.start(*p.loops[i], i),
+        asio::co_spawn(p.loops[i]->io,
+                       p.start(*p.loops[i], place.index * n_loops + i, place.count * n_loops),
                        sm::crash_on_exception("smtps start"));
     std::vector<std::thread> threads;
     for (unsigned i = 1; i < n_loops; ++i)

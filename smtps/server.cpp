@@ -44,10 +44,19 @@ void Shared::reload(std::shared_ptr<const sm::Config> cfg,
     settings_ = std::move(next);
 }
 
+void Shared::limit_process(unsigned own_max, sm::SessionCounts* counts, unsigned slot) {
+    std::lock_guard lk(mu_);
+    own_max_ = own_max;
+    counts_ = counts;
+    slot_ = slot;
+    if (counts_) counts_->set(slot_, sessions_);
+}
+
 std::string Shared::admit(const std::string& ip, bool trusted) {
     std::lock_guard lk(mu_);
     const auto& s = settings_->server();
-    if (sessions_ >= s.max_connections)
+    const std::uint64_t all = sessions_ + (counts_ ? counts_->others(slot_) : 0);
+    if (sessions_ >= own_max_ || all >= s.max_connections)
         return "421 4.7.0 " + s.hostname + " Error: too many connections\r\n";
     if (!trusted) {
         unsigned& n = per_client_[ip];
@@ -59,12 +68,14 @@ std::string Shared::admit(const std::string& ip, bool trusted) {
         ++n;
     }
     ++sessions_;
+    if (counts_) counts_->set(slot_, sessions_);
     return {};
 }
 
 void Shared::release(const std::string& ip, bool counted_per_client) {
     std::lock_guard lk(mu_);
     --sessions_;
+    if (counts_) counts_->set(slot_, sessions_);
     if (!counted_per_client) return;
     auto it = per_client_.find(ip);
     if (it != per_client_.end() && --it->second == 0) per_client_.erase(it);

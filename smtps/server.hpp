@@ -8,6 +8,7 @@
 #include "config.hpp"
 #include "policy.hpp"
 #include "qmgr_client.hpp"
+#include "session_counts.hpp"
 #include "transaction_gate.hpp"
 
 #include <boost/asio.hpp>
@@ -63,6 +64,11 @@ public:
     // and tls (a new certificate); running ones finish with what they have.
     void reload(std::shared_ptr<const sm::Config> cfg, std::shared_ptr<asio::ssl::context> tls);
 
+    // Once, before the first session: the sessions this process's
+    // descriptors allow, and, as one of several smx-smtps processes, the
+    // shared counts (its slot) that max_connections holds for together.
+    void limit_process(unsigned own_max, sm::SessionCounts* counts, unsigned slot);
+
     // Empty when a connection from ip is within the limits (it is then
     // counted until release), else the 421 reply.
     std::string admit(const std::string& ip, bool trusted);
@@ -90,6 +96,9 @@ private:
     mutable std::mutex mu_;
     std::shared_ptr<const Settings> settings_;
     std::size_t sessions_ = 0;
+    unsigned own_max_ = ~0u;
+    sm::SessionCounts* counts_ = nullptr;  // several processes: ours is counts_[slot_]
+    unsigned slot_ = 0;
     std::unordered_map<std::string, unsigned> per_client_;
     std::atomic<std::size_t> committing_{0};
     std::atomic<std::uint64_t> tls_failures_{0};

@@ -1,6 +1,7 @@
 """Fixtures that start the real smx processes and a recording sink on 127.0.0.1."""
 import json
 import os
+import resource
 import re
 import signal
 import smtplib
@@ -207,8 +208,9 @@ class Relay:
     tmp is a directory they can reach: test_privsep.py), they all stay root
     through `[server] user`, as they would all run as an ordinary user."""
 
-    def __init__(self, tmp, sink_port, extra="", separate_users=False, routes=True):
+    def __init__(self, tmp, sink_port, extra="", separate_users=False, routes=True, nofile=None):
         self.tmp = tmp
+        self.nofile = nofile  # RLIMIT_NOFILE (soft and hard) of smx run and its children
         self.port = free_port()
         self.spool = os.path.join(tmp, "spool")
         self.run_dir = os.path.join(tmp, "run")
@@ -253,8 +255,11 @@ class Relay:
 
     def start(self):
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([SMX, "run", "-c", self.config],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        limit = self.nofile
+        self.proc = subprocess.Popen(
+            [SMX, "run", "-c", self.config], stdout=self.log, stderr=subprocess.STDOUT,
+            preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+            if limit else None)
         wait_until(self.greets, 20, "smx to answer on port %d" % self.port)
         return self
 
@@ -349,8 +354,9 @@ def make_sink(tmp_path):
 def make_relay(tmp_path):
     made = []
 
-    def make(sink_port, extra="", start=True, tmp=None, separate_users=False, routes=True):
-        r = Relay(tmp or str(tmp_path), sink_port, extra, separate_users, routes)
+    def make(sink_port, extra="", start=True, tmp=None, separate_users=False, routes=True,
+             nofile=None):
+        r = Relay(tmp or str(tmp_path), sink_port, extra, separate_users, routes, nofile)
         made.append(r)
         return r.start() if start else r
     yield make

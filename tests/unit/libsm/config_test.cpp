@@ -350,3 +350,12 @@ TEST_CASE("content_dir and ibdb_dir: in the spool by default, else where named; 
     CHECK(next.content_dir_abs() == "/fast/cdb");
     CHECK(next.queue.ibdb_dir == "log/ibdb");
 }
+
+TEST_CASE("server.processes: 0 (as needed) by default, 1 to 16") {
+    CHECK(load_config("").server.processes == 0);
+    const auto p = write_temp("[server]\nprocesses = 16\n");
+    CHECK(load_config(p).server.processes == 16);
+    std::remove(p.c_str());
+    CHECK(error_key("[server]\nprocesses = 17\n") == "server.processes");
+    CHECK(error_key("[server]\nprocesses = -1\n") == "server.processes");
+}

@@ -1,0 +1,163 @@
+"""server.processes: several smx-smtps processes under one `smx run`, each
+with its own event loops' sockets of every SO_REUSEPORT group (bound by the
+MCP), its own descriptor limit and its share of the connection limits, so
+that together they hold more sessions than one process may open files."""
+import os
+import re
+import signal
+
+from conftest import Raw, wait_until
+from test_mcp import kill_during_load
+from test_threads import (epoll_registrations, held, mail_from_30_clients, relayed_for_127,
+                          reload_trusting_127)
+
+THREE = "[server]\nprocesses = 3\nthreads = 1\n"
+
+
+def smtps_pids(relay, n):
+    return wait_until(lambda: (p := relay.child_pids("smx-smtps")) and len(p) == n and sorted(p),
+                      15, "%d smx-smtps processes" % n)
+
+
+def sessions_by_process(relay, pids, clients):
+    """{pid: sessions} for sessions opened by `clients` (a callable opening
+    them): the sockets each process's epoll gained meanwhile."""
+    before = {p: sum(epoll_registrations(p).values()) for p in pids}
+    opened = clients()
+    after = {p: sum(epoll_registrations(p).values()) for p in pids}
+    return opened, {p: after[p] - before[p] for p in pids}
+
+
+def test_three_processes_share_the_sessions_and_all_mail_arrives_once(sink, make_relay):
+    relay = make_relay(sink.port, THREE)
+    pids = smtps_pids(relay, 3)
+    wait_until(lambda: relay.log_text().count("(event loop ") == 3, 10, "three loops ready")
+    for k in (1, 2, 3):
+        assert "(event loop %d of 3)" % k in relay.log_text()
+    assert "of 3 smx-smtps processes (1 loop each)" in relay.log_text()
+    assert relay.stats()["smtps_connections"] == 3  # a QMGR link each
+    clients, gained = sessions_by_process(relay, pids, lambda: held(relay.port, 45))
+    assert clients, "a session was refused"
+    # The kernel picks a process's socket by a hash of the client's address
+    # and port: fewer than 3 of 45 in one of three has a probability of ~1e-6.
+    assert sum(gained.values()) >= 45 and min(gained.values()) >= 3, gained
+    stats = wait_until(lambda: (s := relay.stats())["smtps_sessions"] == 45 and s, 10,
+                       "45 sessions in smx stats")
+    loops = {k: v for k, v in stats.items() if re.fullmatch(r"smtps_loop_\d+_sessions", k)}
+    assert sorted(loops) == ["smtps_loop_%d_sessions" % i for i in range(3)], stats
+    assert sum(loops.values()) == 45 and min(loops.values()) >= 3, (loops, gained)
+    for c in clients:
+        c.close()
+
+    want = mail_from_30_clients(relay.port, "p")
+    wait_until(lambda: sink.count() >= len(want), 60, "150 messages at the sink")
+    assert sorted(m["from"] for m in sink.messages()) == want
+    took = relay.stop()
+    assert took < 5, took
+    # Each process makes queue ids of its own stream: 150 messages, 150 ids
+    # (the log is complete once they stopped).
+    ids = re.findall(r"smtps\[(\d+)\]: ([0-9A-F]{17}): client=", relay.log_text())
+    assert len({i for _, i in ids}) == len(ids) == 150, ids
+    streams = {(pid, int(i[13:], 16) >> 11) for pid, i in ids}
+    assert len(streams) == 3 and len({s for _, s in streams}) == 3, streams
+    for p in pids:
+        assert not os.path.exists("/proc/%d" % p) or \
+            open("/proc/%d/stat" % p).read().split()[2] == "Z"
+
+
+def test_max_connections_holds_for_all_processes_together(sink, make_relay):
+    """max_connections 6 over 3 processes: the sessions they count in one
+    shared page; a process killed with its sessions gives them back."""
+    relay = make_relay(sink.port, THREE + "max_connections = 6\n")
+    pids = smtps_pids(relay, 3)
+    wait_until(lambda: relay.log_text().count("(event loop ") == 3, 10, "all ready")
+    clients, gained = sessions_by_process(relay, pids, lambda: [Raw(relay.port) for _ in range(30)])
+    greeted = [c for c in clients if c.greeting.startswith("220")]
+    refused = [c for c in clients if c.greeting.startswith("421")]
+    assert len(greeted) + len(refused) == 30, [c.greeting for c in clients]
+    assert all("too many connections" in c.greeting for c in refused)
+    # One after the other, so no two admissions race: exactly the limit,
+    # however unevenly the kernel spread the six.
+    assert len(greeted) == 6, [c.greeting for c in clients]
+    busiest = max(pids, key=lambda p: gained[p])
+    assert gained[busiest] >= 2, gained
+    os.kill(busiest, signal.SIGKILL)
+    # Its sessions died with it: the others admit as many again.
+    wait_until(lambda: (c := Raw(relay.port)).greeting.startswith("220") or c.close(), 10,
+               "a session in place of the killed process's")
+    for c in clients:
+        c.close()
+
+
+def test_per_client_limit_is_shared_out_among_the_processes(sink, make_relay):
+    # 127.0.0.1 out of relay_networks, so that the per-client limit applies:
+    # 4 over two processes, 2 each.
+    relay = make_relay(sink.port, "[server]\nprocesses = 2\nthreads = 1\n"
+                                  'max_connections_per_client = 4\nrelay_networks = ["10.0.0.0/8"]')
+    smtps_pids(relay, 2)
+    clients = [Raw(relay.port) for _ in range(20)]
+    greeted = [c for c in clients if c.greeting.startswith("220")]
+    assert len(greeted) == 4, [c.greeting for c in clients]
+    assert all("from 127.0.0.1" in c.greeting for c in clients if c not in greeted)
+    for c in clients:
+        c.close()
+
+
+def test_processes_0_runs_enough_for_max_connections_under_the_descriptor_limit(sink, make_relay):
+    """With 600 descriptors a process, one holds (600 - 70) / 2 = 265
+    sessions; max_connections 1000 takes five processes (200 each and a tenth
+    for an uneven spread), and 400 clients are all served."""
+    relay = make_relay(sink.port, "[server]\nthreads = 1\nmax_connections = 1000\n", nofile=600)
+    pids = smtps_pids(relay, 5)
+    assert "of 5 smx-smtps processes (1 loop each)" in relay.log_text()
+    assert "warning" not in relay.log_text().lower()
+    clients, gained = sessions_by_process(relay, pids, lambda: held(relay.port, 400))
+    assert clients, "a session was refused"
+    assert sum(gained.values()) >= 400 and max(gained.values()) <= 265, gained
+    c = Raw(relay.port)
+    assert c.cmd("EHLO client.test").startswith("250")
+    c.close()
+    for c in clients:
+        c.close()
+
+
+def test_too_few_descriptors_even_for_16_processes_is_a_warning(sink, make_relay):
+    relay = make_relay(sink.port, "[server]\nthreads = 1\nmax_connections = 100000\n", nofile=600)
+    smtps_pids(relay, 16)
+    assert re.search(r"each of 16 smx-smtps processes: server.max_connections = 6250 needs 12570 "
+                     r"file descriptors but the limit \(RLIMIT_NOFILE\) is 600; using "
+                     r"max_connections = 265", relay.log_text()), relay.log_text()[-3000:]
+
+
+def test_kill9_of_one_process_restarts_it_alone_and_nothing_is_lost(sink, make_relay):
+    relay = make_relay(sink.port, THREE)
+    old = smtps_pids(relay, 3)
+    kill_during_load(relay, sink, "smx-smtps", "kp")
+    now = smtps_pids(relay, 3)
+    assert len(set(old) & set(now)) == 2, (old, now)
+    assert re.search(r"smx-smtps#\d killed by signal 9", relay.log_text())
+
+
+def test_reload_reaches_every_process(sink, make_relay):
+    relay = make_relay(sink.port, THREE + 'relay_networks = ["10.0.0.0/8"]')
+    smtps_pids(relay, 3)
+    reload_trusting_127(relay)
+    # QMGR's, SMTPC's and each SMTPS process's.
+    wait_until(lambda: relay.log_text().count("config reloaded from") >= 5, 10,
+               "every process reloaded")
+    # New sessions, on whichever process accepts them, get the new config.
+    relayed_for_127(relay, 30)
+
+
+def test_processes_is_kept_until_restart_on_reload(sink, make_relay):
+    relay = make_relay(sink.port, THREE)
+    pids = smtps_pids(relay, 3)
+    with open(relay.config) as f:
+        text = f.read()
+    with open(relay.config, "w") as f:
+        f.write(text.replace("processes = 3", "processes = 2"))
+    relay.smx("reload")
+    wait_until(lambda: "server.processes" in relay.log_text(), 10, "the reload's note")
+    assert smtps_pids(relay, 3) == pids
+    os.kill(pids[0], signal.SIGTERM)
+    assert len(smtps_pids(relay, 3)) == 3
