@@ -1,6 +1,7 @@
 """The benchmark tools' TLS (perf/relay-bench --tls): smx-sink offers
 STARTTLS with --tls-cert/--tls-key, smx-source uses it with --starttls;
-checked against each other and against Python's smtplib."""
+checked against each other and against Python's smtplib. And perf/idle-conns
+end to end at a small scale."""
 import json
 import os
 import smtplib
@@ -14,6 +15,8 @@ from test_tls import make_cert
 
 SINK = os.path.join(BUILD, "perf", "smx-sink")
 SOURCE = os.path.join(BUILD, "perf", "smx-source")
+IDLE_CONNS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          "perf", "idle-conns")
 
 
 def start_sink(args):
@@ -79,3 +82,18 @@ def test_sink_starttls_with_smtplib(cert):
     finally:
         stats = stop_sink(proc)
     assert stats["msgs"] == 1 and stats["tls_sessions"] == 1
+
+
+def test_idle_conns_measures_idle_sessions_and_a_new_client(tmp_path):
+    """perf/idle-conns end to end, small: 300 idle sessions all greeted, a
+    new client's transaction meanwhile, the figures in results.md."""
+    out = str(tmp_path / "idle")
+    res = subprocess.run([IDLE_CONNS, "--conns", "300", "--probes", "2", "--build", BUILD,
+                          "--out", out], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    run = json.load(open(os.path.join(out, "run.json")))["results"][0]
+    assert run["greeted"] == 300 and run["failed"] == 0, run
+    assert run["smtps_processes"] == 1
+    assert 0 < run["per_conn"]["rss"] < 64 * 1024, run["per_conn"]
+    assert len(run["transaction_ms"]) == 2
+    assert "| 300 | 300 | 0 | 1 |" in open(os.path.join(out, "results.md")).read()
