@@ -129,9 +129,9 @@ int Supervisor::run() {
 }
 
 void Supervisor::check_ready() {
-    if (ready_ || std::any_of(smtps_.begin(), smtps_.end(), [](const Child& c) { return c.pid == 0; }) ||
-        plan_.listen_fds.empty() ||
-        !smtp_greets(plan_.listen_fds.front()))
+    const bool all_smtps = std::all_of(smtps_.begin(), smtps_.end(),
+                                       [](const Child& c) { return c.pid != 0; });
+    if (ready_ || !all_smtps || plan_.listen_fds.empty() || !smtp_greets(plan_.listen_fds.front()))
         return;
     ready_ = true;
     spdlog::info("ready: smx-smtps answers");
@@ -277,9 +277,7 @@ void Supervisor::reap() {
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
         for (Child* c : all_) {
             if (c->pid != pid) continue;
-            c->pid = 0;
-            // Its sessions are gone: the others may take them.
-            if (counts_ && c->smtps_index) counts_->set(*c->smtps_index, 0);
+            gone(*c);
             if (c->stopping) {
                 c->stopping = false;
                 spdlog::info("{} stopped ({})", c->name, describe(status));
@@ -318,14 +316,21 @@ void Supervisor::kill_stragglers(const std::vector<Child*>& cs) {
 void Supervisor::kill_now(Child& c) {
     ::kill(c.pid, SIGKILL);
     ::waitpid(c.pid, nullptr, 0);
-    c.pid = 0;
+    gone(c);
     c.stopping = false;
+}
+
+void Supervisor::gone(Child& c) {
+    c.pid = 0;
+    // Its sessions are gone with it: the other smx-smtps may take them.
+    if (counts_ && c.smtps_index) counts_->set(*c.smtps_index, 0);
 }
 
 void Supervisor::stop_workers() {
     std::vector<Child*> running;
-    for (Child* w : workers())
+    for (Child* w : smtps())
         if (w->pid != 0) running.push_back(w);
+    if (smtpc_.pid != 0) running.push_back(&smtpc_);
     if (running.empty()) return;
     spdlog::info("stopping smx-smtps and smx-smtpc until smx-qmgr is back");
     for (Child* w : running) terminate(*w);

@@ -83,6 +83,8 @@ private:
     void wait_exit(const std::vector<Child*>& cs, Clock::time_point deadline);
     void kill_stragglers(const std::vector<Child*>& cs);
     void kill_now(Child& c);
+    // Reaped: no pid, and an smx-smtps's sessions no longer counted.
+    void gone(Child& c);
     void stop_workers();
     // smx-smtpc and the smx-smtps processes.
     std::vector<Child*> workers();
