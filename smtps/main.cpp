@@ -108,13 +108,13 @@ Place process_place() {
 // its own descriptors allow.
 unsigned take_share(sm::ServerConfig& s, const Place& place) {
     const unsigned long nofile = sm::raise_nofile();
+    sm::ServerConfig share = sm::process_share(s, place.count);
     std::string warning;
-    sm::fitting_connections(sm::process_share(s, place.count), nofile, warning);
+    sm::fitting_connections(share, nofile, warning);
     if (!warning.empty())
         spdlog::warn("{}{}", warning, place.count > 1 ? " (this process's share)" : "");
-    const unsigned total = s.max_connections;
-    s = sm::process_share(s, place.count);
-    s.max_connections = total;
+    share.max_connections = s.max_connections;
+    s = std::move(share);
     return sm::sessions_fitting(s, nofile);
 }
 
