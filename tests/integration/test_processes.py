@@ -5,8 +5,11 @@ that together they hold more sessions than one process may open files."""
 import os
 import re
 import signal
+import subprocess
 
-from conftest import Raw, wait_until
+import pytest
+
+from conftest import BUILD, Raw, wait_until
 from test_mcp import kill_during_load
 from test_threads import (epoll_registrations, held, mail_from_30_clients, relayed_for_127,
                           reload_trusting_127)
@@ -161,3 +164,19 @@ def test_processes_is_kept_until_restart_on_reload(sink, make_relay):
     assert smtps_pids(relay, 3) == pids
     os.kill(pids[0], signal.SIGTERM)
     assert len(smtps_pids(relay, 3)) == 3
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"SMX_SMTPS_PROCESS": "5/3"}, "SMX_SMTPS_PROCESS=5/3 is not i/n with i < n <= 16"),
+    ({"SMX_SMTPS_PROCESS": "0/17"}, "is not i/n with i < n <= 16"),
+    ({"SMX_SMTPS_PROCESS": "0/2x"}, "is not i/n"),
+    ({"SMX_SMTPS_PROCESS": "0/2"}, "SMX_SMTPS_PROCESS without SMX_SMTPS_COUNTS"),
+    ({"SMX_SMTPS_PROCESS": "0/2", "SMX_SMTPS_COUNTS": "0"}, "fd 0 is not the session counts"),
+])
+def test_a_bad_process_place_stops_smtps_with_a_clear_error(tmp_path, env, message):
+    """What the MCP hands smx-smtps is checked: exit 2 naming the problem."""
+    r = subprocess.run([os.path.join(BUILD, "smtps", "smx-smtps")], cwd=str(tmp_path),
+                       env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert message in r.stderr + r.stdout, r.stderr
