@@ -58,10 +58,14 @@ ServerConfig process_share(const ServerConfig& s, unsigned processes) {
     return out;
 }
 
+unsigned loops_per_process(unsigned threads, unsigned processes) {
+    return threads != 0 ? threads : std::max(1u, event_loops(0) / processes);
+}
+
 SmtpsLayout smtps_layout(const ServerConfig& s, unsigned long limit, std::string& warning) {
     auto share = [&](unsigned processes) {
         ServerConfig one = process_share(s, processes);
-        one.threads = s.threads != 0 ? s.threads : std::max(1u, event_loops(0) / processes);
+        one.threads = loops_per_process(s.threads, processes);
         return one;
     };
     // With several, a tenth more each: the hash spreads connections evenly

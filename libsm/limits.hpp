@@ -32,11 +32,13 @@ struct SmtpsLayout {
     unsigned processes = 1;
     unsigned loops = 1;
 };
+// The event loops of each of `processes` smx-smtps processes: server.threads,
+// or when 0 the CPUs shared out among them (at least one each).
+unsigned loops_per_process(unsigned threads, unsigned processes);
+
 // server.processes, or when 0 the fewest (up to max_smtps_processes) whose
 // shares of max_connections, and a tenth more for an uneven spread, fit in
-// `limit` descriptors each; server.threads
-// loops each, or when 0 the CPUs shared out among the processes (at least
-// one loop each). When even then a process's share does not fit, `warning`
+// `limit` descriptors each, of loops_per_process loops. When even then a process's share does not fit, `warning`
 // says so (as fitting_connections; each process lowers its share).
 SmtpsLayout smtps_layout(const ServerConfig& s, unsigned long limit, std::string& warning);
 

@@ -105,17 +105,21 @@ Place process_place() {
 
 // This process's part of the server-wide limits (max_connections holds for
 // all processes together through the shared counts); returns the sessions
-// its own descriptors allow.
-unsigned take_share(sm::ServerConfig& s, const Place& place) {
+// its own descriptors allow with the `loops` event loops it runs (with
+// threads = 0 the MCP shares the CPUs out, so fewer than event_loops(0)).
+unsigned take_share(sm::ServerConfig& s, const Place& place, unsigned loops) {
     const unsigned long nofile = sm::raise_nofile();
     sm::ServerConfig share = sm::process_share(s, place.count);
+    share.threads = loops;
     std::string warning;
     sm::fitting_connections(share, nofile, warning);
     if (!warning.empty())
         spdlog::warn("{}{}", warning, place.count > 1 ? " (this process's share)" : "");
+    const unsigned fitting = sm::sessions_fitting(share, nofile);
     share.max_connections = s.max_connections;
+    share.threads = s.threads;
     s = std::move(share);
-    return sm::sessions_fitting(s, nofile);
+    return fitting;
 }
 
 tcp::acceptor acceptor_for(asio::io_context& io, int fd) {
@@ -242,7 +246,15 @@ int main(int argc, char** argv) {
         return 2;
     }
     sm::set_id_stream(place.index);
-    const unsigned own_max = take_share(cfg.server, place);
+    ListenFds lf;
+    try {
+        lf = listen_fds(cfg);
+    } catch (const std::exception& e) {
+        spdlog::critical("cannot listen: {}", e.what());
+        spdlog::shutdown();
+        return 1;
+    }
+    const unsigned own_max = take_share(cfg.server, place, lf.loops);
     std::signal(SIGPIPE, SIG_IGN);
 
     // fdatasync of CDB files (content_sync = "file"): a sync of a new file
@@ -276,11 +288,11 @@ int main(int argc, char** argv) {
     Process p{cfg, cdb, std::make_shared<smtps::Shared>(cfg, tls.get()), {}};
     p.shared->limit_process(own_max, place.counts.get(), place.index);
     try {
-        const ListenFds lf = listen_fds(cfg);
-        if (lf.inherited && sm::event_loops(cfg.server.threads) != lf.loops)
+        const unsigned asked = sm::loops_per_process(cfg.server.threads, place.count);
+        if (lf.inherited && asked != lf.loops)
             spdlog::warn("server.threads asks for {} event loops; running {}, as many as the listening "
                          "sockets smx run bound at its start (a restart of smx run applies it)",
-                         sm::event_loops(cfg.server.threads), lf.loops);
+                         asked, lf.loops);
         const std::size_t per_loop = lf.fds.size() / lf.loops;
         for (unsigned i = 0; i < lf.loops; ++i) {
             auto& l = *p.loops.emplace_back(std::make_unique<Loop>());
@@ -303,7 +315,7 @@ int main(int argc, char** argv) {
     // SIGHUP from the MCP: new sessions, on every loop, get the new config
     // and certificate.
     sm::ConfigReloader reloader(p.main_io(), cfg_path, cfg, [&](sm::Config next) {
-        take_share(next.server, place);
+        take_share(next.server, place, n_loops);
         std::shared_ptr<asio::ssl::context> ctx;
         if (next.server.tls_security_level != sm::TlsLevel::none)
             ctx = sm::tls::server_context(next.server);

@@ -124,6 +124,31 @@ def test_processes_0_runs_enough_for_max_connections_under_the_descriptor_limit(
         c.close()
 
 
+def test_each_process_counts_descriptors_for_the_loops_it_runs(sink, make_relay):
+    """threads = 0 shares the CPUs out among the processes; each smx-smtps
+    fits its sessions to the loops it was given (fewer fixed descriptors than
+    for every CPU), and holds exactly that many."""
+    loops = max(1, len(os.sched_getaffinity(0)) // 2)
+    fits = (600 - (64 + loops * 6)) // 2
+    relay = make_relay(sink.port, "[server]\nprocesses = 2\nmax_connections = 2000\n", nofile=600)
+    smtps_pids(relay, 2)
+    line = (r"smtps\[\d+\]: .*server.max_connections = 1000 needs \d+ file descriptors but the "
+            r"limit \(RLIMIT_NOFILE\) is 600; using max_connections = %d \([^)]*\) \(this process's share\)"
+            % fits)
+    wait_until(lambda: len(re.findall(line, relay.log_text())) == 2, 10,
+               "each process's warning: %d sessions" % fits)
+    assert "server.threads asks for" not in relay.log_text()
+    # 100 more than both hold: the kernel's hash gives each process at least
+    # its share of them (a shortfall of 4 standard deviations otherwise).
+    clients = [Raw(relay.port) for _ in range(2 * fits + 100)]
+    greeted = [c for c in clients if c.greeting.startswith("220")]
+    refused = [c for c in clients if c not in greeted]
+    assert len(greeted) == 2 * fits, (len(greeted), {c.greeting for c in refused})
+    assert all(c.greeting.startswith("421") for c in refused), {c.greeting for c in refused}
+    for c in clients:
+        c.close()
+
+
 def test_too_few_descriptors_even_for_16_processes_is_a_warning(sink, make_relay):
     relay = make_relay(sink.port, "[server]\nthreads = 1\nmax_connections = 100000\n", nofile=600)
     smtps_pids(relay, 16)
