@@ -13,7 +13,7 @@ namespace {
 constexpr auto warn_every = std::chrono::seconds(10);
 } // namespace
 
-std::mutex AcceptGuard::accepting_;
+std::shared_mutex AcceptGuard::accepting_;
 
 int AcceptGuard::open_spare() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
 

@@ -43,7 +43,7 @@ unsigned event_loops(unsigned configured) {
     const int n = ::sched_getaffinity(0, sizeof set, &set) == 0
                       ? CPU_COUNT(&set)
                       : static_cast<int>(std::thread::hardware_concurrency());
-    return static_cast<unsigned>(std::clamp(n, 1, 64));
+    return static_cast<unsigned>(std::clamp(n / 2, 1, 64));
 }
 
 bool listen_all(const std::vector<HostPort>& addrs, unsigned loops, std::vector<int>& fds,

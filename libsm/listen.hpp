@@ -14,10 +14,13 @@
 
 namespace sm {
 
-// server.threads resolved: 0 is one loop per CPU this process may run on
-// (its affinity, so that taskset or a cgroup's cpuset is respected), at most
-// the configurable 64. The MCP and SMTPS call this with the same mask: the
-// children inherit the MCP's.
+// server.threads resolved: 0 is one loop per two CPUs this process may run
+// on (its affinity, so that taskset or a cgroup's cpuset is respected), at
+// least 1 and at most the configurable 64. SMTPS does about 60% of the
+// relay's work per message; QMGR, SMTPC and the kernel's network work run on
+// the other CPUs, and more loops than that only sleep and wake more often,
+// each with less work (docs/design.md, SMTPS on every core). The MCP and
+// SMTPS call this with the same mask: the children inherit the MCP's.
 unsigned event_loops(unsigned configured);
 
 // Binds and listens on every address `loops` times (close-on-exec, backlog

@@ -125,10 +125,10 @@ def test_processes_0_runs_enough_for_max_connections_under_the_descriptor_limit(
 
 
 def test_each_process_counts_descriptors_for_the_loops_it_runs(sink, make_relay):
-    """threads = 0 shares the CPUs out among the processes; each smx-smtps
-    fits its sessions to the loops it was given (fewer fixed descriptors than
-    for every CPU), and holds exactly that many."""
-    loops = max(1, len(os.sched_getaffinity(0)) // 2)
+    """threads = 0 shares the loops of the CPUs out among the processes; each
+    smx-smtps fits its sessions to the loops it was given (with 4 CPUs or
+    more, fewer than it would run alone), and holds exactly that many."""
+    loops = max(1, max(1, len(os.sched_getaffinity(0)) // 2) // 2)
     fits = (600 - (64 + loops * 6)) // 2
     relay = make_relay(sink.port, "[server]\nprocesses = 2\nmax_connections = 2000\n", nofile=600)
     smtps_pids(relay, 2)

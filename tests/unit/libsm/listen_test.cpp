@@ -125,11 +125,11 @@ TEST_CASE("listen_all refuses an address someone listens on instead of joining i
     CHECK(second.v.empty());
 }
 
-TEST_CASE("event_loops: as configured, or 0 for one per CPU of the affinity mask") {
+TEST_CASE("event_loops: as configured, or 0 for one per two CPUs of the affinity mask") {
     CHECK(event_loops(1) == 1);
     CHECK(event_loops(7) == 7);
     cpu_set_t set;
     CPU_ZERO(&set);
     REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
-    CHECK(event_loops(0) == static_cast<unsigned>(std::min(CPU_COUNT(&set), 64)));
+    CHECK(event_loops(0) == static_cast<unsigned>(std::clamp(CPU_COUNT(&set) / 2, 1, 64)));
 }
