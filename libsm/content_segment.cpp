@@ -174,9 +174,10 @@ void SegmentFds::close_before(std::uint64_t cutoff_us) {
 }
 
 int Body::open(const std::string& content_dir, std::string_view cdb_id, bool hashed,
-               std::string_view ta_id, bool verify, SegmentFds* segments) {
+               std::string_view ta_id, bool verify, SegmentFds* segments,
+               std::uint64_t size_hint) {
     file_.reset();
-    head_.clear();
+    head_ = {};
     start_ = size_ = 0;
     const auto ref = parse_segment_ref(cdb_id);
     if (ref && segments) {
@@ -193,7 +194,7 @@ int Body::open(const std::string& content_dir, std::string_view cdb_id, bool has
         file_ = std::make_shared<const OpenFile>(fd);
     }
     const int fd = file_->fd();
-    if (ref) return open_record(fd, ref->offset, ta_id, verify);
+    if (ref) return open_record(fd, ref->offset, ta_id, verify, size_hint);
     struct stat st;
     if (::fstat(fd, &st) != 0) return errno;
     size_ = static_cast<std::uint64_t>(st.st_size);
@@ -202,15 +203,18 @@ int Body::open(const std::string& content_dir, std::string_view cdb_id, bool has
 
 // The header and the first data in one pread: a small message is then read
 // whole, and what came back shows it whole, with no fstat.
-int Body::open_record(int fd, std::uint64_t offset, std::string_view ta_id, bool verify) {
-    head_.resize(segment_header_size + prefetch);
+int Body::open_record(int fd, std::uint64_t offset, std::string_view ta_id, bool verify,
+                      std::uint64_t size_hint) {
+    read_.resize(segment_header_size +
+                 (size_hint > 0 ? static_cast<std::size_t>(std::min<std::uint64_t>(size_hint, prefetch))
+                                : prefetch));
     std::size_t got = 0;
-    if (const int err = pread_all(fd, head_.data(), head_.size(), offset, got)) return err;
+    if (const int err = pread_all(fd, read_.data(), read_.size(), offset, got)) return err;
     if (got < segment_header_size) return EBADMSG;
     SegmentRecord rec;
-    if (const int err = parse_segment_header(head_.data(), rec)) return err;
+    if (const int err = parse_segment_header(read_.data(), rec)) return err;
     const std::size_t data_got = got - segment_header_size;
-    if (got < head_.size()) {
+    if (got < read_.size()) {
         if (data_got < rec.size) return EBADMSG;  // the file ends inside the record
     } else if (rec.size > data_got) {
         struct stat st;
@@ -219,8 +223,8 @@ int Body::open_record(int fd, std::uint64_t offset, std::string_view ta_id, bool
             return EBADMSG;
     }
     if (!ta_id.empty() && rec.ta_id != ta_id) return EBADMSG;
-    head_.erase(0, segment_header_size);
-    head_.resize(static_cast<std::size_t>(std::min<std::uint64_t>(data_got, rec.size)));
+    head_ = std::string_view(read_).substr(
+        segment_header_size, static_cast<std::size_t>(std::min<std::uint64_t>(data_got, rec.size)));
     start_ = offset + segment_header_size;
     size_ = rec.size;
     if (verify) {

@@ -112,8 +112,12 @@ public:
     // once). ENOENT when the file is gone, EINVAL for an invalid id,
     // EBADMSG for a record that is not what the reference says.
     // A segment comes from `segments` when given (its open descriptor shared).
+    // size_hint, the body's size when the caller knows it (the envelope's),
+    // lets a record up to the prefetch size be read whole in one pread of
+    // just its bytes; a wrong one costs only another read.
     int open(const std::string& content_dir, std::string_view cdb_id, bool hashed,
-             std::string_view ta_id = {}, bool verify = false, SegmentFds* segments = nullptr);
+             std::string_view ta_id = {}, bool verify = false, SegmentFds* segments = nullptr,
+             std::uint64_t size_hint = 0);
     std::uint64_t size() const { return size_; }
     // Up to max bytes from offset of the body into buf (resized); 0 or errno.
     int read_at(std::uint64_t offset, std::size_t max, std::string& buf) const;
@@ -121,11 +125,13 @@ public:
 private:
     // What a record's opening read brings beyond its header.
     static constexpr std::size_t prefetch = 16 * 1024;
-    int open_record(int fd, std::uint64_t offset, std::string_view ta_id, bool verify);
+    int open_record(int fd, std::uint64_t offset, std::string_view ta_id, bool verify,
+                    std::uint64_t size_hint);
 
     std::shared_ptr<const OpenFile> file_;
     std::uint64_t start_ = 0, size_ = 0;
-    std::string head_;  // the body's first bytes, read with a record's header
+    std::string read_;       // a record's header and first bytes, as one pread brought them
+    std::string_view head_;  // the body's first bytes, in read_
 };
 
 } // namespace sm::content

@@ -1,6 +1,9 @@
 #include "messages.hpp"
 
-#include <functional>
+#include "panic.hpp"
+
+#include <array>
+#include <initializer_list>
 
 namespace sm::msg {
 namespace {
@@ -12,13 +15,27 @@ enum Tag : std::uint16_t {
     T_COMMAND, T_ARG, T_PEER_DSN, T_LOOP, T_SESSIONS, T_TRANSACTIONS, T_WAITING,
 };
 
+// Where a field's value goes: a reference to a callable that lives for the
+// apply() call it is given to (no std::function, no allocation per field).
+class Setter {
+public:
+    template <class F>
+    Setter(const F& f)  // NOLINT: built implicitly from the lambdas below
+        : obj_(&f), call_([](const void* o, std::string_view v) { return (*static_cast<const F*>(o))(v); }) {}
+    bool operator()(std::string_view v) const { return call_(obj_, v); }
+
+private:
+    const void* obj_;
+    bool (*call_)(const void*, std::string_view);
+};
+
 // How one tag of a record is read: required or not, may it repeat, and the
 // function that stores its value (false = malformed value).
 struct Spec {
     std::uint16_t tag;
     bool required;
     bool repeated;
-    std::function<bool(std::string_view)> set;
+    Setter set;
 };
 
 auto str(std::string& dst) {
@@ -44,38 +61,47 @@ auto num(Int& dst) {
     };
 }
 
-bool apply(std::string_view body, const std::vector<Spec>& specs, std::string& err) {
-    auto fields = rec::parse_fields(body);
-    if (!fields) {
-        err = "truncated field";
-        return false;
-    }
-    std::vector<int> seen(specs.size(), 0);
-    for (const auto& f : *fields) {
+constexpr std::size_t max_specs = 16;
+
+bool apply(std::string_view body, std::initializer_list<Spec> specs, std::string& err) {
+    if (specs.size() > max_specs) panic("a record kind with more than 16 tags");
+    std::array<unsigned, max_specs> seen{};
+    rec::FieldReader reader(body);
+    rec::Field f;
+    for (rec::FieldReader::Next n; (n = reader.next(f)) != rec::FieldReader::Next::end;) {
+        if (n == rec::FieldReader::Next::truncated) {
+            err = "truncated field";
+            return false;
+        }
         bool known = false;
-        for (std::size_t i = 0; i < specs.size(); ++i) {
-            if (specs[i].tag != f.tag) continue;
-            known = true;
-            if (seen[i]++ && !specs[i].repeated) {
-                err = "duplicate tag " + std::to_string(f.tag);
-                return false;
+        std::size_t i = 0;
+        for (const Spec& spec : specs) {
+            if (spec.tag == f.tag) {
+                known = true;
+                if (seen[i]++ && !spec.repeated) {
+                    err = "duplicate tag " + std::to_string(f.tag);
+                    return false;
+                }
+                if (!spec.set(f.value)) {
+                    err = "bad value for tag " + std::to_string(f.tag);
+                    return false;
+                }
+                break;
             }
-            if (!specs[i].set(f.value)) {
-                err = "bad value for tag " + std::to_string(f.tag);
-                return false;
-            }
-            break;
+            ++i;
         }
         if (!known && !(f.tag & rec::optional_tag)) {
             err = "unknown mandatory tag " + std::to_string(f.tag);
             return false;
         }
     }
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-        if (specs[i].required && !seen[i]) {
-            err = "missing tag " + std::to_string(specs[i].tag);
+    std::size_t i = 0;
+    for (const Spec& spec : specs) {
+        if (spec.required && !seen[i]) {
+            err = "missing tag " + std::to_string(spec.tag);
             return false;
         }
+        ++i;
     }
     return true;
 }
@@ -301,7 +327,7 @@ std::optional<CtlReply> decode<CtlReply>(const rec::Frame& f, std::string& err) 
     return m;
 }
 
-std::string envelope_bytes(const TaCommit& m) { return commit_fields(m).fields(); }
+std::string envelope_bytes(const TaCommit& m) { return std::string(commit_fields(m).fields()); }
 
 std::optional<TaCommit> envelope_from_bytes(std::string_view body, std::string& err) {
     return commit_from(body, err);

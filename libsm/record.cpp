@@ -6,15 +6,6 @@
 
 namespace sm::rec {
 
-std::string put_u16(std::uint16_t v) {
-    return {static_cast<char>(v >> 8), static_cast<char>(v)};
-}
-std::string put_u32(std::uint32_t v) {
-    return put_u16(static_cast<std::uint16_t>(v >> 16)) + put_u16(static_cast<std::uint16_t>(v));
-}
-std::string put_u64(std::uint64_t v) {
-    return put_u32(static_cast<std::uint32_t>(v >> 32)) + put_u32(static_cast<std::uint32_t>(v));
-}
 std::uint16_t get_u16(const char* p) {
     const auto* u = reinterpret_cast<const unsigned char*>(p);
     return static_cast<std::uint16_t>((u[0] << 8) | u[1]);
@@ -42,9 +33,50 @@ std::optional<Header> parse_header(std::string_view b) {
     return h;
 }
 
+namespace {
+// Room for a usual record (an envelope with a few recipients) in one
+// allocation.
+constexpr std::size_t initial_capacity = 512;
+
+template <class Int>
+void put_be(std::string& out, Int v) {
+    char b[sizeof(Int)];
+    for (std::size_t i = 0; i < sizeof(Int); ++i)
+        b[i] = static_cast<char>(v >> (8 * (sizeof(Int) - 1 - i)));
+    out.append(b, sizeof b);
+}
+
+template <class Int>
+void set_be(char* p, Int v) {
+    for (std::size_t i = 0; i < sizeof(Int); ++i)
+        p[i] = static_cast<char>(v >> (8 * (sizeof(Int) - 1 - i)));
+}
+} // namespace
+
+std::string put_u16(std::uint16_t v) {
+    std::string s;
+    put_be(s, v);
+    return s;
+}
+std::string put_u32(std::uint32_t v) {
+    std::string s;
+    put_be(s, v);
+    return s;
+}
+std::string put_u64(std::uint64_t v) {
+    std::string s;
+    put_be(s, v);
+    return s;
+}
+
+Writer::Writer() {
+    buf_.reserve(initial_capacity);
+    buf_.resize(header_size);
+}
+
 void Writer::put_tag(std::uint16_t tag, std::size_t len) {
-    buf_ += put_u16(tag);
-    buf_ += put_u32(static_cast<std::uint32_t>(len));
+    put_be(buf_, tag);
+    put_be(buf_, static_cast<std::uint32_t>(len));
 }
 
 Writer& Writer::str(std::uint16_t tag, std::string_view v) {
@@ -54,32 +86,31 @@ Writer& Writer::str(std::uint16_t tag, std::string_view v) {
 }
 Writer& Writer::u32(std::uint16_t tag, std::uint32_t v) {
     put_tag(tag, 4);
-    buf_ += put_u32(v);
+    put_be(buf_, v);
     return *this;
 }
 Writer& Writer::u64(std::uint16_t tag, std::uint64_t v) {
     put_tag(tag, 8);
-    buf_ += put_u64(v);
+    put_be(buf_, v);
     return *this;
 }
 Writer& Writer::nested(std::uint16_t tag, const Writer& inner) {
-    return str(tag, inner.buf_);
+    return str(tag, inner.fields());
 }
 
-std::string Writer::frame(std::uint16_t type, std::uint64_t req_id,
-                          std::uint16_t flags) const {
+std::string Writer::frame(std::uint16_t type, std::uint64_t req_id, std::uint16_t flags) {
+    const std::size_t body = buf_.size() - header_size;
     // A peer would refuse it: whoever built it broke a limit it must keep.
-    if (buf_.size() > max_body)
-        panic("record type " + std::to_string(type) + " of " + std::to_string(buf_.size()) +
+    if (body > max_body)
+        panic("record type " + std::to_string(type) + " of " + std::to_string(body) +
               " bytes exceeds the frame limit");
-    std::string f;
-    f.reserve(header_size + buf_.size());
-    f += put_u32(static_cast<std::uint32_t>(buf_.size()));
-    f += put_u16(type);
-    f += put_u16(flags);
-    f += put_u64(req_id);
-    f += buf_;
-    return f;
+    set_be(buf_.data(), static_cast<std::uint32_t>(body));
+    set_be(buf_.data() + 4, type);
+    set_be(buf_.data() + 6, flags);
+    set_be(buf_.data() + 8, req_id);
+    std::string out = std::move(buf_);
+    buf_.assign(header_size, '\0');
+    return out;
 }
 
 std::optional<std::uint32_t> Field::as_u32() const {
@@ -91,21 +122,28 @@ std::optional<std::uint64_t> Field::as_u64() const {
     return get_u64(value.data());
 }
 
+FieldReader::Next FieldReader::next(Field& f) {
+    if (at_ == bytes_.size()) return Next::end;
+    if (bytes_.size() - at_ < 6) return Next::truncated;
+    f.tag = get_u16(bytes_.data() + at_);
+    const std::uint32_t len = get_u32(bytes_.data() + at_ + 2);
+    at_ += 6;
+    if (len > bytes_.size() - at_) return Next::truncated;
+    f.value = bytes_.substr(at_, len);
+    at_ += len;
+    return Next::field;
+}
+
 std::optional<std::vector<Field>> parse_fields(std::string_view b) {
     std::vector<Field> out;
-    std::size_t i = 0;
-    while (i < b.size()) {
-        if (b.size() - i < 6) return std::nullopt;
-        Field f;
-        f.tag = get_u16(b.data() + i);
-        const std::uint32_t len = get_u32(b.data() + i + 2);
-        i += 6;
-        if (len > b.size() - i) return std::nullopt;
-        f.value = b.substr(i, len);
-        i += len;
-        out.push_back(f);
+    FieldReader r(b);
+    for (Field f;;) {
+        switch (r.next(f)) {
+        case FieldReader::Next::field: out.push_back(f); break;
+        case FieldReader::Next::end: return out;
+        case FieldReader::Next::truncated: return std::nullopt;
+        }
     }
-    return out;
 }
 
 } // namespace sm::rec

@@ -39,19 +39,19 @@ std::optional<Header> parse_header(std::string_view bytes16);
 // The same without the size check.
 Header parse_header_unchecked(std::string_view bytes16);
 
-// Builds one frame; fields are appended in order.
+// Builds one frame; fields are appended in order, after room for the
+// header, so that frame() fills that in and hands the buffer over.
 class Writer {
 public:
-    Writer() = default;
+    Writer();
     Writer& str(std::uint16_t tag, std::string_view v);
     Writer& u32(std::uint16_t tag, std::uint32_t v);
     Writer& u64(std::uint16_t tag, std::uint64_t v);
     // A nested TLV sequence (e.g. one recipient with its result).
     Writer& nested(std::uint16_t tag, const Writer& inner);
-    const std::string& fields() const { return buf_; }
-    // Header + fields, ready for the wire.
-    std::string frame(std::uint16_t type, std::uint64_t req_id,
-                      std::uint16_t flags = 0) const;
+    std::string_view fields() const { return std::string_view(buf_).substr(header_size); }
+    // Header + fields, ready for the wire; the writer is empty afterwards.
+    std::string frame(std::uint16_t type, std::uint64_t req_id, std::uint16_t flags = 0);
 
 private:
     void put_tag(std::uint16_t tag, std::size_t len);
@@ -65,8 +65,20 @@ struct Field {
     std::optional<std::uint64_t> as_u64() const;
 };
 
-// Splits a TLV sequence strictly: a field running past the end is an error.
-// The views point into `bytes`, which must outlive the result.
+// Reads a TLV sequence field by field, strictly: a field running past the
+// end is an error. The views point into `bytes`, which must outlive them.
+class FieldReader {
+public:
+    explicit FieldReader(std::string_view bytes) : bytes_(bytes) {}
+    enum class Next { field, end, truncated };
+    Next next(Field& f);
+
+private:
+    std::string_view bytes_;
+    std::size_t at_ = 0;
+};
+
+// The whole sequence at once (FieldReader); nullopt when truncated.
 std::optional<std::vector<Field>> parse_fields(std::string_view bytes);
 
 // One received frame: header plus its body bytes. An oversize frame (body

@@ -35,10 +35,12 @@ void encode_body(std::string_view in, BodyState& st, std::string& out);
 class MessageFile {
 public:
     // Opens the content cdb_id names, of transaction ta_id (a segment from
-    // segments when given). Empty string on success, else the reason
-    // ("queue file missing").
+    // segments when given; `size`, the envelope's, when known: a small
+    // message is then read in one pread of just its bytes). Empty string on
+    // success, else the reason ("queue file missing").
     std::string open(const std::string& content_dir, std::string_view cdb_id, bool hashed,
-                     std::string_view ta_id, sm::content::SegmentFds* segments = nullptr);
+                     std::string_view ta_id, sm::content::SegmentFds* segments = nullptr,
+                     std::uint64_t size = 0);
     std::uint64_t size() const { return body_.size(); }
     // Reads up to `max` bytes at `offset` into buf (resized); false on an
     // I/O error.

@@ -99,7 +99,7 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     const std::uint64_t now = sm::now_us();
     segments_.close_before(now > keep_us ? now - keep_us : 0);
     MessageFile file;
-    if (auto err = file.open(content_, d.cdb_id, cfg.queue.cdb_hashed, d.ta_id, &segments_);
+    if (auto err = file.open(content_, d.cdb_id, cfg.queue.cdb_hashed, d.ta_id, &segments_, d.size);
         !err.empty())
         co_return fail_all(d, {451, "4.3.0", err});
     r.rcpts.reserve(d.rcpts.size());

@@ -463,14 +463,31 @@ void Session::rcpt(std::string_view arg) {
 }
 
 std::string Session::received_header() const {
-    std::string h = "Received: from " + helo_ + " (unknown [" + ip_ + "])\r\n\t";
-    if (!tls_info_.empty()) h += "(using " + tls_info_ + ")\r\n\t";
-    h += "by " + cfg_.hostname + " (smx) with " + (esmtp_ ? "ESMTP" : "SMTP") +
-         (tls_info_.empty() ? "" : "S") + " id " + ta_id_;
-    if (rcpts_.size() == 1)
-        h += "\r\n\tfor <" + rcpts_.front().addr + ">; ";
-    else
+    // Appended piece by piece into one buffer: once per message.
+    std::string h;
+    h.reserve(256 + helo_.size() + tls_info_.size() + cfg_.hostname.size() +
+              (rcpts_.size() == 1 ? rcpts_.front().addr.size() : 0));
+    for (std::string_view part : {std::string_view("Received: from "), std::string_view(helo_),
+                                  std::string_view(" (unknown ["), std::string_view(ip_),
+                                  std::string_view("])\r\n\t")})
+        h += part;
+    if (!tls_info_.empty()) {
+        h += "(using ";
+        h += tls_info_;
+        h += ")\r\n\t";
+    }
+    for (std::string_view part :
+         {std::string_view("by "), std::string_view(cfg_.hostname), std::string_view(" (smx) with "),
+          std::string_view(esmtp_ ? "ESMTP" : "SMTP"), std::string_view(tls_info_.empty() ? "" : "S"),
+          std::string_view(" id "), std::string_view(ta_id_)})
+        h += part;
+    if (rcpts_.size() == 1) {
+        h += "\r\n\tfor <";
+        h += rcpts_.front().addr;
+        h += ">; ";
+    } else {
         h += ";\r\n\t";
+    }
     h += sm::rfc5322_date(sm::now_us());
     h += "\r\n";
     return h;

@@ -105,6 +105,37 @@ TEST_CASE("a segment record reads back whole, for its transaction") {
     ::close(fd);
 }
 
+TEST_CASE("a size hint reads a small record in one go, and a wrong one changes nothing") {
+    Dir d;
+    const std::string seg = sm::new_ta_id(), ta1 = sm::new_ta_id(), ta2 = sm::new_ta_id();
+    const int fd = open_segment(d, seg);
+    REQUIRE(fd >= 0);
+    const std::string m1(3000, 'a'), m2(40000, 'b');
+    REQUIRE(write_segment_record(fd, 0, ta1, m1) == 0);
+    const std::uint64_t off2 = segment_header_size + m1.size();
+    REQUIRE(write_segment_record(fd, off2, ta2, m2) == 0);
+    for (std::uint64_t hint : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{2999},
+                               std::uint64_t{3000}, std::uint64_t{3001}, std::uint64_t{1} << 30}) {
+        INFO(hint);
+        Body b;
+        REQUIRE(b.open(d.p.string(), segment_ref(seg, 0), true, ta1, false, nullptr, hint) == 0);
+        std::string buf;
+        REQUIRE(b.read_at(0, 1 << 20, buf) == 0);
+        CHECK(buf == m1);
+        REQUIRE(b.read_at(2990, 100, buf) == 0);
+        CHECK(buf == std::string(10, 'a'));
+        REQUIRE(b.open(d.p.string(), segment_ref(seg, off2), true, ta2, true, nullptr, hint) == 0);
+        REQUIRE(b.read_at(0, 1 << 20, buf) == 0);
+        CHECK(buf == m2);
+    }
+    // Cut inside the record: not whole, with or without the right hint.
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(off2 + segment_header_size + 100)) == 0);
+    Body b;
+    CHECK(b.open(d.p.string(), segment_ref(seg, off2), true, ta2, false, nullptr, m2.size()) == EBADMSG);
+    CHECK(b.open(d.p.string(), segment_ref(seg, off2), true, ta2, false, nullptr, 50) == EBADMSG);
+    ::close(fd);
+}
+
 TEST_CASE("a content file's body is the whole file") {
     Dir d;
     const std::string id = sm::new_ta_id();
