@@ -38,8 +38,9 @@ unsigned loops_per_process(unsigned threads, unsigned processes);
 
 // server.processes, or when 0 the fewest (up to max_smtps_processes) whose
 // shares of max_connections, and a tenth more for an uneven spread, fit in
-// `limit` descriptors each, of loops_per_process loops. When even then a process's share does not fit, `warning`
-// says so (as fitting_connections; each process lowers its share).
+// `limit` descriptors each, of loops_per_process loops. When even then a
+// process's share does not fit, `warning` says so (as fitting_connections;
+// each process lowers its share).
 SmtpsLayout smtps_layout(const ServerConfig& s, unsigned long limit, std::string& warning);
 
 // One of `processes` smx-smtps processes' part of the server-wide limits:

@@ -74,34 +74,31 @@ bool apply(std::string_view body, std::initializer_list<Spec> specs, std::string
             return false;
         }
         bool known = false;
-        std::size_t i = 0;
-        for (const Spec& spec : specs) {
-            if (spec.tag == f.tag) {
-                known = true;
-                if (seen[i]++ && !spec.repeated) {
-                    err = "duplicate tag " + std::to_string(f.tag);
-                    return false;
-                }
-                if (!spec.set(f.value)) {
-                    err = "bad value for tag " + std::to_string(f.tag);
-                    return false;
-                }
-                break;
+        for (std::size_t i = 0; i < specs.size(); ++i) {
+            const Spec& spec = specs.begin()[i];
+            if (spec.tag != f.tag) continue;
+            known = true;
+            if (seen[i]++ && !spec.repeated) {
+                err = "duplicate tag " + std::to_string(f.tag);
+                return false;
             }
-            ++i;
+            if (!spec.set(f.value)) {
+                err = "bad value for tag " + std::to_string(f.tag);
+                return false;
+            }
+            break;
         }
         if (!known && !(f.tag & rec::optional_tag)) {
             err = "unknown mandatory tag " + std::to_string(f.tag);
             return false;
         }
     }
-    std::size_t i = 0;
-    for (const Spec& spec : specs) {
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+        const Spec& spec = specs.begin()[i];
         if (spec.required && !seen[i]) {
             err = "missing tag " + std::to_string(spec.tag);
             return false;
         }
-        ++i;
     }
     return true;
 }

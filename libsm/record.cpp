@@ -39,35 +39,29 @@ namespace {
 constexpr std::size_t initial_capacity = 512;
 
 template <class Int>
-void put_be(std::string& out, Int v) {
-    char b[sizeof(Int)];
-    for (std::size_t i = 0; i < sizeof(Int); ++i)
-        b[i] = static_cast<char>(v >> (8 * (sizeof(Int) - 1 - i)));
-    out.append(b, sizeof b);
-}
-
-template <class Int>
 void set_be(char* p, Int v) {
     for (std::size_t i = 0; i < sizeof(Int); ++i)
         p[i] = static_cast<char>(v >> (8 * (sizeof(Int) - 1 - i)));
 }
+
+template <class Int>
+void put_be(std::string& out, Int v) {
+    char b[sizeof(Int)];
+    set_be(b, v);
+    out.append(b, sizeof b);
+}
+
+template <class Int>
+std::string be(Int v) {
+    std::string s;
+    put_be(s, v);
+    return s;
+}
 } // namespace
 
-std::string put_u16(std::uint16_t v) {
-    std::string s;
-    put_be(s, v);
-    return s;
-}
-std::string put_u32(std::uint32_t v) {
-    std::string s;
-    put_be(s, v);
-    return s;
-}
-std::string put_u64(std::uint64_t v) {
-    std::string s;
-    put_be(s, v);
-    return s;
-}
+std::string put_u16(std::uint16_t v) { return be(v); }
+std::string put_u32(std::uint32_t v) { return be(v); }
+std::string put_u64(std::uint64_t v) { return be(v); }
 
 Writer::Writer() {
     buf_.reserve(initial_capacity);
