@@ -35,6 +35,8 @@ def summarize(results):
                 "writes": med([r["disk_writes_per_msg"] for r in runs]),
                 "kb": med([r["disk_kb_per_msg"] for r in runs]),
                 "cpu": med([r["cpu_s_per_1000"] for r in runs]),
+                "source_cpu": med([r.get("source_cpu_s_per_1000") for r in runs]),
+                "sink_cpu": med([r.get("sink_cpu_s_per_1000") for r in runs]),
                 "pss": med([r["peak_pss_mb"] for r in runs]),
                 "errors": sum(sum(r["errors"].values()) for r in runs),
                 "msgs": runs[0]["config"]["msgs"],
@@ -74,18 +76,22 @@ def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck
               "`perf stat` on the syscall tracepoints of the relay's cgroup (where that is not possible: a separate "
               "strace pass, which slows the relay and so shrinks its batches). Flushes, writes and KB: "
               "/proc/diskstats of the whole disk per message. CPU = the relay's process tree "
-              "(cgroup cpuacct) per 1000 messages. PSS = peak proportional set size of the relay.", ""]
+              "(cgroup cpuacct) per 1000 messages; source and sink CPU = the load generator's (smx-source) and "
+              "the next hop's (smx-sink), which share the machine's cores with the relay. PSS = peak "
+              "proportional set size of the relay.", ""]
     for tag, per_sys in summary.items():
         lines += ["## %s" % tag, "",
                   "| system | N | complete | delivered msgs/s [min–max] | inject msgs/s | ack p50 ms | "
                   "ack p99 ms | fsyncs/msg | flushes/msg | writes/msg | KB/msg | CPU s/1000 msgs | "
-                  "peak PSS MB | errors |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "source CPU s/1000 | sink CPU s/1000 | peak PSS MB | errors |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for name, s in per_sys.items():
-            lines.append("| %s | %d | %d/%d | %s [%s–%s] | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |" % (
-                name, s["msgs"], s["complete"], s["runs"], fmt(s["delivered"]), fmt(s["min"]), fmt(s["max"]),
+            lines.append("| %s | %d | %d/%d | %s [%s–%s] |" % (
+                name, s["msgs"], s["complete"], s["runs"], fmt(s["delivered"]), fmt(s["min"]), fmt(s["max"]))
+                         + " %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |" % (
                 fmt(s["inject"]), fmt(s["p50"], 1), fmt(s["p99"], 1), fmt(s["fsyncs"], 2), fmt(s["flushes"], 2),
-                fmt(s["writes"], 2), fmt(s["kb"], 1), fmt(s["cpu"], 2), fmt(s["pss"]), s["errors"]))
+                fmt(s["writes"], 2), fmt(s["kb"], 1), fmt(s["cpu"], 2), fmt(s["source_cpu"], 2),
+                fmt(s["sink_cpu"], 2), fmt(s["pss"]), s["errors"]))
         lines.append("")
         pairs = [(a, b) for a, b in (("smx", "postfix"), ("smx", "sendmail"), ("smx", "direct"),
                                      ("postfix", "sendmail"), ("postfix", "direct"),

@@ -2,6 +2,7 @@
 timed run), and the interleaved suite loop."""
 import json
 import os
+import resource
 import subprocess
 import time
 
@@ -27,6 +28,7 @@ class Bench:
         n, r = cfg["msgs"], cfg["rcpts"]
         self.sink.arm(n * r)
         cpu0 = system.group.cpu_seconds() if system.group else 0.0
+        sink0 = self.sink.cpu_seconds()
         disk0 = diskstats(self.disk)
         stats0 = system.stats()
         lab0 = self.lab.counters() if self.lab else None
@@ -34,8 +36,11 @@ class Bench:
         mem.start()
         syncs = TimedSyncCounter(system.group if system.relay else None,
                                  os.path.join(self.outdir, "raw", "perf-stat-%s.csv" % system.name))
+        # The source is the only child reaped during the run: its CPU is the rusage delta.
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         src = subprocess.run(self.source_args(system, cfg), capture_output=True, text=True,
                              timeout=cfg.get("deadline", 600) + 30)
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         lines = src.stdout.strip().splitlines()
         inj = json.loads(lines[-1]) if lines else {"msgs": 0, "errors": {"source_failed": 1}}
         # The relay may still be delivering: wait for the sink, bounded.
@@ -43,6 +48,7 @@ class Bench:
         done, complete = self.sink.wait(budget)
         end = done.get("t_now", time.time())
         cpu1 = system.group.cpu_seconds() if system.group else 0.0
+        sink1 = self.sink.cpu_seconds()
         disk1 = diskstats(self.disk)
         peak = mem.stop()
         sync_calls = syncs.stop()
@@ -58,6 +64,8 @@ class Bench:
             "acked": inj.get("msgs", 0),
             "errors": inj.get("errors", {}),
             "cpu_s_per_1000": (cpu1 - cpu0) / n * 1000 if system.relay else None,
+            "source_cpu_s_per_1000": (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) / n * 1000,
+            "sink_cpu_s_per_1000": (sink1 - sink0) / n * 1000,
             "peak_pss_mb": peak / 2**20 if system.relay else None,
             "disk_writes_per_msg": (disk1["writes"] - disk0["writes"]) / n,
             "disk_kb_per_msg": (disk1["sectors"] - disk0["sectors"]) * 512 / 1024 / n,

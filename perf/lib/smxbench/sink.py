@@ -4,6 +4,8 @@ import queue
 import subprocess
 import threading
 
+from .measure import process_cpu_seconds
+
 
 class Sink:
     def __init__(self, binary, port, tls=None):
@@ -51,6 +53,9 @@ class Sink:
                 return self.events.get(timeout=5), False
             except queue.Empty:
                 return {}, False
+
+    def cpu_seconds(self):
+        return process_cpu_seconds(self.proc.pid)
 
     def close(self):
         self.proc.stdin.close()

@@ -30,9 +30,11 @@ class System:
         # Extra environment of the daemons, e.g. the slow-disk lab's
         # LD_PRELOAD (flushlab.FlushLab.env()); set before start().
         self.env = {}
+        # A variant's own environment (relay-bench --smx-env), kept across restarts.
+        self.base_env = {}
 
     def environ(self):
-        return dict(os.environ, **self.env)
+        return dict(os.environ, **self.base_env, **self.env)
 
     def skip_reason(self):
         return None
