@@ -140,6 +140,19 @@ struct Loop {
     std::unique_ptr<smtps::Server> server;
 };
 
+// The event loops over the listening sockets (`lf.loops` of them, each
+// with its own socket of every address).
+std::vector<std::unique_ptr<Loop>> make_loops(const ListenFds& lf) {
+    std::vector<std::unique_ptr<Loop>> loops;
+    const std::size_t per_loop = lf.fds.size() / lf.loops;
+    for (unsigned i = 0; i < lf.loops; ++i) {
+        auto& l = *loops.emplace_back(std::make_unique<Loop>());
+        for (std::size_t a = 0; a < per_loop; ++a)
+            l.listeners.push_back(acceptor_for(l.io, lf.fds[i * per_loop + a]));
+    }
+    return loops;
+}
+
 struct Process {
     const sm::Config& cfg;
     smtps::CdbStore& cdb;
@@ -247,13 +260,20 @@ int main(int argc, char** argv) {
     }
     sm::set_id_stream(place.index);
     ListenFds lf;
+    std::vector<std::unique_ptr<Loop>> loops;
     try {
         lf = listen_fds(cfg);
+        loops = make_loops(lf);
     } catch (const std::exception& e) {
         spdlog::critical("cannot listen: {}", e.what());
         spdlog::shutdown();
         return 1;
     }
+    if (const unsigned asked = sm::loops_per_process(cfg.server.threads, place.count);
+        lf.inherited && asked != lf.loops)
+        spdlog::warn("server.threads asks for {} event loops; running {}, as many as the listening "
+                     "sockets smx run bound at its start (a restart of smx run applies it)",
+                     asked, lf.loops);
     const unsigned own_max = take_share(cfg.server, place, lf.loops);
     std::signal(SIGPIPE, SIG_IGN);
 
@@ -285,25 +305,8 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    Process p{cfg, cdb, std::make_shared<smtps::Shared>(cfg, tls.get()), {}};
+    Process p{cfg, cdb, std::make_shared<smtps::Shared>(cfg, tls.get()), std::move(loops)};
     p.shared->limit_process(own_max, place.counts.get(), place.index);
-    try {
-        const unsigned asked = sm::loops_per_process(cfg.server.threads, place.count);
-        if (lf.inherited && asked != lf.loops)
-            spdlog::warn("server.threads asks for {} event loops; running {}, as many as the listening "
-                         "sockets smx run bound at its start (a restart of smx run applies it)",
-                         asked, lf.loops);
-        const std::size_t per_loop = lf.fds.size() / lf.loops;
-        for (unsigned i = 0; i < lf.loops; ++i) {
-            auto& l = *p.loops.emplace_back(std::make_unique<Loop>());
-            for (std::size_t a = 0; a < per_loop; ++a)
-                l.listeners.push_back(acceptor_for(l.io, lf.fds[i * per_loop + a]));
-        }
-    } catch (const std::exception& e) {
-        spdlog::critical("cannot listen: {}", e.what());
-        spdlog::shutdown();
-        return 1;
-    }
     const auto n_loops = static_cast<unsigned>(p.loops.size());
 
     asio::signal_set signals(p.main_io(), SIGTERM, SIGINT);
