@@ -76,7 +76,7 @@ def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck
               "`perf stat` on the syscall tracepoints of the relay's cgroup (where that is not possible: a separate "
               "strace pass, which slows the relay and so shrinks its batches). Flushes, writes and KB: "
               "/proc/diskstats of the whole disk per message. CPU = the relay's process tree "
-              "(cgroup cpuacct) per 1000 messages; source and sink CPU = the load generator's (smx-source) and "
+              "(cgroup cpuacct) per 1000 messages; source and sink CPU = the load generator's (smx-source, or smtp-source) and "
               "the next hop's (smx-sink), which share the machine's cores with the relay. PSS = peak "
               "proportional set size of the relay.", ""]
     for tag, per_sys in summary.items():
@@ -113,10 +113,12 @@ def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck
                       ", ".join("%s %s" % (name, fmt(s["emulated_flushes"], 3)) for name, s in emulated) + ".", ""]
     if crosscheck:
         lines += ["## Cross-check with postfix's smtp-source", "",
-                  "| path | tool | msgs | seconds | msgs/s |", "|---|---|---|---|---|"]
+                  "| path | tool | sessions | msgs | seconds | msgs/s | source CPU s/1000 |",
+                  "|---|---|---|---|---|---|---|"]
         for c in crosscheck:
-            lines.append("| %s | %s | %d | %.2f | %.0f |" % (c["path"], c["tool"], c["msgs"], c["seconds"],
-                                                            c["msgs_per_s"]))
+            lines.append("| %s | %s | %s | %d | %.2f | %.0f | %s |" % (
+                c["path"], c["tool"], c.get("sessions", 100), c["msgs"], c["seconds"], c["msgs_per_s"],
+                fmt(c.get("source_cpu_s_per_1000"), 2)))
         lines.append("")
     return "\n".join(lines)
 

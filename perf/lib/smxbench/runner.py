@@ -2,6 +2,7 @@
 timed run), and the interleaved suite loop."""
 import json
 import os
+import re
 import resource
 import subprocess
 import time
@@ -13,12 +14,19 @@ from .measure import PeakMemory, SyncCounter, TimedSyncCounter, diskstats
 class Bench:
     """What every run shares: tools, the sink, the disk to watch."""
 
-    def __init__(self, build, sink, disk, outdir):
+    def __init__(self, build, sink, disk, outdir, tool="smx-source"):
+        """tool: the load generator, smx-source or postfix's smtp-source."""
         self.source = os.path.join(build, "perf", "smx-source")
+        self.tool = tool
         self.sink, self.disk, self.outdir = sink, disk, outdir
         self.lab = None  # the slow-disk lab's device while one is in use
 
     def source_args(self, system, cfg):
+        if self.tool == "smtp-source":
+            # One message per connection, no PIPELINING: as smx-source's defaults.
+            return ["smtp-source", "-s", str(cfg["sessions"]), "-m", str(cfg["msgs"]),
+                    "-l", str(size_bytes(cfg["size"])), "-r", str(cfg["rcpts"]),
+                    "-f", "sender@source.example", "-t", "rcpt@sink.example", "127.0.0.1:%d" % system.port]
         return [self.source, "--port", str(system.port), "-s", str(cfg["sessions"]), "-n", str(cfg["msgs"]),
                 "-S", cfg["size"], "-r", str(cfg["rcpts"]), "-m", str(cfg.get("per_conn", 1)),
                 "--deadline", str(cfg.get("deadline", 600))] + (["--starttls"] if system.tls else [])
@@ -38,11 +46,8 @@ class Bench:
                                  os.path.join(self.outdir, "raw", "perf-stat-%s.csv" % system.name))
         # The source is the only child reaped during the run: its CPU is the rusage delta.
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        src = subprocess.run(self.source_args(system, cfg), capture_output=True, text=True,
-                             timeout=cfg.get("deadline", 600) + 30)
+        inj = self.inject(system, cfg)
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        lines = src.stdout.strip().splitlines()
-        inj = json.loads(lines[-1]) if lines else {"msgs": 0, "errors": {"source_failed": 1}}
         # The relay may still be delivering: wait for the sink, bounded.
         budget = max(30.0, 5 * inj.get("seconds", 0))
         done, complete = self.sink.wait(budget)
@@ -84,6 +89,26 @@ class Bench:
             res["smx_stats_delta"] = {k: stats1[k] - stats0.get(k, 0) for k in stats1}
         return res
 
+    def inject(self, system, cfg):
+        """Runs the load generator; its figures as smx-source's JSON line has them
+        (smtp-source reports no latencies: only its time and its warnings)."""
+        t0 = time.time()
+        src = subprocess.run(self.source_args(system, cfg), capture_output=True, text=True,
+                             timeout=cfg.get("deadline", 600) + 30)
+        if self.tool == "smx-source":
+            lines = src.stdout.strip().splitlines()
+            return json.loads(lines[-1]) if lines else {"msgs": 0, "errors": {"source_failed": 1}}
+        secs = time.time() - t0
+        errors = {}
+        if src.returncode:
+            errors["smtp_source_exit"] = 1
+        warnings = [line for line in src.stderr.splitlines() if line.strip()]
+        if warnings:
+            errors["smtp_source_warnings"] = len(warnings)
+        n = 0 if src.returncode else cfg["msgs"]
+        return {"tool": "smtp-source", "t_start": t0, "seconds": secs, "msgs": n,
+                "msgs_per_s": n / secs if secs > 0 else 0.0, "errors": errors, "stderr": warnings[:20]}
+
     def strace_pass(self, system, cfg, tag):
         """Untimed: fsync + fdatasync calls per message under strace."""
         if not system.relay:
@@ -97,6 +122,14 @@ class Bench:
             calls = counter.stop()
         calls["per_msg"] = sum(calls.values()) / cfg["msgs"]
         return calls
+
+
+def size_bytes(spec):
+    """A single message size as smx-source's -S takes it (512, 4K, 1M) in bytes."""
+    m = re.fullmatch(r"(\d+)([KkMm]?)", spec)
+    if not m:
+        raise ValueError("smtp-source takes one message size, not %r" % spec)
+    return int(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
 
 
 def save(outdir, name, obj):
