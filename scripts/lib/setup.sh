@@ -9,6 +9,12 @@
 # only those targets and what they need instead of everything.
 
 SMX_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# With ccache installed (scripts/test installs it; meson uses it by itself) a
+# rebuild reuses the objects of any earlier build of the same sources, in this
+# clone or another: paths are hashed relative to the repository, and the build
+# directory is not hashed.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$SMX_ROOT}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 SMX_PACKAGES="meson ninja-build pkg-config g++ libboost1.81-dev libdb5.3++-dev
   libspdlog-dev catch2 libc-ares-dev libtomlplusplus-dev libssl-dev python3
   libsystemd-dev scdoc"
