@@ -1,22 +1,20 @@
 """The same configuration driven by postfix's smtp-source and smtp-sink, as
 an independent check of our own tools' msgs/s."""
 import json
-import resource
 import subprocess
 import time
 
 from .env import free_port, log, wait_port
+from .runner import children_cpu_seconds, smtp_source_args
 
 
 def smtp_source(port, n, sessions, size):
     """Runs postfix's smtp-source; returns its start time and its CPU seconds."""
     t0 = time.time()
-    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(["smtp-source", "-s", str(sessions), "-m", str(n), "-l", str(size),
-                    "-f", "sender@source.example", "-t", "rcpt@sink.example", "127.0.0.1:%d" % port],
+    cpu0 = children_cpu_seconds()
+    subprocess.run(smtp_source_args(port, sessions, n, size),
                    check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
-    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return t0, ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
+    return t0, children_cpu_seconds() - cpu0
 
 
 def messages(sessions):

@@ -23,10 +23,8 @@ class Bench:
 
     def source_args(self, system, cfg):
         if self.tool == "smtp-source":
-            # One message per connection, no PIPELINING: as smx-source's defaults.
-            return ["smtp-source", "-s", str(cfg["sessions"]), "-m", str(cfg["msgs"]),
-                    "-l", str(size_bytes(cfg["size"])), "-r", str(cfg["rcpts"]),
-                    "-f", "sender@source.example", "-t", "rcpt@sink.example", "127.0.0.1:%d" % system.port]
+            return smtp_source_args(system.port, cfg["sessions"], cfg["msgs"], size_bytes(cfg["size"]),
+                                    cfg["rcpts"])
         return [self.source, "--port", str(system.port), "-s", str(cfg["sessions"]), "-n", str(cfg["msgs"]),
                 "-S", cfg["size"], "-r", str(cfg["rcpts"]), "-m", str(cfg.get("per_conn", 1)),
                 "--deadline", str(cfg.get("deadline", 600))] + (["--starttls"] if system.tls else [])
@@ -44,10 +42,10 @@ class Bench:
         mem.start()
         syncs = TimedSyncCounter(system.group if system.relay else None,
                                  os.path.join(self.outdir, "raw", "perf-stat-%s.csv" % system.name))
-        # The source is the only child reaped during the run: its CPU is the rusage delta.
-        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # The source is the only child reaped during the run.
+        src0 = children_cpu_seconds()
         inj = self.inject(system, cfg)
-        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        src1 = children_cpu_seconds()
         # The relay may still be delivering: wait for the sink, bounded.
         budget = max(30.0, 5 * inj.get("seconds", 0))
         done, complete = self.sink.wait(budget)
@@ -69,7 +67,7 @@ class Bench:
             "acked": inj.get("msgs", 0),
             "errors": inj.get("errors", {}),
             "cpu_s_per_1000": (cpu1 - cpu0) / n * 1000 if system.relay else None,
-            "source_cpu_s_per_1000": (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) / n * 1000,
+            "source_cpu_s_per_1000": (src1 - src0) / n * 1000,
             "sink_cpu_s_per_1000": (sink1 - sink0) / n * 1000,
             "peak_pss_mb": peak / 2**20 if system.relay else None,
             "disk_writes_per_msg": (disk1["writes"] - disk0["writes"]) / n,
@@ -122,6 +120,19 @@ class Bench:
             calls = counter.stop()
         calls["per_msg"] = sum(calls.values()) / cfg["msgs"]
         return calls
+
+
+def children_cpu_seconds():
+    """User + system CPU of the child processes reaped so far."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def smtp_source_args(port, sessions, msgs, size, rcpts=1):
+    """postfix's smtp-source: one message per connection, no PIPELINING (as
+    smx-source's defaults), `size` bytes of body."""
+    return ["smtp-source", "-s", str(sessions), "-m", str(msgs), "-l", str(size), "-r", str(rcpts),
+            "-f", "sender@source.example", "-t", "rcpt@sink.example", "127.0.0.1:%d" % port]
 
 
 def size_bytes(spec):
