@@ -1,12 +1,15 @@
 """The benchmark tools' TLS (perf/relay-bench --tls): smx-sink offers
 STARTTLS with --tls-cert/--tls-key, smx-source uses it with --starttls;
-checked against each other and against Python's smtplib. And perf/idle-conns
-end to end at a small scale."""
+checked against each other and against Python's smtplib. perf/idle-conns
+end to end at a small scale. relay-bench's timed run with either load
+generator, and what relay-bench and perf/profile refuse."""
 import json
 import os
+import shutil
 import smtplib
 import ssl
 import subprocess
+import sys
 
 import pytest
 
@@ -97,3 +100,51 @@ def test_idle_conns_measures_idle_sessions_and_a_new_client(tmp_path):
     assert 0 < run["per_conn"]["rss"] < 64 * 1024, run["per_conn"]
     assert len(run["transaction_ms"]) == 2
     assert "| 300 | 300 | 0 | 1 |" in open(os.path.join(out, "results.md")).read()
+
+
+PERF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "perf")
+
+
+@pytest.mark.parametrize("tool", ["smx-source", "smtp-source"])
+def test_a_timed_run_with_either_load_generator_counts_its_cpu(tmp_path, tool):
+    """relay-bench's timed run (runner.Bench) straight into smx-sink, driven by
+    our source or postfix's smtp-source: every message arrives, and the
+    generator's and the sink's CPU per message are in the result."""
+    if tool == "smtp-source" and not shutil.which("smtp-source"):
+        pytest.skip("smtp-source is not installed (apt-get install postfix)")
+    sys.path.insert(0, os.path.join(PERF, "lib"))
+    from smxbench import runner, systems
+    from smxbench.measure import disk_of
+    from smxbench.sink import Sink
+    sink = Sink(SINK, 0)
+    try:
+        direct = systems.Direct(str(tmp_path), sink.port)
+        direct.setup(0)
+        bench = runner.Bench(BUILD, sink, disk_of(str(tmp_path)), str(tmp_path), tool)
+        res = bench.run(direct, {"size": "1K", "sessions": 5, "rcpts": 2, "msgs": 200})
+    finally:
+        sink.close()
+    assert res["complete"] and res["errors"] == {}, res
+    assert res["acked"] == 200 and res["sink"]["rcpts"] >= 400, res
+    assert res["source"]["tool"] == tool
+    assert res["source_cpu_s_per_1000"] > 0 and res["sink_cpu_s_per_1000"] > 0, res
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--source", "smtp-source", "--sizes", "1K,2K:4K"], "smtp-source takes one message size, not '2K:4K'"),
+    (["--source", "smtp-source", "--tls"], "smtp-source has no STARTTLS"),
+    (["--smx-env", "tc=1"], "--smx-env wants NAME:VAR=VALUE"),
+    (["--smx-set", "t2:threads=2"], "--smx-set wants NAME:SECTION.KEY=VALUE"),
+])
+def test_relay_bench_refuses_bad_options_before_it_starts(tmp_path, args, says):
+    out = str(tmp_path / "results")
+    res = subprocess.run([os.path.join(PERF, "relay-bench"), "--quick", "--out", out] + args,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and says in res.stderr, res.stderr[-2000:]
+    assert not os.path.exists(out)  # refused before anything was made
+
+
+def test_profile_refuses_a_size_mix_for_smtp_source():
+    res = subprocess.run([os.path.join(PERF, "profile"), "--source", "smtp-source", "-S", "1K:4K"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "smtp-source takes one message size" in res.stderr, res.stderr[-2000:]

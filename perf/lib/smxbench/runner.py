@@ -143,6 +143,18 @@ def size_bytes(spec):
     return int(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
 
 
+def source_refuses(tool, sizes):
+    """Why `tool` cannot send messages of these sizes (-S specs), or None."""
+    if tool != "smtp-source":
+        return None
+    try:
+        for size in sizes:
+            size_bytes(size)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def save(outdir, name, obj):
     os.makedirs(os.path.join(outdir, "raw"), exist_ok=True)
     with open(os.path.join(outdir, "raw", name + ".json"), "w") as f:
