@@ -283,15 +283,26 @@ template <class Stream>
 asio::awaitable<bool> write_all(Stream& s, std::string_view data,
                                 std::chrono::steady_clock::duration timeout) {
     using namespace asio::experimental::awaitable_operators;
-    if constexpr (requires { s.non_blocking(true); }) {
-        // Replies and commands are small and the socket buffer is rarely
-        // full: one plain write usually does it, with no timer at all.
+    // Replies and commands are small and the socket buffer is rarely full:
+    // one plain write usually does it, with no timer and no parallel group
+    // (whose co_spawn frames are several heap blocks per write). Over TLS
+    // the bytes must go through OpenSSL, so always the async way.
+    auto speculative = [&data](auto& sock) {
         boost::system::error_code ec;
-        make_non_blocking(s, ec);
-        const std::size_t n = ec ? 0 : s.write_some(asio::buffer(data), ec);
-        if (!ec && n == data.size()) co_return true;
-        if (ec && ec != asio::error::would_block && ec != asio::error::try_again) co_return false;
+        make_non_blocking(sock, ec);
+        const std::size_t n = ec ? 0 : sock.write_some(asio::buffer(data), ec);
+        if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return false;
         data.remove_prefix(n);
+        return true;
+    };
+    if constexpr (MaybePlainTcp<Stream>) {
+        if (auto* sock = plain_tcp(s)) {
+            if (!speculative(*sock)) co_return false;
+            if (data.empty()) co_return true;
+        }
+    } else if constexpr (requires { s.non_blocking(true); }) {
+        if (!speculative(s)) co_return false;
+        if (data.empty()) co_return true;
     }
     asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
     auto res = co_await (

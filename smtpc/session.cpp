@@ -80,15 +80,8 @@ void Session::close() {
     stream_.socket().close(ec);
 }
 
-asio::awaitable<bool> Session::write_all(std::string_view data,
-                                         std::chrono::steady_clock::duration timeout) {
-    // Plain TCP gets write_all's speculative non-blocking write.
-    if (!stream_.tls()) co_return co_await sm::smtp::write_all(stream_.socket(), data, timeout);
-    co_return co_await sm::smtp::write_all(stream_, data, timeout);
-}
-
 asio::awaitable<bool> Session::write(std::string_view data, const char* stage) {
-    bool ok = co_await write_all(data, cfg_.command_timeout);
+    bool ok = co_await sm::smtp::write_all(stream_, data, cfg_.command_timeout);
     if (!ok) fail_ = {451, "4.4.2", "lost connection with " + relay_ + " while " + stage};
     co_return ok;
 }
@@ -389,7 +382,7 @@ void Session::parse_ehlo() {
 asio::awaitable<void> Session::quit() {
     if (!open_) co_return;
     const auto t = std::min<std::chrono::steady_clock::duration>(cfg_.command_timeout, 5s);
-    bool ok = co_await write_all("QUIT\r\n", t);
+    bool ok = co_await sm::smtp::write_all(stream_, "QUIT\r\n", t);
     if (ok) {
         const auto rep = co_await sm::smtp::read_reply(reader_, t);
         ok = rep.status == ReadStatus::ok;

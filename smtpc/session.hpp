@@ -100,8 +100,6 @@ private:
     // is closed. Only a 2xx after the end of data means delivered. `auth`
     // (a step of AUTH) may also be 334.
     enum class Expect { reply, data, auth };
-    asio::awaitable<bool> write_all(std::string_view data,
-                                    std::chrono::steady_clock::duration timeout);
     asio::awaitable<bool> write(std::string_view data, const char* stage);
     asio::awaitable<bool> read(const char* stage, Expect e = Expect::reply);
     asio::awaitable<bool> command(std::string_view data, const char* stage);

@@ -1,5 +1,6 @@
 #include "panic.hpp"
 #include "smtp_io.hpp"
+#include "smtp_stream.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -165,6 +166,53 @@ TEST_CASE("write_all delivers large buffers completely") {
     io.run_for(std::chrono::seconds(20));
     CHECK(ok);
     CHECK(got == big.size());
+}
+
+// sm::smtp::Stream before STARTTLS takes write_all's plain-socket path:
+// what the peer reads is each write once, in order, however large.
+TEST_CASE("write_all over a plain Stream sends each write exactly once") {
+    Loopback lo;
+    smtp::Stream out(std::move(lo.client));
+    const std::string big(8 << 20, 'y');  // more than the socket buffers hold
+    const std::string expect = "EHLO a\r\n" + big + "QUIT\r\n";
+    bool ok = false;
+    std::string got;
+    asio::co_spawn(lo.io, [&]() -> asio::awaitable<void> {
+        ok = co_await smtp::write_all(out, "EHLO a\r\n", 10s) &&
+             co_await smtp::write_all(out, big, 10s) &&
+             co_await smtp::write_all(out, "QUIT\r\n", 10s);
+        out.socket().shutdown(tcp::socket::shutdown_send);
+    }, asio::detached);
+    asio::co_spawn(lo.io, [&]() -> asio::awaitable<void> {
+        std::string buf(65536, '\0');
+        for (;;) {
+            auto [ec, n] = co_await lo.server.async_read_some(asio::buffer(buf),
+                                                              asio::as_tuple(asio::use_awaitable));
+            got.append(buf.data(), n);
+            if (ec) break;
+        }
+    }, asio::detached);
+    lo.io.run_for(20s);
+    CHECK(ok);
+    CHECK(got.size() == expect.size());
+    CHECK(got == expect);
+}
+
+TEST_CASE("write_all to a peer that reads nothing ends at its deadline") {
+    Loopback lo;
+    smtp::Stream out(std::move(lo.client));
+    const std::string big(64 << 20, 'z');  // never fits the socket buffers
+    bool ok = true;
+    bool done = false;
+    const auto t0 = std::chrono::steady_clock::now();
+    asio::co_spawn(lo.io, [&]() -> asio::awaitable<void> {
+        ok = co_await smtp::write_all(out, big, 200ms);
+        done = true;
+    }, asio::detached);
+    lo.io.run_for(10s);
+    CHECK(done);
+    CHECK_FALSE(ok);
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
 }
 
 TEST_CASE("multi-line replies and enhanced codes") {
