@@ -41,9 +41,9 @@ std::size_t SizeSpec::max() const {
     return m;
 }
 
-std::string wire_message(std::size_t index, std::size_t size, const Envelope& env) {
+void wire_message(std::size_t index, std::size_t size, const Envelope& env, std::string& m) {
     const std::string id = std::to_string(index);
-    std::string m;
+    m.clear();
     m.reserve(size + 64);
     m += "From: <" + env.sender + ">\r\n";
     m += "To: <" + (env.recipients.empty() ? std::string() : env.recipients[0]) + ">\r\n";
@@ -69,7 +69,6 @@ std::string wire_message(std::size_t index, std::size_t size, const Envelope& en
         ++line;
     }
     m += ".\r\n";
-    return m;
 }
 
 } // namespace smx::perf

@@ -28,7 +28,9 @@ struct Envelope {
 };
 
 // The message as it travels after DATA: headers and body, dot-stuffed,
-// terminated by CRLF.CRLF. `size` counts the unstuffed bytes.
-std::string wire_message(std::size_t index, std::size_t size, const Envelope& env);
+// terminated by CRLF.CRLF. `size` counts the unstuffed bytes. Written into
+// `m` (replacing what it held), so that a session reuses one buffer instead
+// of a message-sized heap block per message.
+void wire_message(std::size_t index, std::size_t size, const Envelope& env, std::string& m);
 
 } // namespace smx::perf

@@ -60,8 +60,9 @@ bool offers(const Reply& ehlo, std::string_view ext) {
 }
 
 // One mail transaction; false when the connection is no longer usable.
+// `msg`: the session's message buffer.
 asio::awaitable<bool> transaction(Run& run, Stream& s, Reader& rd, std::size_t idx,
-                                  bool pipelining) {
+                                  bool pipelining, std::string& msg) {
     const auto t = run.opt.timeout;
     const Envelope env = run.envelope(idx);
     std::string mail = "MAIL FROM:<" + env.sender + ">\r\n";
@@ -114,7 +115,7 @@ asio::awaitable<bool> transaction(Run& run, Stream& s, Reader& rd, std::size_t i
         const Reply rset = co_await sm::smtp::read_reply(rd, t);
         co_return rset.code / 100 == 2;
     }
-    const std::string msg = wire_message(idx, run.sizes.size_for(idx), env);
+    wire_message(idx, run.sizes.size_for(idx), env, msg);
     const auto wrote_msg = co_await sm::smtp::write_all(s, msg, t);
     if (!wrote_msg) co_return run.broken(Reply{});
     const auto sent = std::chrono::steady_clock::now();
@@ -161,6 +162,7 @@ asio::awaitable<void> session(Run& run, tcp::endpoint ep, asio::ssl::context* tl
     // that ends before MAIL); a failed connect retries with the same message.
     std::size_t idx = 0;
     bool have = run.take(idx);
+    std::string msg;
     while (have && run.running()) {
         if (backoff) co_await pause(std::min(50 * backoff, 1000) * std::chrono::milliseconds(1));
         Stream s{tcp::socket(ex)};
@@ -193,7 +195,7 @@ asio::awaitable<void> session(Run& run, tcp::endpoint ep, asio::ssl::context* tl
         bool alive = true;
         const long limit = run.opt.per_connection;  // 0: no limit
         for (long sent = 0; alive && have && (limit == 0 || sent < limit); ++sent) {
-            alive = co_await transaction(run, s, rd, idx, pipelining);
+            alive = co_await transaction(run, s, rd, idx, pipelining, msg);
             have = run.take(idx);
         }
         // The 221 is not worth a long wait: the messages are done.
