@@ -58,6 +58,9 @@ bool valid_domain(std::string_view d, bool utf8) {
         // general literal would carry bytes no next hop expects.
         if (d.back() != ']' || d.size() < 3) return false;
         const std::string lit(d.substr(1, d.size() - 2));
+        // inet_pton reads up to a NUL: a CR or anything after one would
+        // ride along to the next hop unchecked.
+        if (lit.find('\0') != std::string::npos) return false;
         unsigned char buf[16];
         if (lit.size() > 5 && iequals(std::string_view(lit).substr(0, 5), "IPv6:"))
             return ::inet_pton(AF_INET6, lit.c_str() + 5, buf) == 1;

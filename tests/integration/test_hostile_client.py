@@ -139,6 +139,19 @@ def test_untrusted_routing_in_local_part_is_refused(sink, make_relay):
     assert c.cmd("RCPT TO:<u@example.net>").startswith("250")
 
 
+def test_nul_in_an_address_literal_cannot_smuggle_a_cr(sink, make_relay):
+    """inet_pton stops at a NUL: the CR after it must not reach a next hop
+    inside an address that got a 250 (found by fuzz/smtp_command)."""
+    relay = make_relay(sink.port)
+    c = Raw(relay.port)
+    c.cmd("EHLO client.test")
+    assert c.cmd("MAIL FROM:<a@client.test>").startswith("250")
+    for rcpt in ("u@[127.0.0.1\0\r]", "u@[127.0.0.1\0]", "u@[IPv6:::1\0\rQUIT]"):
+        assert c.cmd("RCPT TO:<%s>" % rcpt).startswith("501 5.1.3"), repr(rcpt)
+    assert c.cmd("RCPT TO:<u@[127.0.0.1]>").startswith("250")
+    c.close()
+
+
 def settled_descriptors(relay, pid):
     """smx-smtps's open descriptors once the sessions of the start-up probes
     (ours and the MCP's) have ended. Counted while one is still open, its

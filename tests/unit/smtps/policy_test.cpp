@@ -46,6 +46,10 @@ TEST_CASE("valid_address") {
     CHECK_FALSE(valid_address("u@[IPv6:nope]", false));
     CHECK_FALSE(valid_address("u@[300.1.1.1]", false));
     CHECK_FALSE(valid_address("u@[x:<%%%]", false));
+    // A NUL ends what inet_pton reads; a CR after it must not pass (fuzz/smtp_command).
+    using namespace std::string_literals;
+    CHECK_FALSE(valid_address("x@[1.2.3.4\0\r]"s, false));
+    CHECK_FALSE(valid_address("x@[IPv6:::1\0\r]"s, true));
     // Never anything that would break out of the < > of a command.
     CHECK_FALSE(valid_address("\"a>b\"@example.com", false));
     CHECK_FALSE(valid_address("\"a<b\"@example.com", false));
