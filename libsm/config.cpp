@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <set>
 #include <toml++/toml.h>
+#include <type_traits>
 
 namespace sm {
 namespace {
@@ -40,7 +41,10 @@ public:
         if (!t_) return std::nullopt;
         const toml::node* n = t_->get(key);
         if (!n) return std::nullopt;
-        if (auto v = n->value<T>()) return v;
+        if (auto v = n->value<T>()) {
+            if constexpr (std::is_same_v<T, std::string>) no_nul(key, *v);
+            return v;
+        }
         throw ConfigError(name(key), "wrong type");
     }
     std::optional<std::vector<std::string>> strings(const std::string& key) {
@@ -50,7 +54,7 @@ public:
         if (!n) return std::nullopt;
         std::vector<std::string> out;
         if (auto s = n->value<std::string>()) {
-            out.push_back(*s);
+            out.push_back(no_nul(key, *s));
             return out;
         }
         const toml::array* a = n->as_array();
@@ -58,7 +62,7 @@ public:
         for (const auto& e : *a) {
             auto s = e.value<std::string>();
             if (!s) throw ConfigError(name(key), "expected a list of strings");
-            out.push_back(*s);
+            out.push_back(no_nul(key, *s));
         }
         return out;
     }
@@ -87,6 +91,13 @@ public:
     std::string name(const std::string& key) const { return prefix_ + "." + key; }
 
 private:
+    // TOML can spell a NUL (\u0000); no setting holds one, and the C calls
+    // a value goes to (inet_pton, open) would silently stop at it.
+    const std::string& no_nul(const std::string& key, const std::string& v) const {
+        if (v.find('\0') != std::string::npos) throw ConfigError(name(key), "contains a NUL character");
+        return v;
+    }
+
     const toml::table* t_;
     std::string prefix_;
     std::set<std::string> seen_;

@@ -359,3 +359,10 @@ TEST_CASE("server.processes: 0 (as needed) by default, 1 to 16") {
     CHECK(error_key("[server]\nprocesses = 17\n") == "server.processes");
     CHECK(error_key("[server]\nprocesses = -1\n") == "server.processes");
 }
+
+TEST_CASE("a NUL in any string setting is refused, not cut short") {
+    // inet_pton would read "127.0.0.1\0garbage" as 127.0.0.1.
+    CHECK(error_key("[server]\nrelay_networks = [\"127.0.0.1\\u0000x\"]\n") == "server.relay_networks");
+    CHECK(error_key("[server]\nhostname = \"mx\\u0000.test\"\n") == "server.hostname");
+    CHECK(error_key("[server]\nrelay_domains = \"a\\u0000b\"\n") == "server.relay_domains");
+}
