@@ -140,6 +140,12 @@ std::pair<std::string, std::string> split_enhanced(std::string_view text);
 // Any octet over 127: an address that needs SMTPUTF8 (RFC 6531).
 bool has_8bit(std::string_view s);
 
+// One non-blocking write of what the socket buffer takes now, when `s` is
+// plain TCP (over TLS the bytes must go through OpenSSL: nothing is
+// written); what went is removed from `data`. False on an error.
+template <class Stream>
+bool try_write(Stream& s, std::string_view& data);
+
 // Writes all of `data` with a deadline; false on error or timeout.
 template <class Stream>
 asio::awaitable<bool> write_all(Stream& s, std::string_view data,

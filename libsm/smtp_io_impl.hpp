@@ -280,30 +280,28 @@ asio::awaitable<Reply> read_reply(LineReader<Stream>& r,
 }
 
 template <class Stream>
+bool try_write(Stream& s, std::string_view& data) {
+    if constexpr (MaybePlainTcp<Stream>) {
+        if (auto* sock = plain_tcp(s); sock && !data.empty()) {
+            boost::system::error_code ec;
+            make_non_blocking(*sock, ec);
+            const std::size_t n = ec ? 0 : sock->write_some(asio::buffer(data), ec);
+            if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return false;
+            data.remove_prefix(n);
+        }
+    }
+    return true;
+}
+
+template <class Stream>
 asio::awaitable<bool> write_all(Stream& s, std::string_view data,
                                 std::chrono::steady_clock::duration timeout) {
     using namespace asio::experimental::awaitable_operators;
     // Replies and commands are small and the socket buffer is rarely full:
     // one plain write usually does it, with no timer and no parallel group
-    // (whose co_spawn frames are several heap blocks per write). Over TLS
-    // the bytes must go through OpenSSL, so always the async way.
-    auto speculative = [&data](auto& sock) {
-        boost::system::error_code ec;
-        make_non_blocking(sock, ec);
-        const std::size_t n = ec ? 0 : sock.write_some(asio::buffer(data), ec);
-        if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return false;
-        data.remove_prefix(n);
-        return true;
-    };
-    if constexpr (MaybePlainTcp<Stream>) {
-        if (auto* sock = plain_tcp(s)) {
-            if (!speculative(*sock)) co_return false;
-            if (data.empty()) co_return true;
-        }
-    } else if constexpr (requires { s.non_blocking(true); }) {
-        if (!speculative(s)) co_return false;
-        if (data.empty()) co_return true;
-    }
+    // (whose co_spawn frames are several heap blocks per write).
+    if (!try_write(s, data)) co_return false;
+    if (data.empty()) co_return true;
     asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
     auto res = co_await (
         asio::async_write(s, asio::buffer(data), asio::as_tuple(asio::use_awaitable)) ||
