@@ -43,7 +43,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         // DSN parameters (RFC 3461) that pass the check go on to a next hop:
         // they must be safe on a command line, and their xtext must decode.
         const bool rcpt = v == smtps::Verb::rcpt;
-        if (sm::dsn::check_params(p->params, rcpt).empty()) {
+        const std::string err = sm::dsn::check_params(p->params, rcpt);
+        // A refusal goes back to the client as one reply line.
+        if (err.find_first_of(std::string_view("\r\n\0", 3)) != std::string::npos) std::abort();
+        if (err.empty()) {
             const std::string on = rcpt ? sm::dsn::pass_on_rcpt(p->params) : sm::dsn::pass_on_mail(p->params);
             if (on.find_first_of("\r\n") != std::string::npos || on.size() > p->params.size() + 1) std::abort();
             if (auto envid = sm::dsn::param(p->params, "ENVID");

@@ -1,6 +1,7 @@
 #include "dsn_params.hpp"
 
 #include "domain.hpp"
+#include "smtp_io.hpp"
 
 #include <cctype>
 #include <vector>
@@ -136,7 +137,7 @@ std::string check_params(std::string_view params, bool rcpt) {
         if (!err.empty()) return;
         const bool ours = rcpt ? is_rcpt_param(kv) : is_mail_param(kv);
         if (!ours) {
-            if (rcpt) err = "555 5.5.4 Unsupported option: " + std::string(kv);
+            if (rcpt) err = "555 5.5.4 Unsupported option: " + sm::smtp::printable(kv);
             return;
         }
         const std::string_view key = key_of(kv);

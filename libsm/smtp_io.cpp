@@ -9,6 +9,15 @@ bool has_8bit(std::string_view s) {
                        [](char c) { return static_cast<unsigned char>(c) >= 0x80; });
 }
 
+std::string printable(std::string_view s) {
+    std::string out(s);
+    for (char& c : out) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u >= 0x7f) c = c == '\t' ? ' ' : '?';
+    }
+    return out;
+}
+
 std::pair<std::string, std::string> split_enhanced(std::string_view text) {
     // class.subject.detail: class 2/4/5, subject 1-3 digits, detail 1-3 digits
     std::size_t i = 0;

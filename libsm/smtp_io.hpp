@@ -140,6 +140,11 @@ std::pair<std::string, std::string> split_enhanced(std::string_view text);
 // Any octet over 127: an address that needs SMTPUTF8 (RFC 6531).
 bool has_8bit(std::string_view s);
 
+// s with every byte outside printable US-ASCII as '?' (a tab as a space):
+// for peer text echoed into a reply, a log line or a DSN, where a CR, a NUL
+// or raw 8-bit would break the line or the header it goes into.
+std::string printable(std::string_view s);
+
 // One non-blocking write of what the socket buffer takes now, when `s` is
 // plain TCP (over TLS the bytes must go through OpenSSL: nothing is
 // written); what went is removed from `data`. False on an error.

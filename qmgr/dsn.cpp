@@ -2,6 +2,7 @@
 
 #include "dsn_params.hpp"
 #include "ids.hpp"
+#include "smtp_io.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -17,15 +18,6 @@ constexpr std::size_t max_line = 998;    // RFC 5322 "MUST", without CRLF
 
 // Report fields are US-ASCII (RFC 3464): control characters (a CR or LF in a
 // reply text would end the field) and 8-bit bytes become '?'.
-std::string ascii(std::string_view s) {
-    std::string out(s);
-    for (char& c : out) {
-        auto u = static_cast<unsigned char>(c);
-        if (u < 0x20 || u >= 0x7f) c = (c == '\t') ? ' ' : '?';
-    }
-    return out;
-}
-
 // Appends text as lines of at most fold_width bytes, broken at spaces;
 // continuation lines start with indent (" " folds a header field). A word
 // longer than a line allows is cut at max_line.
@@ -60,7 +52,7 @@ void wrap(std::string& out, std::string_view text, std::string_view indent) {
 }
 
 void field(std::string& out, std::string_view name, std::string_view value) {
-    wrap(out, std::string(name) + ": " + ascii(value), " ");
+    wrap(out, std::string(name) + ": " + sm::smtp::printable(value), " ");
 }
 
 // "Original-Recipient: rfc822; a@b" from ORCPT=rfc822;a@b.
@@ -104,7 +96,7 @@ void human_part(std::string& out, const Report& rep, const std::vector<FailedRcp
     const bool failed = kind == Action::failed;
     out += "Content-Description: Notification\r\n"
            "Content-Type: text/plain; charset=us-ascii\r\n\r\n";
-    wrap(out, "This is the mail system at host " + ascii(rep.reporting_mta) + ".", "");
+    wrap(out, "This is the mail system at host " + sm::smtp::printable(rep.reporting_mta) + ".", "");
     out += "\r\n";
     if (failed) {
         wrap(out, "I'm sorry to have to inform you that your message could not be delivered to one "
@@ -124,11 +116,11 @@ void human_part(std::string& out, const Report& rep, const std::vector<FailedRcp
     wrap(out, "If you do so, please include this problem report.", "");
     out += "\r\n                   The mail system\r\n\r\n";
     for (const auto& r : rcpts) {
-        std::string line = "<" + ascii(r.addr) + ">: ";
+        std::string line = "<" + sm::smtp::printable(r.addr) + ">: ";
         if (!r.remote_mta.empty())
             line += (r.action == Action::relayed ? "relayed via " : "host ") +
-                    ascii(remote_host(r.remote_mta)) + (r.action == Action::relayed ? ": " : " said: ");
-        line += ascii(sm::msg::to_string(r.reply));
+                    sm::smtp::printable(remote_host(r.remote_mta)) + (r.action == Action::relayed ? ": " : " said: ");
+        line += sm::smtp::printable(sm::msg::to_string(r.reply));
         if (r.action == Action::delayed) line += " (still being retried)";
         wrap(out, line, "    ");
         out += "\r\n";
@@ -205,11 +197,11 @@ std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcp
     status_part(status, original, rep, rcpts);
 
     // The boundary must not occur in any part (RFC 2046 5.1.1).
-    std::string boundary = ascii(rep.dsn_id + "/" + rep.reporting_mta);
+    std::string boundary = sm::smtp::printable(rep.dsn_id + "/" + rep.reporting_mta);
     for (int n = 1; headers.find(boundary) != std::string::npos || human.find(boundary) != std::string::npos ||
                     status.find(boundary) != std::string::npos;
          ++n)
-        boundary = ascii(rep.dsn_id + "/" + rep.reporting_mta) + "." + std::to_string(n);
+        boundary = sm::smtp::printable(rep.dsn_id + "/" + rep.reporting_mta) + "." + std::to_string(n);
 
     std::string out;
     field(out, "From", "Mail Delivery System <MAILER-DAEMON@" + rep.reporting_mta + ">");

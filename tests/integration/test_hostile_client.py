@@ -152,6 +152,20 @@ def test_nul_in_an_address_literal_cannot_smuggle_a_cr(sink, make_relay):
     c.close()
 
 
+def test_an_unsupported_option_is_echoed_printable(sink, make_relay):
+    """What the client sent comes back in the 555, but never a CR or a NUL
+    that would end or corrupt the reply line."""
+    relay = make_relay(sink.port)
+    c = Raw(relay.port)
+    c.cmd("EHLO client.test")
+    r = c.cmd("MAIL FROM:<a@client.test> X-OPT=1\r2\x00")
+    assert r == "555 5.5.4 Unsupported option: X-OPT=1?2?", repr(r)
+    assert c.cmd("MAIL FROM:<a@client.test>").startswith("250")
+    r = c.cmd("RCPT TO:<u@example.com> X-OPT=\x7f\r")
+    assert r == "555 5.5.4 Unsupported option: X-OPT=??", repr(r)
+    c.close()
+
+
 def settled_descriptors(relay, pid):
     """smx-smtps's open descriptors once the sessions of the start-up probes
     (ours and the MCP's) have ended. Counted while one is still open, its

@@ -234,6 +234,12 @@ TEST_CASE("multi-line replies and enhanced codes") {
     });
 }
 
+TEST_CASE("printable keeps printable ASCII and masks the rest") {
+    using namespace std::string_literals;
+    CHECK(smtp::printable("X-Opt=1 a~") == "X-Opt=1 a~");
+    CHECK(smtp::printable("a\rb\nc\0d\x7f\xc3\xa9\te"s) == "a?b?c?d??? e");
+}
+
 TEST_CASE("split_enhanced") {
     CHECK(smtp::split_enhanced("2.1.0 Ok").first == "2.1.0");
     CHECK(smtp::split_enhanced("5.7.1 Relay denied").second == "Relay denied");
