@@ -1,5 +1,6 @@
 // The SMTP reply parser (SMTPC's view of a next hop): replies until the
-// stream ends or breaks. Oracle: codes in range, kept text within its caps.
+// stream ends or breaks. Oracle: codes in range, kept text within its caps
+// and printable.
 #include "smtp_io.hpp"
 #include "stream.hpp"
 
@@ -18,7 +19,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             if (rep.code < 200 || rep.code > 599 || rep.lines.empty()) std::abort();
             if (rep.lines.size() > sm::smtp::reply_max_lines) std::abort();
             std::size_t kept = 0;
-            for (const auto& l : rep.lines) kept += l.size();
+            for (const auto& l : rep.lines) {
+                kept += l.size();
+                for (const char c : l)
+                    if (c < ' ' || c > '~') std::abort();  // masked at the boundary
+            }
             if (kept > sm::smtp::reply_text_keep) std::abort();
             (void)rep.summary();
             (void)rep.text();

@@ -267,7 +267,9 @@ asio::awaitable<Reply> read_reply(LineReader<Stream>& r,
         const std::size_t keep =
             std::min({text.size(), reply_line_keep, reply_text_keep - kept});
         kept += keep;
-        rep.lines.emplace_back(text.substr(0, keep));
+        // A peer's CR, NUL or escape must not reach our logs, records or
+        // DSNs (postfix's smtp client masks them the same way).
+        rep.lines.push_back(printable(text.substr(0, keep)));
         if (keep < text.size()) rep.truncated = true;
         if (rep.lines.size() == 1) rep.enhanced = split_enhanced(rep.lines[0]).first;
         if (t.size() == 3 || t[3] == ' ') co_return rep;

@@ -234,6 +234,19 @@ TEST_CASE("multi-line replies and enhanced codes") {
     });
 }
 
+TEST_CASE("a reply's control characters are masked as it is read") {
+    using namespace std::string_literals;
+    with_input("550-5.1.1 a\rb\x1b[2J\r\n550 c\0d\r\n"s, [](tcp::socket& s) -> asio::awaitable<void> {
+        smtp::LineReader r(s);
+        auto a = co_await smtp::read_reply(r, 1s);
+        CHECK(a.code == 550);
+        REQUIRE(a.lines.size() == 2);
+        CHECK(a.lines[0] == "5.1.1 a?b?[2J");
+        CHECK(a.lines[1] == "c?d");
+        CHECK(a.enhanced == "5.1.1");
+    });
+}
+
 TEST_CASE("printable keeps printable ASCII and masks the rest") {
     using namespace std::string_literals;
     CHECK(smtp::printable("X-Opt=1 a~") == "X-Opt=1 a~");
