@@ -322,6 +322,17 @@ class Relay:
             found += [os.path.join(d, f) for f in files]
         return found
 
+    def wait_probes_ended(self):
+        """Waits until the start-up probes' sessions (ours in start(), the
+        MCP's readiness probe) have ended: until then they hold a
+        connection slot, and a per-client one, of the process they landed on."""
+        wait_until(lambda: "ready: smx-smtps answers" in self.log_text(), 10, "the MCP's probe")
+
+        def ended():
+            log = self.log_text()
+            return len(re.findall(r"\bconnect from", log)) == log.count("disconnect from")
+        wait_until(ended, 10, "the probes' sessions to end")
+
     def log_text(self):
         try:
             with open(self.log_path, "rb") as f:

@@ -3,7 +3,6 @@ stays bounded per connection, deadlines hold however slowly a client drips,
 routing through a relay domain is refused, running out of descriptors gets a
 421 at once, and bystanders are never hurt."""
 import os
-import re
 import resource
 import socket
 import subprocess
@@ -172,12 +171,7 @@ def settled_descriptors(relay, pid):
     descriptor comes free after the limit is set and lets one client past
     the limit be greeted: that happened in the sanitizer run, where sessions
     end later."""
-    wait_until(lambda: "ready: smx-smtps answers" in relay.log_text(), 10, "the MCP's probe")
-
-    def ended():
-        log = relay.log_text()
-        return len(re.findall(r"\bconnect from", log)) == log.count("disconnect from")
-    wait_until(ended, 10, "the probes' sessions to end")
+    relay.wait_probes_ended()
 
     def stable():
         before = len(os.listdir("/proc/%d/fd" % pid))

@@ -98,6 +98,7 @@ def test_per_client_limit_is_shared_out_among_the_processes(sink, make_relay):
     relay = make_relay(sink.port, "[server]\nprocesses = 2\nthreads = 1\n"
                                   'max_connections_per_client = 4\nrelay_networks = ["10.0.0.0/8"]')
     smtps_pids(relay, 2)
+    relay.wait_probes_ended()
     clients = [Raw(relay.port) for _ in range(20)]
     greeted = [c for c in clients if c.greeting.startswith("220")]
     assert len(greeted) == 4, [c.greeting for c in clients]
