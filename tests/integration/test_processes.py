@@ -74,6 +74,7 @@ def test_max_connections_holds_for_all_processes_together(sink, make_relay):
     relay = make_relay(sink.port, THREE + "max_connections = 6\n")
     pids = smtps_pids(relay, 3)
     wait_until(lambda: relay.log_text().count("(event loop ") == 3, 10, "all ready")
+    relay.wait_probes_ended()
     clients, gained = sessions_by_process(relay, pids, lambda: [Raw(relay.port) for _ in range(30)])
     greeted = [c for c in clients if c.greeting.startswith("220")]
     refused = [c for c in clients if c.greeting.startswith("421")]
@@ -139,6 +140,7 @@ def test_each_process_counts_descriptors_for_the_loops_it_runs(sink, make_relay)
     wait_until(lambda: len(re.findall(line, relay.log_text())) == 2, 10,
                "each process's warning: %d sessions" % fits)
     assert "server.threads asks for" not in relay.log_text()
+    relay.wait_probes_ended()
     # 100 more than both hold: the kernel's hash gives each process at least
     # its share of them (a shortfall of 4 standard deviations otherwise).
     clients = [Raw(relay.port) for _ in range(2 * fits + 100)]
