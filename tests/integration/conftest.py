@@ -80,23 +80,27 @@ def crc32c(data):
 def segment_records(content_dir):
     """The whole records in the content segments under content_dir
     (libsm/content_segment.hpp: 40-byte header of magic, size, CRC32C, the
-    transaction id; then the data), read one after the other from each
-    segment's start: {ta id: data}. A record cut short or with a wrong CRC is
-    not whole and not listed; the walk of a segment stops at it."""
+    transaction id; then the data): {ta id: data}. A record cut short or
+    with a wrong CRC is not whole and not listed. Places are reserved in
+    order but written by several sessions, so a whole record may follow one
+    that a full disk cut short, or a place never written (a hole): the walk
+    goes on at the next magic after such a spot."""
+    magic = b"SMXSEG1\n"
     out = {}
     seg_dir = os.path.join(content_dir, "segments")
     for name in sorted(os.listdir(seg_dir)) if os.path.isdir(seg_dir) else []:
         with open(os.path.join(seg_dir, name), "rb") as f:
             data = f.read()
-        off = 0
-        while off + 40 <= len(data) and data[off:off + 8] == b"SMXSEG1\n":
+        off = data.find(magic)
+        while 0 <= off and off + 40 <= len(data):
             size = int.from_bytes(data[off + 8:off + 16], "little")
             crc = int.from_bytes(data[off + 16:off + 20], "little")
             body = data[off + 40:off + 40 + size]
-            if len(body) != size or crc32c(body) != crc:
-                break
-            out[data[off + 23:off + 40].decode()] = body
-            off += 40 + size
+            if len(body) == size and crc32c(body) == crc:
+                out[data[off + 23:off + 40].decode()] = body
+                off = data.find(magic, off + 40 + size)
+            else:
+                off = data.find(magic, off + 1)
     return out
 
 
