@@ -130,6 +130,10 @@ std::string check(std::string_view kv) {
     return {};
 }
 
+std::string unsupported_option(std::string_view kv) {
+    return "555 5.5.4 Unsupported option: " + sm::smtp::printable(kv);
+}
+
 std::string check_params(std::string_view params, bool rcpt) {
     std::string err;
     std::vector<std::string_view> seen;
@@ -137,7 +141,7 @@ std::string check_params(std::string_view params, bool rcpt) {
         if (!err.empty()) return;
         const bool ours = rcpt ? is_rcpt_param(kv) : is_mail_param(kv);
         if (!ours) {
-            if (rcpt) err = "555 5.5.4 Unsupported option: " + sm::smtp::printable(kv);
+            if (rcpt) err = unsupported_option(kv);
             return;
         }
         const std::string_view key = key_of(kv);

@@ -41,6 +41,9 @@ std::string check(std::string_view kv);
 // or RCPT (rcpt true: anything else is "555 5.5.4 Unsupported option")
 // parameter string, each at most once: an error reply, or empty.
 std::string check_params(std::string_view params, bool rcpt);
+// The refusal of a MAIL or RCPT parameter nobody here knows, the client's
+// text echoed printable (sm::smtp::printable).
+std::string unsupported_option(std::string_view kv);
 
 // NOTIFY as a set; a recipient without NOTIFY gets failure and delay
 // notices (RFC 3461 4.1: the MTA's default), never a success notice.

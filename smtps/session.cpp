@@ -383,7 +383,7 @@ void Session::mail(std::string_view arg) {
         } else if (sm::dsn::is_mail_param(kv)) {
             // RET and ENVID: checked together below.
         } else {
-            return error("555 5.5.4 Unsupported option: " + sm::smtp::printable(kv));
+            return error(sm::dsn::unsupported_option(kv));
         }
     }
     if (auto e = sm::dsn::check_params(p->params, false); !e.empty()) return error(e);
