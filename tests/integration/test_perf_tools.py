@@ -7,9 +7,11 @@ import json
 import os
 import shutil
 import smtplib
+import socket
 import ssl
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -65,6 +67,37 @@ def test_source_refuses_a_sink_without_starttls():
         stats = stop_sink(proc)
     assert rc == 1 and rep["msgs"] == 0 and rep["errors"].get("starttls") == 3
     assert stats["msgs"] == 0 and stats["tls_sessions"] == 0
+
+
+def test_source_gives_up_a_connect_at_its_timeout():
+    # A listener that never accepts, with its accept queue full: the kernel
+    # drops further SYNs, so a connect only ends at smx-source's deadline.
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(0)
+    port = lsock.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(3):
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(("127.0.0.1", port))
+            fillers.append(c)
+        time.sleep(0.2)
+        started = time.monotonic()
+        res = subprocess.run([SOURCE, "--port", str(port), "--timeout", "0.5", "-n", "1", "-s", "1",
+                              "--max-connect-failures", "2"],
+                             capture_output=True, text=True, timeout=30)
+        took = time.monotonic() - started
+    finally:
+        for c in fillers:
+            c.close()
+        lsock.close()
+    rep = json.loads(res.stdout.strip().splitlines()[-1])
+    # Three attempts of 0.5 s with 50 and 100 ms of back-off between them.
+    assert res.returncode == 1 and rep["msgs"] == 0
+    assert rep["errors"] == {"connect": 3, "gave_up_connecting": 1}
+    assert 1.4 < took < 10
 
 
 def test_sink_starttls_with_smtplib(cert):
