@@ -89,10 +89,11 @@ private:
     std::size_t max_line_;
     // Makes room for `room` bytes after the unread data.
     void reserve_room(std::size_t room);
-    // A plain TCP connection with nothing unread: reads what is there, or
-    // waits for input holding no buffer meanwhile.
-    asio::awaitable<std::tuple<boost::system::error_code, std::size_t>> read_plain(
-        asio::ip::tcp::socket& sock);
+    // A plain TCP connection with nothing unread: reads what is there now
+    // (true, with the outcome in ec and n), or lets the buffer go (false:
+    // fill then waits for input in first_, holding no buffer meanwhile).
+    bool read_plain_now(asio::ip::tcp::socket& sock, boost::system::error_code& ec,
+                        std::size_t& n);
 
     // Data is [pos_, end_) of cap_ bytes at buf_: in first_ after a wait,
     // else in heap_.

@@ -87,30 +87,23 @@ void LineReader<Stream>::reserve_room(std::size_t room) {
 // on every call, a receive waits with no system call beyond asio's own try
 // (that MOD was 2.4 of SMTPS's system calls per message).
 template <class Stream>
-asio::awaitable<std::tuple<boost::system::error_code, std::size_t>>
-LineReader<Stream>::read_plain(asio::ip::tcp::socket& sock) {
-    boost::system::error_code ec;
+bool LineReader<Stream>::read_plain_now(asio::ip::tcp::socket& sock,
+                                        boost::system::error_code& ec, std::size_t& n) {
     make_non_blocking(sock, ec);
-    if (ec) co_return std::tuple{ec, std::size_t{0}};
+    if (ec) return true;
     if (cap_ > 0 && more_) {
         reserve_room(read_room);
         const std::size_t want = cap_ - end_;
-        const std::size_t n = sock.read_some(asio::buffer(buf_ + end_, want), ec);
+        n = sock.read_some(asio::buffer(buf_ + end_, want), ec);
         if (ec != asio::error::would_block && ec != asio::error::try_again) {
             more_ = n == want;
-            co_return std::tuple{ec, n};
+            return true;
         }
     }
     heap_.reset();
     buf_ = nullptr;
     cap_ = pos_ = end_ = 0;
-    auto [rec, n] = co_await sock.async_receive(asio::buffer(first_),
-                                                asio::as_tuple(asio::use_awaitable));
-    more_ = n == first_.size();
-    // What came is read where it landed: no allocation for a command line.
-    buf_ = first_.data();
-    cap_ = first_.size();
-    co_return std::tuple{rec, n};
+    return false;
 }
 
 template <class Stream>
@@ -129,8 +122,17 @@ asio::awaitable<ReadStatus> LineReader<Stream>::fill(
     std::size_t n = 0;
     bool done = false;
     if constexpr (MaybePlainTcp<Stream>) {
+        // The wait is awaited here, not in a coroutine of its own: one frame
+        // fewer to create and, at 1000 sessions, to find cold when input comes.
         if (auto* sock = plain_tcp(stream_); sock && pos_ == end_) {
-            std::tie(ec, n) = co_await read_plain(*sock);
+            if (!read_plain_now(*sock, ec, n)) {
+                std::tie(ec, n) = co_await sock->async_receive(
+                    asio::buffer(first_), asio::as_tuple(asio::use_awaitable));
+                more_ = n == first_.size();
+                // What came is read where it landed: no allocation for a command line.
+                buf_ = first_.data();
+                cap_ = first_.size();
+            }
             done = true;
         }
     }
