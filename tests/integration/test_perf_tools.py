@@ -181,3 +181,28 @@ def test_profile_refuses_a_size_mix_for_smtp_source():
     res = subprocess.run([os.path.join(PERF, "profile"), "--source", "smtp-source", "-S", "1K:4K"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode != 0 and "smtp-source takes one message size" in res.stderr, res.stderr[-2000:]
+
+
+def probes():
+    return subprocess.run(["perf", "probe", "-l"], capture_output=True, text=True).stdout
+
+
+def test_profile_counts_malloc_calls_per_message(tmp_path):
+    """perf/profile's malloc-count pass: a uprobe on libc's malloc counted per
+    process while messages go through smx. Each of smx's three working
+    processes allocates for every message, so a count near zero means the
+    probe or the division is broken; the probe is removed again after."""
+    if os.geteuid() != 0 or not shutil.which("perf"):
+        pytest.skip("perf probe needs root and perf (apt-get install linux-perf)")
+    had_probe = "probe_libc:malloc" in probes()
+    res = subprocess.run([os.path.join(PERF, "profile"), "--build", BUILD, "-n", "300", "-s", "10", "--reps", "1",
+                          "--no-perf", "--no-strace", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    with open(os.path.join(tmp_path, "raw", "profile.json")) as f:
+        counts = json.load(f)["mallocs_per_msg"]
+    for process in ("smx-smtps", "smx-qmgr", "smx-smtpc"):
+        assert 5 < counts[process] < 2000, counts
+    with open(os.path.join(tmp_path, "profile.md")) as f:
+        assert "| smx-smtps | %.1f |" % counts["smx-smtps"] in f.read()
+    assert ("probe_libc:malloc" in probes()) == had_probe
