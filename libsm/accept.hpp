@@ -12,6 +12,7 @@
 // on about every fourth connection at 2 loops).
 #pragma once
 
+#include "await.hpp"
 #include "panic.hpp"
 
 #include <boost/asio.hpp>
@@ -88,7 +89,7 @@ asio::awaitable<std::optional<typename Acceptor::protocol_type::socket>> AcceptG
         if (ec == asio::error::would_block || ec == asio::error::try_again) {
             lock.unlock();
             auto [wec] =
-                co_await a.async_wait(Acceptor::wait_read, asio::as_tuple(asio::use_awaitable));
+                co_await a.async_wait(Acceptor::wait_read, sm::await_tuple);
             if (wec == asio::error::operation_aborted) co_return std::nullopt;
             continue;
         }
@@ -99,7 +100,7 @@ asio::awaitable<std::optional<typename Acceptor::protocol_type::socket>> AcceptG
         alone.unlock();
         if (refused) continue;
         asio::steady_timer t(co_await asio::this_coro::executor, pause());
-        co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+        co_await t.async_wait(sm::await_tuple);
         if (!a.is_open()) co_return std::nullopt;
     }
 }

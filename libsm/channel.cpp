@@ -1,5 +1,6 @@
 #include "channel.hpp"
 
+#include "await.hpp"
 #include "panic.hpp"
 
 #include <spdlog/spdlog.h>
@@ -65,7 +66,7 @@ asio::awaitable<std::optional<rec::Frame>> Channel::read() {
         if (rend_ == rbuf_.size()) rbuf_.resize(2 * rbuf_.size());
         auto [ec, n] = co_await sock_.async_read_some(
             asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
-            asio::as_tuple(asio::use_awaitable));
+            sm::await_tuple);
         const bool partial = rend_ > 0;
         rend_ += n;
         if (ec) {
@@ -100,7 +101,7 @@ asio::awaitable<void> Channel::writer() {
     std::string batch;
     while (open_) {
         if (outq_.empty()) {
-            co_await wake_.async_wait(asio::as_tuple(asio::use_awaitable));
+            co_await wake_.async_wait(sm::await_tuple);
             continue;
         }
         batch.clear();
@@ -110,7 +111,7 @@ asio::awaitable<void> Channel::writer() {
             outq_.pop_front();
         }
         auto [ec, n] = co_await asio::async_write(sock_, asio::buffer(batch),
-                                                  asio::as_tuple(asio::use_awaitable));
+                                                  sm::await_tuple);
         if (ec) {
             if (open_) spdlog::warn("{}: write: {}", peer_, ec.message());
             close();
@@ -123,7 +124,7 @@ asio::awaitable<std::shared_ptr<Channel>> connect_qmgr(const std::string& path,
                                                        std::string& err) {
     unix_socket s(co_await asio::this_coro::executor);
     auto [ec] = co_await s.async_connect(asio::local::stream_protocol::endpoint(path),
-                                         asio::as_tuple(asio::use_awaitable));
+                                         sm::await_tuple);
     if (ec) {
         err = "connect " + path + ": " + ec.message();
         co_return nullptr;

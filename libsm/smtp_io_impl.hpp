@@ -1,6 +1,8 @@
 // Template definitions for smtp_io.hpp; included from there only.
 #pragma once
 
+#include "await.hpp"
+
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <algorithm>
 #include <cstring>
@@ -127,7 +129,7 @@ asio::awaitable<ReadStatus> LineReader<Stream>::fill(
         if (auto* sock = plain_tcp(stream_); sock && pos_ == end_) {
             if (!read_plain_now(*sock, ec, n)) {
                 std::tie(ec, n) = co_await sock->async_receive(
-                    asio::buffer(first_), asio::as_tuple(asio::use_awaitable));
+                    asio::buffer(first_), sm::await_tuple);
                 more_ = n == first_.size();
                 // What came is read where it landed: no allocation for a command line.
                 buf_ = first_.data();
@@ -139,7 +141,7 @@ asio::awaitable<ReadStatus> LineReader<Stream>::fill(
     if (!done) {
         reserve_room(read_room);
         std::tie(ec, n) = co_await stream_.async_read_some(
-            asio::buffer(buf_ + end_, cap_ - end_), asio::as_tuple(asio::use_awaitable));
+            asio::buffer(buf_ + end_, cap_ - end_), sm::await_tuple);
     }
     w.reading = false;
     end_ += n;

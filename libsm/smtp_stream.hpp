@@ -47,15 +47,25 @@ public:
     // peer's until `timeout`. The TCP connection is left to the caller.
     asio::awaitable<void> close_tls(std::chrono::steady_clock::duration timeout);
 
+    // TLS or not is chosen when the operation starts: one return type for
+    // every token (a deferred operation's type names its initiation).
     template <class Buffers, class Token>
     auto async_read_some(const Buffers& b, Token&& token) {
-        if (tls_) return tls_->async_read_some(b, std::forward<Token>(token));
-        return sock_.async_read_some(b, std::forward<Token>(token));
+        return asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+            [this](auto handler, const Buffers& bufs) {
+                if (tls_) tls_->async_read_some(bufs, std::move(handler));
+                else sock_.async_read_some(bufs, std::move(handler));
+            },
+            token, b);
     }
     template <class Buffers, class Token>
     auto async_write_some(const Buffers& b, Token&& token) {
-        if (tls_) return tls_->async_write_some(b, std::forward<Token>(token));
-        return sock_.async_write_some(b, std::forward<Token>(token));
+        return asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+            [this](auto handler, const Buffers& bufs) {
+                if (tls_) tls_->async_write_some(bufs, std::move(handler));
+                else sock_.async_write_some(bufs, std::move(handler));
+            },
+            token, b);
     }
 
 private:

@@ -1,5 +1,6 @@
 #include "ready.hpp"
 
+#include "await.hpp"
 #include "panic.hpp"
 
 #include <arpa/inet.h>
@@ -51,7 +52,7 @@ bool smtp_greets(int listen_fd) {
     bool ok = false;
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
         tcp::socket sock(io);
-        auto [cec] = co_await sock.async_connect(*ep, asio::as_tuple(asio::use_awaitable));
+        auto [cec] = co_await sock.async_connect(*ep, sm::await_tuple);
         if (cec) co_return;
         std::string line;
         auto [rec, n] = co_await asio::async_read_until(
@@ -59,7 +60,7 @@ bool smtp_greets(int listen_fd) {
         if (rec || line.rfind("220", 0) != 0) co_return;
         ok = true;
         co_await asio::async_write(sock, asio::buffer("QUIT\r\n", 6),
-                                   asio::as_tuple(asio::use_awaitable));
+                                   sm::await_tuple);
     }, sm::crash_on_exception("smtp probe"));
     // The deadline for connect, greeting and QUIT together.
     io.run_for(1s);

@@ -4,6 +4,7 @@
 #include "common.hpp"
 #include "sink_session.hpp"
 
+#include <await.hpp>
 #include <smtp_io.hpp>
 #include <tls.hpp>
 
@@ -92,13 +93,13 @@ asio::awaitable<void> control_loop(Sink& sink, std::function<void(const char*)> 
 
 asio::awaitable<void> accept_loop(Sink& sink, tcp::acceptor& acc) {
     for (;;) {
-        auto [ec, sock] = co_await acc.async_accept(asio::as_tuple(asio::use_awaitable));
+        auto [ec, sock] = co_await acc.async_accept(sm::await_tuple);
         if (ec == asio::error::operation_aborted) co_return;
         if (ec) {
             // EMFILE and friends: count, breathe, keep serving the others.
             ++sink.stats.errors["accept"];
             asio::steady_timer pause(co_await asio::this_coro::executor, std::chrono::milliseconds(50));
-            co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+            co_await pause.async_wait(sm::await_tuple);
             continue;
         }
         asio::co_spawn(acc.get_executor(), serve(sink, std::move(sock)), asio::detached);

@@ -6,6 +6,7 @@
 #include "message.hpp"
 #include "source_run.hpp"
 
+#include <await.hpp>
 #include <smtp_io.hpp>
 #include <smtp_stream.hpp>
 
@@ -51,7 +52,7 @@ asio::awaitable<bool> connect(tcp::socket& s, const tcp::endpoint& ep, asio::ste
         boost::system::error_code ignored;
         if (!ec && now->socket) now->socket->cancel(ignored);
     });
-    auto [ec] = co_await s.async_connect(ep, asio::as_tuple(asio::use_awaitable));
+    auto [ec] = co_await s.async_connect(ep, sm::await_tuple);
     now->socket = nullptr;
     timer.cancel();
     co_return !ec;
@@ -59,7 +60,7 @@ asio::awaitable<bool> connect(tcp::socket& s, const tcp::endpoint& ep, asio::ste
 
 asio::awaitable<void> pause(std::chrono::milliseconds d) {
     asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+    co_await t.async_wait(sm::await_tuple);
 }
 
 bool offers(const Reply& ehlo, std::string_view ext) {

@@ -53,7 +53,7 @@ private:
             std::shared_ptr<std::size_t> live;
             ~Exit() { --*live; }
         } exit{std::move(live)};
-        co_await asio::post(ex, asio::use_awaitable);
+        co_await asio::post(ex, asio::deferred);
         co_await std::move(a);
     }
 

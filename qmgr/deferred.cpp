@@ -3,6 +3,7 @@
 // Every DEFEDB call runs on the DEFEDB strand of the worker pool.
 #include "deferred.hpp"
 
+#include "await.hpp"
 #include "content_file.hpp"
 #include "content_segment.hpp"
 #include "ids.hpp"
@@ -187,7 +188,7 @@ asio::awaitable<void> DeferredQueue::writer() {
             checks_.insert(checks_.end(), checks.begin(), checks.end());
             if (!running_) break;
             retry_timer_.expires_after(retry_after);
-            auto [ec] = co_await retry_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+            auto [ec] = co_await retry_timer_.async_wait(sm::await_tuple);
             if (ec) break;  // stop()
             continue;
         }
@@ -228,7 +229,7 @@ asio::awaitable<void> DeferredQueue::due_loop() {
             continue;
         }
         if (due_at_ == 0) due_timer_.expires_at(asio::system_timer::time_point::max());
-        auto [ec] = co_await due_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+        auto [ec] = co_await due_timer_.async_wait(sm::await_tuple);
         if (ec) continue;  // re-armed, refresh() or stop(): look again
         due_at_ = 0;
         co_await fetch();
@@ -314,7 +315,7 @@ asio::awaitable<void> DeferredQueue::maintenance() {
         if (!running_) break;
         refresh();
         maint_timer_.expires_after(maintenance_every);
-        auto [ec] = co_await maint_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+        auto [ec] = co_await maint_timer_.async_wait(sm::await_tuple);
         if (ec) break;  // stop()
     }
 }

@@ -2,6 +2,7 @@
 // acked once durable; and start-up recovery, which is intake from the log.
 #include "qmgr.hpp"
 
+#include "await.hpp"
 #include "content_segment.hpp"
 #include "ids.hpp"
 
@@ -145,7 +146,7 @@ asio::awaitable<void> Qmgr::watch_disk() {
         }
         if (!accepting_) break;
         disk_timer_.expires_after(std::chrono::seconds(1));
-        auto [ec] = co_await disk_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+        auto [ec] = co_await disk_timer_.async_wait(sm::await_tuple);
         if (ec) break;  // stop()
     }
 }

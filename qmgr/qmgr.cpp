@@ -1,5 +1,6 @@
 #include "qmgr.hpp"
 
+#include "await.hpp"
 #include "domain.hpp"
 #include "ids.hpp"
 #include "panic.hpp"
@@ -73,7 +74,7 @@ asio::awaitable<void> Qmgr::reclaim_overdue() {
                       {0, "4.4.1", "delivery reclaimed: no result from smtpc in time"});
         }
         reclaim_timer_.expires_after(every);
-        auto [ec] = co_await reclaim_timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+        auto [ec] = co_await reclaim_timer_.async_wait(sm::await_tuple);
         if (ec) break;  // stop()
     }
 }

@@ -1,5 +1,6 @@
 #include "segments.hpp"
 
+#include "await.hpp"
 #include "ids.hpp"
 
 #include <spdlog/spdlog.h>
@@ -61,7 +62,7 @@ asio::awaitable<void> Segments::run() {
         co_await sweep();
         if (stopped_) break;
         timer_.expires_after(cfg_.queue.segment_age / 3);
-        auto [ec] = co_await timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+        auto [ec] = co_await timer_.async_wait(sm::await_tuple);
         if (ec) break;  // stop()
     }
 }

@@ -1,5 +1,6 @@
 #include "sweeper.hpp"
 
+#include "await.hpp"
 #include "quarantine.hpp"
 
 #include "content_file.hpp"
@@ -60,7 +61,7 @@ asio::awaitable<void> OrphanSweeper::run() {
         if (stopped_) break;
         timer_.expires_after(
             std::max<std::chrono::seconds>(cfg_.queue.orphan_age / 2, std::chrono::seconds(1)));
-        auto [ec] = co_await timer_.async_wait(asio::as_tuple(asio::use_awaitable));
+        auto [ec] = co_await timer_.async_wait(sm::await_tuple);
         if (ec) break;  // stop()
     }
 }

@@ -3,6 +3,7 @@
 // results. Exits 75 when QMGR goes away (the MCP restarts it), 2 on a bad
 // configuration.
 #include "agent.hpp"
+#include "await.hpp"
 #include "connection_cache.hpp"
 #include "delivery.hpp"
 #include "nexthop.hpp"
@@ -44,7 +45,7 @@ asio::awaitable<std::shared_ptr<sm::Channel>> connect_with_retry(const std::stri
             co_return nullptr;
         }
         pause.expires_after(200ms);
-        co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+        co_await pause.async_wait(sm::await_tuple);
     }
 }
 

@@ -1,5 +1,6 @@
 #include "nexthop.hpp"
 
+#include "await.hpp"
 #include "config.hpp"
 #include "domain.hpp"
 
@@ -316,7 +317,7 @@ asio::awaitable<Resolver::Answer> Resolver::lookup(Kind kind, const std::string&
         arm_timer();
     }
     while (!p->done) {
-        auto [ec] = co_await p->wake.async_wait(asio::as_tuple(asio::use_awaitable));
+        auto [ec] = co_await p->wake.async_wait(sm::await_tuple);
         (void)ec;  // cancelled is the wake-up; done says whether it was ours
     }
     co_return p->answer;

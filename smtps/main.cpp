@@ -7,6 +7,7 @@
 // SMX_LISTEN_LOOPS; SMX_SMTPS_PROCESS when it is one of several), else it
 // binds server.listen itself. The first loop runs
 // on the main thread and also owns the signals, the reload and the shutdown.
+#include "await.hpp"
 #include "cdb_writer.hpp"
 #include "channel.hpp"
 #include "config.hpp"
@@ -177,7 +178,7 @@ struct Process {
                 co_return;
             }
             asio::steady_timer t(l.io, 200ms);
-            co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+            co_await t.async_wait(sm::await_tuple);
         }
         if (stopping) co_return;
         l.qmgr = std::make_unique<smtps::QmgrClient>(l.io.get_executor(), ch, ack_timeout, [this] {
@@ -217,7 +218,7 @@ struct Process {
         const auto until = std::chrono::steady_clock::now() + drain_window;
         while (shared->committing() > 0 && std::chrono::steady_clock::now() < until) {
             asio::steady_timer t(main_io(), 10ms);
-            co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+            co_await t.async_wait(sm::await_tuple);
         }
         for (auto& l : loops)
             asio::post(l->io, [&l = *l] {

@@ -1,5 +1,6 @@
 #include "qmgr_client.hpp"
 
+#include "await.hpp"
 #include "panic.hpp"
 
 #include <spdlog/spdlog.h>
@@ -62,7 +63,7 @@ asio::awaitable<std::optional<sm::msg::TaAck>> QmgrClient::commit(
     const std::uint64_t req = ++next_req_;
     pending_.emplace(req, &w);
     ch_->send(sm::msg::encode(ta, req));
-    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    co_await timer.async_wait(sm::await_tuple);
     pending_.erase(req);
     if (!w.ack && connected_) spdlog::warn("{}: no TA_ACK from qmgr in time", ta.ta_id);
     if (w.ack) sm::test_panic_point("ta_ack");

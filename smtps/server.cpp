@@ -1,5 +1,6 @@
 #include "server.hpp"
 
+#include "await.hpp"
 #include "session.hpp"
 #include "accept.hpp"
 #include "panic.hpp"
@@ -170,7 +171,7 @@ asio::awaitable<void> Server::report_load(unsigned loop) {
             sent = now;
         }
         timer.expires_after(std::chrono::seconds(1));
-        co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        co_await timer.async_wait(sm::await_tuple);
     }
 }
 
