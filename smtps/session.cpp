@@ -78,7 +78,7 @@ public:
         : srv_(srv), settings_(srv.settings()), cfg_(settings_->server()),
           stream_(std::move(sock)),
           reader_(stream_, cfg_.max_line_length + sm::dsn::rcpt_line_extra),
-          ip_(std::move(ip)), trusted_(trusted) {}
+          ip_(std::move(ip)), client_("unknown[" + ip_ + "]"), trusted_(trusted) {}
 
     asio::awaitable<void> run();
 
@@ -98,10 +98,19 @@ private:
             closing_ = true;
         }
     }
+    // Writes the pending replies; false when writing failed.
     asio::awaitable<bool> flush();
-    // Flushes pending replies when no input waits or too many are pending.
-    asio::awaitable<bool> flush_if_idle();
-    // The next line, or raw octets of a BDAT chunk, after flush_if_idle().
+    // What a write of the pending replies did, as far as the socket took
+    // them at once; what is left stays in out_ (nearly never: then flush()).
+    enum class Sent { all, rest, failed };
+    Sent write_now();
+    // write_now() when no input waits or too many replies are pending.
+    Sent send_due() {
+        if (out_.empty() || (reader_.buffered() != 0 && out_.size() < max_pending_output))
+            return Sent::all;
+        return write_now();
+    }
+    // The next line, or raw octets of a BDAT chunk, after send_due().
     asio::awaitable<Line> next_line(std::chrono::steady_clock::duration timeout);
     asio::awaitable<Line> next_bytes(std::size_t max,
                                      std::chrono::steady_clock::duration timeout);
@@ -122,8 +131,10 @@ private:
         "530 5.7.0 Must issue a STARTTLS command first";
     // A place among the loop's server.max_transactions for the MAIL to
     // come (smtps/transaction_gate.hpp), unless that MAIL will be refused
-    // anyway.
-    asio::awaitable<void> admit_transaction();
+    // anyway: false when none is free now and wait_for_place() must wait
+    // for one (a coroutine only then).
+    bool take_place();
+    asio::awaitable<void> wait_for_place();
     void mail(std::string_view arg);
     void rcpt(std::string_view arg);
     asio::awaitable<bool> data(std::string_view arg);
@@ -148,7 +159,8 @@ private:
         ta_id_.clear();
         chunking_.reset();
     }
-    std::string client() const { return "unknown[" + ip_ + "]"; }
+    // "unknown[addr]", as postfix logs a client without a reverse name.
+    const std::string& client() const { return client_; }
     std::string received_header() const;
     void timeout_reply() { reply("421 4.4.2 " + cfg_.hostname + " Error: timeout exceeded"); }
 
@@ -159,6 +171,7 @@ private:
     sm::smtp::Stream stream_;
     sm::smtp::LineReader<sm::smtp::Stream> reader_;
     std::string ip_;
+    const std::string client_;
     bool trusted_;
     std::string out_;
     std::string helo_;
@@ -180,25 +193,31 @@ private:
     bool quit_ = false;  // the client said QUIT (a TLS session then ends cleanly)
 };
 
-asio::awaitable<bool> Session::flush() {
+Session::Sent Session::write_now() {
     // Replies nearly always fit in the socket buffer: write_all's first
-    // step, here without write_all's coroutine frame (7 replies a message).
+    // step, without a coroutine frame (7 replies a message).
     std::string_view rest(out_);
-    bool ok = sm::smtp::try_write(stream_, rest);
-    if (ok && !rest.empty()) ok = co_await sm::smtp::write_all(stream_, rest, cfg_.command_timeout);
+    if (!sm::smtp::try_write(stream_, rest)) {
+        out_.clear();
+        return Sent::failed;
+    }
+    out_.erase(0, out_.size() - rest.size());
+    return out_.empty() ? Sent::all : Sent::rest;
+}
+
+asio::awaitable<bool> Session::flush() {
+    const Sent sent = write_now();
+    bool ok = sent != Sent::failed;
+    if (sent == Sent::rest) ok = co_await sm::smtp::write_all(stream_, out_, cfg_.command_timeout);
     out_.clear();
     co_return ok;
 }
 
-asio::awaitable<bool> Session::flush_if_idle() {
-    if (!out_.empty() && (reader_.buffered() == 0 || out_.size() >= max_pending_output))
-        co_return co_await flush();
-    co_return true;
-}
-
 asio::awaitable<Line> Session::next_line(std::chrono::steady_clock::duration timeout) {
+    const Sent sent = send_due();
     // Awaited into locals: GCC 12 miscompiles co_await inside conditions.
-    const bool flushed = co_await flush_if_idle();
+    bool flushed = sent != Sent::failed;
+    if (sent == Sent::rest) flushed = co_await flush();
     if (!flushed) {
         Line l;
         l.status = ReadStatus::error;
@@ -209,7 +228,9 @@ asio::awaitable<Line> Session::next_line(std::chrono::steady_clock::duration tim
 
 asio::awaitable<Line> Session::next_bytes(std::size_t max,
                                           std::chrono::steady_clock::duration timeout) {
-    const bool flushed = co_await flush_if_idle();
+    const Sent sent = send_due();
+    bool flushed = sent != Sent::failed;
+    if (sent == Sent::rest) flushed = co_await flush();
     if (!flushed) {
         Line l;
         l.status = ReadStatus::error;
@@ -261,7 +282,7 @@ asio::awaitable<void> Session::run() {
         }
         case Verb::helo: helo(arg, false); break;
         case Verb::mail:
-            co_await admit_transaction();
+            if (!take_place()) co_await wait_for_place();
             mail(arg);
             if (!in_mail_) slot_.reset();  // refused: its place goes on
             break;
@@ -404,14 +425,18 @@ void Session::mail(std::string_view arg) {
     reply("250 2.1.0 Ok");
 }
 
-asio::awaitable<void> Session::admit_transaction() {
-    if (in_mail_ || slot_ || tls_required() || helo_.empty()) co_return;
-    const auto& gate = srv_.gate();
-    const std::size_t limit = srv_.transaction_limit(cfg_);
+bool Session::take_place() {
+    if (in_mail_ || slot_ || tls_required() || helo_.empty()) return true;
+    slot_ = srv_.gate()->try_enter(srv_.transaction_limit(cfg_));
+    return static_cast<bool>(slot_);
+}
+
+asio::awaitable<void> Session::wait_for_place() {
     // Our replies so far go out before we wait (a pipelining client may
     // be waiting for them).
-    if (gate->full(limit) && !co_await flush()) co_return;
-    slot_ = co_await gate->enter(limit, cfg_.transaction_wait);
+    const bool flushed = co_await flush();
+    if (!flushed) co_return;
+    slot_ = co_await srv_.gate()->enter(srv_.transaction_limit(cfg_), cfg_.transaction_wait);
 }
 
 void Session::rcpt(std::string_view arg) {
@@ -654,7 +679,7 @@ asio::awaitable<void> Session::queue(CdbWriter& w) {
     Shared::CommitGuard guard(srv_.shared());
     reply(co_await commit(w));
     // The reply is out before the guard releases a shutdown waiting for it.
-    co_await flush();
+    if (write_now() == Sent::rest) co_await flush();
 }
 
 asio::awaitable<std::string> Session::commit(CdbWriter& w) {
@@ -671,9 +696,11 @@ asio::awaitable<std::string> Session::commit(CdbWriter& w) {
     ta.client_addr = ip_;
     ta.client_name = "unknown";
     ta.helo = helo_;
-    ta.sender = sender_;
-    ta.params = mail_params_;
-    ta.rcpts = rcpts_;
+    // The transaction ends with this commit (reset() follows): its
+    // envelope moves, not copies.
+    ta.sender = std::move(sender_);
+    ta.params = std::move(mail_params_);
+    ta.rcpts = std::move(rcpts_);
     ta.cdb_id = w.cdb_id();
     ta.size = w.size();
     ta.arrival_us = arrival_us;
@@ -683,8 +710,8 @@ asio::awaitable<std::string> Session::commit(CdbWriter& w) {
     if (!ack) co_return "451 4.3.0 Error: queue manager not responding";
     using sm::msg::AckStatus;
     if (ack->status == AckStatus::ok) {
-        spdlog::info("{}: from=<{}>, size={}, nrcpt={} (queued)", ta_id_, sender_, w.size(),
-                     rcpts_.size());
+        spdlog::info("{}: from=<{}>, size={}, nrcpt={} (queued)", ta_id_, ta.sender, w.size(),
+                     ta.rcpts.size());
         co_return "250 2.0.0 Ok: queued as " + ta_id_;
     }
     // Refused: QMGR will never look at the file.

@@ -1,5 +1,6 @@
 #include "transaction_gate.hpp"
 
+#include "await.hpp"
 #include "panic.hpp"
 
 #include <spdlog/spdlog.h>
@@ -11,11 +12,7 @@ constexpr auto warn_every = std::chrono::seconds(60);
 
 asio::awaitable<TransactionGate::Slot> TransactionGate::enter(
     std::size_t limit, std::chrono::steady_clock::duration wait) {
-    limit_ = limit;
-    if (!full(limit)) {
-        ++open_;
-        co_return Slot(shared_from_this());
-    }
+    if (Slot now = try_enter(limit)) co_return now;
     // The gate outlives our place in waiters_, also when the loop is torn
     // down (its Server first) with this coroutine still waiting.
     const auto self = shared_from_this();
@@ -31,7 +28,7 @@ asio::awaitable<TransactionGate::Slot> TransactionGate::enter(
             if (!granted) l.erase(it);
         }
     } unlink{waiters_, it, w.granted};
-    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    co_await timer.async_wait(sm::await_tuple);
     // Granted: leave() passed its place on (open_ stays). Else the wait is
     // over and the transaction goes ahead over the limit.
     if (!w.granted) {

@@ -40,8 +40,16 @@ public:
         std::shared_ptr<TransactionGate> gate_;
     };
 
-    // A place among `limit` (0: no limit); waits while the others take
-    // them all, at most `wait`. Call on the gate's loop only.
+    // A place among `limit` (0: no limit) when one is free now, else an
+    // empty Slot. Call on the gate's loop only (and so for enter).
+    Slot try_enter(std::size_t limit) {
+        limit_ = limit;
+        if (full(limit)) return Slot();
+        ++open_;
+        return Slot(shared_from_this());
+    }
+    // A place among `limit`; waits while the others take them all, at most
+    // `wait`.
     asio::awaitable<Slot> enter(std::size_t limit, std::chrono::steady_clock::duration wait);
 
     // Whether enter(limit, ...) would wait now.
