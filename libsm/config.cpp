@@ -389,6 +389,8 @@ Config load_config(const std::string& path) {
     c.server.allow_untrusted_routing =
         s.get<bool>("allow_untrusted_routing").value_or(c.server.allow_untrusted_routing);
     c.server.max_errors = s.small("max_errors", c.server.max_errors, 1000);
+    c.server.max_junk_commands =
+        s.small("max_junk_commands", c.server.max_junk_commands, 1000000, true);
     c.server.max_hops = s.small("max_hops", c.server.max_hops, 1000);
     c.server.max_line_length = s.small("max_line_length", c.server.max_line_length, 65536);
     if (c.server.max_line_length < 512)

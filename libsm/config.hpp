@@ -79,6 +79,10 @@ struct ServerConfig {
     // clients outside relay_networks (postfix: allow_untrusted_routing).
     bool allow_untrusted_routing = false;
     unsigned max_errors = 10;
+    // NOOP, VRFY, RSET and HELP in a session before each further one counts
+    // as an error (postfix: smtpd_junk_command_limit); a queued message
+    // starts the count again.
+    unsigned max_junk_commands = 100;
     unsigned max_hops = 100;
     unsigned max_line_length = 512;
     bool reject_bare_lf = true;  // false: normalise bare LF / CR to CRLF

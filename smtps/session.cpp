@@ -98,6 +98,14 @@ private:
             closing_ = true;
         }
     }
+    // A reply to NOOP, VRFY, RSET or HELP: past max_junk_commands in this
+    // session, each counts as an error.
+    void junk_reply(std::string_view r) {
+        if (++junk_ > cfg_.max_junk_commands)
+            error(r);
+        else
+            reply(r);
+    }
     // Writes the pending replies; false when writing failed.
     asio::awaitable<bool> flush();
     // What a write of the pending replies did, as far as the socket took
@@ -188,6 +196,7 @@ private:
     std::unique_ptr<Chunking> chunking_;  // after the first BDAT of a transaction
     TransactionGate::Slot slot_;          // from MAIL to the end of the transaction
     unsigned errors_ = 0;
+    unsigned junk_ = 0;  // NOOP, VRFY, RSET and HELP since the session or its last queued message
     unsigned commands_ = 0;
     bool closing_ = false;
     bool quit_ = false;  // the client said QUIT (a TLS session then ends cleanly)
@@ -299,15 +308,15 @@ asio::awaitable<void> Session::run() {
         }
         case Verb::rset:
             reset();
-            reply("250 2.0.0 Ok");
+            junk_reply("250 2.0.0 Ok");
             break;
-        case Verb::noop: reply("250 2.0.0 Ok"); break;
+        case Verb::noop: junk_reply("250 2.0.0 Ok"); break;
         case Verb::vrfy:
-            reply("252 2.5.2 Cannot VRFY user, but will accept message and attempt delivery");
+            junk_reply("252 2.5.2 Cannot VRFY user, but will accept message and attempt delivery");
             break;
         case Verb::help:
-            reply("214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP" +
-                  std::string(settings_->tls && !stream_.tls() ? " STARTTLS" : ""));
+            junk_reply("214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP" +
+                       std::string(settings_->tls && !stream_.tls() ? " STARTTLS" : ""));
             break;
         case Verb::quit:
             reply("221 2.0.0 Bye");
@@ -712,6 +721,7 @@ asio::awaitable<std::string> Session::commit(CdbWriter& w) {
     if (ack->status == AckStatus::ok) {
         spdlog::info("{}: from=<{}>, size={}, nrcpt={} (queued)", ta_id_, ta.sender, w.size(),
                      ta.rcpts.size());
+        junk_ = 0;
         co_return "250 2.0.0 Ok: queued as " + ta_id_;
     }
     // Refused: QMGR will never look at the file.

@@ -232,3 +232,32 @@ def test_check_config_refuses_an_envelope_that_cannot_be_encoded(tmp_path):
                        timeout=30)
     assert r.returncode == 2
     assert "server.max_recipients" in r.stderr and "lower max_recipients" in r.stderr
+
+
+def test_a_client_looping_mail_and_rset_is_dropped_at_the_junk_limit(sink, make_relay):
+    """MAIL, RSET, MAIL, RSET... holds a session for ever unless RSET is
+    junk: with the defaults (max_junk_commands = 100, max_errors = 10) the
+    110th RSET still gets its 250, then 421 and the close. A session that
+    queues messages between its RSETs is not hurt (the count starts again)."""
+    relay = make_relay(sink.port)
+    c = Raw(relay.port)
+    assert c.cmd("EHLO client.test").startswith("250")
+    for i in range(109):
+        assert c.cmd("MAIL FROM:<a@example.org>").startswith("250"), i
+        assert c.cmd("RSET").startswith("250"), i
+    assert c.cmd("MAIL FROM:<a@example.org>").startswith("250")
+    c.send(b"RSET\r\n")
+    assert c.reply().startswith("250")
+    assert c.reply().startswith("421 4.7.0")
+    assert c.reply() == "<closed>"
+
+    good = Raw(relay.port)
+    assert good.cmd("EHLO client.test").startswith("250")
+    for i in range(3):
+        for _ in range(60):
+            assert good.cmd("RSET").startswith("250"), i
+        assert good.cmd("MAIL FROM:<a@example.org>").startswith("250")
+        assert good.cmd("RCPT TO:<b@example.net>").startswith("250")
+        assert good.cmd("DATA").startswith("354")
+        assert good.cmd("Subject: %d\r\n\r\nhi\r\n." % i).startswith("250 2.0.0 Ok: queued as")
+    assert good.cmd("QUIT").startswith("221")

@@ -203,6 +203,17 @@ TEST_CASE("hardening keys and their bounds") {
     CHECK(error_key("[queue]\nmax_delivery_time = 0\n") == "queue.max_delivery_time");
 }
 
+TEST_CASE("server.max_junk_commands: default, zero and bounds") {
+    CHECK(load_config("").server.max_junk_commands == 100);
+    const auto p = write_temp("[server]\nmax_junk_commands = 0\n");
+    const Config c = load_config(p);
+    std::remove(p.c_str());
+    CHECK(c.server.max_junk_commands == 0);
+    CHECK(error_key("[server]\nmax_junk_commands = -1\n") == "server.max_junk_commands");
+    CHECK(error_key("[server]\nmax_junk_commands = 1000001\n") == "server.max_junk_commands");
+    CHECK(error_key("[server]\nmax_junk_commands = \"100\"\n") == "server.max_junk_commands");
+}
+
 TEST_CASE("server.max_transactions and transaction_wait_ms: defaults and bounds") {
     const Config d = load_config("");
     CHECK(d.server.max_transactions == 100);

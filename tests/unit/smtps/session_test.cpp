@@ -298,6 +298,44 @@ TEST_CASE("too many errors close the session") {
     CHECK(c.closed());
 }
 
+TEST_CASE("past max_junk_commands NOOP, VRFY, RSET and HELP count as errors; a queued message forgives them") {
+    Harness h([](sm::Config& c) {
+        c.server.max_junk_commands = 3;
+        c.server.max_errors = 2;
+    });
+    Client c(h.port());
+    ehlo(c);
+    CHECK(starts(c.cmd("NOOP"), "250"));
+    CHECK(starts(c.cmd("VRFY x"), "252"));
+    CHECK(starts(c.cmd("RSET"), "250"));
+    // A message resets the count (a client may RSET between messages).
+    CHECK(starts(send_message(c, "a@a.test", {"b@b.test"}, "Subject: x\r\n\r\nhi\r\n.\r\n"),
+                 "250 2.0.0 Ok: queued as "));
+    CHECK(starts(c.cmd("RSET"), "250"));
+    CHECK(starts(c.cmd("NOOP"), "250"));
+    CHECK(starts(c.cmd("HELP"), "214"));
+    // The fourth since: still its reply, and the first error.
+    CHECK(starts(c.cmd("NOOP"), "250"));
+    c.send("NOOP\r\n");
+    CHECK(starts(c.reply(), "250"));
+    CHECK(c.reply() == "421 4.7.0 mx.test Error: too many errors");
+    CHECK(c.closed());
+}
+
+TEST_CASE("max_junk_commands = 0: every NOOP counts as an error") {
+    Harness h([](sm::Config& c) {
+        c.server.max_junk_commands = 0;
+        c.server.max_errors = 2;
+    });
+    Client c(h.port());
+    ehlo(c);
+    CHECK(starts(c.cmd("NOOP"), "250"));
+    c.send("NOOP\r\n");
+    CHECK(starts(c.reply(), "250"));
+    CHECK(c.reply() == "421 4.7.0 mx.test Error: too many errors");
+    CHECK(c.closed());
+}
+
 TEST_CASE("command and data timeouts") {
     Harness h([](sm::Config& c) {
         c.server.command_timeout = std::chrono::seconds(1);
@@ -492,7 +530,8 @@ TEST_CASE("the envelope stays within its encoded size: 452 beyond it") {
 }
 
 TEST_CASE("no reply is lost while a client pipelines without reading") {
-    Harness h;
+    // NOOPs here test the replies, not server.max_junk_commands.
+    Harness h([](sm::Config& c) { c.server.max_junk_commands = 1000000; });
     Client c(h.port());
     ehlo(c);
     // 40,000 NOOPs in writes that each end mid-line, read back concurrently:
