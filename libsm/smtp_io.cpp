@@ -18,7 +18,7 @@ std::string printable(std::string_view s) {
     return out;
 }
 
-std::pair<std::string, std::string> split_enhanced(std::string_view text) {
+std::pair<std::string_view, std::string_view> split_enhanced(std::string_view text) {
     // class.subject.detail: class 2/4/5, subject 1-3 digits, detail 1-3 digits
     std::size_t i = 0;
     auto digits = [&](std::size_t maxn) {
@@ -28,20 +28,20 @@ std::pair<std::string, std::string> split_enhanced(std::string_view text) {
     };
     if (text.size() < 5 || (text[0] != '2' && text[0] != '4' && text[0] != '5') ||
         text[1] != '.')
-        return {"", std::string(text)};
+        return {{}, text};
     i = 2;
-    if (!digits(3) || i >= text.size() || text[i] != '.') return {"", std::string(text)};
+    if (!digits(3) || i >= text.size() || text[i] != '.') return {{}, text};
     ++i;
-    if (!digits(3)) return {"", std::string(text)};
-    if (i < text.size() && text[i] != ' ') return {"", std::string(text)};
-    std::string code(text.substr(0, i));
+    if (!digits(3)) return {{}, text};
+    if (i < text.size() && text[i] != ' ') return {{}, text};
+    const std::string_view code = text.substr(0, i);
     while (i < text.size() && text[i] == ' ') ++i;
-    return {code, std::string(text.substr(i))};
+    return {code, text.substr(i)};
 }
 
 std::string Reply::text() const {
     if (lines.empty()) return {};
-    return split_enhanced(lines[0]).second;
+    return std::string(split_enhanced(lines[0]).second);
 }
 
 std::string Reply::summary() const {

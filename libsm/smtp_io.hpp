@@ -136,7 +136,8 @@ asio::awaitable<Reply> read_reply(LineReader<Stream>& r,
                                   std::chrono::steady_clock::duration timeout);
 
 // Splits "X.Y.Z rest" into the enhanced code and rest; empty code when absent.
-std::pair<std::string, std::string> split_enhanced(std::string_view text);
+// Views into text: valid while it is.
+std::pair<std::string_view, std::string_view> split_enhanced(std::string_view text);
 
 // Any octet over 127: an address that needs SMTPUTF8 (RFC 6531).
 bool has_8bit(std::string_view s);
