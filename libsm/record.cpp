@@ -69,6 +69,7 @@ Writer::Writer() {
 }
 
 void Writer::put_tag(std::uint16_t tag, std::size_t len) {
+    start();
     put_be(buf_, tag);
     put_be(buf_, static_cast<std::uint32_t>(len));
 }
@@ -93,6 +94,7 @@ Writer& Writer::nested(std::uint16_t tag, const Writer& inner) {
 }
 
 std::string Writer::frame(std::uint16_t type, std::uint64_t req_id, std::uint16_t flags) {
+    start();
     const std::size_t body = buf_.size() - header_size;
     // A peer would refuse it: whoever built it broke a limit it must keep.
     if (body > max_body)
@@ -103,7 +105,7 @@ std::string Writer::frame(std::uint16_t type, std::uint64_t req_id, std::uint16_
     set_be(buf_.data() + 6, flags);
     set_be(buf_.data() + 8, req_id);
     std::string out = std::move(buf_);
-    buf_.assign(header_size, '\0');
+    buf_.clear();  // moved from: empty in practice, now by definition
     return out;
 }
 

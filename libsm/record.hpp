@@ -49,12 +49,20 @@ public:
     Writer& u64(std::uint16_t tag, std::uint64_t v);
     // A nested TLV sequence (e.g. one recipient with its result).
     Writer& nested(std::uint16_t tag, const Writer& inner);
-    std::string_view fields() const { return std::string_view(buf_).substr(header_size); }
+    std::string_view fields() const {
+        return buf_.empty() ? std::string_view() : std::string_view(buf_).substr(header_size);
+    }
     // Header + fields, ready for the wire; the writer is empty afterwards.
     std::string frame(std::uint16_t type, std::uint64_t req_id, std::uint16_t flags = 0);
 
 private:
     void put_tag(std::uint16_t tag, std::size_t len);
+    // Room for the header, unless there is: after frame() the writer holds
+    // nothing (most writers go right after, and 16 bytes of header would be
+    // a heap block).
+    void start() {
+        if (buf_.empty()) buf_.resize(header_size);
+    }
     std::string buf_;
 };
 
