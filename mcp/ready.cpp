@@ -56,7 +56,7 @@ bool smtp_greets(int listen_fd) {
         if (cec) co_return;
         std::string line;
         auto [rec, n] = co_await asio::async_read_until(
-            sock, asio::dynamic_buffer(line, 512), '\n', asio::as_tuple(asio::use_awaitable));
+            sock, asio::dynamic_buffer(line, 512), '\n', sm::await_tuple);
         if (rec || line.rfind("220", 0) != 0) co_return;
         ok = true;
         co_await asio::async_write(sock, asio::buffer("QUIT\r\n", 6),
