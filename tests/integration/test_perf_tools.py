@@ -5,6 +5,7 @@ end to end at a small scale. relay-bench's timed run with either load
 generator, and what relay-bench and perf/profile refuse."""
 import json
 import os
+import re
 import shutil
 import smtplib
 import socket
@@ -175,6 +176,36 @@ def test_relay_bench_refuses_bad_options_before_it_starts(tmp_path, args, says):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode != 0 and says in res.stderr, res.stderr[-2000:]
     assert not os.path.exists(out)  # refused before anything was made
+
+
+def test_relay_bench_interleaves_session_counts_and_pairs_them_by_round(tmp_path):
+    """Each round runs every configuration in turn (the machine's drift then
+    hits 4 and 8 sessions alike), and results.md and run.json give each
+    round's 8 ÷ 4 sessions ratio, median and spread, from the raw runs."""
+    out = str(tmp_path / "results")
+    res = subprocess.run([os.path.join(PERF, "relay-bench"), "--quick", "--build", BUILD, "--systems", "direct",
+                          "--sessions", "4,8", "--reps", "3", "--scale", "0.05", "--no-crosscheck", "--out", out],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    order = re.findall(r"\[\d+/6\] 1K-s(\d+)-r1 direct rep (\d+):", res.stdout + res.stderr)
+    assert order == [("4", "1"), ("8", "1"), ("4", "2"), ("8", "2"), ("4", "3"), ("8", "3")], order
+    ratios = []
+    for rep in range(3):
+        runs = {}
+        for n in (4, 8):
+            with open(os.path.join(out, "raw", "1K-s%d-r1-direct-rep%d.json" % (n, rep))) as f:
+                runs[n] = json.load(f)["delivered_msgs_per_s"]
+        ratios.append(runs[8] / runs[4])
+    with open(os.path.join(out, "run.json")) as f:
+        rows = json.load(f)["scaling"]
+    assert len(rows) == 1, rows
+    row = rows[0]
+    assert (row["system"], row["base"], row["sessions"], row["pairs"]) == ("direct", 4, 8, 3), row
+    assert row["ratio"] == pytest.approx(sorted(ratios)[1]), (row, ratios)
+    assert (row["min"], row["max"]) == (pytest.approx(min(ratios)), pytest.approx(max(ratios))), (row, ratios)
+    with open(os.path.join(out, "results.md")) as f:
+        md = f.read()
+    assert "| 1K, 1 rcpt | direct | 8 ÷ 4 | %.2f [%.2f–%.2f] | 3 |" % (row["ratio"], row["min"], row["max"]) in md
 
 
 def test_profile_refuses_a_size_mix_for_smtp_source():

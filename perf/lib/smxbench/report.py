@@ -47,6 +47,55 @@ def summarize(results):
     return summary
 
 
+def scaling(results):
+    """Throughput at each session count against the same configuration at
+    100 sessions (or the fewest run), per system, paired by rep: the two runs
+    of a pair came in the same round (runner.suite), so the machine's drift
+    mostly cancels. Rows: {config, system, base, sessions, ratio (median),
+    min, max, pairs}."""
+    def group(r):
+        c = r["config"]
+        return c["size"], c["rcpts"], c.get("flush_delay")
+    runs = {}
+    for r in results:
+        if r["complete"] and r["delivered_msgs_per_s"] > 0:
+            runs.setdefault(group(r), {}).setdefault(r["system"], {}).setdefault(
+                r["config"]["sessions"], {})[r["rep"]] = r["delivered_msgs_per_s"]
+    rows = []
+    for (size, rcpts, delay), per_sys in runs.items():
+        for name, by_sessions in per_sys.items():
+            counts = sorted(by_sessions)
+            base = 100 if 100 in counts else counts[0]
+            for n in counts:
+                if n == base:
+                    continue
+                ratios = [by_sessions[n][rep] / by_sessions[base][rep]
+                          for rep in by_sessions[n] if rep in by_sessions[base]]
+                if ratios:
+                    config = "%s, %d rcpt%s" % (size, rcpts, "" if rcpts == 1 else "s")
+                    if delay is not None:
+                        config += ", %g ms flushes" % delay
+                    rows.append({"config": config, "system": name, "base": base, "sessions": n,
+                                 "ratio": med(ratios), "min": min(ratios), "max": max(ratios),
+                                 "pairs": len(ratios)})
+    return rows
+
+
+def scaling_markdown(rows):
+    if not rows:
+        return []
+    lines = ["## Session counts, paired by rep", "",
+             "Delivered msgs/s at N sessions ÷ the same system's at the base count, each pair from one "
+             "round of the interleaved runs: the median of the pairs [min–max]. direct shows what the "
+             "load generator and sink themselves keep at N sessions on this machine.", "",
+             "| configuration | system | N ÷ base sessions | ratio [min–max] | pairs |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append("| %s | %s | %d ÷ %d | %.2f [%.2f–%.2f] | %d |" % (
+            r["config"], r["system"], r["sessions"], r["base"], r["ratio"], r["min"], r["max"], r["pairs"]))
+    return lines + [""]
+
+
 def _per_1000(run, stat):
     """A `smx stats` counter's delta over the run, per 1000 messages."""
     d = run.get("smx_stats_delta", {})
@@ -60,7 +109,7 @@ def ratio(summary_tag, a, b):
     return "%.2f" % (x["delivered"] / y["delivered"])
 
 
-def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck=None):
+def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck=None, scaled=None):
     """The results page; without facts only the title and the tables (for
     embedding in another page)."""
     lines = ["# %s" % title, ""]
@@ -111,6 +160,7 @@ def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck
             lines += ["Slow-disk lab, emulated flushes of %g ms: emulated flushes per message (the device "
                       "flushes of that disk): " % emulated[0][1]["flush_delay_ms"] +
                       ", ".join("%s %s" % (name, fmt(s["emulated_flushes"], 3)) for name, s in emulated) + ".", ""]
+    lines += scaling_markdown(scaled or [])
     if crosscheck:
         lines += ["## Cross-check with postfix's smtp-source", "",
                   "| path | tool | sessions | msgs | seconds | msgs/s | source CPU s/1000 |",

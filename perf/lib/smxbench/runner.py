@@ -161,24 +161,34 @@ def save(outdir, name, obj):
         json.dump(obj, f, indent=1, sort_keys=True)
 
 
+def tag_of(base):
+    """A configuration's name in results: 1K-s100-r1, 1K-s100-r1-d2ms."""
+    tag = "%s-s%d-r%d" % (base["size"].replace(":", "_"), base["sessions"], base["rcpts"])
+    if "flush_delay" in base:
+        tag += "-d%gms" % base["flush_delay"]
+    return tag
+
+
 def suite(bench, systems, configs, reps, msgs_for, warmup=200):
-    """For each configuration: warm every system up once, then reps rounds
-    of A B C D (interleaved, so machine noise hits all systems alike), then
-    one strace pass each where the timed runs could not count fsync calls.
-    Returns the results of the timed runs."""
+    """reps rounds; each runs every configuration in turn and, within one,
+    every system in turn (A B C D), a system warmed up (untimed) before its
+    first run of a configuration. The machine's speed drifts over minutes by
+    more than the effects measured, so interleaving spreads that drift over
+    all systems and all configurations alike: a comparison across
+    configurations (1000 against 100 sessions) is then as fair as one across
+    systems. Then one strace pass each where the timed runs could not count
+    fsync calls. Returns the results of the timed runs."""
     results = []
     total = len(configs) * reps * len(systems)
     done = 0
     t0 = time.time()
-    for ci, base in enumerate(configs):
-        tag = "%s-s%d-r%d" % (base["size"].replace(":", "_"), base["sessions"], base["rcpts"])
-        if "flush_delay" in base:
-            tag += "-d%gms" % base["flush_delay"]
-        for s in systems:
-            log("%s %s: warm-up run (untimed)" % (tag, s.name))
-            bench.run(s, dict(base, msgs=max(warmup, base["sessions"])))
-        for rep in range(reps):
+    tags = [tag_of(base) for base in configs]
+    for rep in range(reps):
+        for base, tag in zip(configs, tags):
             for s in systems:
+                if rep == 0:
+                    log("%s %s: warm-up run (untimed)" % (tag, s.name))
+                    bench.run(s, dict(base, msgs=max(warmup, base["sessions"])))
                 cfg = dict(base, msgs=msgs_for(s, base))
                 res = bench.run(s, cfg)
                 res["rep"], res["tag"] = rep, tag
@@ -189,6 +199,7 @@ def suite(bench, systems, configs, reps, msgs_for, warmup=200):
                 log("[%d/%d] %s %s rep %d: %.0f msgs/s delivered, p99 %.1f ms%s  (eta %.0f s)" % (
                     done, total, tag, s.name, rep + 1, res["delivered_msgs_per_s"],
                     res["latency_ms"].get("p99", 0), "" if res["complete"] else " INCOMPLETE", eta))
+    for base, tag in zip(configs, tags):
         for s in systems:
             timed = [r for r in results if r["tag"] == tag and r["system"] == s.name]
             if not s.relay or all("fsyncs_per_msg" in r for r in timed):
