@@ -5,6 +5,7 @@
 #include "sink_session.hpp"
 
 #include <await.hpp>
+#include <panic.hpp>
 #include <smtp_io.hpp>
 #include <tls.hpp>
 
@@ -102,7 +103,7 @@ asio::awaitable<void> accept_loop(Sink& sink, tcp::acceptor& acc) {
             co_await pause.async_wait(sm::await_tuple);
             continue;
         }
-        asio::co_spawn(acc.get_executor(), serve(sink, std::move(sock)), asio::detached);
+        asio::co_spawn(acc.get_executor(), serve(sink, std::move(sock)), sm::crash_on_exception("smx-sink session"));
     }
 }
 
@@ -166,8 +167,9 @@ int main(int argc, char** argv) {
     signals.async_wait([&](boost::system::error_code ec, int) {
         if (!ec) shutdown("stopped");
     });
-    asio::co_spawn(ctx, accept_loop(sink, acc), asio::detached);
-    if (sink.opt.control) asio::co_spawn(ctx, control_loop(sink, shutdown), asio::detached);
-    ctx.run();
+    asio::co_spawn(ctx, accept_loop(sink, acc), sm::crash_on_exception("smx-sink accept loop"));
+    if (sink.opt.control)
+        asio::co_spawn(ctx, control_loop(sink, shutdown), sm::crash_on_exception("smx-sink control"));
+    sm::run_or_panic(ctx, "smx-sink");
     return 0;
 }

@@ -7,6 +7,7 @@
 #include "source_run.hpp"
 
 #include <await.hpp>
+#include <panic.hpp>
 #include <smtp_io.hpp>
 #include <smtp_stream.hpp>
 
@@ -283,8 +284,8 @@ int main(int argc, char** argv) {
     }
     Run run(opt, ctx);
     for (long i = 0; i < opt.sessions; ++i)
-        asio::co_spawn(ctx, session(run, ep, tls.get()), asio::detached);
-    ctx.run();
+        asio::co_spawn(ctx, session(run, ep, tls.get()), sm::crash_on_exception("smx-source session"));
+    sm::run_or_panic(ctx, "smx-source");
     std::cout << run.report() << std::endl;
     return run.all_delivered() ? 0 : 1;
 }
