@@ -53,8 +53,7 @@ std::size_t CdbStore::remove_stale_tmp() const {
 
 CdbWriter::CdbWriter(const CdbStore& store, std::string_view ta_id,
                      std::shared_ptr<SegmentWriter> segment)
-    : store_(store), segment_(std::move(segment)), ta_id_(ta_id), cdb_id_(ta_id),
-      path_(store.path_for(ta_id)) {
+    : store_(store), segment_(std::move(segment)), ta_id_(ta_id), cdb_id_(ta_id) {
     buf_.reserve(4096);
 }
 
@@ -70,9 +69,15 @@ void CdbWriter::append(std::string_view bytes) {
     if (buf_.size() >= spill_size) spill();
 }
 
+// Made when a file is: a message that goes into a segment never needs it.
+const std::string& CdbWriter::path() {
+    if (path_.empty()) path_ = store_.path_for(ta_id_);
+    return path_;
+}
+
 void CdbWriter::spill() {
     if (fd_ < 0) {
-        if ((err_ = sm::content::create(path_, fd_)) != 0) return;
+        if ((err_ = sm::content::create(path(), fd_)) != 0) return;
         created_ = true;
     }
     err_ = sm::content::write_all(fd_, buf_);
@@ -88,7 +93,7 @@ asio::awaitable<int> CdbWriter::commit() {
     int fd = fd_;
     fd_ = -1;
     created_ = false;
-    auto job = [fd, buf = std::move(buf_), path = path_, sync = store_.sync_each(),
+    auto job = [fd, buf = std::move(buf_), path = path(), sync = store_.sync_each(),
                 sync_name = store_.sync_names()]() mutable -> asio::awaitable<int> {
         int err = 0;
         if (fd < 0) err = sm::content::create(path, fd);

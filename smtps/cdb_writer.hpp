@@ -100,6 +100,7 @@ public:
     void remove_committed();
 
 private:
+    const std::string& path();
     void spill();
     asio::awaitable<int> commit_to_segment();
 
