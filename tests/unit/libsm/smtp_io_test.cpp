@@ -1,6 +1,7 @@
 #include "panic.hpp"
 #include "smtp_io.hpp"
 #include "smtp_stream.hpp"
+#include "rethrow.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -32,7 +33,7 @@ void with_input(const std::string& input, F reader_fn) {
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
         co_await reader_fn(server);
         done = true;
-    }, asio::detached);
+    }, smx_test::rethrow);
     io.run_for(std::chrono::seconds(10));
     CHECK(done);
 }
@@ -105,7 +106,7 @@ TEST_CASE("a plain TCP reader holds no buffer while it waits idle") {
         l = co_await r.read_line(2s);
         CHECK(l.status == smtp::ReadStatus::eof);
         done = true;
-    }, asio::detached);
+    }, smx_test::rethrow);
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
         asio::steady_timer t(io, 100ms);
         co_await t.async_wait(asio::use_awaitable);
@@ -116,7 +117,7 @@ TEST_CASE("a plain TCP reader holds no buffer while it waits idle") {
         co_await t.async_wait(asio::use_awaitable);
         CHECK(r.held() == 0);
         client.close();
-    }, asio::detached);
+    }, smx_test::rethrow);
     io.run_for(std::chrono::seconds(10));
     CHECK(done);
 }
@@ -153,7 +154,7 @@ TEST_CASE("write_all delivers large buffers completely") {
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
         ok = co_await smtp::write_all(client, big, std::chrono::seconds(10));
         client.shutdown(tcp::socket::shutdown_send);
-    }, asio::detached);
+    }, smx_test::rethrow);
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
         std::string buf(65536, '\0');
         for (;;) {
@@ -162,7 +163,7 @@ TEST_CASE("write_all delivers large buffers completely") {
             got += n;
             if (ec) break;
         }
-    }, asio::detached);
+    }, smx_test::rethrow);
     io.run_for(std::chrono::seconds(20));
     CHECK(ok);
     CHECK(got == big.size());
@@ -182,7 +183,7 @@ TEST_CASE("write_all over a plain Stream sends each write exactly once") {
              co_await smtp::write_all(out, big, 10s) &&
              co_await smtp::write_all(out, "QUIT\r\n", 10s);
         out.socket().shutdown(tcp::socket::shutdown_send);
-    }, asio::detached);
+    }, smx_test::rethrow);
     asio::co_spawn(lo.io, [&]() -> asio::awaitable<void> {
         std::string buf(65536, '\0');
         for (;;) {
@@ -191,7 +192,7 @@ TEST_CASE("write_all over a plain Stream sends each write exactly once") {
             got.append(buf.data(), n);
             if (ec) break;
         }
-    }, asio::detached);
+    }, smx_test::rethrow);
     lo.io.run_for(20s);
     CHECK(ok);
     CHECK(got.size() == expect.size());
@@ -208,7 +209,7 @@ TEST_CASE("write_all to a peer that reads nothing ends at its deadline") {
     asio::co_spawn(lo.io, [&]() -> asio::awaitable<void> {
         ok = co_await smtp::write_all(out, big, 200ms);
         done = true;
-    }, asio::detached);
+    }, smx_test::rethrow);
     lo.io.run_for(10s);
     CHECK(done);
     CHECK_FALSE(ok);

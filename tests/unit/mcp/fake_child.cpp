@@ -6,8 +6,10 @@
 //   smx-smtpc  idles.
 // All exit 0 on SIGTERM. FAKE_EXIT=N makes a child exit N at once,
 // FAKE_IGNORE_TERM=1 makes it ignore SIGTERM.
+#include "await.hpp"
 #include "channel.hpp"
 #include "config.hpp"
+#include "panic.hpp"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -50,7 +52,7 @@ asio::awaitable<void> qmgr(std::string path) {
         auto s = co_await acc.async_accept(asio::use_awaitable);
         auto ch = std::make_shared<Channel>(std::move(s), "peer");
         ch->start();
-        asio::co_spawn(ex, serve_peer(ch), asio::detached);
+        asio::co_spawn(ex, serve_peer(ch), sm::crash_on_exception("fake child: peer"));
     }
 }
 
@@ -63,8 +65,8 @@ asio::awaitable<void> greet(int fd) {
     acc.assign(domain == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), fd);
     for (;;) {
         auto s = co_await acc.async_accept(asio::use_awaitable);
-        co_await asio::async_write(s, asio::buffer(std::string("220 fake\r\n")),
-                                   asio::use_awaitable);
+        // A client gone before its greeting (a readiness probe) is no error.
+        co_await asio::async_write(s, asio::buffer(std::string("220 fake\r\n")), sm::await_tuple);
     }
 }
 
@@ -85,7 +87,7 @@ int main(int argc, char** argv) {
 
     const Config cfg = load_config(config);
     if (name == "smx-qmgr") {
-        asio::co_spawn(io, qmgr(cfg.qmgr_socket()), asio::detached);
+        asio::co_spawn(io, qmgr(cfg.qmgr_socket()), sm::crash_on_exception("fake smx-qmgr"));
     } else if (name == "smx-smtps") {
         const char* fds = std::getenv("SMX_LISTEN_FDS");
         if (!fds) {
@@ -100,9 +102,9 @@ int main(int argc, char** argv) {
                 std::cerr << "fake smx-smtps: fd " << fd << " is not a listener\n";
                 return 4;
             }
-            asio::co_spawn(io, greet(std::stoi(fd)), asio::detached);
+            asio::co_spawn(io, greet(std::stoi(fd)), sm::crash_on_exception("fake smx-smtps"));
         }
     }
-    io.run();
+    sm::run_or_panic(io, "fake child");
     return 0;
 }

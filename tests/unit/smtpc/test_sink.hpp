@@ -4,6 +4,7 @@
 #pragma once
 
 #include "smtp_io.hpp"
+#include "rethrow.hpp"
 
 #include <boost/asio.hpp>
 #include <map>
@@ -27,7 +28,7 @@ struct Received {
 class Sink {
 public:
     explicit Sink(asio::io_context& io) : acc_(io, {asio::ip::make_address("127.0.0.1"), 0}) {
-        asio::co_spawn(io, accept_loop(), asio::detached);
+        asio::co_spawn(io, accept_loop(), smx_test::rethrow);
     }
     std::uint16_t port() const { return acc_.local_endpoint().port(); }
     std::string nexthop() const { return "[127.0.0.1]:" + std::to_string(port()); }
@@ -61,7 +62,7 @@ private:
             ++connections;
             s.set_option(tcp::no_delay(true));
             asio::co_spawn(acc_.get_executor(), session(std::make_shared<tcp::socket>(std::move(s))),
-                           asio::detached);
+                           smx_test::rethrow);
         }
     }
 
