@@ -103,7 +103,8 @@ asio::awaitable<void> accept_loop(Sink& sink, tcp::acceptor& acc) {
             co_await pause.async_wait(sm::await_tuple);
             continue;
         }
-        asio::co_spawn(acc.get_executor(), serve(sink, std::move(sock)), sm::crash_on_exception("smx-sink session"));
+        asio::co_spawn(acc.get_executor(), serve(sink, std::move(sock)),
+                       sm::crash_on_exception("smx-sink session"));
     }
 }
 

@@ -1,7 +1,6 @@
 #include "panic.hpp"
 #include "smtp_io.hpp"
 #include "smtp_stream.hpp"
-#include "rethrow.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -33,7 +32,7 @@ void with_input(const std::string& input, F reader_fn) {
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
         co_await reader_fn(server);
         done = true;
-    }, smx_test::rethrow);
+    }, sm::crash_on_exception("test coroutine"));
     io.run_for(std::chrono::seconds(10));
     CHECK(done);
 }
@@ -106,7 +105,7 @@ TEST_CASE("a plain TCP reader holds no buffer while it waits idle") {
         l = co_await r.read_line(2s);
         CHECK(l.status == smtp::ReadStatus::eof);
         done = true;
-    }, smx_test::rethrow);
+    }, sm::crash_on_exception("test coroutine"));
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
         asio::steady_timer t(io, 100ms);
         co_await t.async_wait(asio::use_awaitable);
@@ -117,7 +116,7 @@ TEST_CASE("a plain TCP reader holds no buffer while it waits idle") {
         co_await t.async_wait(asio::use_awaitable);
         CHECK(r.held() == 0);
         client.close();
-    }, smx_test::rethrow);
+    }, sm::crash_on_exception("test coroutine"));
     io.run_for(std::chrono::seconds(10));
     CHECK(done);
 }
@@ -154,7 +153,7 @@ TEST_CASE("write_all delivers large buffers completely") {
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
         ok = co_await smtp::write_all(client, big, std::chrono::seconds(10));
         client.shutdown(tcp::socket::shutdown_send);
-    }, smx_test::rethrow);
+    }, sm::crash_on_exception("test coroutine"));
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
         std::string buf(65536, '\0');
         for (;;) {
@@ -163,7 +162,7 @@ TEST_CASE("write_all delivers large buffers completely") {
             got += n;
             if (ec) break;
         }
-    }, smx_test::rethrow);
+    }, sm::crash_on_exception("test coroutine"));
     io.run_for(std::chrono::seconds(20));
     CHECK(ok);
     CHECK(got == big.size());
@@ -183,7 +182,7 @@ TEST_CASE("write_all over a plain Stream sends each write exactly once") {
              co_await smtp::write_all(out, big, 10s) &&
              co_await smtp::write_all(out, "QUIT\r\n", 10s);
         out.socket().shutdown(tcp::socket::shutdown_send);
-    }, smx_test::rethrow);
+    }, sm::crash_on_exception("test coroutine"));
     asio::co_spawn(lo.io, [&]() -> asio::awaitable<void> {
         std::string buf(65536, '\0');
         for (;;) {
@@ -192,7 +191,7 @@ TEST_CASE("write_all over a plain Stream sends each write exactly once") {
             got.append(buf.data(), n);
             if (ec) break;
         }
-    }, smx_test::rethrow);
+    }, sm::crash_on_exception("test coroutine"));
     lo.io.run_for(20s);
     CHECK(ok);
     CHECK(got.size() == expect.size());
@@ -209,7 +208,7 @@ TEST_CASE("write_all to a peer that reads nothing ends at its deadline") {
     asio::co_spawn(lo.io, [&]() -> asio::awaitable<void> {
         ok = co_await smtp::write_all(out, big, 200ms);
         done = true;
-    }, smx_test::rethrow);
+    }, sm::crash_on_exception("test coroutine"));
     lo.io.run_for(10s);
     CHECK(done);
     CHECK_FALSE(ok);

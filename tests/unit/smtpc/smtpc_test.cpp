@@ -9,7 +9,7 @@
 
 #include "channel.hpp"
 #include "ids.hpp"
-#include "rethrow.hpp"
+#include "panic.hpp"
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -452,7 +452,7 @@ TEST_CASE("fake QMGR: HELLO, DELIVERs in, RESULTs out") {
             got[r->da_id] = *r;
         }
         ch->close();  // QMGR goes away: serve_qmgr must return
-    }, smx_test::rethrow);
+    }, sm::crash_on_exception("fake QMGR"));
 
     bool served = h.run([&]() -> asio::awaitable<bool> {
         std::string err;
@@ -481,7 +481,7 @@ namespace {
 class FakeDns {
 public:
     explicit FakeDns(asio::io_context& io) : sock_(io, {asio::ip::make_address("127.0.0.1"), 0}) {
-        asio::co_spawn(io, serve(), smx_test::rethrow);
+        asio::co_spawn(io, serve(), sm::crash_on_exception("fake DNS"));
     }
     std::string server() const { return "127.0.0.1:" + std::to_string(sock_.local_endpoint().port()); }
     int queries = 0;

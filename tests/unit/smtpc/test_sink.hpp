@@ -4,7 +4,7 @@
 #pragma once
 
 #include "smtp_io.hpp"
-#include "rethrow.hpp"
+#include "panic.hpp"
 
 #include <boost/asio.hpp>
 #include <map>
@@ -28,7 +28,7 @@ struct Received {
 class Sink {
 public:
     explicit Sink(asio::io_context& io) : acc_(io, {asio::ip::make_address("127.0.0.1"), 0}) {
-        asio::co_spawn(io, accept_loop(), smx_test::rethrow);
+        asio::co_spawn(io, accept_loop(), sm::crash_on_exception("test sink: accept"));
     }
     std::uint16_t port() const { return acc_.local_endpoint().port(); }
     std::string nexthop() const { return "[127.0.0.1]:" + std::to_string(port()); }
@@ -62,7 +62,7 @@ private:
             ++connections;
             s.set_option(tcp::no_delay(true));
             asio::co_spawn(acc_.get_executor(), session(std::make_shared<tcp::socket>(std::move(s))),
-                           smx_test::rethrow);
+                           sm::crash_on_exception("test sink: session"));
         }
     }
 

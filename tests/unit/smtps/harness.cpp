@@ -2,7 +2,7 @@
 
 #include "channel.hpp"
 #include "content_file.hpp"
-#include "rethrow.hpp"
+#include "panic.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -33,8 +33,8 @@ Harness::Harness(const std::function<void(sm::Config&)>& tweak) {
         io_, asio::local::stream_protocol::endpoint(cfg_.qmgr_socket()));
     std::promise<void> ready;
     auto fut = ready.get_future();
-    asio::co_spawn(io_, fake_qmgr(), smx_test::rethrow);
-    asio::co_spawn(io_, start(ready), smx_test::rethrow);
+    asio::co_spawn(io_, fake_qmgr(), sm::crash_on_exception("harness: fake QMGR"));
+    asio::co_spawn(io_, start(ready), sm::crash_on_exception("harness: server"));
     thread_ = std::thread([this] { io_.run(); });
     if (fut.wait_for(std::chrono::seconds(5)) != std::future_status::ready)
         throw std::runtime_error("server did not start");
