@@ -1,5 +1,6 @@
 #include "content_file.hpp"
 
+#include "content_trust.hpp"
 #include "ids.hpp"
 
 #include <fcntl.h>
@@ -15,7 +16,7 @@ namespace {
 
 int open_for_write(const std::string& path, int flags, int& fd, mode_t mode) {
     for (int attempt = 0; attempt < 2; ++attempt) {
-        fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | flags, mode);
+        fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | flags, mode);
         if (fd >= 0) return 0;
         if (errno != ENOENT || attempt > 0) return errno;
         std::error_code ec;
@@ -62,8 +63,17 @@ int close_created(int fd, int err, const std::string& path, bool sync, bool sync
 }
 
 int open_tmp(const std::string& tmp, int& fd, mode_t mode) {
-    // O_TRUNC, not O_EXCL: a writer that crashed may have left the .tmp.
-    return open_for_write(tmp, O_TRUNC, fd, mode);
+    // A new file every time, never one that is there: a writer that crashed
+    // may have left the .tmp, and in a content directory SMTPS's account
+    // may have put anything under that name (a link to the envelope log:
+    // opening it with O_TRUNC would have truncated that). The directory is
+    // ours to unlink in; a name that keeps coming back is an error.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+        const int err = open_for_write(tmp, O_EXCL, fd, mode);
+        if (err != EEXIST) return err;
+        if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) return errno;
+    }
+    return EEXIST;
 }
 
 int finish_tmp(int fd, int err, const std::string& tmp, const std::string& path, bool sync_name) {
@@ -102,11 +112,27 @@ bool sync_names(const Config& cfg) {
            !same_file_system(cfg.content_dir_abs(), cfg.ibdb_dir_abs());
 }
 
-int open_read(const std::string& content_dir, std::string_view id, bool hashed, int& fd) {
+Store store_for(const Config& cfg) {
+    return Store{cfg.content_dir_abs(), cfg.queue.cdb_hashed, writers_from_env()};
+}
+
+int open_read(const std::string& content_dir, std::string_view id, bool hashed,
+              const Expect& expect, int& fd, std::uint64_t& size, std::string& why) {
     fd = -1;
-    if (!valid_ta_id(id)) return EINVAL;
-    fd = ::open(cdb_path(content_dir, id, hashed).c_str(), O_RDONLY | O_CLOEXEC);
-    return fd < 0 ? errno : 0;
+    if (!valid_ta_id(id)) {
+        why = "not a content file id";
+        return EINVAL;
+    }
+    return open_checked(cdb_path(content_dir, id, hashed), expect, fd, size, why);
+}
+
+int check_read(const std::string& content_dir, std::string_view id, bool hashed,
+               const Expect& expect, std::string& why) {
+    int fd = -1;
+    std::uint64_t size = 0;
+    const int err = open_read(content_dir, id, hashed, expect, fd, size, why);
+    if (fd >= 0) ::close(fd);
+    return err;
 }
 
 int remove(const std::string& content_dir, std::string_view id, bool hashed) {
@@ -114,17 +140,21 @@ int remove(const std::string& content_dir, std::string_view id, bool hashed) {
     return ::unlink(cdb_path(content_dir, id, hashed).c_str()) == 0 ? 0 : errno;
 }
 
-int list(const std::string& content_dir, std::filesystem::file_time_type cutoff,
+int list(const std::string& content_dir, std::chrono::system_clock::time_point cutoff,
          std::vector<std::string>& ids) {
     namespace fs = std::filesystem;
     std::error_code ec;
     for (auto it = fs::recursive_directory_iterator(content_dir, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
         std::string name = it->path().filename().string();
-        std::error_code fec;
-        if (!valid_ta_id(name) || !it->is_regular_file(fec)) continue;
-        const auto t = it->last_write_time(fec);
-        if (!fec && t < cutoff) ids.push_back(std::move(name));
+        // What is there, not what a link points to: its type and its time.
+        struct stat st;
+        if (!valid_ta_id(name) || ::lstat(it->path().c_str(), &st) != 0 || S_ISDIR(st.st_mode))
+            continue;
+        const auto t = std::chrono::system_clock::from_time_t(st.st_mtim.tv_sec) +
+                       std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                           std::chrono::nanoseconds(st.st_mtim.tv_nsec));
+        if (t < cutoff) ids.push_back(std::move(name));
     }
     return ec && ec != std::errc::no_such_file_or_directory ? ec.value() : 0;
 }

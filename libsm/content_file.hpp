@@ -13,7 +13,10 @@
 #pragma once
 
 #include "config.hpp"
+#include "content_trust.hpp"
 
+#include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -40,8 +43,9 @@ int write_all(int fd, std::string_view data);
 // Returns err untouched when fd < 0 (create failed: there is no file of ours).
 int close_created(int fd, int err, const std::string& path, bool sync = true,
                   bool sync_name = false);
-// The other way: opens (creates or truncates, with mode) the temporary
-// file tmp, creating its parent directory on first use...
+// The other way: creates the temporary file tmp (with mode) anew, after
+// unlinking whatever has that name (never opened through it), creating its
+// parent directory on first use...
 int open_tmp(const std::string& tmp, int& fd, mode_t mode = file_mode);
 // ...and ends that write: err is what went wrong so far. Without one:
 // fdatasync, close, rename tmp to path (and with sync_name an fsync of
@@ -64,17 +68,28 @@ bool same_file_system(const std::string& a, const std::string& b);
 // names too.
 bool sync_names(const Config& cfg);
 
+// Where this process reads content: cfg's content directory and layout, and
+// the writers the MCP named (writers_from_env).
+Store store_for(const Config& cfg);
+
 // content_dir below is Config::content_dir_abs().
-// Opens content file id under content_dir for reading (fd: a new descriptor
-// the caller closes); ENOENT when it is gone.
-int open_read(const std::string& content_dir, std::string_view id, bool hashed, int& fd);
+// Opens content file id under content_dir for reading, checked against
+// expect (open_checked: fd a new descriptor the caller closes, size its
+// size); ENOENT when it is gone, EINVAL for an id that is not one.
+int open_read(const std::string& content_dir, std::string_view id, bool hashed,
+              const Expect& expect, int& fd, std::uint64_t& size, std::string& why);
+// Whether open_read would give a descriptor (opened, checked and closed).
+int check_read(const std::string& content_dir, std::string_view id, bool hashed,
+               const Expect& expect, std::string& why);
 // Unlinks content file id under content_dir; ENOENT when it was not there.
 int remove(const std::string& content_dir, std::string_view id, bool hashed);
-// Appends to ids the ids of the content files under content_dir (flat or
-// hashed) last written before cutoff. Anything else is skipped: .tmp files
-// (not durable yet), names that are not ids, what is not a regular file. A
-// content_dir that does not exist yet holds none.
-int list(const std::string& content_dir, std::filesystem::file_time_type cutoff,
+// Appends to ids the names under content_dir (flat or hashed) that are
+// content file ids, last changed before cutoff, and not directories: a
+// regular file, or whatever else SMTPS's account may have put there
+// under such a name (a link, a FIFO: its own time, never its target's).
+// Anything else is skipped: .tmp files (not durable yet), names that are
+// not ids. A content_dir that does not exist yet holds none.
+int list(const std::string& content_dir, std::chrono::system_clock::time_point cutoff,
          std::vector<std::string>& ids);
 
 } // namespace sm::content

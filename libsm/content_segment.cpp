@@ -119,6 +119,13 @@ int write_segment_record(int fd, std::uint64_t offset, std::string_view ta_id,
 
 namespace {
 
+// A record's header as read back.
+struct SegmentRecord {
+    std::uint64_t size = 0;
+    std::uint32_t crc = 0;
+    std::string ta_id;
+};
+
 // The header at h (segment_header_size bytes): 0, or EBADMSG.
 int parse_segment_header(const char* h, SegmentRecord& rec) {
     if (std::string_view(h, magic.size()) != magic) return EBADMSG;
@@ -128,9 +135,28 @@ int parse_segment_header(const char* h, SegmentRecord& rec) {
     return valid_ta_id(rec.ta_id) ? 0 : EBADMSG;
 }
 
-// A segment opened for reading: the descriptor, or -1 with errno set.
-int open_segment(const std::string& content_dir, std::string_view segment) {
-    return ::open(segment_path(content_dir, segment).c_str(), O_RDONLY | O_CLOEXEC);
+// A segment opened for reading and checked: 0 with fd, or an errno value and why.
+int open_segment(const Store& store, std::string_view segment, int& fd, std::string& why) {
+    std::uint64_t size = 0;
+    return open_checked(segment_path(store.dir, segment), segment_file(store.writers), fd, size,
+                        why);
+}
+
+// A running CRC32C of `size` bytes at offset of fd, read a piece at a time:
+// what a record claims is never allocated whole.
+int crc_of(int fd, std::uint64_t offset, std::uint64_t size, std::uint32_t& crc) {
+    static constexpr std::size_t piece = 64 * 1024;
+    std::string buf(static_cast<std::size_t>(std::min<std::uint64_t>(size, piece)), '\0');
+    crc = 0;
+    for (std::uint64_t done = 0; done < size;) {
+        const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(piece, size - done));
+        std::size_t got = 0;
+        if (const int err = pread_all(fd, buf.data(), n, offset + done, got)) return err;
+        if (got != n) return EBADMSG;  // the file ends inside the record
+        crc = crc32c(std::string_view(buf.data(), n), crc);
+        done += n;
+    }
+    return 0;
 }
 
 bool record_within(std::uint64_t offset, std::uint64_t size, std::uint64_t file_size) {
@@ -140,28 +166,18 @@ bool record_within(std::uint64_t offset, std::uint64_t size, std::uint64_t file_
 
 } // namespace
 
-int read_segment_record(int fd, std::uint64_t offset, std::uint64_t file_size,
-                        SegmentRecord& rec) {
-    char h[segment_header_size];
-    std::size_t got = 0;
-    if (const int err = pread_all(fd, h, sizeof h, offset, got)) return err;
-    if (got != sizeof h) return EBADMSG;
-    if (const int err = parse_segment_header(h, rec)) return err;
-    return record_within(offset, rec.size, file_size) ? 0 : EBADMSG;
-}
+Expect segment_file(const Writers& w) { return Expect{w.smtps, w.smtps, segment_max_size, false}; }
 
 OpenFile::~OpenFile() {
     if (fd_ >= 0) ::close(fd_);
 }
 
-std::shared_ptr<const OpenFile> SegmentFds::get(const std::string& segment, int& err) {
+std::shared_ptr<const OpenFile> SegmentFds::get(const std::string& segment, int& err,
+                                                std::string& why) {
     err = 0;
     if (auto it = open_.find(segment); it != open_.end()) return it->second;
-    const int fd = open_segment(content_, segment);
-    if (fd < 0) {
-        err = errno;
-        return nullptr;
-    }
+    int fd = -1;
+    if ((err = open_segment(store_, segment, fd, why))) return nullptr;
     auto file = std::make_shared<const OpenFile>(fd);
     if (open_.size() >= max_open_) open_.erase(open_.begin());
     open_.emplace(segment, file);
@@ -173,64 +189,77 @@ void SegmentFds::close_before(std::uint64_t cutoff_us) {
         open_.erase(open_.begin());
 }
 
-int Body::open(const std::string& content_dir, std::string_view cdb_id, bool hashed,
-               std::string_view ta_id, bool verify, SegmentFds* segments,
-               std::uint64_t size_hint) {
+int Body::refuse(int err, std::string why) {
     file_.reset();
     head_ = {};
     start_ = size_ = 0;
+    why_ = std::move(why);
+    return err;
+}
+
+int Body::open(const Store& store, std::string_view cdb_id, std::string_view ta_id,
+               std::uint64_t size, SegmentFds* segments, bool verify) {
+    refuse(0, {});
     const auto ref = parse_segment_ref(cdb_id);
-    if (ref && segments) {
+    int fd = -1;
+    std::string why;
+    if (!ref) {
+        std::uint64_t got = 0;
+        if (const int err = open_read(store.dir, cdb_id, store.hashed,
+                                      message_file(store.writers, size), fd, got, why))
+            return refuse(err, std::move(why));
+        file_ = std::make_shared<const OpenFile>(fd);
+        size_ = got;
+        return 0;
+    }
+    if (size > segment_record_max) return refuse(EBADMSG, "larger than a segment record can be");
+    if (segments) {
         int err = 0;
-        file_ = segments->get(ref->segment, err);
-        if (!file_) return err;
+        file_ = segments->get(ref->segment, err, why);
+        if (!file_) return refuse(err, std::move(why));
     } else {
-        int fd = -1;
-        if (!ref) {
-            if (const int err = open_read(content_dir, cdb_id, hashed, fd)) return err;
-        } else if ((fd = open_segment(content_dir, ref->segment)) < 0) {
-            return errno;
-        }
+        if (const int err = open_segment(store, ref->segment, fd, why))
+            return refuse(err, std::move(why));
         file_ = std::make_shared<const OpenFile>(fd);
     }
-    const int fd = file_->fd();
-    if (ref) return open_record(fd, ref->offset, ta_id, verify, size_hint);
-    struct stat st;
-    if (::fstat(fd, &st) != 0) return errno;
-    size_ = static_cast<std::uint64_t>(st.st_size);
-    return 0;
+    return open_record(file_->fd(), ref->offset, ta_id, size, verify);
 }
 
 // The header and the first data in one pread: a small message is then read
 // whole, and what came back shows it whole, with no fstat.
-int Body::open_record(int fd, std::uint64_t offset, std::string_view ta_id, bool verify,
-                      std::uint64_t size_hint) {
-    read_.resize(segment_header_size +
-                 (size_hint > 0 ? static_cast<std::size_t>(std::min<std::uint64_t>(size_hint, prefetch))
-                                : prefetch));
+int Body::open_record(int fd, std::uint64_t offset, std::string_view ta_id, std::uint64_t size,
+                      bool verify) {
+    read_.resize(segment_header_size + static_cast<std::size_t>(std::min<std::uint64_t>(
+                                           std::max<std::uint64_t>(size, 1), prefetch)));
     std::size_t got = 0;
-    if (const int err = pread_all(fd, read_.data(), read_.size(), offset, got)) return err;
-    if (got < segment_header_size) return EBADMSG;
+    if (const int err = pread_all(fd, read_.data(), read_.size(), offset, got))
+        return refuse(err, std::strerror(err));
+    if (got < segment_header_size) return refuse(EBADMSG, "no record header at its offset");
     SegmentRecord rec;
-    if (const int err = parse_segment_header(read_.data(), rec)) return err;
+    if (parse_segment_header(read_.data(), rec) != 0)
+        return refuse(EBADMSG, "no record header at its offset");
+    if (rec.ta_id != ta_id) return refuse(EBADMSG, "the record of another transaction");
+    // The header's size is believed only where it is the envelope's.
+    if (rec.size != size)
+        return refuse(EBADMSG, "a record of " + std::to_string(rec.size) + " bytes, " +
+                                   std::to_string(size) + " expected");
     const std::size_t data_got = got - segment_header_size;
-    if (got < read_.size()) {
-        if (data_got < rec.size) return EBADMSG;  // the file ends inside the record
-    } else if (rec.size > data_got) {
+    if (data_got < rec.size) {
         struct stat st;
-        if (::fstat(fd, &st) != 0) return errno;
+        if (::fstat(fd, &st) != 0) return refuse(errno, std::strerror(errno));
         if (!record_within(offset, rec.size, static_cast<std::uint64_t>(st.st_size)))
-            return EBADMSG;
+            return refuse(EBADMSG, "the segment ends inside the record");
     }
-    if (!ta_id.empty() && rec.ta_id != ta_id) return EBADMSG;
     head_ = std::string_view(read_).substr(
         segment_header_size, static_cast<std::size_t>(std::min<std::uint64_t>(data_got, rec.size)));
     start_ = offset + segment_header_size;
     size_ = rec.size;
     if (verify) {
-        std::string data;
-        if (const int err = read_at(0, static_cast<std::size_t>(size_), data)) return err;
-        if (data.size() != size_ || crc32c(data) != rec.crc) return EBADMSG;
+        std::uint32_t crc = 0;
+        if (const int err = crc_of(fd, start_, size_, crc))
+            return refuse(err, err == EBADMSG ? "the segment ends inside the record"
+                                              : std::strerror(err));
+        if (crc != rec.crc) return refuse(EBADMSG, "the record's data does not match its CRC");
     }
     return 0;
 }

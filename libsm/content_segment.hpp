@@ -16,6 +16,8 @@
 // a deferred message is copied to a content file of its own first.
 #pragma once
 
+#include "content_trust.hpp"
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -52,15 +54,13 @@ std::string segment_of_file_name(std::string_view name);
 int write_segment_record(int fd, std::uint64_t offset, std::string_view ta_id,
                          std::string_view data);
 
-// A record's header as read back: checked for magic, and that the record
-// lies within a file of file_size bytes (EBADMSG otherwise).
-struct SegmentRecord {
-    std::uint64_t size = 0;
-    std::uint32_t crc = 0;
-    std::string ta_id;
-};
-int read_segment_record(int fd, std::uint64_t offset, std::uint64_t file_size,
-                        SegmentRecord& rec);
+// The most data a record can hold: a segment is never larger than
+// segment_max_size.
+inline constexpr std::uint64_t segment_record_max = segment_max_size - segment_header_size;
+
+// A segment as its readers expect it (open_checked): made by SMTPS, no
+// larger than segment_max_size.
+Expect segment_file(const Writers& w);
 
 // An open descriptor, closed when the last holder lets go.
 class OpenFile {
@@ -83,16 +83,17 @@ private:
 // reference while it reads (Body does).
 class SegmentFds {
 public:
-    explicit SegmentFds(std::string content_dir, std::size_t max_open = 32)
-        : content_(std::move(content_dir)), max_open_(max_open) {}
-    // The open segment; null with err set (an errno value) when it cannot be opened.
-    std::shared_ptr<const OpenFile> get(const std::string& segment, int& err);
+    explicit SegmentFds(Store store, std::size_t max_open = 32)
+        : store_(std::move(store)), max_open_(max_open) {}
+    // The open segment, checked (segment_file) when it was opened; null with
+    // err set (an errno value) and why when it cannot be opened.
+    std::shared_ptr<const OpenFile> get(const std::string& segment, int& err, std::string& why);
     // Lets go of the segments made before cutoff_us (ta_id_time_us).
     void close_before(std::uint64_t cutoff_us);
     std::size_t open_count() const { return open_.size(); }
 
 private:
-    std::string content_;
+    Store store_;
     std::size_t max_open_;
     // By id, so oldest first: an id starts with the time it was made.
     std::map<std::string, std::shared_ptr<const OpenFile>, std::less<>> open_;
@@ -106,32 +107,35 @@ public:
     Body(const Body&) = delete;
     Body& operator=(const Body&) = delete;
 
-    // Opens the body cdb_id names under content_dir (Config::content_dir_abs()).
-    // For a segment record: its header must be whole and for ta_id (when
-    // not empty), and with verify its data must match the CRC (it is read
-    // once). ENOENT when the file is gone, EINVAL for an invalid id,
-    // EBADMSG for a record that is not what the reference says.
-    // A segment comes from `segments` when given (its open descriptor shared).
-    // size_hint, the body's size when the caller knows it (the envelope's),
-    // lets a record up to the prefetch size be read whole in one pread of
-    // just its bytes; a wrong one costs only another read.
-    int open(const std::string& content_dir, std::string_view cdb_id, bool hashed,
-             std::string_view ta_id = {}, bool verify = false, SegmentFds* segments = nullptr,
-             std::uint64_t size_hint = 0);
+    // Opens the body cdb_id names in store, the content of transaction
+    // ta_id, of exactly `size` bytes (the envelope's): a content file
+    // checked as message_file, or a segment record whose segment is checked
+    // as segment_file and whose header is whole, for ta_id and of that size.
+    // With verify the record's data must also match its CRC (read in
+    // bounded pieces). A segment comes from `segments` when given (its open
+    // descriptor shared). 0, or ENOENT when it is gone, EINVAL for an invalid
+    // id, EBADMSG (or ELOOP) for content that is not what the envelope says;
+    // why() then says what it is instead.
+    int open(const Store& store, std::string_view cdb_id, std::string_view ta_id,
+             std::uint64_t size, SegmentFds* segments = nullptr, bool verify = false);
     std::uint64_t size() const { return size_; }
+    // Why the last open() failed, for the log and the quarantine.
+    const std::string& why() const { return why_; }
     // Up to max bytes from offset of the body into buf (resized); 0 or errno.
     int read_at(std::uint64_t offset, std::size_t max, std::string& buf) const;
 
 private:
     // What a record's opening read brings beyond its header.
     static constexpr std::size_t prefetch = 16 * 1024;
-    int open_record(int fd, std::uint64_t offset, std::string_view ta_id, bool verify,
-                    std::uint64_t size_hint);
+    int open_record(int fd, std::uint64_t offset, std::string_view ta_id, std::uint64_t size,
+                    bool verify);
+    int refuse(int err, std::string why);
 
     std::shared_ptr<const OpenFile> file_;
     std::uint64_t start_ = 0, size_ = 0;
     std::string read_;       // a record's header and first bytes, as one pread brought them
     std::string_view head_;  // the body's first bytes, in read_
+    std::string why_;
 };
 
 } // namespace sm::content

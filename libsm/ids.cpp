@@ -55,14 +55,19 @@ bool valid_ta_id(std::string_view id) {
     return true;
 }
 
+namespace {
+std::uint64_t hex(std::string_view s) {
+    std::uint64_t v = 0;
+    for (char c : s) v = v * 16 + static_cast<std::uint64_t>(c <= '9' ? c - '0' : c - 'A' + 10);
+    return v;
+}
+} // namespace
+
 std::uint64_t ta_id_time_us(std::string_view id) {
-    auto hex = [](std::string_view s) {
-        std::uint64_t v = 0;
-        for (char c : s) v = v * 16 + static_cast<std::uint64_t>(c <= '9' ? c - '0' : c - 'A' + 10);
-        return v;
-    };
     return hex(id.substr(0, 8)) * 1000000 + hex(id.substr(8, 5));
 }
+
+unsigned ta_id_stream(std::string_view id) { return static_cast<unsigned>(hex(id.substr(13, 4)) >> 11); }
 
 std::string cdb_path(const std::string& content_dir, std::string_view id, bool hashed) {
     std::string p = content_dir + "/";

@@ -26,6 +26,8 @@ void set_id_stream(unsigned stream);
 bool valid_ta_id(std::string_view id);
 // When a valid id was made, in unix microseconds (what new_ta_id read).
 std::uint64_t ta_id_time_us(std::string_view id);
+// The stream a valid id was made in (set_id_stream).
+unsigned ta_id_stream(std::string_view id);
 
 // <content_dir>/XX/<id> (hashed: XX = two hex digits of a hash of the id)
 // or <content_dir>/<id>; content_dir is Config::content_dir_abs().

@@ -13,6 +13,7 @@ enum Tag : std::uint16_t {
     T_CLIENT_NAME, T_HELO, T_SENDER, T_PARAMS, T_RCPT, T_CDB_ID, T_SIZE,
     T_ARRIVAL, T_DA_ID, T_IDX, T_ADDR, T_NEXTHOP, T_RELAY, T_CODE, T_ENHANCED,
     T_COMMAND, T_ARG, T_PEER_DSN, T_LOOP, T_SESSIONS, T_TRANSACTIONS, T_WAITING,
+    T_CONTENT_ERROR,
 };
 
 // Where a field's value goes: a reference to a callable that lives for the
@@ -185,6 +186,7 @@ std::string encode(const Result& m, std::uint64_t id) {
     for (const auto& r : m.rcpts)
         w.nested(T_RCPT, rec::Writer().u32(T_IDX, r.idx).u32(T_CODE, r.code)
                              .str(T_ENHANCED, r.enhanced).str(T_TEXT, r.text));
+    if (!m.content_error.empty()) w.str(T_CONTENT_ERROR, m.content_error);
     return w.frame(RESULT, id);
 }
 std::string encode(const CtlRequest& m, std::uint64_t id) {
@@ -301,7 +303,8 @@ std::optional<Result> decode<Result>(const rec::Frame& f, std::string& err) {
         !apply(f.body, {{T_DA_ID, true, false, num(m.da_id)},
                         {T_RELAY, false, false, str(m.relay)},
                         {T_PEER_DSN, false, false, num(m.peer_dsn)},
-                        {T_RCPT, true, true, rcpt}}, err))
+                        {T_RCPT, true, true, rcpt},
+                        {T_CONTENT_ERROR, false, false, str(m.content_error)}}, err))
         return std::nullopt;
     return m;
 }

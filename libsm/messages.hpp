@@ -13,7 +13,7 @@
 namespace sm::msg {
 
 // 2: SMTPS_LOAD.
-inline constexpr std::uint32_t protocol_version = 2;
+inline constexpr std::uint32_t protocol_version = 3;
 
 enum Type : std::uint16_t {
     HELLO = 1,       // peer → QMGR: role, version
@@ -119,6 +119,10 @@ struct Result {
     std::string relay;  // "host[ip]:port" of the server that answered, or empty
     std::vector<RcptResult> rcpts;
     bool peer_dsn = false;  // that server offered DSN: NOTIFY went on with the mail
+    // Set when the content was not what the envelope says (a link, a FIFO,
+    // another size, another transaction's record...): why. QMGR then
+    // quarantines the transaction; every recipient carries a 4.3.0.
+    std::string content_error = {};
 };
 
 struct CtlRequest {

@@ -1,5 +1,6 @@
 #include "run.hpp"
 
+#include "content_trust.hpp"
 #include "limits.hpp"
 #include "session_counts.hpp"
 #include "listen.hpp"
@@ -53,6 +54,13 @@ int run(const Args& args) {
         std::cerr << "smx: config error: " << err << '\n';
         return exit_config;
     }
+    // Who may have written content, for every reader in the children
+    // (libsm/content_trust.hpp); set before any thread runs.
+    if (accounts)
+        ::setenv(sm::content::writers_env,
+                 sm::content::writers_env_value({accounts->smtps.uid, accounts->qmgr.uid}).c_str(), 1);
+    else
+        ::unsetenv(sm::content::writers_env);
 
     sm::init_logging("mcp", cfg->log);
     sm::install_crash_handlers("mcp");

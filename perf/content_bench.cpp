@@ -96,8 +96,13 @@ public:
         if (::syncfs(dirfd_) != 0) die("syncfs");
     }
     void read(long id, std::string& buf) {
+        // Checked as every reader in smx checks content (its cost measured too).
         int fd = -1;
-        check(sm::content::open_read(dir_, ta_id(id), true, fd), "open");
+        std::uint64_t size = 0;
+        std::string why;
+        check(sm::content::open_read(dir_, ta_id(id), true,
+                                     sm::content::message_file(writers_, buf.size()), fd, size, why),
+              "open");
         if (::read(fd, buf.data(), buf.size()) != static_cast<ssize_t>(buf.size())) die("read");
         ::close(fd);
     }
@@ -116,6 +121,7 @@ private:
     }
     std::string dir_;
     int dirfd_ = -1;
+    const sm::content::Writers writers_ = sm::content::writers_from_env();
 };
 
 class SegmentStore {

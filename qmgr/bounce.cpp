@@ -15,7 +15,7 @@ Bouncer::Bouncer(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_p
                  ActiveQueue& queue, Ibdb& ibdb, Reaper& reaper, Hooks hooks,
                  const sm::Clock& clock)
     : cfg_(cfg), clock_(clock), ex_(std::move(ex)), workers_(workers), queue_(queue), ibdb_(ibdb),
-      reaper_(reaper), hooks_(std::move(hooks)), content_(cfg.content_dir_abs()),
+      reaper_(reaper), hooks_(std::move(hooks)), store_(sm::content::store_for(cfg)),
       sync_names_(sm::content::sync_names(cfg)) {}
 
 void Bouncer::bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why) {
@@ -168,12 +168,11 @@ asio::awaitable<std::pair<int, std::uint64_t>> Bouncer::write_dsn(
     const bool full = kind == Kind::failure && sm::dsn::ret_full(env->params) &&
                       cfg_.server.in_relay_networks(env->client_addr);
     auto job = [env, rcpts = std::move(rcpts), rep = std::move(rep), full, sync_name = sync_names_,
-                content = content_, hashed = cfg_.queue.cdb_hashed,
-                path = sm::cdb_path(content_, dsn_id, cfg_.queue.cdb_hashed)]() mutable {
+                store = store_, path = sm::cdb_path(store_.dir, dsn_id, store_.hashed)]() mutable {
         std::string err;
         sm::content::Body body;
         // Without the original headers the report still says what failed.
-        if (body.open(content, env->cdb_id, hashed, env->ta_id) == 0) {
+        if (body.open(store, env->cdb_id, env->ta_id, env->size) == 0) {
             // Over max_returned_message only the headers go back.
             if (auto m = full ? dsn::read_message(body, err) : std::nullopt) rep.original_message = *m;
             else if (auto h = dsn::read_header_section(body, err)) rep.original_headers = *h;

@@ -19,6 +19,7 @@
 #include "reaper.hpp"
 
 #include "config.hpp"
+#include "content_trust.hpp"
 
 #include "clock.hpp"
 
@@ -100,7 +101,7 @@ private:
     Ibdb& ibdb_;
     Reaper& reaper_;
     Hooks hooks_;
-    std::string content_;  // Config::content_dir_abs()
+    sm::content::Store store_;  // where content is read, and who wrote it
     bool sync_names_;  // sm::content::sync_names()
     // Recipients failed for good (or late), by transaction: one DSN each.
     std::map<std::string, std::vector<Bounce>> bounces_, delays_;

@@ -120,25 +120,32 @@ asio::awaitable<void> Qmgr::ctl_hold(std::string id, bool hold, CtlDone done) {
     done({0, fmt::format("{}: {} recipients {}\n", id, here + *n, hold ? "held" : "released")});
 }
 
-// Gone everywhere, no DSN: memory (a recipient in flight has its result
-// dropped), DEFEDB, IBDB and the content file.
+// Memory's part of removing a transaction (`smx delete`, a quarantine): it
+// is marked deleted, its deferrals not yet handed to DEFEDB are not written,
+// its recipients waiting here are dropped (one in flight has its result
+// dropped). Returns how many open recipients memory held that DEFEDB does
+// not count; cdb: its content file, if any.
+std::size_t Qmgr::forget(Ta& ta, std::string& cdb) {
+    std::size_t here = 0;
+    queue_.mark_deleted(ta);
+    cdb = Reaper::file_of(ta, true);
+    std::vector<bool> unparked(ta.rcpts().size());
+    for (auto i : deferred_.cancel_parks(ta.id)) unparked[i] = true;
+    for (std::uint32_t i = 0; i < ta.rcpts().size(); ++i) {
+        const Rcpt& r = ta.rcpt(i);
+        if (is_closed(r.state())) continue;
+        here += !r.from_defedb();  // the others are counted by DEFEDB
+        if (r.state() == RcptState::active || unparked[i]) queue_.drop(ta, i);
+    }
+    check_ta(ta);
+    return here;
+}
+
+// Gone everywhere, no DSN: memory, DEFEDB, IBDB and the content file.
 asio::awaitable<void> Qmgr::ctl_delete(std::string id, CtlDone done) {
     std::size_t here = 0;
     std::string cdb = id;
-    if (Ta* ta = queue_.find(id); ta && !ta->deleted()) {
-        queue_.mark_deleted(*ta);
-        cdb = Reaper::file_of(*ta, true);
-        // Deferrals not yet handed to DEFEDB are simply not written.
-        std::vector<bool> unparked(ta->rcpts().size());
-        for (auto i : deferred_.cancel_parks(id)) unparked[i] = true;
-        for (std::uint32_t i = 0; i < ta->rcpts().size(); ++i) {
-            const Rcpt& r = ta->rcpt(i);
-            if (is_closed(r.state())) continue;
-            here += !r.from_defedb();  // the others are counted by DEFEDB
-            if (r.state() == RcptState::active || unparked[i]) queue_.drop(*ta, i);
-        }
-        check_ta(*ta);
-    }
+    if (Ta* ta = queue_.find(id); ta && !ta->deleted()) here = forget(*ta, cdb);
     const auto n = co_await deferred_.remove_ta(id);
     if (!n) co_return done({1, "defedb error (see the log)"});
     if (here + *n == 0) co_return done({1, "no such queue id"});

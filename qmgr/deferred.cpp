@@ -10,7 +10,6 @@
 #include "quarantine.hpp"
 
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -26,44 +25,62 @@ constexpr std::size_t due_batch = 1000;  // recipients per due() call
 constexpr auto maintenance_every = std::chrono::seconds(60);
 constexpr auto retry_after = std::chrono::seconds(5);
 
+// The body's bytes to a new content file at path, a piece at a time, written
+// and synced with its name (content_file's tmp and rename).
+int write_copy(const sm::content::Body& body, const std::string& path) {
+    static constexpr std::size_t piece = 64 * 1024;
+    const std::string tmp = path + ".tmp";
+    int fd = -1;
+    int err = sm::content::open_tmp(tmp, fd);
+    std::string buf;
+    for (std::uint64_t off = 0; !err && off < body.size(); off += buf.size()) {
+        if ((err = body.read_at(off, piece, buf))) break;
+        if (buf.empty()) err = EIO;  // cut short since it was checked
+        else err = sm::content::write_all(fd, buf);
+    }
+    return sm::content::finish_tmp(fd, err, tmp, path, true);
+}
+
 // DEFEDB never names a content segment (which goes once memory no longer
 // names it): a message in one is copied to a content file of its own, named
 // by its transaction id and durable (synced, its name too) before DEFEDB
 // holds the envelope that names it. A copy that cannot be written fails
-// the batch, which is tried again; a record that cannot be read is logged
-// and the envelope names the missing copy: quarantined when it comes due.
-void copy_out(const std::string& content, bool hashed, sm::msg::TaCommit& env) {
-    if (has_defedb_copy(content, hashed, env)) {
+// the batch, which is tried again. A record that is not what the envelope
+// says (sm::content::Body: its CRC checked too) is not copied: false, and
+// the envelope names the missing copy, to be quarantined when due.
+bool copy_out(const sm::content::Store& store, sm::msg::TaCommit& env) {
+    if (has_defedb_copy(store, env)) {
         env.cdb_id = env.ta_id;  // copied for an earlier batch
-        return;
+        return true;
     }
     sm::content::Body body;
-    std::string data;
-    int err = body.open(content, env.cdb_id, hashed, env.ta_id, true);
-    if (!err) err = body.read_at(0, static_cast<std::size_t>(body.size()), data);
+    const int err = body.open(store, env.cdb_id, env.ta_id, env.size, nullptr, true);
     const std::string from = std::exchange(env.cdb_id, env.ta_id);
-    if (err || data.size() != env.size) {
-        spdlog::error("{}: content segment record {} unreadable ({}): not copied for DEFEDB",
-                      env.ta_id, from, err ? std::strerror(err) : "short");
-        return;
+    if (err) {
+        spdlog::error("{}: content segment record {} unusable ({}): not copied for DEFEDB; "
+                      "the transaction is quarantined",
+                      env.ta_id, from, err == ENOENT ? "missing" : body.why());
+        return false;
     }
-    if (const int e = sm::content::write_durable(sm::cdb_path(content, env.ta_id, hashed), data,
-                                                 sm::content::file_mode, true))
+    if (const int e = write_copy(body, sm::cdb_path(store.dir, env.ta_id, store.hashed)))
         throw DefedbError(env.ta_id + ": copy of its content for DEFEDB: " + std::strerror(e),
                           false);
+    return true;
 }
 
 } // namespace
 
-bool has_defedb_copy(const std::string& content, bool hashed, const sm::msg::TaCommit& env) {
-    struct stat st;
-    return ::stat(sm::cdb_path(content, env.ta_id, hashed).c_str(), &st) == 0 &&
-           static_cast<std::uint64_t>(st.st_size) == env.size;
+bool has_defedb_copy(const sm::content::Store& store, const sm::msg::TaCommit& env) {
+    // Ours alone: SMTPS's account can put a file of its own under that name.
+    const sm::content::Expect ours{store.writers.qmgr, store.writers.qmgr, env.size, true};
+    std::string why;
+    return sm::content::check_read(store.dir, env.ta_id, store.hashed, ours, why) == 0;
 }
 
 DeferredQueue::DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, DefedbStrand& db,
                              Hooks hooks, const sm::Clock& clock)
-    : cfg_(cfg), clock_(clock), ex_(ex), db_(db), hooks_(std::move(hooks)), content_(cfg.content_dir_abs()), quarantine_(cfg.quarantine_dir_abs()),
+    : cfg_(cfg), clock_(clock), ex_(ex), db_(db), hooks_(std::move(hooks)),
+      store_(sm::content::store_for(cfg)), quarantine_(cfg.quarantine_dir_abs()),
       retry_timer_(ex), due_timer_(ex), maint_timer_(ex) {}
 
 void DeferredQueue::start() {
@@ -152,10 +169,10 @@ asio::awaitable<void> DeferredQueue::writer() {
         auto removes = std::exchange(removes_, {});
         auto checks = std::exchange(checks_, {});
         // The job reads this frame, which waits for it.
-        auto batch = [&, content = content_, hashed = cfg_.queue.cdb_hashed](Defedb& db) {
+        auto batch = [&, store = store_, now = clock_.now_us()](Defedb& db) {
             std::vector<DeferredTa> fresh;
             std::unordered_map<std::string, std::size_t> at;
-            std::unordered_set<std::string> held;
+            std::unordered_set<std::string> held, unusable;
             for (const auto& p : parks) {
                 if (p.rec.held) held.insert(p.rec.ta_id);
                 if (!p.fresh) {
@@ -166,9 +183,12 @@ asio::awaitable<void> DeferredQueue::writer() {
                 if (added) {
                     fresh.push_back(DeferredTa{*p.env, {}});
                     auto& env = fresh.back().envelope;
-                    if (sm::content::parse_segment_ref(env.cdb_id)) copy_out(content, hashed, env);
+                    if (sm::content::parse_segment_ref(env.cdb_id) && !copy_out(store, env))
+                        unusable.insert(env.ta_id);
                 }
                 fresh[it->second].rcpts.push_back(p.rec);
+                // Due at once: the due loop quarantines what has no content.
+                if (unusable.count(p.rec.ta_id)) fresh[it->second].rcpts.back().next_try_us = now;
             }
             // One durable commit; IBDB records the moves only after it.
             if (!fresh.empty()) db.put_many(fresh);
@@ -242,8 +262,8 @@ asio::awaitable<void> DeferredQueue::due_loop() {
 asio::awaitable<void> DeferredQueue::fetch() {
     const auto lease = std::clamp<std::chrono::seconds>(cfg_.queue.retry_min, std::chrono::seconds(5),
                                                         std::chrono::seconds(300));
-    const std::string content = content_, qdir = quarantine_;
-    const bool hashed = cfg_.queue.cdb_hashed;
+    const sm::content::Store store = store_;
+    const std::string qdir = quarantine_;
     struct Due {
         std::vector<DeferredTa> tas;
         std::uint64_t quarantined = 0;
@@ -261,21 +281,25 @@ asio::awaitable<void> DeferredQueue::fetch() {
             out.tas = db.due(now, limit,
                              now + static_cast<std::uint64_t>(
                                        std::chrono::microseconds(lease).count()));
-            // Envelopes whose content is gone cannot be delivered: quarantine.
+            // Envelopes without their content (gone, or not what they say)
+            // cannot be delivered: quarantine.
             std::erase_if(out.tas, [&](const DeferredTa& t) {
-                struct stat st;
-                const auto path = sm::cdb_path(content, t.envelope.cdb_id, hashed);
-                if (::stat(path.c_str(), &st) == 0) return false;
+                std::string why;
+                // The content its due recipients need.
+                if (sm::content::check_read(store.dir, t.envelope.cdb_id, store.hashed,
+                                            sm::content::message_file(store.writers, t.envelope.size),
+                                            why) == 0)
+                    return false;
                 const std::string name = t.envelope.ta_id + ".envelope";
                 const std::string err =
                     quarantine_write(qdir, name, sm::msg::envelope_bytes(t.envelope));
                 db.remove_ta(t.envelope.ta_id);
                 if (err.empty())
-                    spdlog::error("{}: content file {} missing; deferred envelope saved as {}/{}",
-                                  t.envelope.ta_id, path, qdir, name);
+                    spdlog::error("{}: content {} {}; deferred envelope saved as {}/{}",
+                                  t.envelope.ta_id, t.envelope.cdb_id, why, qdir, name);
                 else
-                    spdlog::error("{}: content file {} missing; deferred envelope not saved ({})",
-                                  t.envelope.ta_id, path, err);
+                    spdlog::error("{}: content {} {}; deferred envelope not saved ({})",
+                                  t.envelope.ta_id, t.envelope.cdb_id, why, err);
                 ++out.quarantined;
                 return true;
             });

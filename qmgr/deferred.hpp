@@ -12,6 +12,7 @@
 #include "queue.hpp"
 
 #include "config.hpp"
+#include "content_trust.hpp"
 
 #include "clock.hpp"
 
@@ -31,7 +32,9 @@ namespace asio = boost::asio;
 // The DEFEDB copy of a message kept in a content segment (written before
 // DEFEDB names it): the content file named by its transaction id, there
 // and of the envelope's size (written whole, then renamed).
-bool has_defedb_copy(const std::string& content, bool hashed, const sm::msg::TaCommit& env);
+// Ours alone (QMGR's account wrote it): SMTPS's may plant a file of its own
+// under that name.
+bool has_defedb_copy(const sm::content::Store& store, const sm::msg::TaCommit& env);
 
 class DeferredQueue {
 public:
@@ -95,7 +98,8 @@ private:
     asio::any_io_executor ex_;
     DefedbStrand& db_;
     Hooks hooks_;
-    std::string content_, quarantine_;  // Config::content_dir_abs(), quarantine_dir_abs()
+    sm::content::Store store_;  // where content is read, and who wrote it
+    std::string quarantine_;    // Config::quarantine_dir_abs()
     // The next batch, and whether the writer coroutine runs.
     std::vector<Park> parks_;
     std::vector<std::pair<std::string, std::uint32_t>> removes_;

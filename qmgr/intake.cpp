@@ -3,11 +3,11 @@
 #include "qmgr.hpp"
 
 #include "await.hpp"
+#include "content_file.hpp"
 #include "content_segment.hpp"
 #include "ids.hpp"
 
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include <cerrno>
@@ -35,11 +35,19 @@ void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply) {
         reply(sm::msg::encode(sm::msg::TaAck{env.ta_id, st, std::move(text)}, req_id));
     };
     std::string why;
-    struct stat st;
+    const auto ref = sm::content::parse_segment_ref(env.cdb_id);
     if (!sm::valid_ta_id(env.ta_id)) {
         why = "invalid transaction id";
+    } else if (sm::ta_id_stream(env.ta_id) == sm::qmgr_id_stream) {
+        // Our own ids (DSNs): SMTPS may only ever name transactions it made.
+        why = "transaction id of the queue manager's";
     } else if (!sm::content::valid_content_id(env.cdb_id)) {
         why = "invalid content id";
+    } else if (!ref && env.cdb_id != env.ta_id) {
+        // A content file is named by its transaction: never another's.
+        why = "content file of another transaction";
+    } else if (ref && env.size > sm::content::segment_record_max) {
+        why = "larger than a content segment record can be";
     } else if (env.rcpts.empty()) {
         why = "no recipients";
     } else if (std::any_of(env.rcpts.begin(), env.rcpts.end(),
@@ -50,13 +58,21 @@ void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply) {
     }
     if (why.empty()) {
         // Gone (the orphan sweep took a file whose commit came very late, or
-        // an operator; a segment too old to be named): the message is fine,
-        // the client may send it again.
+        // an operator; a segment too old to be named), or not what SMTPS says
+        // it is: SMTPS's own mail, never accepted. The client may send it
+        // again; a content file that is no message of SMTPS's (a link, a
+        // FIFO, another size or owner) is not opened past the check.
         std::string gone;
-        if (const auto ref = sm::content::parse_segment_ref(env.cdb_id))
+        if (ref) {
             gone = segments_.check(*ref, env.ta_id, env.size);
-        else if (::stat(sm::cdb_path(content_, env.cdb_id, cfg_.queue.cdb_hashed).c_str(), &st) != 0)
-            gone = std::string("Content file missing: ") + std::strerror(errno);
+        } else {
+            std::string bad;
+            const sm::content::Expect smtps_file{store_.writers.smtps, store_.writers.smtps,
+                                                 env.size, true};
+            if (const int err = sm::content::check_read(store_.dir, env.cdb_id, store_.hashed,
+                                                        smtps_file, bad))
+                gone = (err == ENOENT ? "Content file missing: " : "Content file: ") + bad;
+        }
         if (!gone.empty()) {
             spdlog::warn("{}: TA_COMMIT deferred: {}", env.ta_id, gone);
             ++counters_.tempfailed;
@@ -124,7 +140,7 @@ asio::awaitable<void> Qmgr::watch_disk() {
         std::string dir;
         std::uint64_t free;
     };
-    const std::vector<std::string> dirs{content_, cfg_.ibdb_dir_abs(), cfg_.spool_dir_abs()};
+    const std::vector<std::string> dirs{store_.dir, cfg_.ibdb_dir_abs(), cfg_.spool_dir_abs()};
     while (accepting_) {
         auto sample = [dirs] {
             std::optional<Fullest> f;

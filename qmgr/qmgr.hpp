@@ -35,6 +35,7 @@
 #include "sweeper.hpp"
 
 #include "config.hpp"
+#include "content_trust.hpp"
 #include "messages.hpp"
 
 #include "clock.hpp"
@@ -160,10 +161,15 @@ private:
     void defer(Ta& ta, std::uint32_t idx, const std::string& relay, sm::msg::Reply why,
                std::uint64_t until_us);
     bool expired(const Ta& ta) const;
+    // A transaction whose content SMTPC found unusable: its envelope to
+    // quarantine/, and it leaves memory at once and DEFEDB after.
+    void quarantine(Ta& ta, const std::string& why);
+    asio::awaitable<void> drop_deferred(std::string id, std::string cdb, std::size_t here);
     // control.cpp
     asio::awaitable<void> ctl_flush(CtlDone done);
     asio::awaitable<void> ctl_hold(std::string id, bool hold, CtlDone done);
     asio::awaitable<void> ctl_delete(std::string id, CtlDone done);
+    std::size_t forget(Ta& ta, std::string& cdb);
     // metrics.cpp: counts DEFEDB's recipients by domain for deferred_by_domain.
     asio::awaitable<void> scan_deferred_domains(std::uint64_t now);
     // queue_report.cpp: queue, qshape, show; requeue
@@ -176,7 +182,7 @@ private:
     asio::thread_pool& workers_;
     DefedbStrand dbq_;
     Ibdb& ibdb_;
-    std::string content_;  // Config::content_dir_abs()
+    sm::content::Store store_;  // where content is read, and who wrote it
     ActiveQueue queue_;
     Reaper reaper_;
     OrphanSweeper sweeper_;

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -13,26 +14,29 @@ namespace smx::qmgr {
 namespace {
 std::atomic<std::uint64_t> failures{0};
 
-// from's bytes to path, written as a content file is (tmp, fdatasync, rename).
-int copy_durable(const std::string& from, const std::string& path) {
-    const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-    if (in < 0) return errno;
+// The checked file at fd (size bytes) to path, written as a content file
+// is (tmp, fdatasync, rename), a piece at a time.
+int copy_durable(int in, std::uint64_t size, const std::string& path) {
     const std::string tmp = path + ".tmp";
     int out = -1;
     int err = sm::content::open_tmp(tmp, out, 0600);
     char buf[64 * 1024];
-    while (!err) {
-        const ssize_t n = ::read(in, buf, sizeof buf);
-        if (n == 0) break;
+    for (std::uint64_t done = 0; !err && done < size;) {
+        const ssize_t n = ::pread(in, buf, sizeof buf, static_cast<off_t>(done));
+        if (n == 0) break;  // cut short since it was checked: what there is
         if (n < 0) {
             if (errno != EINTR) err = errno;
             continue;
         }
-        err = sm::content::write_all(out, std::string_view(buf, static_cast<std::size_t>(n)));
+        const auto got = static_cast<std::size_t>(std::min<std::uint64_t>(
+            static_cast<std::uint64_t>(n), size - done));
+        err = sm::content::write_all(out, std::string_view(buf, got));
+        done += got;
     }
-    ::close(in);
     return sm::content::finish_tmp(out, err, tmp, path);
 }
+
+bool not_content(int err) { return err == EBADMSG || err == ELOOP; }
 
 } // namespace
 
@@ -45,15 +49,37 @@ std::string quarantine_write(const std::string& dir, const std::string& name,
     return path + ": " + std::strerror(err);
 }
 
-int quarantine_move(const std::string& from, const std::string& dir, const std::string& name) {
+int quarantine_move(const std::string& from, const std::string& dir, const std::string& name,
+                    const sm::content::Expect& expect, std::string& why) {
     const std::string to = dir + "/" + name;
-    if (::rename(from.c_str(), to.c_str()) == 0) return 0;
-    if (errno != EXDEV) return errno;
-    if (const int err = copy_durable(from, to)) {
-        if (err != ENOENT) failures.fetch_add(1, std::memory_order_relaxed);
+    int fd = -1;
+    std::uint64_t size = 0;
+    if (::rename(from.c_str(), to.c_str()) == 0) {
+        // A rename moves whatever had the name; in QMGR's own directory it
+        // stays put while it is looked at.
+        const int err = sm::content::open_checked(to, expect, fd, size, why);
+        if (err) ::unlink(to.c_str());
+        else ::close(fd);
         return err;
     }
-    return ::unlink(from.c_str()) == 0 ? 0 : errno;
+    if (errno != EXDEV) {
+        why = std::strerror(errno);
+        return errno;
+    }
+    if (const int err = sm::content::open_checked(from, expect, fd, size, why)) {
+        if (not_content(err)) ::unlink(from.c_str());
+        return err;
+    }
+    const int err = copy_durable(fd, size, to);
+    ::close(fd);
+    if (err) {
+        failures.fetch_add(1, std::memory_order_relaxed);
+        why = std::strerror(err);
+        return err;
+    }
+    if (::unlink(from.c_str()) == 0) return 0;
+    why = std::strerror(errno);
+    return errno;
 }
 
 std::uint64_t quarantine_write_failures() { return failures.load(std::memory_order_relaxed); }

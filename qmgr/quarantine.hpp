@@ -4,6 +4,8 @@
 // a partial copy is not left behind.
 #pragma once
 
+#include "content_trust.hpp"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -16,13 +18,18 @@ namespace smx::qmgr {
 // counted.
 std::string quarantine_write(const std::string& dir, const std::string& name,
                              std::string_view bytes);
-// Moves the file `from` (a content file) to dir/name: a rename, or, when
+// Moves the content file `from` to dir/name: a rename, or, when
 // queue.content_dir is on another file system than the quarantine (EXDEV),
 // a durable copy (mode 0600, as quarantine_write) and then an unlink, so
-// that one quarantine directory holds everything. Returns 0 or an errno
-// value (ENOENT: `from` is gone); a failed copy is counted as a failed
-// write and leaves `from` where it was.
-int quarantine_move(const std::string& from, const std::string& dir, const std::string& name);
+// that one quarantine directory holds everything. Only a file that is
+// what `expect` allows (sm::content::open_checked: SMTPS's account may
+// have put a link or a FIFO under the name) is kept; anything else is
+// removed, and its kind said in why. Returns 0; ENOENT when `from` is
+// gone; EBADMSG or ELOOP when it was no such file (removed); else an
+// errno value (a failed copy, counted as a failed write, leaves `from`
+// where it was).
+int quarantine_move(const std::string& from, const std::string& dir, const std::string& name,
+                    const sm::content::Expect& expect, std::string& why);
 // Failed quarantine writes since start (`smx stats` quarantine_write_failures).
 // Callers run on the event loop, IBDB's thread and the pool.
 std::uint64_t quarantine_write_failures();

@@ -205,12 +205,13 @@ std::string render_qshape(const Listing& all, std::uint64_t now_us) {
 }
 
 // The header section of a message's content, LF line ends, at most max_header.
-std::string read_headers(const std::string& content, const std::string& cdb_id, bool hashed) {
+std::string read_headers(const sm::content::Store& store, const std::string& id, const Entry& e) {
     sm::content::Body body;
     std::string buf;
-    int err = body.open(content, cdb_id, hashed);
-    if (!err) err = body.read_at(0, max_header, buf);
-    if (err) return fmt::format("(content {}: {})\n", cdb_id, std::strerror(err));
+    int err = body.open(store, e.cdb_id, id, e.size);
+    if (err) return fmt::format("(content {}: {})\n", e.cdb_id, err == ENOENT ? "missing" : body.why());
+    if ((err = body.read_at(0, max_header, buf)))
+        return fmt::format("(content {}: {})\n", e.cdb_id, std::strerror(err));
     std::string out;
     bool cut = true;
     for (std::size_t pos = 0; pos < buf.size();) {
@@ -283,9 +284,8 @@ asio::awaitable<void> Qmgr::ctl_report(sm::msg::CtlRequest req, CtlDone done) {
             e.rcpts[i] = Line{r.addr(), to_string(r.state()), sm::msg::to_string(r.last_reply()), r.attempts(), 0};
         }
     });
-    const std::string command = req.command, content = content_;
-    const bool hashed = cfg_.queue.cdb_hashed;
-    auto report = [all, o = *opts, show, command, content, hashed, now = clock_.now_us()](Defedb& db) {
+    const std::string command = req.command;
+    auto report = [all, o = *opts, show, command, store = store_, now = clock_.now_us()](Defedb& db) {
         if (show) {
             if (auto t = db.get(o.id)) merge(*all, *t);
         } else {
@@ -297,7 +297,7 @@ asio::awaitable<void> Qmgr::ctl_report(sm::msg::CtlRequest req, CtlDone done) {
             if (it == all->end()) return sm::msg::CtlReply{1, "no such queue id"};
             const Entry& e = it->second;
             return sm::msg::CtlReply{
-                0, render_show(o.id, e, read_headers(content, e.cdb_id, hashed))};
+                0, render_show(o.id, e, read_headers(store, o.id, e))};
         }
         if (command == "qshape") return sm::msg::CtlReply{0, render_qshape(*all, now)};
         return sm::msg::CtlReply{0, o.json ? render_json(*all) : render_text(*all)};

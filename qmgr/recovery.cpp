@@ -32,87 +32,76 @@ struct Content {
 // A segment record must be whole and match its CRC: a power cut during a
 // batch sync can leave an envelope durable and its record not. Its DEFEDB
 // copy (a content file named by the transaction id, synced before DEFEDB
-// held it) stands in when the segment already went.
-Content segment_content(const std::string& content, bool hashed,
-                        const sm::msg::TaCommit& env) {
+// held it) stands in when the segment already went. A content file must be
+// there and of the envelope's size: a power cut during a batch sync whose
+// ack never went out can leave an envelope durable with its content file
+// short (content_sync = "batch" syncs both in one syncfs). Either must be
+// what its writer made (sm::content::Body): never deliver a truncated
+// message, or one SMTPS's account swapped for a link since.
+Content content_of(const sm::content::Store& store, const sm::msg::TaCommit& env, bool segment) {
     Content c;
-    c.where = "segment record " + env.cdb_id;
+    c.where = segment ? "segment record " + env.cdb_id
+              : sm::valid_ta_id(env.cdb_id) ? sm::cdb_path(store.dir, env.cdb_id, store.hashed)
+                                             : std::string("(invalid id)");
     sm::content::Body body;
-    const int err = body.open(content, env.cdb_id, hashed, env.ta_id, true);
-    if (!err && body.size() == env.size) {
+    const int err = body.open(store, env.cdb_id, env.ta_id, env.size, nullptr, segment);
+    if (!err) {
         c.whole = true;
         c.cdb_id = env.cdb_id;
         return c;
     }
-    if (has_defedb_copy(content, hashed, env)) {
+    if (segment && has_defedb_copy(store, env)) {
         c.whole = true;
         c.cdb_id = env.ta_id;
         return c;
     }
-    c.found = err != ENOENT;
-    c.what = err ? std::strerror(err)
-                 : fmt::format("{} bytes, the envelope says {}", body.size(), env.size);
-    return c;
-}
-
-Content file_content(const std::string& content, bool hashed, const sm::msg::TaCommit& env) {
-    Content c;
-    c.cdb_id = env.cdb_id;
-    c.where = sm::valid_ta_id(env.cdb_id) ? sm::cdb_path(content, env.cdb_id, hashed)
-                                           : std::string("(invalid id)");
-    struct stat st;
-    if (!sm::valid_ta_id(env.cdb_id) || ::stat(c.where.c_str(), &st) != 0) {
-        c.found = false;
-        c.what = "missing";
-        return c;
-    }
-    // The envelope's size is the content file's: a power cut during a
-    // batch sync whose ack never went out can leave an envelope durable
-    // with its content file short (content_sync = "batch" syncs both
-    // in one syncfs). Never deliver a truncated message.
-    c.whole = static_cast<std::uint64_t>(st.st_size) == env.size;
-    if (!c.whole) c.what = fmt::format("{} bytes, the envelope says {}", st.st_size, env.size);
+    c.found = err != ENOENT && err != EINVAL;
+    c.what = err == ENOENT ? "missing" : body.why();
     return c;
 }
 
 // What there is of the content, kept beside the envelope: the content file
-// moved, or a segment record's bytes (header included) copied.
-void quarantine_content(const std::string& content, bool hashed, const sm::msg::TaCommit& env,
+// moved (if it is one), or a segment record's bytes (header included) copied.
+void quarantine_content(const sm::content::Store& store, const sm::msg::TaCommit& env,
                         const std::string& qdir) {
     const std::string name = "cdb-" + env.ta_id;
     const auto ref = sm::content::parse_segment_ref(env.cdb_id);
     int err = 0;
+    std::string why;
     if (!ref) {
-        err = quarantine_move(sm::cdb_path(content, env.cdb_id, hashed), qdir, name);
-    } else if (const int fd = ::open(sm::content::segment_path(content, ref->segment).c_str(),
-                                     O_RDONLY | O_CLOEXEC);
-               fd < 0) {
-        err = errno;
+        const sm::content::Expect upto{store.writers.smtps, store.writers.qmgr, env.size, false};
+        err = quarantine_move(sm::cdb_path(store.dir, env.cdb_id, store.hashed), qdir, name, upto,
+                              why);
     } else {
-        std::string bytes(sm::content::segment_header_size +
-                              std::min<std::uint64_t>(env.size, sm::content::segment_max_size),
-                          '\0');
-        const ssize_t n = ::pread(fd, bytes.data(), bytes.size(), static_cast<off_t>(ref->offset));
-        err = n < 0 ? errno : 0;
-        ::close(fd);
-        bytes.resize(n < 0 ? 0 : static_cast<std::size_t>(n));
-        if (!err && !quarantine_write(qdir, name, bytes).empty()) err = EIO;
+        int fd = -1;
+        std::uint64_t size = 0;
+        err = sm::content::open_checked(sm::content::segment_path(store.dir, ref->segment),
+                                        sm::content::segment_file(store.writers), fd, size, why);
+        if (!err) {
+            std::string bytes(sm::content::segment_header_size +
+                                  std::min<std::uint64_t>(env.size, sm::content::segment_record_max),
+                              '\0');
+            const ssize_t n = ::pread(fd, bytes.data(), bytes.size(), static_cast<off_t>(ref->offset));
+            err = n < 0 ? errno : 0;
+            why = n < 0 ? std::strerror(errno) : "";
+            ::close(fd);
+            bytes.resize(n < 0 ? 0 : static_cast<std::size_t>(n));
+            if (!err && !(why = quarantine_write(qdir, name, bytes)).empty()) err = EIO;
+        }
     }
     if (err)
-        spdlog::error("{}: cannot keep its content {} in {}/{}: {}", env.ta_id, env.cdb_id, qdir,
-                      name, std::strerror(err));
+        spdlog::error("{}: its content {} not kept in {}/{}: {}", env.ta_id, env.cdb_id, qdir,
+                      name, why);
 }
 
 } // namespace
 
 void Qmgr::restore(std::vector<RecoveredTa> tas) {
     std::size_t restored = 0;
-    const bool hashed = cfg_.queue.cdb_hashed;
     for (auto& rt : tas) {
         auto& env = rt.envelope;
         const bool segment = sm::content::parse_segment_ref(env.cdb_id).has_value();
-        Content c = segment ? segment_content(content_, hashed, env)
-                            : file_content(content_, hashed, env);
+        Content c = content_of(store_, env, segment);
         // With every recipient done nothing needs a segment record (it may
         // have gone once the transaction left memory before the crash).
         const bool needed =
@@ -127,7 +116,7 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
             const std::string name =
                 (sm::valid_ta_id(env.ta_id) ? env.ta_id : "invalid") + std::string(".envelope");
             if (c.found && sm::valid_ta_id(env.ta_id))
-                quarantine_content(content_, hashed, env, qdir);
+                quarantine_content(store_, env, qdir);
             const std::string err = quarantine_write(qdir, name, sm::msg::envelope_bytes(env));
             if (err.empty())
                 spdlog::error("{}: content {} {} at recovery; envelope saved as {}/{}",

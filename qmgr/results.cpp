@@ -3,6 +3,7 @@
 #include "qmgr.hpp"
 
 #include "ids.hpp"
+#include "quarantine.hpp"
 #include "panic.hpp"
 
 #include <spdlog/spdlog.h>
@@ -57,8 +58,15 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, const sm::msg
         spdlog::warn("smtpc: RESULT for unknown delivery {} ignored", r.da_id);
         return;
     }
+    const std::string id = job->ta->id;
+    // Content that is not what the envelope says can never be delivered:
+    // the transaction goes to quarantine, and these recipients with it
+    // (deleted: dropped below).
+    if (!r.content_error.empty() && !job->ta->deleted()) {
+        quarantine(*job->ta, r.content_error);
+        if (!queue_.find(id)) return;
+    }
     Ta& ta = *job->ta;
-    const std::string id = ta.id;
     // Recipients are few per delivery; a missing answer is a temporary error.
     for (auto idx : job->idx) {
         const Rcpt& rc = ta.rcpt(idx);
@@ -84,6 +92,30 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, const sm::msg
     // Closing the last recipient takes ta out of memory, so check once at
     // the end (bouncing recipients keep it open until their DSN is safe).
     if (Ta* t = queue_.find(id)) check_ta(*t);
+}
+
+void Qmgr::quarantine(Ta& ta, const std::string& why) {
+    // forget() may take ta out of memory: what is needed of it is copied first.
+    const std::string id = ta.id, qdir = cfg_.quarantine_dir_abs(), name = id + ".envelope";
+    const std::string err = quarantine_write(qdir, name, sm::msg::envelope_bytes(*ta.env));
+    std::string cdb = id;
+    const std::size_t here = forget(ta, cdb);
+    ++counters_.quarantined;
+    if (err.empty())
+        spdlog::error("{}: content unusable ({}): quarantined, envelope saved as {}/{}", id, why,
+                      qdir, name);
+    else
+        spdlog::error("{}: content unusable ({}): quarantined, envelope not saved ({})", id, why,
+                      err);
+    tasks_.spawn(ex_, drop_deferred(id, cdb, here), "quarantine");
+}
+
+// DEFEDB's part and the content file: the rest of a quarantine.
+asio::awaitable<void> Qmgr::drop_deferred(std::string id, std::string cdb, std::size_t here) {
+    const auto n = co_await deferred_.remove_ta(id);
+    if (!n) spdlog::error("{}: not removed from DEFEDB after its quarantine (see above)", id);
+    reaper_.drop(id, cdb);
+    spdlog::info("{}: removed (quarantined, {} recipients)", id, here + n.value_or(0));
 }
 
 void Qmgr::sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status) {

@@ -1,6 +1,7 @@
 #include "segments.hpp"
 
 #include "await.hpp"
+#include "content_file.hpp"
 #include "ids.hpp"
 
 #include <spdlog/spdlog.h>
@@ -29,7 +30,7 @@ std::uint64_t us(std::chrono::seconds s) {
 Segments::Segments(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
                    const ActiveQueue& queue, Ibdb& ibdb)
     : cfg_(cfg), ex_(ex), workers_(workers), queue_(queue), ibdb_(ibdb),
-      content_(cfg.content_dir_abs()), fds_(content_), timer_(ex) {}
+      store_(sm::content::store_for(cfg)), fds_(store_), timer_(ex) {}
 
 std::string Segments::check(const sm::content::SegmentRef& ref, const std::string& ta_id,
                             std::uint64_t size) {
@@ -37,16 +38,10 @@ std::string Segments::check(const sm::content::SegmentRef& ref, const std::strin
     if (made < cutoff_us_ || made + us(cfg_.queue.segment_age) < now)
         return "Content segment too old";
     if (made > now + us(cfg_.queue.segment_age)) return "Content segment from the future";
-    int err = 0;
-    const auto file = fds_.get(ref.segment, err);
-    if (!file) return std::string("Content segment: ") + std::strerror(err);
-    struct stat st;
-    if (::fstat(file->fd(), &st) != 0) return std::string("Content segment: ") + std::strerror(errno);
-    sm::content::SegmentRecord rec;
-    if ((err = sm::content::read_segment_record(file->fd(), ref.offset,
-                                                static_cast<std::uint64_t>(st.st_size), rec)))
-        return std::string("Content record: ") + std::strerror(err);
-    if (rec.ta_id != ta_id || rec.size != size) return "Content record is another message's";
+    sm::content::Body body;
+    if (const int err = body.open(store_, sm::content::segment_ref(ref.segment, ref.offset), ta_id,
+                                  size, &fds_))
+        return "Content record: " + (err == ENOENT ? std::string(std::strerror(err)) : body.why());
     return {};
 }
 
@@ -86,7 +81,7 @@ asio::awaitable<void> Segments::sweep() {
             ibdb_.after_completions([h, ex = ex_] { asio::post(ex, [h] { std::move(*h)(); }); });
         },
         asio::use_awaitable);
-    auto remove = [dir = sm::content::segments_dir(content_), cutoff, named = std::move(named)] {
+    auto remove = [dir = sm::content::segments_dir(store_.dir), cutoff, named = std::move(named)] {
         namespace fs = std::filesystem;
         std::uint64_t n = 0;
         std::error_code ec;

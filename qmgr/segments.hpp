@@ -54,7 +54,7 @@ private:
     asio::thread_pool& workers_;
     const ActiveQueue& queue_;
     Ibdb& ibdb_;
-    std::string content_;  // Config::content_dir_abs()
+    sm::content::Store store_;  // where content is read, and who wrote it
     // Segments made before this are never named again (only rises).
     std::uint64_t cutoff_us_ = 0;
     // The segments intake read lately.

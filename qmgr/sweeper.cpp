@@ -22,7 +22,8 @@ namespace fs = std::filesystem;
 
 // Ids of the content files last written before cutoff (sm::content::list:
 // a .tmp, not yet durable, is never listed).
-std::vector<std::string> old_content_files(const std::string& content, fs::file_time_type cutoff) {
+std::vector<std::string> old_content_files(const std::string& content,
+                                           std::chrono::system_clock::time_point cutoff) {
     std::vector<std::string> ids;
     if (const int err = sm::content::list(content, cutoff, ids))
         spdlog::error("orphan sweep: {}: {}", content, std::strerror(err));
@@ -40,13 +41,21 @@ std::unordered_set<std::string> queued_cdb_ids(const ActiveQueue& queue) {
     return ids;
 }
 
+// What an orphan may be to be kept: a file of SMTPS's or ours, and no larger
+// than anything smx writes (a message, or a DSN returning one whole).
+sm::content::Expect orphan_bound(const sm::Config& cfg) {
+    const auto w = sm::content::writers_from_env();
+    return {w.smtps, w.qmgr, 2 * cfg.server.max_message_size + (1u << 20), false};
+}
+
 } // namespace
 
 OrphanSweeper::OrphanSweeper(const sm::Config& cfg, asio::any_io_executor ex,
                              asio::thread_pool& workers, const ActiveQueue& queue,
                              DefedbStrand& defedb, Reaper& reaper)
     : cfg_(cfg), ex_(ex), workers_(workers), queue_(queue), defedb_(defedb), reaper_(reaper),
-      content_(cfg.content_dir_abs()), quarantine_(cfg.quarantine_dir_abs()), timer_(ex) {}
+      content_(cfg.content_dir_abs()), quarantine_(cfg.quarantine_dir_abs()),
+      orphan_(orphan_bound(cfg)), timer_(ex) {}
 
 void OrphanSweeper::start() { tasks_.spawn(ex_, run(), "orphan sweep"); }
 
@@ -73,7 +82,7 @@ asio::awaitable<void> OrphanSweeper::run() {
 // no file and gets a tempfail.
 asio::awaitable<void> OrphanSweeper::sweep() {
     reaper_.sweep_begin();
-    const auto cutoff = fs::file_time_type::clock::now() - cfg_.queue.orphan_age;
+    const auto cutoff = std::chrono::system_clock::now() - cfg_.queue.orphan_age;
     auto list = [content = content_, cutoff] { return old_content_files(content, cutoff); };
     auto old = co_await run_on(workers_.get_executor(), std::move(list));
     if (!stopped_) {
@@ -100,9 +109,12 @@ void OrphanSweeper::quarantine(const std::vector<std::string>& ids) {
         // is on another file system, for a rare crash leftover).
         const auto from = sm::cdb_path(content_, id, cfg_.queue.cdb_hashed);
         const std::string name = "cdb-" + id;
-        if (const int err = quarantine_move(from, quarantine_, name)) {
-            if (err != ENOENT)
-                spdlog::error("{}: orphan content file {}: {}", id, from, std::strerror(err));
+        std::string why;
+        if (const int err = quarantine_move(from, quarantine_, name, orphan_, why)) {
+            if (err == EBADMSG || err == ELOOP)
+                spdlog::warn("{}: orphan {} removed: {}", id, from, why);
+            else if (err != ENOENT)
+                spdlog::error("{}: orphan content file {}: {}", id, from, why);
             continue;
         }
         spdlog::warn("{}: orphan content file (no transaction names it) moved to {}/{}", id,

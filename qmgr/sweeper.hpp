@@ -11,6 +11,7 @@
 #include "reaper.hpp"
 
 #include "config.hpp"
+#include "content_trust.hpp"
 
 #include <boost/asio.hpp>
 #include <cstdint>
@@ -44,6 +45,7 @@ private:
     DefedbStrand& defedb_;
     Reaper& reaper_;
     std::string content_, quarantine_;  // Config::content_dir_abs(), quarantine_dir_abs()
+    sm::content::Expect orphan_;         // what an orphan may be to be kept
     asio::steady_timer timer_;
     bool stopped_ = false;
     std::uint64_t quarantined_ = 0;

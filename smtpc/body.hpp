@@ -34,13 +34,15 @@ void encode_body(std::string_view in, BodyState& st, std::string& out);
 // starts from the beginning again.
 class MessageFile {
 public:
-    // Opens the content cdb_id names, of transaction ta_id (a segment from
-    // segments when given; `size`, the envelope's, when known: a small
-    // message is then read in one pread of just its bytes). Empty string on
-    // success, else the reason ("queue file missing").
-    std::string open(const std::string& content_dir, std::string_view cdb_id, bool hashed,
-                     std::string_view ta_id, sm::content::SegmentFds* segments = nullptr,
-                     std::uint64_t size = 0);
+    // Opens the content cdb_id names, of transaction ta_id, of the
+    // envelope's `size` (a segment from segments when given: a small message
+    // is then read in one pread of just its bytes). Empty string on success,
+    // else the reason ("queue file missing"); unusable() then says whether
+    // the content is there but not what the envelope says.
+    std::string open(const sm::content::Store& store, std::string_view cdb_id,
+                     std::string_view ta_id, std::uint64_t size,
+                     sm::content::SegmentFds* segments = nullptr);
+    bool unusable() const { return unusable_; }
     std::uint64_t size() const { return body_.size(); }
     // Reads up to `max` bytes at `offset` into buf (resized); false on an
     // I/O error.
@@ -50,6 +52,7 @@ public:
 
 private:
     sm::content::Body body_;
+    bool unusable_ = false;
 };
 
 } // namespace smtpc

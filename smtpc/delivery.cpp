@@ -1,5 +1,6 @@
 #include "delivery.hpp"
 
+#include "content_file.hpp"
 #include "domain.hpp"
 #include "ids.hpp"
 
@@ -56,7 +57,7 @@ Deliverer::Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cach
                    std::shared_ptr<asio::ssl::context>(std::shared_ptr<void>(), tls),
                    std::shared_ptr<const sm::CredentialMap>(std::shared_ptr<void>(), creds),
                    std::shared_ptr<TlsSessions>(std::shared_ptr<void>(), resume)})),
-      content_(cfg.content_dir_abs()), segments_(content_), dns_(dns), cache_(cache) {}
+      store_(sm::content::store_for(cfg)), segments_(store_), dns_(dns), cache_(cache) {}
 
 void Deliverer::reload(std::shared_ptr<const sm::Config> cfg,
                        std::shared_ptr<asio::ssl::context> tls,
@@ -99,9 +100,12 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     const std::uint64_t now = sm::now_us();
     segments_.close_before(now > keep_us ? now - keep_us : 0);
     MessageFile file;
-    if (auto err = file.open(content_, d.cdb_id, cfg.queue.cdb_hashed, d.ta_id, &segments_, d.size);
-        !err.empty())
-        co_return fail_all(d, {451, "4.3.0", err});
+    if (auto err = file.open(store_, d.cdb_id, d.ta_id, d.size, &segments_); !err.empty()) {
+        spdlog::warn("{}: {}", d.ta_id, err);
+        r = fail_all(d, {451, "4.3.0", err});
+        if (file.unusable()) r.content_error = err;
+        co_return r;
+    }
     r.rcpts.reserve(d.rcpts.size());
     for (const auto& rc : d.rcpts) r.rcpts.push_back({rc.idx, 0, {}, {}});
 

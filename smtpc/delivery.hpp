@@ -53,7 +53,7 @@ private:
     void done_with(const Settings& st, const std::string& key, std::shared_ptr<Session> s);
 
     std::shared_ptr<const Settings> settings_;
-    const std::string content_;  // Config::content_dir_abs()
+    const sm::content::Store store_;  // where content is read, and who wrote it
     // Segments stay open while deliveries run, up to segment_age since they
     // were made (QMGR may remove them then); all go a second after the last
     // delivery ended, so a removed segment's space is never held long by an

@@ -551,16 +551,19 @@ asio::awaitable<bool> Session::send_body(const MessageFile& f) {
         out_.clear();
         bool last = off >= f.size();
         if (!last) {
+            // A file that ends early (its writer's account cut it after it
+            // was checked) is an error too: the size is the envelope's.
             if (!f.read_at(off, static_cast<std::size_t>(std::min<std::uint64_t>(
                                     body_block, f.size() - off)),
-                           in_)) {
+                           in_) ||
+                in_.empty()) {
                 // Never end the data now: the server must drop the partial
                 // message with the connection.
                 fail_ = {451, "4.3.0", "error reading queue file"};
                 co_return false;
             }
             off += in_.size();
-            last = in_.empty() || off >= f.size();
+            last = off >= f.size();
             encode_body(in_, st, out_);
         }
         if (last) out_ += st.cr ? "\n.\r\n" : st.col == 0 ? ".\r\n" : "\r\n.\r\n";

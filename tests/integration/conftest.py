@@ -1,13 +1,16 @@
 """Fixtures that start the real smx processes and a recording sink on 127.0.0.1."""
 import json
 import os
+import pwd
 import resource
 import re
+import shutil
 import signal
 import smtplib
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -363,6 +366,24 @@ def make_sink(tmp_path):
     yield make
     for s in made:
         s.stop()
+
+
+@pytest.fixture
+def open_dir():
+    """A directory every account may enter, for a relay whose children run
+    as smxs/smxq/smxc (pytest's tmp_path is 0700); removed afterwards."""
+    d = tempfile.mkdtemp(prefix="smx-privsep-", dir="/tmp")
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def accounts():
+    """The children's accounts, made by the install step as CI would: {name: uid}."""
+    subprocess.run(["bash", "-c", ". '%s/scripts/lib/setup.sh' && smx_add_users" % REPO],
+                   check=True)
+    return {u: pwd.getpwnam(u).pw_uid for u in ("smxs", "smxq", "smxc")}
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ class Sink:
         self.attempts = {}  # message key -> DATA attempts seen
         self.permfail = re.compile(args.permfail) if args.permfail else None
         self.tempfail_rcpt = re.compile(args.tempfail_rcpt) if args.tempfail_rcpt else None
+        self.hold_while = args.hold_while
         self.stall = args.stall
         self.tls = None
         if args.tls:
@@ -105,6 +106,8 @@ class Sink:
                         await reply("550 5.1.1 <%s>: user unknown" % addr)
                     elif self.tempfail_rcpt and self.tempfail_rcpt.search(addr):
                         await reply("451 4.2.0 <%s>: try again later" % addr)
+                    elif self.hold_while and os.path.exists(self.hold_while):
+                        await reply("451 4.2.0 <%s>: held, try again later" % addr)
                     else:
                         rcpts.append(addr)
                         rcpt_params.append(m.group(2).strip() if m else "")
@@ -173,6 +176,7 @@ async def main():
                    help="answer 451 to the first N DATA attempts of each message")
     p.add_argument("--permfail", help="regex: recipients answered 550")
     p.add_argument("--tempfail-rcpt", help="regex: recipients answered 451")
+    p.add_argument("--hold-while", help="a path: while it exists, every recipient is answered 451")
     p.add_argument("--stall", type=float, default=0, help="seconds to wait before the DATA reply")
     p.add_argument("--tls", help="CERT,KEY: offer STARTTLS with this certificate")
     p.add_argument("--require-tls", action="store_true",

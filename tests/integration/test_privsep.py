@@ -15,29 +15,12 @@ import stat
 import struct
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
 from conftest import PROTOCOL_VERSION, REPO, SMX, Relay, send, wait_until
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: it switches users")
-
-
-@pytest.fixture
-def open_dir():
-    """A directory every account may enter; removed afterwards."""
-    d = tempfile.mkdtemp(prefix="smx-privsep-", dir="/tmp")
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def accounts():
-    subprocess.run(["bash", "-c", ". '%s/scripts/lib/setup.sh' && smx_add_users" % REPO],
-                   check=True)
-    return {u: pwd.getpwnam(u).pw_uid for u in ("smxs", "smxq", "smxc")}
 
 
 @pytest.fixture

@@ -204,7 +204,8 @@ TEST_CASE("dsn: header section of a CDB file") {
     auto write = [&](const std::string& id, const std::string& data) -> const sm::content::Body& {
         std::ofstream(dir / id, std::ios::binary) << data;
         bodies.push_back(std::make_unique<sm::content::Body>());
-        REQUIRE(bodies.back()->open(dir.string(), id, false) == 0);
+        const sm::content::Store store{dir.string(), false, {::geteuid(), ::geteuid()}};
+        REQUIRE(bodies.back()->open(store, id, id, data.size()) == 0);
         return *bodies.back();
     };
     std::string err;
@@ -272,7 +273,8 @@ TEST_CASE("dsn: read_message returns a message up to its cap, nothing larger") {
     std::filesystem::create_directories(dir);
     std::ofstream(dir / "0000000000000000E", std::ios::binary) << std::string(1000, 'x');
     sm::content::Body body;
-    REQUIRE(body.open(dir.string(), "0000000000000000E", false) == 0);
+    const sm::content::Store store{dir.string(), false, {::geteuid(), ::geteuid()}};
+    REQUIRE(body.open(store, "0000000000000000E", "0000000000000000E", 1000) == 0);
     std::string err;
     CHECK(dsn::read_message(body, err, 1000) == std::string(1000, 'x'));
     CHECK_FALSE(dsn::read_message(body, err, 999));

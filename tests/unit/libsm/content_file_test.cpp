@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -43,11 +44,20 @@ TEST_CASE("content files: durable write, tmp then rename, nothing left on failur
     REQUIRE(::stat((dir / "private").c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0600);
 
-    // A crashed writer's .tmp is written over.
+    // A crashed writer's .tmp is replaced by a new file.
     std::ofstream(dir / "again.tmp") << "stale and longer";
     REQUIRE(sm::content::write_durable((dir / "again").string(), "new") == 0);
     CHECK(slurp(dir / "again") == "new");
     CHECK_FALSE(fs::exists(dir / "again.tmp"));
+
+    // A .tmp that is a link (another account may put one in a content
+    // directory) is never written through: what it points to is untouched.
+    std::ofstream(dir / "victim") << "the envelope log";
+    fs::create_symlink(dir / "victim", dir / "linked.tmp");
+    REQUIRE(sm::content::write_durable((dir / "linked").string(), "mine") == 0);
+    CHECK(slurp(dir / "victim") == "the envelope log");
+    CHECK(slurp(dir / "linked") == "mine");
+    CHECK_FALSE(fs::is_symlink(dir / "linked"));
 
     // A parent that is a file: an error value, no file.
     std::ofstream(dir / "plain") << "x";
@@ -93,11 +103,13 @@ TEST_CASE("content files: a parent that is a file") {
 
 TEST_CASE("content files: open, remove and list by id; bad ids refused") {
     const fs::path spool = fs::temp_directory_path() / ("smx-content-" + sm::new_ta_id());
+    const auto later = std::chrono::system_clock::now() + std::chrono::hours(1);
+    const sm::content::Expect seven = sm::content::message_file(sm::content::writers_from_env(), 7);
     for (const bool hashed : {false, true}) {
         const std::string dir = (spool / (hashed ? "hashed" : "flat") / "cdb").string();
         std::vector<std::string> ids;
         // A content directory not made yet holds no content files.
-        CHECK(sm::content::list(dir, fs::file_time_type::max(), ids) == 0);
+        CHECK(sm::content::list(dir, later, ids) == 0);
         CHECK(ids.empty());
 
         const std::string id = sm::new_ta_id();
@@ -105,7 +117,10 @@ TEST_CASE("content files: open, remove and list by id; bad ids refused") {
         REQUIRE(sm::content::write_durable(path, "message") == 0);
 
         int fd = -1;
-        REQUIRE(sm::content::open_read(dir, id, hashed, fd) == 0);
+        std::uint64_t size = 0;
+        std::string why;
+        REQUIRE(sm::content::open_read(dir, id, hashed, seven, fd, size, why) == 0);
+        CHECK(size == 7);
         char buf[16] = {};
         CHECK(::read(fd, buf, sizeof buf) == 7);
         CHECK(std::string(buf) == "message");
@@ -115,38 +130,45 @@ TEST_CASE("content files: open, remove and list by id; bad ids refused") {
         for (const std::string& bad : std::vector<std::string>{
                  "", "../../etc/passwd", "0123456789abcdef0", id + ".tmp", id.substr(1),
                  "/" + id.substr(1)}) {
-            CHECK(sm::content::open_read(dir, bad, hashed, fd) == EINVAL);
+            CHECK(sm::content::open_read(dir, bad, hashed, seven, fd, size, why) == EINVAL);
             CHECK(fd == -1);
             CHECK(sm::content::remove(dir, bad, hashed) == EINVAL);
         }
 
         // Foreign files beside it: a .tmp (not durable yet), a name that is
         // not an id, a directory named like an id, a file beside the content
-        // directory.
+        // directory. A link named like an id is listed (by its own time): the
+        // sweep removes what is no file.
         const fs::path cdb_dir = fs::path(path).parent_path();
         std::ofstream(cdb_dir / (sm::new_ta_id() + ".tmp")) << "x";
         std::ofstream(cdb_dir / "README") << "x";
         fs::create_directories(cdb_dir / sm::new_ta_id());
         std::ofstream(fs::path(dir).parent_path() / sm::new_ta_id()) << "x";
-        REQUIRE(sm::content::list(dir, fs::file_time_type::max(), ids) == 0);
-        CHECK(ids == std::vector<std::string>{id});
+        const std::string link = sm::new_ta_id();
+        fs::create_symlink("/nonexistent", cdb_dir / link);
+        REQUIRE(sm::content::list(dir, later, ids) == 0);
+        std::sort(ids.begin(), ids.end());
+        CHECK(ids == std::vector<std::string>{id, link});
+        fs::remove(cdb_dir / link);
+        ids.clear();
 
         // The cutoff: a file written after it is not old.
         ids.clear();
-        REQUIRE(sm::content::list(dir, fs::file_time_type::min(), ids) == 0);
+        REQUIRE(sm::content::list(dir, std::chrono::system_clock::time_point::min(), ids) == 0);
         CHECK(ids.empty());
 
         CHECK(sm::content::remove(dir, id, hashed) == 0);
         CHECK_FALSE(fs::exists(path));
         CHECK(sm::content::remove(dir, id, hashed) == ENOENT);
-        CHECK(sm::content::open_read(dir, id, hashed, fd) == ENOENT);
+        CHECK(sm::content::open_read(dir, id, hashed, seven, fd, size, why) == ENOENT);
     }
     // A content directory that is a file cannot be listed: an error value,
     // not a crash.
     const std::string odd = (spool / "odd").string();
     std::ofstream(odd) << "x";
     std::vector<std::string> ids;
-    CHECK(sm::content::list(odd, fs::file_time_type::max(), ids) == ENOTDIR);
+    CHECK(sm::content::list(odd, std::chrono::system_clock::now() + std::chrono::hours(1), ids) ==
+          ENOTDIR);
     fs::remove_all(spool);
 }
 

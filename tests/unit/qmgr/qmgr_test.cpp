@@ -92,6 +92,7 @@ TEST_CASE("a null-sender message is never bounced") {
     e.rcpts.push_back({"a@example.net", ""});
     fs::create_directories(fs::path(h.cdb(e.ta_id)).parent_path());
     std::ofstream(h.cdb(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
+    e.size = fs::file_size(h.cdb(e.ta_id));
     h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
     h.result(h.delivers[0], {550});
@@ -292,6 +293,89 @@ TEST_CASE("TA_COMMIT is checked at the boundary") {
     CHECK(h.stat("ibdb_records") == 0);
 }
 
+TEST_CASE("a TA_COMMIT may name only its own content, as SMTPS made it") {
+    Harness h;
+    auto answer = [&](const sm::msg::TaCommit& e) {
+        h.acks.clear();
+        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
+        REQUIRE(h.run_until([&] { return !h.acks.empty(); }));
+        return h.acks[0];
+    };
+    const auto other = h.commit({"a@example.net"});  // a transaction with its file
+    REQUIRE(h.acks.back().status == sm::msg::AckStatus::ok);
+    sm::msg::TaCommit e;
+    e.ta_id = sm::new_ta_id();
+    e.rcpts = {{"a@example.net", ""}};
+    // Another transaction's content file: refused, not even looked at.
+    e.cdb_id = other.ta_id;
+    e.size = other.size;
+    auto r = answer(e);
+    CHECK(r.status == sm::msg::AckStatus::reject);
+    CHECK(r.text.find("content file of another transaction") != std::string::npos);
+    // An id of the queue manager's stream (its DSNs): never SMTPS's.
+    sm::set_id_stream(sm::qmgr_id_stream);
+    const std::string ours = sm::new_ta_id();
+    sm::set_id_stream(0);
+    e.ta_id = e.cdb_id = ours;
+    CHECK(answer(e).text.find("queue manager's") != std::string::npos);
+    // A file under its own name that is no message of the right size: a
+    // link to another's file, a FIFO, a hard link, another size.
+    e.ta_id = e.cdb_id = sm::new_ta_id();
+    fs::create_directories(fs::path(h.cdb(e.ta_id)).parent_path());
+    fs::create_symlink(h.cdb(other.ta_id), h.cdb(e.ta_id));
+    r = answer(e);
+    CHECK(r.status == sm::msg::AckStatus::tempfail);
+    CHECK(r.text.find("a symbolic link") != std::string::npos);
+    fs::remove(h.cdb(e.ta_id));
+    REQUIRE(::mkfifo(h.cdb(e.ta_id).c_str(), 0600) == 0);
+    CHECK(answer(e).text.find("a FIFO") != std::string::npos);  // and nothing blocked
+    fs::remove(h.cdb(e.ta_id));
+    fs::create_hard_link(h.cdb(other.ta_id), h.cdb(e.ta_id));
+    CHECK(answer(e).text.find("2 hard links") != std::string::npos);
+    fs::remove(h.cdb(e.ta_id));
+    std::ofstream(h.cdb(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
+    e.size = 1u << 30;
+    CHECK(answer(e).text.find("bytes, 1073741824 expected") != std::string::npos);
+    e.size = fs::file_size(h.cdb(e.ta_id));
+    CHECK(answer(e).status == sm::msg::AckStatus::ok);
+    CHECK(h.stat("ibdb_records") >= 2);
+}
+
+TEST_CASE("a deferral copy is QMGR's own: a file SMTPS's account planted does not stand in") {
+    Harness h;
+    sm::msg::TaCommit e;
+    e.ta_id = sm::new_ta_id();
+    e.cdb_id = sm::content::segment_ref(sm::new_ta_id(), 0);
+    fs::create_directories(fs::path(h.cdb(e.ta_id)).parent_path());
+    std::ofstream(h.cdb(e.ta_id)) << "planted";
+    e.size = 7;
+    const uid_t me = ::geteuid();
+    // Here one account is both writers; as the MCP runs them they are two.
+    CHECK(smx::qmgr::has_defedb_copy({h.cfg.content_dir_abs(), true, {me, me}}, e));
+    CHECK_FALSE(smx::qmgr::has_defedb_copy({h.cfg.content_dir_abs(), true, {me, me + 1}}, e));
+    e.size = 8;
+    CHECK_FALSE(smx::qmgr::has_defedb_copy({h.cfg.content_dir_abs(), true, {me, me}}, e));
+}
+
+TEST_CASE("content SMTPC finds unusable quarantines its transaction at once") {
+    Harness h;
+    h.connect_smtpc();
+    const auto e = h.commit({"a@example.net", "b@example.net"});
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
+    sm::msg::Result r;
+    r.da_id = h.delivers[0].da_id;
+    for (const auto& rc : h.delivers[0].rcpts) r.rcpts.push_back({rc.idx, 451, "4.3.0", "queue file"});
+    r.content_error = "queue file " + e.ta_id + ": a symbolic link";
+    h.q->on_result(h.link, r);
+    const std::string saved = h.cfg.quarantine_dir_abs() + "/" + e.ta_id + ".envelope";
+    REQUIRE(h.run_until([&] { return fs::exists(saved) && !fs::exists(h.cdb(e.ta_id)); }));
+    CHECK(h.stat("quarantined") == 1);
+    CHECK(h.stat("queue_transactions") == 0);
+    CHECK(h.stat("deferred") == 0);
+    CHECK(h.stat("bounced") == 0);
+    CHECK(h.ctl("show", {e.ta_id}).status == 1);  // gone from the queue
+}
+
 TEST_CASE("a TA_COMMIT naming a content segment record is checked against the record") {
     Harness h;
     const std::string content = h.cfg.content_dir_abs();
@@ -319,15 +403,18 @@ TEST_CASE("a TA_COMMIT naming a content segment record is checked against the re
     // Another transaction's record, the wrong size, no record there.
     auto r = ack(sm::new_ta_id(), sm::content::segment_ref(seg, 0), ma.size());
     CHECK(r.status == AckStatus::tempfail);
-    CHECK(r.text.find("another message's") != std::string::npos);
+    CHECK(r.text.find("the record of another transaction") != std::string::npos);
     r = ack(b, sm::content::segment_ref(seg, off_b), mb.size() + 1);
-    CHECK(r.text.find("another message's") != std::string::npos);
+    CHECK(r.text.find("expected") != std::string::npos);
+    // A size over what any record can be is refused outright.
+    CHECK(ack(b, sm::content::segment_ref(seg, off_b), std::uint64_t{1} << 40).status ==
+          AckStatus::reject);
     r = ack(b, sm::content::segment_ref(seg, 5), mb.size());
     CHECK(r.status == AckStatus::tempfail);
     CHECK(r.text.find("Content record") != std::string::npos);
     // A segment that is not there; one made longer ago than segment_age.
     r = ack(b, sm::content::segment_ref(sm::new_ta_id(), 0), mb.size());
-    CHECK(r.text.find("Content segment: No such file") != std::string::npos);
+    CHECK(r.text.find("Content record: No such file") != std::string::npos);
     char old[32];
     std::snprintf(old, sizeof old, "%08llX%05X%04X",
                   static_cast<unsigned long long>(sm::now_us() / 1000000 - 3600), 0, 1);
