@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 break;
             }
             if (rep.code < 200 || rep.code > 599 || rep.lines.empty()) std::abort();
-            if (rep.lines.size() > sm::smtp::reply_max_lines) std::abort();
+            if (rep.lines.size() > sm::smtp::reply_lines_keep) std::abort();
             std::size_t kept = 0;
             for (const auto& l : rep.lines) {
                 kept += l.size();

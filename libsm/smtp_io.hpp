@@ -110,17 +110,18 @@ private:
 };
 
 // How much of a reply is kept (postfix keeps about as much): the rest is
-// read from the wire, so the stream stays in step, and dropped.
+// read from the wire to the last line, so the stream stays in step, and
+// dropped. A reply has no limit on its lines, only its deadline.
 inline constexpr std::size_t reply_line_keep = 512;   // bytes of text per line
 inline constexpr std::size_t reply_text_keep = 2048;  // bytes of text per reply
-inline constexpr std::size_t reply_max_lines = 100;   // more: a broken reply
+inline constexpr std::size_t reply_lines_keep = 100;  // lines per reply
 
 // One parsed SMTP reply (possibly multi-line).
 struct Reply {
     int code = 0;               // 0 when the connection failed before a reply
     std::string enhanced;       // "2.0.0" when the first line carries one
-    std::vector<std::string> lines;  // text after "NNN-" / "NNN ", capped (see above)
-    bool truncated = false;          // some text was dropped
+    std::vector<std::string> lines;  // text after "NNN-" / "NNN ", the first ones (see above)
+    bool truncated = false;          // some text or lines were dropped
     ReadStatus status = ReadStatus::ok;
     // First line text without the enhanced code, for logs.
     std::string text() const;
@@ -128,9 +129,9 @@ struct Reply {
     std::string summary() const;
 };
 
-// Reads one complete reply within `timeout` (for all of its lines);
-// malformed lines make code 0 with status error, and so do more than
-// reply_max_lines lines.
+// Reads one complete reply, to its last line, within `timeout` (for all of
+// its lines, however many); a malformed line (no code, or another code than
+// the first line's) makes code 0 with status error.
 template <class Stream>
 asio::awaitable<Reply> read_reply(LineReader<Stream>& r,
                                   std::chrono::steady_clock::duration timeout);

@@ -115,6 +115,10 @@ asio::awaitable<ReadStatus> LineReader<Stream>::fill(
     // read costs no timer operation unless it must time out sooner than the
     // timer is already set to (asio's "deadline" example, without a second
     // coroutine per read).
+    // A deadline that has passed ends the read even with input waiting: a
+    // peer that sends without end would otherwise keep a reader busy that
+    // never has to wait, and the timer never gets its turn.
+    if (timeout <= std::chrono::steady_clock::duration::zero()) co_return ReadStatus::timeout;
     Watch& w = *watch_;
     w.deadline = std::chrono::steady_clock::now() + timeout;
     w.fired = false;
@@ -229,7 +233,10 @@ template <class Stream>
 asio::awaitable<Reply> read_reply(LineReader<Stream>& r,
                                   std::chrono::steady_clock::duration timeout) {
     // One deadline for the whole reply: a peer dripping continuation lines
-    // cannot stretch it. Only reply_text_keep bytes of text are kept.
+    // cannot stretch it. Every line is read and checked, only the first
+    // reply_lines_keep lines and reply_text_keep bytes of text are kept: a
+    // next hop's long 250 to the end of data is a delivery, not a broken
+    // connection (which would send the message again).
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     auto left = [&] { return deadline - std::chrono::steady_clock::now(); };
     std::size_t kept = 0;
@@ -268,20 +275,19 @@ asio::awaitable<Reply> read_reply(LineReader<Stream>& r,
             co_return rep;
         }
         const std::string_view text = t.size() > 4 ? t.substr(4) : std::string_view{};
-        const std::size_t keep =
-            std::min({text.size(), reply_line_keep, reply_text_keep - kept});
-        kept += keep;
-        // A peer's CR, NUL or escape must not reach our logs, records or
-        // DSNs (postfix's smtp client masks them the same way).
-        rep.lines.push_back(printable(text.substr(0, keep)));
-        if (keep < text.size()) rep.truncated = true;
-        if (rep.lines.size() == 1) rep.enhanced = split_enhanced(rep.lines[0]).first;
-        if (t.size() == 3 || t[3] == ' ') co_return rep;
-        if (rep.lines.size() >= reply_max_lines) {  // endless continuation: broken
-            rep.status = ReadStatus::error;
-            rep.code = 0;
-            co_return rep;
+        if (rep.lines.empty() || (rep.lines.size() < reply_lines_keep && kept < reply_text_keep)) {
+            const std::size_t keep =
+                std::min({text.size(), reply_line_keep, reply_text_keep - kept});
+            kept += keep;
+            // A peer's CR, NUL or escape must not reach our logs, records or
+            // DSNs (postfix's smtp client masks them the same way).
+            rep.lines.push_back(printable(text.substr(0, keep)));
+            if (keep < text.size()) rep.truncated = true;
+            if (rep.lines.size() == 1) rep.enhanced = split_enhanced(rep.lines[0]).first;
+        } else {
+            rep.truncated = true;
         }
+        if (t.size() == 3 || t[3] == ' ') co_return rep;
     }
 }
 

@@ -161,13 +161,13 @@ asio::awaitable<void> Deliverer::attempt(const Settings& st, const sm::msg::Deli
     r.peer_dsn = false;
 
     const std::string domain = rcpt_domain(d);
-    Failure last{451, "4.4.3", "no next hop for domain " + domain};
+    std::optional<Failure> last;  // what the recipients get if no host takes them
     auto ex = co_await asio::this_coro::executor;
     for (const auto& nh : d.nexthops) {
         Targets t = co_await dns_.targets(nh, domain);
         if (t.list.empty()) {
             spdlog::info("{}: {}", d.ta_id, t.err.text);
-            last = t.err;
+            keep_failure(last, std::move(t.err));
             continue;
         }
         // A next hop with credentials gets them only over TLS: it needs
@@ -183,7 +183,7 @@ asio::awaitable<void> Deliverer::attempt(const Settings& st, const sm::msg::Deli
             }
             if (err) {
                 spdlog::info("{}: {}", d.ta_id, err->text);
-                last = *err;
+                keep_failure(last, std::move(*err));
                 continue;
             }
             r.relay = s->relay();
@@ -193,7 +193,8 @@ asio::awaitable<void> Deliverer::attempt(const Settings& st, const sm::msg::Deli
             co_return;
         }
     }
-    for (auto& x : r.rcpts) x = {x.idx, last.code, last.enhanced, last.text};
+    const Failure f = last.value_or(Failure{451, "4.4.3", "no next hop for domain " + domain});
+    for (auto& x : r.rcpts) x = {x.idx, f.code, f.enhanced, f.text};
 }
 
 } // namespace smtpc

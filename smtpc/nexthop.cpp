@@ -3,6 +3,7 @@
 #include "await.hpp"
 #include "config.hpp"
 #include "domain.hpp"
+#include "panic.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -33,14 +34,16 @@ std::optional<asio::ip::address> ip_literal(std::string host) {
     return a;
 }
 
-Failure dns_failure(const std::string& name, const char* type, int status) {
+// nxdomain: the enhanced code of NXDOMAIN (see Resolver::Role).
+Failure dns_failure(const std::string& name, const char* type, int status,
+                    const char* nxdomain = "5.1.2") {
     Failure f;
     const std::string where = "name service error for name=" + name + " type=" + type + ": ";
     if (status == ARES_ENOTFOUND || status == ARES_ENODATA) {
-        // NXDOMAIN: the domain does not exist (bad destination system
-        // address); NODATA: it exists but has no address (unable to route).
+        // NXDOMAIN: the name does not exist; NODATA: it exists but has no
+        // record of the type (unable to route).
         f.code = 550;
-        f.enhanced = status == ARES_ENOTFOUND ? "5.1.2" : "5.4.4";
+        f.enhanced = status == ARES_ENOTFOUND ? nxdomain : "5.4.4";
         f.text = "Host or domain name not found. " + where + "Host not found";
     } else {
         f.text = "Temporary failure: " + where + ares_strerror(status);
@@ -90,6 +93,11 @@ std::vector<asio::ip::address> interface_addresses() {
 }
 
 } // namespace
+
+void keep_failure(std::optional<Failure>& kept, Failure f) {
+    if (kept && kept->temporary() && !f.temporary()) return;
+    kept = std::move(f);
+}
 
 std::string Target::relay() const {
     return host + "[" + ep.address().to_string() + "]:" + std::to_string(ep.port());
@@ -323,11 +331,12 @@ asio::awaitable<Resolver::Answer> Resolver::lookup(Kind kind, const std::string&
     co_return p->answer;
 }
 
-asio::awaitable<Targets> Resolver::addresses(const std::string& host, std::uint16_t port) {
+asio::awaitable<Targets> Resolver::addresses(const std::string& host, std::uint16_t port,
+                                             Role role) {
     Targets t;
     Answer a = co_await lookup(Kind::addr, host);
     if (a.status != ARES_SUCCESS) {
-        t.err = dns_failure(host, "A", a.status);
+        t.err = dns_failure(host, "A", a.status, role == Role::domain ? "5.1.2" : "5.4.4");
         co_return t;
     }
     for (const auto& addr : a.addrs) t.list.push_back({host, {addr, port}});
@@ -371,7 +380,7 @@ asio::awaitable<Targets> Resolver::targets(const std::string& nexthop,
         co_return t;
     }
     if (hp.literal) {
-        t = co_await addresses(hp.host, hp.port);
+        t = co_await addresses(hp.host, hp.port, Role::host);
         co_return t;
     }
     t = co_await mx_targets(sm::lower(hp.host), hp.port);
@@ -385,7 +394,7 @@ asio::awaitable<Targets> Resolver::mx_targets(const std::string& domain, std::ui
     if (mx.status == ARES_ENODATA || mx.status == ARES_ENOTFOUND) {
         // No MX: the host itself (RFC 5321 5.1). NXDOMAIN still gets an
         // address lookup, which also consults the hosts file.
-        t = co_await addresses(domain, port);
+        t = co_await addresses(domain, port, Role::domain);
         if (!t.list.empty() && is_self(domain, t.list)) t = {{}, loop};
         co_return t;
     }
@@ -407,23 +416,24 @@ asio::awaitable<Targets> Resolver::mx_targets(const std::string& domain, std::ui
         first = last;
     }
     // As postfix: when we are one of the MX hosts, only the ones preferred
-    // to us are tried; none left means the mail would come back to us.
+    // to us are tried.
     std::vector<unsigned> prefs;  // of each entry of t.list
-    bool self = false;
+    std::optional<unsigned> self_pref;
+    std::optional<Failure> err;   // of the hosts without an address
     for (const auto& [pref, host] : mx.mx) {
         if (t.list.size() >= max_targets && pref > prefs.back()) break;  // full, worse MX
         Targets h;
-        if (host != hostname_) h = co_await addresses(host, port);
+        if (host != hostname_) h = co_await addresses(host, port, Role::host);
         if (is_self(host, h.list)) {
             while (!prefs.empty() && prefs.back() >= pref) {
                 prefs.pop_back();
                 t.list.pop_back();
             }
-            self = true;
+            self_pref = pref;
             break;
         }
         if (h.list.empty()) {
-            t.err = h.err;
+            keep_failure(err, std::move(h.err));
             continue;
         }
         for (auto& x : h.list) {
@@ -432,8 +442,19 @@ asio::awaitable<Targets> Resolver::mx_targets(const std::string& domain, std::ui
             prefs.push_back(pref);
         }
     }
-    if (t.list.empty() && self) t.err = loop;
-    // Some MX host had addresses: earlier failures do not matter.
+    // Some MX host had addresses: the failures of the others do not matter.
+    if (!t.list.empty()) co_return t;
+    if (self_pref && *self_pref == mx.mx.front().first) {
+        t.err = loop;  // we are the best MX: nobody else would take it
+    } else if (self_pref) {
+        // A backup MX whose better hosts all failed: the mail waits for
+        // them; it does not loop.
+        t.err = {451, "4.4.4", "unable to find primary relay for " + domain};
+    } else {
+        // Every MX host failed (an MX list is never empty).
+        if (!err) sm::panic("smtpc: no address and no failure for MX of " + domain);
+        t.err = std::move(*err);
+    }
     co_return t;
 }
 

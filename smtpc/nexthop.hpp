@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -33,7 +34,16 @@ struct Failure {
     unsigned code = 451;
     std::string enhanced = "4.4.3";
     std::string text;
+    bool temporary() const { return code / 100 == 4; }
 };
+
+// Of the failures met while trying the hosts and next hops of one delivery,
+// keeps the one that decides it: a temporary failure outranks every
+// permanent one, earlier or later (postfix: "a soft error dominates past and
+// future hard errors"), so that one host's definite answer never bounces
+// mail that another host, now out of reach, may still take; otherwise the
+// latest. kept is empty until the first failure.
+void keep_failure(std::optional<Failure>& kept, Failure f);
 
 struct Targets {
     std::vector<Target> list;  // empty: err says why
@@ -85,7 +95,12 @@ private:
     };
     struct Watch;
 
-    asio::awaitable<Targets> addresses(const std::string& host, std::uint16_t port);
+    // What a name looked up is: the domain mail goes to (the recipient
+    // domain, or a route's host:port, when it has no MX), or a host named as
+    // one (an MX host, a route's [host]). Its NXDOMAIN is 5.1.2 (bad
+    // destination system) or 5.4.4 (unable to route) respectively.
+    enum class Role { domain, host };
+    asio::awaitable<Targets> addresses(const std::string& host, std::uint16_t port, Role role);
     asio::awaitable<Targets> mx_targets(const std::string& domain, std::uint16_t port);
     bool is_self(const std::string& host, const std::vector<Target>& addrs) const;
     void finish(Query& q, Answer a, std::uint32_t ttl);

@@ -15,6 +15,9 @@ modes:
   drip         answer each RCPT with endless "250-" lines, one a second
   rcpt-354     answer RCPT with 354
   slow         answer every command after --delay seconds
+  long-250     answer the end of data with a 250 of --lines lines
+  long-ehlo    answer EHLO with --lines lines
+  long-rcpt    answer each RCPT with a 250 of --lines lines
 """
 import argparse
 import asyncio
@@ -22,6 +25,12 @@ import json
 import os
 import re
 import sys
+
+
+def long_reply(code, lines, last):
+    """A reply of `lines` lines: numbered continuation lines, then `last`."""
+    return b"".join(b"%d-line %d of a long reply\r\n" % (code, i) for i in range(lines - 1)) + \
+        b"%d %s\r\n" % (code, last)
 
 
 class Server:
@@ -56,7 +65,10 @@ class Server:
                 if not line:
                     return
                 verb = line[:4].upper()
-                if verb == b"EHLO":
+                if verb == b"EHLO" and mode == "long-ehlo":
+                    await send(b"250-hostile.test\r\n250-PIPELINING\r\n250-8BITMIME\r\n" +
+                               long_reply(250, self.args.lines - 3, b"SIZE 104857600"))
+                elif verb == b"EHLO":
                     await send(b"250-hostile.test\r\n250-PIPELINING\r\n250-8BITMIME\r\n"
                                b"250 SIZE 104857600\r\n")
                 elif verb == b"HELO":
@@ -79,6 +91,9 @@ class Server:
                         return
                     elif mode == "rcpt-354":
                         await send(b"354 go ahead\r\n")
+                    elif mode == "long-rcpt":
+                        rcpts.append(addr)
+                        await send(long_reply(250, self.args.lines, b"2.1.5 Ok"))
                     else:
                         rcpts.append(addr)
                         await send(b"250 2.1.5 Ok\r\n")
@@ -101,6 +116,8 @@ class Server:
                     self.save(sender, rcpts, data)
                     if mode == "extra-line":
                         await send(b"250 2.0.0 Ok: queued\r\n250 2.0.0 and one more for you\r\n")
+                    elif mode == "long-250":
+                        await send(long_reply(250, self.args.lines, b"2.0.0 Ok: queued"))
                     else:
                         await send(b"250 2.0.0 Ok: queued\r\n")
                 elif verb == b"RSET":
@@ -122,6 +139,7 @@ async def main():
     p.add_argument("--mode", required=True)
     p.add_argument("--bad", type=int, default=1, help="connections that misbehave")
     p.add_argument("--delay", type=float, default=0)
+    p.add_argument("--lines", type=int, default=101, help="lines of a long-* reply")
     args = p.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     srv = Server(args)

@@ -2,6 +2,7 @@
 never make smx lose a message, log it as sent when it was not, loop on it or
 restart a process. The first connection misbehaves, later ones behave: the
 mail must arrive on a later one."""
+import json
 import re
 import time
 
@@ -107,3 +108,28 @@ def test_a_delivery_never_outlives_delivery_timeout(hostile, make_relay):
     wait_until(lambda: "delivery timed out after 5 s" in relay.log_text(), 20,
                "the delivery deadline")
     check_no_loss(relay, server, 1, smtpc)
+
+
+# Issue 25: a reply is read to its last line, however many it has. A long 250
+# to the end of data is a delivery (past 100 lines it was once taken for a lost
+# connection, and each recipient delivered three times); long replies to EHLO
+# and RCPT are read through as well. Every connection answers long.
+@pytest.mark.parametrize("mode", ["long-250", "long-ehlo", "long-rcpt"])
+@pytest.mark.parametrize("lines", [101, 10000])
+def test_long_replies_are_read_to_the_end_and_deliver_once(hostile, make_relay, mode, lines):
+    server = hostile("--mode", mode, "--lines", str(lines), "--bad", "1000")
+    relay = make_relay(server.port)
+    smtpc = relay.child_pids("smx-smtpc")
+    rcpts = ["r%02d@example.net" % i for i in range(12)]
+    send(relay.port, "a@client.test", rcpts, b"Subject: long\r\n\r\nbody\r\n")
+    wait_until(lambda: len(sent_lines(relay)) >= len(rcpts), 30, "every recipient sent")
+    # A message taken for undelivered would come again with the next retry
+    # (retry_min is 1 s).
+    time.sleep(3)
+    msgs = server.messages()
+    assert [sorted(m["rcpts"]) for m in msgs] == [rcpts]
+    assert len(sent_lines(relay)) == len(rcpts)
+    assert json.loads(relay.smx("queue", "--json").stdout)["total"] == 0
+    assert relay.child_pids("smx-smtpc") == smtpc
+    log = relay.log_text()
+    assert "lost connection" not in log and "protocol error" not in log and "panic" not in log

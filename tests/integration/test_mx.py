@@ -10,12 +10,12 @@ import signal
 import socket
 import struct
 import subprocess
-import threading
 import time
 
 import pytest
 
 from conftest import SinkDidNotStart, free_port, send, wait_until
+from dns_server import DnsServer
 
 DNSMASQ = shutil.which("dnsmasq") or "/usr/sbin/dnsmasq"
 TTL = 3  # seconds, of every local record (--local-ttl)
@@ -41,35 +41,6 @@ def a_record(reply):
     return socket.inet_ntoa(reply[-4:])
 
 
-class ServfailUpstream:
-    """The server dnsmasq forwards servfail.test to: answers SERVFAIL to all,
-    which dnsmasq passes on (as a broken authoritative server would make it)."""
-
-    def __init__(self):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.stopping = False
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
-
-    def serve(self):
-        while not self.stopping:
-            try:
-                q, peer = self.sock.recvfrom(4096)
-            except socket.timeout:
-                continue
-            if len(q) >= 12:
-                # Same id and question, QR+RD+RA, RCODE 2, no records.
-                self.sock.sendto(q[:2] + bytes([0x81, 0x82]) + q[4:6] + b"\0" * 6 + q[12:], peer)
-
-    def stop(self):
-        self.stopping = True
-        self.thread.join(5)
-        self.sock.close()
-
-
 class Dns:
     def __init__(self, tmp):
         if not os.path.exists(DNSMASQ):
@@ -78,7 +49,9 @@ class Dns:
         self.log = os.path.join(tmp, "dnsmasq.log")
         with open(self.hosts, "w") as f:
             f.write("127.0.0.2 mx.ttl.test\n")
-        self.servfail = ServfailUpstream()
+        # What dnsmasq forwards servfail.test to: SERVFAIL, which dnsmasq
+        # passes on (as a broken authoritative server would make it).
+        self.servfail = DnsServer({"servfail.test": "SERVFAIL"})
         # Never answers: dnsmasq forwards timeout.test here and waits.
         self.silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.silent.bind(("127.0.0.1", 0))

@@ -36,6 +36,29 @@ void with_input(const std::string& input, F reader_fn) {
     io.run_for(std::chrono::seconds(10));
     CHECK(done);
 }
+
+// with_input for input larger than the socket buffers: a coroutine writes it
+// while the reader reads. With `forever` it writes it again and again until
+// the reader is done (a peer that never stops sending).
+template <class F>
+void with_writer(const std::string& input, bool forever, F reader_fn) {
+    Loopback lo;
+    bool done = false;
+    asio::co_spawn(lo.io, [&]() -> asio::awaitable<void> {
+        do {
+            auto [ec, n] = co_await asio::async_write(lo.client, asio::buffer(input),
+                                                      asio::as_tuple(asio::use_awaitable));
+            if (ec) co_return;  // the reader closed its end
+        } while (forever && !done);
+    }, sm::crash_on_exception("test writer"));
+    asio::co_spawn(lo.io, [&]() -> asio::awaitable<void> {
+        co_await reader_fn(lo.server);
+        done = true;
+        lo.server.close();  // ends a write still waiting for room
+    }, sm::crash_on_exception("test coroutine"));
+    lo.io.run_for(std::chrono::seconds(10));
+    CHECK(done);
+}
 } // namespace
 
 TEST_CASE("line reader splits CRLF lines and flags bare LF") {
@@ -266,10 +289,11 @@ TEST_CASE("a huge reply keeps only a capped text and the stream stays in step") 
     const std::string long_text(4000, 'x');
     for (int i = 0; i < 99; ++i) in += "550-5.1.1 " + long_text + "\r\n";
     in += "550 5.1.1 last\r\n250 2.0.0 next\r\n";
-    with_input(in, [](tcp::socket& s) -> asio::awaitable<void> {
+    with_writer(in, false, [](tcp::socket& s) -> asio::awaitable<void> {
         smtp::LineReader r(s);
         auto a = co_await smtp::read_reply(r, 5s);
         CHECK(a.code == 550);
+        CHECK(a.enhanced == "5.1.1");
         CHECK(a.truncated);
         std::size_t kept = 0;
         for (const auto& l : a.lines) {
@@ -277,21 +301,74 @@ TEST_CASE("a huge reply keeps only a capped text and the stream stays in step") 
             kept += l.size();
         }
         CHECK(kept <= smtp::reply_text_keep);
-        CHECK(a.lines.size() == 100);
+        CHECK(a.lines.size() <= smtp::reply_lines_keep);
         auto b = co_await smtp::read_reply(r, 5s);
         CHECK(b.code == 250);
         CHECK(b.text() == "next");
     });
 }
 
-TEST_CASE("more continuation lines than reply_max_lines make a broken reply") {
+namespace {
+// A 250 reply of n lines ("250-2.0.0 line i", the last "250 2.0.0 last"),
+// then "221 next".
+std::string long_250(std::size_t n) {
     std::string in;
-    for (std::size_t i = 0; i < smtp::reply_max_lines + 5; ++i) in += "250-more\r\n";
-    with_input(in + "250 end\r\n", [](tcp::socket& s) -> asio::awaitable<void> {
+    for (std::size_t i = 0; i + 1 < n; ++i) in += "250-2.0.0 line " + std::to_string(i) + "\r\n";
+    return in + "250 2.0.0 last\r\n221 next\r\n";
+}
+} // namespace
+
+// A next hop may answer the end of data with any number of lines: that is a
+// delivery, not a broken connection (after which the message would be sent
+// again).
+TEST_CASE("a reply of 101 or 10,000 lines is read to its last line, its first lines kept") {
+    for (const std::size_t n : {smtp::reply_lines_keep, smtp::reply_lines_keep + 1,
+                                std::size_t{10000}}) {
+        INFO(n << " lines");
+        with_writer(long_250(n), false, [n](tcp::socket& s) -> asio::awaitable<void> {
+            smtp::LineReader r(s);
+            auto a = co_await smtp::read_reply(r, 5s);
+            CHECK(a.status == smtp::ReadStatus::ok);
+            CHECK(a.code == 250);
+            CHECK(a.enhanced == "2.0.0");
+            REQUIRE(a.lines.size() == std::min(n, smtp::reply_lines_keep));
+            CHECK(a.lines[0] == "2.0.0 line 0");
+            CHECK(a.truncated == (n > smtp::reply_lines_keep));
+            std::size_t kept = 0;
+            for (const auto& l : a.lines) kept += l.size();
+            CHECK(kept <= smtp::reply_text_keep);
+            auto b = co_await smtp::read_reply(r, 5s);  // in step
+            CHECK(b.code == 221);
+            CHECK(b.text() == "next");
+        });
+    }
+}
+
+TEST_CASE("a bad or mixed-code line after the kept lines still breaks the reply") {
+    std::string lines;
+    for (int i = 0; i < 150; ++i) lines += "250-more\r\n";
+    for (const char* bad : {"251-other code\r\n", "25x what\r\n", "hello\r\n"}) {
+        INFO(bad);
+        with_input(lines + bad + "250 end\r\n", [](tcp::socket& s) -> asio::awaitable<void> {
+            smtp::LineReader r(s);
+            auto a = co_await smtp::read_reply(r, 5s);
+            CHECK(a.code == 0);
+            CHECK(a.status == smtp::ReadStatus::error);
+        });
+    }
+}
+
+TEST_CASE("a reply that never ends, sent as fast as the peer can, ends at its deadline") {
+    std::string flood;
+    while (flood.size() < 65536) flood += "250-more and more\r\n";
+    with_writer(flood, true, [](tcp::socket& s) -> asio::awaitable<void> {
         smtp::LineReader r(s);
-        auto a = co_await smtp::read_reply(r, 5s);
+        const auto t0 = std::chrono::steady_clock::now();
+        auto a = co_await smtp::read_reply(r, 300ms);
         CHECK(a.code == 0);
-        CHECK(a.status == smtp::ReadStatus::error);
+        CHECK(a.status == smtp::ReadStatus::timeout);
+        CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+        CHECK(r.held() <= 2 * 16384);  // one read's buffer, not the reply
     });
 }
 

@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -477,13 +478,29 @@ namespace {
 //   mx.test    MX 20 b.mx.test, MX 10 a.mx.test (a has no listener)
 //   a.mx.test  A 127.0.0.2      b.mx.test  A 127.0.0.1
 //   nomx.test  no MX; A 127.0.0.1
-//   null.test  MX 0 "."         anything else: NXDOMAIN
+//   null.test  MX 0 "."
+// and what a test adds (mx, a, servfail). A name in `servfail` gets SERVFAIL
+// for every type, one without records NXDOMAIN, one without records of the
+// type asked NODATA.
 class FakeDns {
 public:
     explicit FakeDns(asio::io_context& io) : sock_(io, {asio::ip::make_address("127.0.0.1"), 0}) {
+        mx("mx.test", {{20, "b.mx.test"}, {10, "a.mx.test"}});
+        a("a.mx.test", "127.0.0.2");
+        a("b.mx.test", "127.0.0.1");
+        a("nomx.test", "127.0.0.1");
+        zone_["null.test"][15] = {rr(15, u16(0) + std::string(1, '\0'))};
         asio::co_spawn(io, serve(), sm::crash_on_exception("fake DNS"));
     }
     std::string server() const { return "127.0.0.1:" + std::to_string(sock_.local_endpoint().port()); }
+    void mx(const std::string& name, const std::vector<std::pair<unsigned, std::string>>& hosts) {
+        for (const auto& [pref, host] : hosts) zone_[name][15].push_back(rr(15, u16(pref) + encode_name(host)));
+    }
+    void a(const std::string& name, const std::string& ip) {
+        const auto b = asio::ip::make_address_v4(ip).to_bytes();
+        zone_[name][1].push_back(rr(1, std::string(b.begin(), b.end())));
+    }
+    std::set<std::string> servfail;
     int queries = 0;
 
 private:
@@ -526,18 +543,12 @@ private:
             const std::string question(buf + 12, off + 5 - 12);
             std::vector<std::string> answers;
             unsigned rcode = 0;
-            if (type == 15 && name == "mx.test") {
-                answers = {rr(15, u16(20) + encode_name("b.mx.test")),
-                           rr(15, u16(10) + encode_name("a.mx.test"))};
-            } else if (type == 15 && name == "null.test") {
-                answers = {rr(15, u16(0) + std::string(1, '\0'))};
-            } else if (type == 1 && name == "a.mx.test") {
-                answers = {rr(1, std::string("\x7F\0\0\x02", 4))};
-            } else if (type == 1 && (name == "b.mx.test" || name == "nomx.test")) {
-                answers = {rr(1, std::string("\x7F\0\0\x01", 4))};
-            } else if (name != "mx.test" && name != "nomx.test" && name != "null.test" &&
-                       name != "a.mx.test" && name != "b.mx.test") {
+            if (servfail.contains(name)) {
+                rcode = 2;
+            } else if (auto it = zone_.find(name); it == zone_.end()) {
                 rcode = 3;
+            } else if (auto rrs = it->second.find(type); rrs != it->second.end()) {
+                answers = rrs->second;
             }
             std::string resp(buf, 2);
             resp += u16(0x8580 | rcode) + u16(1) + u16(answers.size()) + u16(0) + u16(0);
@@ -548,6 +559,7 @@ private:
     }
 
     asio::ip::udp::socket sock_;
+    std::map<std::string, std::map<unsigned, std::vector<std::string>>> zone_;  // name, type
 };
 
 } // namespace
@@ -602,6 +614,94 @@ TEST_CASE("an unreachable name server is a 4xx DNS failure") {
     auto r = h.deliver(h.message(simple, {"u@example.test"}, "mx"));
     CHECK(r.rcpts[0].code == 451);
     CHECK(r.rcpts[0].enhanced == "4.4.3");
+}
+
+// The names of the DNS precedence tests: sf.host.test fails (SERVFAIL),
+// nx.host.test and nx2.host.test do not exist, me.test is our hostname,
+// self.host.test has our listen address.
+struct PrecedenceDns {
+    explicit PrecedenceDns(Harness& h) : dns(h.io) {
+        h.cfg.server.hostname = "me.test";
+        h.cfg.server.listen = {{"127.0.0.1", 25, true}};
+        REQUIRE(h.dns.configure(h.cfg));
+        REQUIRE(h.dns.set_servers(dns.server()));
+        dns.servfail = {"sf.host.test", "sfmx.test"};
+        dns.a("self.host.test", "127.0.0.1");
+        dns.a("other.host.test", "127.0.0.3");
+        dns.mx("sfnx.test", {{10, "sf.host.test"}, {20, "nx.host.test"}});
+        dns.mx("nxsf.test", {{10, "nx.host.test"}, {20, "sf.host.test"}});
+        dns.mx("nxnx.test", {{10, "nx.host.test"}, {20, "nx2.host.test"}});
+        dns.mx("backup-sf.test", {{10, "sf.host.test"}, {20, "me.test"}});
+        dns.mx("backup-nx.test", {{10, "nx.host.test"}, {20, "self.host.test"}});
+        dns.mx("best.test", {{10, "self.host.test"}, {20, "other.host.test"}});
+        dns.mx("equal-best.test", {{10, "nx.host.test"}, {10, "me.test"}});
+    }
+    FakeDns dns;
+};
+
+TEST_CASE("a temporary DNS failure of one MX host outranks a permanent one of another") {
+    Harness h;
+    PrecedenceDns z(h);
+    for (const char* domain : {"sfnx.test", "nxsf.test"}) {
+        INFO(domain);
+        auto t = h.run(h.dns.targets("mx", domain));
+        CHECK(t.list.empty());
+        CHECK(t.err.code == 451);
+        CHECK(t.err.enhanced == "4.4.3");
+        CHECK(t.err.text.find("name=sf.host.test type=A") != std::string::npos);
+    }
+    // Only definite answers: bounced, and an MX host that does not exist is
+    // unable to route (5.4.4), not a bad domain.
+    auto t = h.run(h.dns.targets("mx", "nxnx.test"));
+    CHECK(t.err.code == 550);
+    CHECK(t.err.enhanced == "5.4.4");
+    t = h.run(h.dns.targets("mx", "sfmx.test"));
+    CHECK(t.err.code == 451);
+    CHECK(t.err.text.find("type=MX") != std::string::npos);
+}
+
+TEST_CASE("a backup MX whose better hosts fail defers 4.4.4; the best MX loops 5.4.6") {
+    Harness h;
+    PrecedenceDns z(h);
+    // We are MX 20 by name, and by address.
+    for (const char* domain : {"backup-sf.test", "backup-nx.test"}) {
+        INFO(domain);
+        auto t = h.run(h.dns.targets("mx", domain));
+        CHECK(t.list.empty());
+        CHECK(t.err.code == 451);
+        CHECK(t.err.enhanced == "4.4.4");
+        CHECK(t.err.text == std::string("unable to find primary relay for ") + domain);
+    }
+    for (const char* domain : {"best.test", "equal-best.test"}) {
+        INFO(domain);
+        auto t = h.run(h.dns.targets("mx", domain));
+        CHECK(t.list.empty());
+        CHECK(t.err.code == 554);
+        CHECK(t.err.enhanced == "5.4.6");
+        CHECK(t.err.text == std::string("mail for ") + domain + " loops back to myself");
+    }
+}
+
+TEST_CASE("a temporary failure of one next hop is not replaced by a later permanent one") {
+    Harness h;
+    PrecedenceDns z(h);
+    for (const auto& hops : {std::vector<std::string>{"[sf.host.test]:25", "[nx.host.test]:25"},
+                             std::vector<std::string>{"[nx.host.test]:25", "[sf.host.test]:25"}}) {
+        INFO(hops[0]);
+        auto d = h.message(simple, {"a@x.test", "b@x.test"}, "");
+        d.nexthops = hops;
+        auto r = h.deliver(d);
+        REQUIRE(r.rcpts.size() == 2);
+        for (const auto& x : r.rcpts) {
+            CHECK(x.code == 451);
+            CHECK(x.enhanced == "4.4.3");
+            CHECK(x.text.find("name=sf.host.test") != std::string::npos);
+        }
+    }
+    auto d = h.message(simple, {"a@x.test"}, "[nx.host.test]:25");
+    auto r = h.deliver(d);
+    CHECK(r.rcpts[0].code == 550);
+    CHECK(r.rcpts[0].enhanced == "5.4.4");
 }
 
 // Hidden (run with "[.perf]"): client and sink share one thread, so this
