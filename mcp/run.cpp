@@ -48,6 +48,13 @@ int run(const Args& args) {
     auto cfg = load_checked(args.config_path, std::cerr);
     if (!cfg) return exit_config;
     std::string err;
+    // Read as whoever started smx run (root: a root-only key is fine), before
+    // any child gives up that account.
+    auto secrets = read_secrets(*cfg, err);
+    if (!secrets) {
+        std::cerr << "smx: config error: " << err << '\n';
+        return exit_config;
+    }
     auto accounts = lookup_accounts(*cfg, err);
     if (!err.empty()) {
         std::cerr << "smx: config error: " << err << '\n';
@@ -118,6 +125,7 @@ int run(const Args& args) {
     if (layout.processes > 1 && (plan.session_counts = sm::SessionCounts::create(err)) < 0)
         return fatal(err);
     plan.accounts = std::move(accounts);
+    plan.secrets = std::move(*secrets);
     plan.config = *cfg;
     const int status = Supervisor(std::move(plan)).run();
     spdlog::default_logger()->flush();

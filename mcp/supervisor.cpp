@@ -79,6 +79,8 @@ Supervisor::Supervisor(Plan plan) : plan_(std::move(plan)) {
         c.path = plan_.smtps_path;
         c.smtps_index = i;
     }
+    smtpc_.secrets = &plan_.secrets.smtpc;
+    for (Child& c : smtps_) c.secrets = &plan_.secrets.smtps;
     if (plan_.accounts) {
         qmgr_.run_as = &plan_.accounts->qmgr;
         smtpc_.run_as = &plan_.accounts->smtpc;
@@ -139,8 +141,16 @@ void Supervisor::check_ready() {
 }
 
 bool Supervisor::start(Child& c, std::string& why) {
-    Launch l{c.path, {c.program}, {}, c.run_as, 1, {}, -1};
+    Launch l{c.path, {c.program}, {}, c.run_as, 1, {}, -1, -1};
     if (!plan_.config_path.empty()) l.argv.insert(l.argv.end(), {"-c", plan_.config_path});
+    std::string err;
+    if (c.secrets) {
+        if (!c.link.open(err) || !c.link.send(*c.secrets, err)) {
+            why = "cannot be started: " + err;
+            return false;
+        }
+        l.mcp_link = c.link.child_end();
+    }
     if (c.smtps_index) {
         // Loop by loop, so each process's loops are one run of the fds.
         const std::size_t n = plan_.listen_fds.size() / plan_.smtps_processes;
@@ -150,8 +160,8 @@ bool Supervisor::start(Child& c, std::string& why) {
         l.smtps_process = std::to_string(*c.smtps_index) + "/" + std::to_string(plan_.smtps_processes);
         l.session_counts = plan_.session_counts;
     }
-    std::string err;
     const pid_t pid = spawn(l, err);
+    c.link.child_started();
     if (pid < 0) {
         why = "cannot be started: " + err;
         return false;
@@ -241,11 +251,21 @@ void Supervisor::handle_crashes() {
 
 void Supervisor::reload() {
     reload_requested_ = false;
-    const ReloadOutcome o = check_reload(plan_.config_path, plan_.config);
+    ReloadOutcome o = check_reload(plan_.config_path, plan_.config);
     if (o.ok) {
-        // A child not running now reads the new file when it starts.
-        for (Child* c : all_)
-            if (c->pid != 0 && !c->stopping) ::kill(c->pid, SIGHUP);
+        // A child not running now reads the new file, and gets the new
+        // secrets, when it starts.
+        plan_.secrets = std::move(*o.secrets);
+        for (Child* c : all_) {
+            if (c->pid == 0 || c->stopping) continue;
+            // The secrets first, so that the child finds them on SIGHUP.
+            std::string err;
+            if (c->secrets && !c->link.send(*c->secrets, err)) {
+                spdlog::error("reload: {}: {}; not told to reload", c->name, err);
+                continue;
+            }
+            ::kill(c->pid, SIGHUP);
+        }
         spdlog::info("reload: {}", o.text);
     } else {
         spdlog::error("reload: {}", o.text);

@@ -1,9 +1,10 @@
 // The MCP's supervision loop: starts smx-qmgr, then smx-smtpc and
 // smx-smtps (server.processes of them, each with its share of the
-// listening sockets); restarts a child that dies (backoff 1 s doubling to 30 s,
-// reset after 60 s of running; a QMGR restart restarts the others); on
-// SIGTERM/SIGINT stops SMTPS first, then SMTPC and QMGR; on SIGHUP reloads
-// the config (reload.hpp). Tells a service manager when SMTPS first answers
+// listening sockets, and each worker with its secrets over a ChildLink);
+// restarts a child that dies (backoff 1 s doubling to 30 s, reset after 60 s
+// of running; a QMGR restart restarts the others); on SIGTERM/SIGINT stops
+// SMTPS first, then SMTPC and QMGR; on SIGHUP reloads the config and the
+// secrets (reload.hpp). Tells a service manager when SMTPS first answers
 // (READY=1) and when it stops (STOPPING=1).
 //
 // Single-threaded and synchronous: SIGCHLD, SIGTERM, SIGINT and SIGHUP stay blocked
@@ -11,6 +12,8 @@
 // in order, with no handler races.
 #pragma once
 
+#include "child_link.hpp"
+#include "secret_files.hpp"
 #include "spawn.hpp"
 
 #include "config.hpp"
@@ -38,6 +41,7 @@ struct Plan {
     unsigned smtps_processes = 1; // the loops' sockets split evenly among them, in order
     int session_counts = -1;      // several: their sm::SessionCounts memfd
     std::optional<Accounts> accounts;  // set when started as root
+    ChildSecrets secrets;        // as read at start, then at each reload that passed
     sm::Config config;           // as loaded at start: a reload compares with it
 };
 
@@ -56,6 +60,8 @@ private:
         std::string path;
         std::optional<unsigned> smtps_index;  // an smx-smtps: its share of the listeners
         const RunAs* run_as = nullptr;  // its account when started as root
+        const sm::Secrets* secrets = nullptr;  // in plan_: an smx-smtps's or smx-smtpc's
+        ChildLink link;                        // of its latest start, when it takes secrets
         pid_t pid = 0;
         Clock::time_point started{};
         std::chrono::seconds backoff{1};

@@ -1,7 +1,8 @@
 // smx-smtpc: the outbound SMTP client process. Connects to QMGR as role
 // "smtpc", delivers what it is told to, and answers with per-recipient
 // results. Exits 75 when QMGR goes away (the MCP restarts it), 2 on a bad
-// configuration.
+// configuration. The CA bundle and the SASL passwords come from the MCP as
+// bytes (SMX_MCP_FD, libsm/mcp_link.hpp), never from their files.
 #include "agent.hpp"
 #include "await.hpp"
 #include "connection_cache.hpp"
@@ -15,6 +16,7 @@
 #include "config_reload.hpp"
 #include "limits.hpp"
 #include "log.hpp"
+#include "mcp_link.hpp"
 #include "panic.hpp"
 #include "tls.hpp"
 
@@ -65,15 +67,16 @@ int main(int argc, char** argv) {
             return usage();
         }
     }
+    sm::McpLink mcp;
     sm::Config cfg;
     std::unique_ptr<asio::ssl::context> tls;  // one for every connection
     sm::CredentialMap creds;
     try {
+        mcp = sm::McpLink::from_env();
         cfg = sm::load_config(cfg_path);
-        tls = sm::tls::client_context(cfg.client);
-        if (!cfg.client.sasl_password_file.empty())
-            creds = sm::load_credentials("client.sasl_password_file",
-                                         cfg.client.sasl_password_file);
+        const sm::Secrets& secrets = mcp.take_secrets();
+        tls = sm::tls::client_context(cfg.client, secrets);
+        creds = sm::credentials(cfg.client, secrets);
     } catch (const std::exception& e) {
         std::cerr << "smx-smtpc: bad config: " << e.what() << "\n";
         return exit_config;
@@ -99,15 +102,13 @@ int main(int argc, char** argv) {
         smtpc::TlsSessions resume(*tls, tls_session_hops);
         smtpc::Deliverer deliverer(cfg, dns, cache, tls.get(), &creds, &resume);
 
-        // A reload reads the credentials file again (a bad one refuses the
-        // reload) and starts a new session cache: sessions of the old
-        // context may have been verified against other settings.
+        // A reload takes the secrets the MCP passed just before (bad ones
+        // refuse the reload) and starts a new session cache: sessions of
+        // the old context may have been verified against other settings.
         sm::ConfigReloader reloader(io, cfg_path, cfg, [&](sm::Config next) {
-            auto creds = std::make_shared<sm::CredentialMap>();
-            if (!next.client.sasl_password_file.empty())
-                *creds = sm::load_credentials("client.sasl_password_file",
-                                              next.client.sasl_password_file);
-            std::shared_ptr<asio::ssl::context> ctx = sm::tls::client_context(next.client);
+            const sm::Secrets& secrets = mcp.take_secrets();
+            auto creds = std::make_shared<sm::CredentialMap>(sm::credentials(next.client, secrets));
+            std::shared_ptr<asio::ssl::context> ctx = sm::tls::client_context(next.client, secrets);
             auto sessions = std::make_shared<smtpc::TlsSessions>(*ctx, tls_session_hops);
             deliverer.reload(std::make_shared<const sm::Config>(std::move(next)), std::move(ctx),
                              std::move(creds), std::move(sessions));

@@ -5,8 +5,10 @@
 // sessions as coroutines; the connection limits and the reloadable settings
 // are shared (smtps::Shared). The sockets come from the MCP (SMX_LISTEN_FDS,
 // SMX_LISTEN_LOOPS; SMX_SMTPS_PROCESS when it is one of several), else it
-// binds server.listen itself. The first loop runs
-// on the main thread and also owns the signals, the reload and the shutdown.
+// binds server.listen itself. The certificate and key come from the MCP as
+// bytes (SMX_MCP_FD, libsm/mcp_link.hpp), never from their files. The first
+// loop runs on the main thread and also owns the signals, the reload and the
+// shutdown.
 #include "await.hpp"
 #include "cdb_writer.hpp"
 #include "channel.hpp"
@@ -17,6 +19,7 @@
 #include "limits.hpp"
 #include "listen.hpp"
 #include "log.hpp"
+#include "mcp_link.hpp"
 #include "panic.hpp"
 #include "qmgr_client.hpp"
 #include "server.hpp"
@@ -241,6 +244,13 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    sm::McpLink mcp;
+    try {
+        mcp = sm::McpLink::from_env();
+    } catch (const std::exception& e) {
+        std::cerr << "smx-smtps: " << e.what() << "\n";
+        return 2;
+    }
     sm::Config cfg;
     try {
         cfg = sm::load_config(cfg_path);
@@ -297,14 +307,14 @@ int main(int argc, char** argv) {
     // One TLS context for all sessions of all loops (its session cache and
     // ticket keys are then shared), built before anything listens.
     std::unique_ptr<asio::ssl::context> tls;
-    if (cfg.server.tls_security_level != sm::TlsLevel::none) {
-        try {
-            tls = sm::tls::server_context(cfg.server);
-        } catch (const std::exception& e) {
-            spdlog::critical("TLS: {}", e.what());
-            spdlog::shutdown();
-            return 2;
-        }
+    try {
+        const sm::Secrets& secrets = mcp.take_secrets();
+        if (cfg.server.tls_security_level != sm::TlsLevel::none)
+            tls = sm::tls::server_context(cfg.server, secrets);
+    } catch (const std::exception& e) {
+        spdlog::critical("TLS: {}", e.what());
+        spdlog::shutdown();
+        return 2;
     }
     Process p{cfg, cdb, std::make_shared<smtps::Shared>(cfg, tls.get()), std::move(loops)};
     p.shared->limit_process(own_max, place.counts.get(), place.index);
@@ -317,12 +327,13 @@ int main(int argc, char** argv) {
         p.stop(0);
     });
     // SIGHUP from the MCP: new sessions, on every loop, get the new config
-    // and certificate.
+    // and certificate (the MCP passed it just before).
     sm::ConfigReloader reloader(p.main_io(), cfg_path, cfg, [&](sm::Config next) {
+        const sm::Secrets& secrets = mcp.take_secrets();
         take_share(next.server, place, n_loops);
         std::shared_ptr<asio::ssl::context> ctx;
         if (next.server.tls_security_level != sm::TlsLevel::none)
-            ctx = sm::tls::server_context(next.server);
+            ctx = sm::tls::server_context(next.server, secrets);
         p.shared->reload(std::make_shared<const sm::Config>(std::move(next)), std::move(ctx));
     });
     for (unsigned i = 0; i < n_loops; ++i)
