@@ -72,10 +72,7 @@ int run(const Args& args) {
     // Few lines, each about a process coming or going: show them at once.
     spdlog::default_logger()->flush_on(spdlog::level::info);
     auto fatal = [&](const std::string& what) {
-        spdlog::error("{}", what);
-        if (!cfg->log.file.empty() || !cfg->log.syslog.empty())
-            std::cerr << "smx: " << what << '\n';
-        spdlog::default_logger()->flush();
+        report_stop(cfg->log, what);
         return exit_failed;
     };
 

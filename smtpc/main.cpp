@@ -2,7 +2,8 @@
 // "smtpc", delivers what it is told to, and answers with per-recipient
 // results. Exits 75 when QMGR goes away (the MCP restarts it), 2 on a bad
 // configuration. The CA bundle and the SASL passwords come from the MCP as
-// bytes (SMX_MCP_FD, libsm/mcp_link.hpp), never from their files.
+// bytes (SMX_MCP_FD, libsm/mcp_link.hpp), never from their files; over the
+// same link the process says when it serves, or why it cannot start.
 #include "agent.hpp"
 #include "await.hpp"
 #include "connection_cache.hpp"
@@ -35,7 +36,8 @@ constexpr int exit_config = 2;
 constexpr int exit_tempfail = 75;  // EX_TEMPFAIL
 
 // QMGR is started first but may still be opening its socket.
-asio::awaitable<std::shared_ptr<sm::Channel>> connect_with_retry(const std::string& path) {
+asio::awaitable<std::shared_ptr<sm::Channel>> connect_with_retry(const std::string& path,
+                                                                 const sm::McpLink& mcp) {
     const auto give_up = std::chrono::steady_clock::now() + 10s;
     asio::steady_timer pause(co_await asio::this_coro::executor);
     for (;;) {
@@ -44,6 +46,7 @@ asio::awaitable<std::shared_ptr<sm::Channel>> connect_with_retry(const std::stri
         if (ch) co_return ch;
         if (std::chrono::steady_clock::now() >= give_up) {
             spdlog::error("cannot connect to qmgr: {}", err);
+            mcp.cannot_start("cannot connect to qmgr: " + err);
             co_return nullptr;
         }
         pause.expires_after(200ms);
@@ -79,6 +82,7 @@ int main(int argc, char** argv) {
         creds = sm::credentials(cfg.client, secrets);
     } catch (const std::exception& e) {
         std::cerr << "smx-smtpc: bad config: " << e.what() << "\n";
+        mcp.cannot_start(std::string("bad config: ") + e.what());
         return exit_config;
     }
     sm::init_logging("smtpc", cfg.log);
@@ -92,7 +96,10 @@ int main(int argc, char** argv) {
         asio::io_context io(1);
         smtpc::Resolver dns(io.get_executor());
         if (!dns.configure(cfg)) {
-            spdlog::critical("client.dns_servers: c-ares refused '{}'", cfg.client.dns_servers_csv());
+            const std::string why =
+                "client.dns_servers: c-ares refused '" + cfg.client.dns_servers_csv() + "'";
+            spdlog::critical("{}", why);
+            mcp.cannot_start(why);
             return exit_config;
         }
         smtpc::ConnectionCache cache(cfg.client);
@@ -121,9 +128,10 @@ int main(int argc, char** argv) {
             io.stop();
         });
         asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-            auto ch = co_await connect_with_retry(cfg.qmgr_socket());
+            auto ch = co_await connect_with_retry(cfg.qmgr_socket(), mcp);
             if (ch) {
                 spdlog::info("connected to qmgr at {}", cfg.qmgr_socket());
+                mcp.ready();
                 co_await smtpc::serve_qmgr(ch, deliverer);
                 spdlog::warn("lost connection to qmgr; exiting");
             }

@@ -2,15 +2,22 @@
 certificate and key, the client CA bundle and the SASL password file as root,
 so root:root 0600 files in a 0700 directory work while the children run as
 smxs, smxq and smxc; each child gets only its own, over its link to the MCP,
-at start and on reload. `smx check-config` says what `smx run` would.
+at start and on reload. `smx check-config` says what `smx run` would. A child
+that cannot start at its first start stops `smx run` (exit 2, its reason)
+instead of leaving a listener that never greets.
 
 Root only: the children switch users (see test_privsep.py)."""
 import os
+import pwd
 import grp
 import shutil
+import socket
 import subprocess
+import time
 
-from conftest import SMX, send, wait_until
+import pytest
+
+from conftest import SMX, Relay, send, wait_until
 from test_auth import PASSWORD, make_peer, needs_postfix  # noqa: F401 (fixture)
 from test_privsep import accounts, as_user, make_separate, open_dir, root_only  # noqa: F401
 from test_reload import der, peer_cert, reload, rewrite
@@ -182,3 +189,50 @@ def test_check_config_gives_the_verdict_smx_run_would(open_dir, accounts):
                        timeout=30)
     assert r.returncode == 2, r
     assert r.stderr == "smx: config error: client.tls_ca_file: %s: no certificate in it\n" % ca
+
+
+def refused(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return False
+    except ConnectionRefusedError:
+        return True
+
+
+@root_only
+@pytest.mark.parametrize("log_file", [False, True])
+def test_a_child_that_cannot_start_stops_smx_run(sink, open_dir, accounts, log_file):
+    """A real cause: the config is readable by QMGR's and SMTPC's accounts,
+    not by SMTPS's (smxq:smxc 0640). smx-smtps exits 2 at once; smx run
+    stops with its reason instead of restarting it for ever."""
+    extra = '[log]\nfile = "%s/smx.log"\n' % open_dir if log_file else ""
+    relay = Relay(open_dir, sink.port, extra, separate_users=True)
+    os.chown(relay.config, pwd.getpwnam("smxq").pw_uid, grp.getgrnam("smxc").gr_gid)
+    os.chmod(relay.config, 0o640)
+    t0 = time.monotonic()
+    r = subprocess.run([SMX, "run", "-c", relay.config], capture_output=True, text=True,
+                       timeout=60)
+    took = time.monotonic() - t0
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert took < 20, took
+    why = ("smx-smtps exited with status 2 before it was ready: config %s: " % relay.config)
+    assert why in r.stderr, r.stderr
+    assert "restarting" not in r.stderr
+    if log_file:
+        with open(os.path.join(open_dir, "smx.log")) as f:
+            assert why in f.read()
+    assert refused(relay.port)
+
+
+@root_only
+def test_a_qmgr_that_cannot_read_the_config_stops_smx_run_with_status_2(sink, open_dir,
+                                                                        accounts):
+    relay = Relay(open_dir, sink.port, "", separate_users=True)
+    os.chmod(relay.config, 0o600)
+    r = subprocess.run([SMX, "run", "-c", relay.config], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    # QMGR's own line, then the MCP's.
+    assert "smx-qmgr: %s: " % relay.config in r.stderr, r.stderr
+    assert "smx-qmgr exited with status 2 before answering on %s/qmgr.sock; stopping" \
+        % relay.run_dir in r.stderr, r.stderr
