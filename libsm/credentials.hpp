@@ -1,10 +1,15 @@
 // Smart-host credentials for SMTPC's AUTH client (client.sasl_password_file,
-// as postfix's smtp_sasl_password_maps): read by SMTPC at start and by
-// `smx check-config`, never by the other processes.
+// as postfix's smtp_sasl_password_maps): the file is read by `smx run` and
+// `smx check-config` (mcp/secrets.cpp), which pass its bytes to SMTPC alone
+// (libsm/secrets.hpp); both parse them here.
 #pragma once
+
+#include "config.hpp"
+#include "secrets.hpp"
 
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace sm {
 
@@ -17,13 +22,14 @@ struct Credentials {
 // its credentials.
 using CredentialMap = std::map<std::string, Credentials>;
 
-// Reads the file: one "nexthop user:password" per line (postfix's
-// sasl_passwd format), '#' comments and blank lines ignored. The file must
-// be a regular file (not a symbolic link) that neither group nor others may
-// read or write, and at most max_credentials_file bytes. Throws ConfigError
-// naming `key` and the line, never quoting a secret.
-CredentialMap load_credentials(const std::string& key, const std::string& path);
+// Parses the bytes of the file: one "nexthop user:password" per line
+// (postfix's sasl_passwd format), '#' comments and blank lines ignored.
+// Throws ConfigError naming client.sasl_password_file, the file (path) and
+// the line, never quoting a secret.
+CredentialMap parse_credentials(const std::string& path, std::string_view data);
 
-constexpr std::size_t max_credentials_file = 1 << 20;
+// client.sasl_password_file's credentials from the bytes `smx run` passed
+// (Secret::sasl_password_file); none when the key is empty.
+CredentialMap credentials(const ClientConfig& cfg, const Secrets& secrets);
 
 } // namespace sm

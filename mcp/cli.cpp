@@ -1,11 +1,9 @@
 #include "cli.hpp"
+#include "secret_files.hpp"
 
 #include "channel.hpp"
-#include "credentials.hpp"
-
 #include "json.hpp"
 #include "limits.hpp"
-#include "tls.hpp"
 
 #include <grp.h>
 #include <pwd.h>
@@ -232,11 +230,6 @@ std::optional<sm::Config> load_checked(const std::string& path, std::ostream& er
                                  std::pair{"server.stats_group", &cfg.server.stats_group}})
             if (!name->empty() && !::getgrnam(name->c_str()))
                 throw sm::ConfigError(key, "no such group '" + *name + "'");
-        // The certificate and key are read as SMTPS will read them.
-        if (cfg.server.tls_security_level != sm::TlsLevel::none) sm::tls::server_context(cfg.server);
-        sm::tls::client_context(cfg.client);
-        if (!cfg.client.sasl_password_file.empty())
-            sm::load_credentials("client.sasl_password_file", cfg.client.sasl_password_file);
         return cfg;
     } catch (const std::exception& e) {
         err << "smx: config error: " << e.what() << '\n';
@@ -248,6 +241,13 @@ int check_config(const std::string& path, std::ostream& out, std::ostream& err,
                  const std::string& source) {
     auto cfg = load_checked(path, err);
     if (!cfg) return exit_config;
+    // As `smx run` by the same user reads them: a key only root may read
+    // passes for root and fails for anyone else, as smx run would.
+    std::string why;
+    if (!read_secrets(*cfg, why)) {
+        err << "smx: config error: " << why << '\n';
+        return exit_config;
+    }
 
     out << "config OK ("
         << (!source.empty() ? source : path.empty() ? "built-in defaults" : path) << ")\n";

@@ -51,10 +51,14 @@ void resolve_config(Args& a, const std::string& default_file = default_config);
 
 // Loads the config and checks what load_config cannot (the [server] user,
 // admin_group and stats_group exist; the per-process accounts are checked
-// by `smx run` as root only, the one that needs them). On error prints "smx: config error: <key>: <what>" to err.
+// by `smx run` as root only, the one that needs them). The secrets are not
+// read here (read_secrets: check-config, run and reload do), so that an
+// admin who may not read the key can still use the queue commands. On
+// error prints "smx: config error: <key>: <what>" to err.
 std::optional<sm::Config> load_checked(const std::string& path, std::ostream& err);
 
-// `smx check-config`: exit_ok with "config OK (SOURCE)" and a summary, or
+// `smx check-config`: load_checked and read_secrets, so exactly what
+// `smx run` would refuse: exit_ok with "config OK (SOURCE)" and a summary, or
 // exit_config. SOURCE: source if given, else path or "built-in defaults".
 int check_config(const std::string& path, std::ostream& out, std::ostream& err,
                  const std::string& source = {});

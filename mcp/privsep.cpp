@@ -1,5 +1,7 @@
 #include "privsep.hpp"
 
+#include "fd.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -22,22 +24,7 @@ namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
-class Fd {
-public:
-    explicit Fd(int fd = -1) : fd_(fd) {}
-    Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-    Fd& operator=(Fd&& o) noexcept {
-        std::swap(fd_, o.fd_);
-        return *this;
-    }
-    ~Fd() {
-        if (fd_ >= 0) ::close(fd_);
-    }
-    int get() const { return fd_; }
-
-private:
-    int fd_;
-};
+using sm::Fd;
 
 std::optional<RunAs> lookup_user(const std::string& key, const std::string& name,
                                  std::string& err) {

@@ -51,14 +51,18 @@ long read_pid(const std::string& path) {
 } // namespace
 
 ReloadOutcome check_reload(const std::string& path, const sm::Config& running) {
+    const std::string keeping = "; keeping the running configuration";
     std::ostringstream why;
     auto next = load_checked(path, why);
     if (!next) {
         std::string text = why.str();
         if (text.rfind("smx: ", 0) == 0) text.erase(0, 5);
         while (!text.empty() && text.back() == '\n') text.pop_back();
-        return {false, text + "; keeping the running configuration"};
+        return {false, text + keeping, {}};
     }
+    std::string err;
+    auto secrets = read_secrets(*next, err);
+    if (!secrets) return {false, "config error: " + err + keeping, {}};
     const auto kept = sm::keep_restart_only(running, *next);
     sm::set_log_level(next->log);
     std::string text = "config reloaded from " + (path.empty() ? "the built-in defaults" : path);
@@ -67,7 +71,7 @@ ReloadOutcome check_reload(const std::string& path, const sm::Config& running) {
         text += "; needs a restart (running values kept):";
         for (const auto& k : kept) text += " " + k;
     }
-    return {true, text};
+    return {true, text, std::move(secrets)};
 }
 
 bool write_reload_status(const std::string& run_dir, unsigned long n, const ReloadOutcome& o,

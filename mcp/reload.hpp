@@ -1,16 +1,19 @@
 // Reload, the MCP's side and `smx reload` (docs/operation.md, "Reload").
 //
 // SIGHUP to the MCP (what `smx reload` sends it): the MCP checks the file as
-// `smx check-config` does. A file that does not pass changes nothing. One
-// that does: the MCP names the keys that need a restart (they keep their
-// running values), sets its log level and sends SIGHUP to each child, which
-// loads the file again and hands it over (libsm/config_reload.hpp). The outcome
-// goes to <run_dir>/reload.status, where `smx reload` waits for it.
+// `smx check-config` does and reads the secrets again (secret_files.hpp). A
+// file or a secret that does not pass changes nothing. Otherwise the MCP
+// names the keys that need a restart (they keep their running values), sets
+// its log level, passes each child its new secrets and sends it SIGHUP; the
+// child loads the file again and hands it over (libsm/config_reload.hpp). The
+// outcome goes to <run_dir>/reload.status, where `smx reload` waits for it.
 #pragma once
 
 #include "cli.hpp"
 #include "config.hpp"
+#include "secret_files.hpp"
 
+#include <optional>
 #include <string>
 
 namespace smx {
@@ -18,10 +21,12 @@ namespace smx {
 struct ReloadOutcome {
     bool ok = false;
     std::string text;  // what was reloaded and what needs a restart, or why not
+    std::optional<ChildSecrets> secrets;  // when ok: the children's new ones
 };
 
 // Checks the file at path (empty: built-in defaults) against the running
-// config; on success sets the MCP's log level. Does not signal anyone.
+// config and reads its secrets; on success sets the MCP's log level. Does
+// not signal anyone.
 ReloadOutcome check_reload(const std::string& path, const sm::Config& running);
 
 // "<pid> <n> ok|error\n<text>\n" to <run_dir>/reload.status, written to a

@@ -49,6 +49,13 @@ int run(const Args& args) {
     auto cfg = load_checked(args.config_path, std::cerr);
     if (!cfg) return exit_config;
     std::string err;
+    // Read as whoever started smx run (root: a root-only key is fine), before
+    // any child gives up that account.
+    auto secrets = read_secrets(*cfg, err);
+    if (!secrets) {
+        std::cerr << "smx: config error: " << err << '\n';
+        return exit_config;
+    }
     auto accounts = lookup_accounts(*cfg, err);
     if (!err.empty()) {
         std::cerr << "smx: config error: " << err << '\n';
@@ -73,10 +80,7 @@ int run(const Args& args) {
     // Few lines, each about a process coming or going: show them at once.
     spdlog::default_logger()->flush_on(spdlog::level::info);
     auto fatal = [&](const std::string& what) {
-        spdlog::error("{}", what);
-        if (!cfg->log.file.empty() || !cfg->log.syslog.empty())
-            std::cerr << "smx: " << what << '\n';
-        spdlog::default_logger()->flush();
+        report_stop(cfg->log, what);
         return exit_failed;
     };
 
@@ -126,6 +130,7 @@ int run(const Args& args) {
     if (layout.processes > 1 && (plan.session_counts = sm::SessionCounts::create(err)) < 0)
         return fatal(err);
     plan.accounts = std::move(accounts);
+    plan.secrets = std::move(*secrets);
     plan.config = *cfg;
     const int status = Supervisor(std::move(plan)).run();
     spdlog::default_logger()->flush();

@@ -49,7 +49,7 @@ struct Failure {
     ::setpgid(0, 0);
 
     // Lift the report pipe, the executable and the inherited fds (listeners,
-    // session counts) above 3..3+n before dup2 puts them there, so no move
+    // session counts, the MCP link) above 3..3+n before dup2 puts them there, so no move
     // clobbers another.
     const int first_free = 3 + static_cast<int>(fds.size());
     report = ::fcntl(report, F_DUPFD_CLOEXEC, first_free);
@@ -94,7 +94,8 @@ pid_t spawn(const Launch& l, std::string& err) {
 
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e)
-        if (std::strncmp(*e, "SMX_LISTEN_", 11) != 0 && std::strncmp(*e, "SMX_SMTPS_", 10) != 0)
+        if (std::strncmp(*e, "SMX_LISTEN_", 11) != 0 && std::strncmp(*e, "SMX_SMTPS_", 10) != 0 &&
+            std::strncmp(*e, "SMX_MCP_", 8) != 0)
             env.emplace_back(*e);
     if (!l.listen_fds.empty()) {
         std::string v = "SMX_LISTEN_FDS=";
@@ -104,14 +105,19 @@ pid_t spawn(const Launch& l, std::string& err) {
         env.push_back("SMX_LISTEN_LOOPS=" + std::to_string(l.listen_loops));
     }
     if (!l.smtps_process.empty()) env.push_back("SMX_SMTPS_PROCESS=" + l.smtps_process);
-    if (l.session_counts >= 0)
-        env.push_back("SMX_SMTPS_COUNTS=" + std::to_string(3 + l.listen_fds.size()));
+    std::vector<int> fds = l.listen_fds;  // the child rewrites its copy
+    if (l.session_counts >= 0) {
+        env.push_back("SMX_SMTPS_COUNTS=" + std::to_string(3 + fds.size()));
+        fds.push_back(l.session_counts);
+    }
+    if (l.mcp_link >= 0) {
+        env.push_back("SMX_MCP_FD=" + std::to_string(3 + fds.size()));
+        fds.push_back(l.mcp_link);
+    }
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
 
-    std::vector<int> fds = l.listen_fds;  // the child rewrites its copy
-    if (l.session_counts >= 0) fds.push_back(l.session_counts);
     const int exe = ::open(l.path.c_str(), O_PATH | O_CLOEXEC);
     if (exe < 0) {
         err = "exec " + l.path + ": " + std::strerror(errno);

@@ -1,4 +1,5 @@
 #include "supervisor.hpp"
+#include "cli.hpp"
 #include "panic.hpp"
 #include "ready.hpp"
 #include "reload.hpp"
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iostream>
 
 namespace smx {
 namespace {
@@ -59,6 +61,12 @@ bool qmgr_answers(const std::string& path) {
 
 } // namespace
 
+void report_stop(const sm::LogConfig& log, const std::string& why) {
+    spdlog::error("{}", why);
+    if (!log.file.empty() || !log.syslog.empty()) std::cerr << "smx: " << why << '\n';
+    spdlog::default_logger()->flush();
+}
+
 void block_supervisor_signals() {
     const sigset_t s = supervisor_signals();
     ::sigprocmask(SIG_BLOCK, &s, nullptr);
@@ -79,6 +87,8 @@ Supervisor::Supervisor(Plan plan) : plan_(std::move(plan)) {
         c.path = plan_.smtps_path;
         c.smtps_index = i;
     }
+    smtpc_.secrets = &plan_.secrets.smtpc;
+    for (Child& c : smtps_) c.secrets = &plan_.secrets.smtps;
     if (plan_.accounts) {
         qmgr_.run_as = &plan_.accounts->qmgr;
         smtpc_.run_as = &plan_.accounts->smtpc;
@@ -105,12 +115,12 @@ std::vector<Supervisor::Child*> Supervisor::workers() {
 int Supervisor::run() {
     std::string why;
     if (!start_qmgr(why)) {
-        if (!stop_requested_) spdlog::error("smx-qmgr {}; stopping", why);
+        if (!stop_requested_) cannot_start(qmgr_, why);
         shutdown();
-        return stop_requested_ ? 0 : 1;
+        return failed_.value_or(exit_ok);
     }
     start_workers();
-    while (!stop_requested_) {
+    while (!stop_requested_ && !failed_) {
         check_ready();
         auto deadline = next_due();
         if (!ready_) deadline = std::min(deadline.value_or(Clock::time_point::max()),
@@ -125,7 +135,7 @@ int Supervisor::run() {
     }
     notify_service("STOPPING=1");
     shutdown();
-    return 0;
+    return failed_.value_or(exit_ok);
 }
 
 void Supervisor::check_ready() {
@@ -139,8 +149,16 @@ void Supervisor::check_ready() {
 }
 
 bool Supervisor::start(Child& c, std::string& why) {
-    Launch l{c.path, {c.program}, {}, c.run_as, 1, {}, -1};
+    Launch l{c.path, {c.program}, {}, c.run_as, 1, {}, -1, -1};
     if (!plan_.config_path.empty()) l.argv.insert(l.argv.end(), {"-c", plan_.config_path});
+    std::string err;
+    if (c.secrets) {
+        if (!c.link.open(err) || !c.link.send(*c.secrets, err)) {
+            why = "cannot be started: " + err;
+            return false;
+        }
+        l.mcp_link = c.link.child_end();
+    }
     if (c.smtps_index) {
         // Loop by loop, so each process's loops are one run of the fds.
         const std::size_t n = plan_.listen_fds.size() / plan_.smtps_processes;
@@ -150,8 +168,8 @@ bool Supervisor::start(Child& c, std::string& why) {
         l.smtps_process = std::to_string(*c.smtps_index) + "/" + std::to_string(plan_.smtps_processes);
         l.session_counts = plan_.session_counts;
     }
-    std::string err;
     const pid_t pid = spawn(l, err);
+    c.link.child_started();
     if (pid < 0) {
         why = "cannot be started: " + err;
         return false;
@@ -181,36 +199,38 @@ bool Supervisor::start_qmgr(std::string& why) {
         }
         wait_signal(std::min(deadline, Clock::now() + 100ms));
         reap();
+        // Left for the caller, which decides what the exit means.
         if (qmgr_.exit_status) {
             why = describe(*qmgr_.exit_status) + " before answering on " + plan_.qmgr_socket;
-            qmgr_.exit_status.reset();
             return false;
         }
     }
     spdlog::info("smx-qmgr answers on {}", plan_.qmgr_socket);
+    qmgr_.ready_once = true;
     return true;
 }
 
 void Supervisor::start_workers() {
     for (Child* w : workers()) {
         std::string why;
-        if (w->pid == 0 && !start(*w, why)) restart_later(*w, why);
+        if (w->pid == 0 && !start(*w, why)) lost(*w, why);
     }
 }
 
 void Supervisor::start_due() {
-    if (stop_requested_) return;
+    if (stop_requested_ || failed_) return;
     const auto now = Clock::now();
     auto due = [&](const Child& c) { return c.pid == 0 && c.start_at && *c.start_at <= now; };
     std::string why;
     if (qmgr_.pid == 0) {
         if (!due(qmgr_)) return;
         if (start_qmgr(why)) start_workers();
-        else if (!stop_requested_) restart_later(qmgr_, why);
+        else if (!stop_requested_) lost(qmgr_, why);
+        else qmgr_.exit_status.reset();
         return;
     }
     for (Child* w : workers())
-        if (due(*w) && !start(*w, why)) restart_later(*w, why);
+        if (due(*w) && !start(*w, why)) lost(*w, why);
 }
 
 std::optional<Supervisor::Clock::time_point> Supervisor::next_due() const {
@@ -231,21 +251,47 @@ void Supervisor::restart_later(Child& c, const std::string& why) {
     spdlog::warn("{} {}; restarting in {} s", c.name, why, delay.count());
 }
 
+void Supervisor::lost(Child& c, const std::string& why) {
+    const bool said_so = !c.exit_status ||
+                         (WIFEXITED(*c.exit_status) && WEXITSTATUS(*c.exit_status) != 0);
+    if (!c.ready_once && said_so && (&c == &qmgr_ || qmgr_.pid != 0))
+        cannot_start(c, why + (c.exit_status ? " before it was ready" : ""));
+    else
+        restart_later(c, why);
+    c.exit_status.reset();
+}
+
+void Supervisor::cannot_start(Child& c, const std::string& why) {
+    const bool config = c.exit_status && WIFEXITED(*c.exit_status) &&
+                        WEXITSTATUS(*c.exit_status) == exit_config;
+    failed_ = config ? exit_config : exit_failed;
+    const std::string& reason = c.link.cannot_start();
+    report_stop(plan_.config.log,
+                c.name + " " + why + (reason.empty() ? "" : ": " + reason) + "; stopping");
+}
+
 void Supervisor::handle_crashes() {
-    for (Child* c : all_) {
-        if (!c->exit_status) continue;
-        restart_later(*c, describe(*c->exit_status));
-        c->exit_status.reset();
-    }
+    for (Child* c : all_)
+        if (c->exit_status && !failed_) lost(*c, describe(*c->exit_status));
 }
 
 void Supervisor::reload() {
     reload_requested_ = false;
-    const ReloadOutcome o = check_reload(plan_.config_path, plan_.config);
+    ReloadOutcome o = check_reload(plan_.config_path, plan_.config);
     if (o.ok) {
-        // A child not running now reads the new file when it starts.
-        for (Child* c : all_)
-            if (c->pid != 0 && !c->stopping) ::kill(c->pid, SIGHUP);
+        // A child not running now reads the new file, and gets the new
+        // secrets, when it starts.
+        plan_.secrets = std::move(*o.secrets);
+        for (Child* c : all_) {
+            if (c->pid == 0 || c->stopping) continue;
+            // The secrets first, so that the child finds them on SIGHUP.
+            std::string err;
+            if (c->secrets && !c->link.send(*c->secrets, err)) {
+                spdlog::error("reload: {}: {}; not told to reload", c->name, err);
+                continue;
+            }
+            ::kill(c->pid, SIGHUP);
+        }
         spdlog::info("reload: {}", o.text);
     } else {
         spdlog::error("reload: {}", o.text);
@@ -322,6 +368,9 @@ void Supervisor::kill_now(Child& c) {
 
 void Supervisor::gone(Child& c) {
     c.pid = 0;
+    // What it said before it went: whether it was ready, or why it could not start.
+    c.link.read_reports();
+    if (c.link.ready()) c.ready_once = true;
     // Its sessions are gone with it: the other smx-smtps may take them.
     if (counts_ && c.smtps_index) counts_->set(*c.smtps_index, 0);
 }

@@ -1,16 +1,26 @@
 // The MCP's supervision loop: starts smx-qmgr, then smx-smtpc and
 // smx-smtps (server.processes of them, each with its share of the
-// listening sockets); restarts a child that dies (backoff 1 s doubling to 30 s,
-// reset after 60 s of running; a QMGR restart restarts the others); on
-// SIGTERM/SIGINT stops SMTPS first, then SMTPC and QMGR; on SIGHUP reloads
-// the config (reload.hpp). Tells a service manager when SMTPS first answers
-// (READY=1) and when it stops (STOPPING=1).
+// listening sockets, and each worker with its secrets over a ChildLink);
+// restarts a child that dies (backoff 1 s doubling to 30 s, reset after 60 s
+// of running; a QMGR restart restarts the others), but stops when a child
+// cannot start at all (below); on SIGTERM/SIGINT stops SMTPS first, then
+// SMTPC and QMGR; on SIGHUP reloads the config and the secrets (reload.hpp).
+// Tells a service manager when SMTPS first answers (READY=1) and when it
+// stops (STOPPING=1).
+//
+// A child cannot start when it never was ready (QMGR: answered a HELLO;
+// SMTPS, SMTPC: said "ready" over their link) and exits with a non-zero
+// status, or cannot be executed: smx run then stops, exit 2 when the child
+// exited 2 (a config error), else 1, with the child's reason, rather than
+// restart it for ever while the listeners accept connections nobody greets.
 //
 // Single-threaded and synchronous: SIGCHLD, SIGTERM, SIGINT and SIGHUP stay blocked
 // and are taken with sigtimedwait, so every event is handled in one place,
 // in order, with no handler races.
 #pragma once
 
+#include "child_link.hpp"
+#include "secret_files.hpp"
 #include "spawn.hpp"
 
 #include "config.hpp"
@@ -38,13 +48,14 @@ struct Plan {
     unsigned smtps_processes = 1; // the loops' sockets split evenly among them, in order
     int session_counts = -1;      // several: their sm::SessionCounts memfd
     std::optional<Accounts> accounts;  // set when started as root
+    ChildSecrets secrets;        // as read at start, then at each reload that passed
     sm::Config config;           // as loaded at start: a reload compares with it
 };
 
 class Supervisor {
 public:
     explicit Supervisor(Plan plan);
-    // Runs until SIGTERM/SIGINT (0), or 1 when QMGR does not come up at start.
+    // Runs until SIGTERM/SIGINT (0), or until a child cannot start (2 or 1).
     int run();
 
 private:
@@ -56,6 +67,9 @@ private:
         std::string path;
         std::optional<unsigned> smtps_index;  // an smx-smtps: its share of the listeners
         const RunAs* run_as = nullptr;  // its account when started as root
+        const sm::Secrets* secrets = nullptr;  // in plan_: an smx-smtps's or smx-smtpc's
+        ChildLink link;                        // of its latest start, when it takes secrets
+        bool ready_once = false;               // it was ready once: no longer "cannot start"
         pid_t pid = 0;
         Clock::time_point started{};
         std::chrono::seconds backoff{1};
@@ -70,6 +84,11 @@ private:
     void start_due();
     std::optional<Clock::time_point> next_due() const;
     void restart_later(Child& c, const std::string& why);
+    // A child that did not start or exited on its own (why): restarted
+    // later, or smx run stops when it cannot start (above). Anything a
+    // worker does while QMGR is down is QMGR's doing.
+    void lost(Child& c, const std::string& why);
+    void cannot_start(Child& c, const std::string& why);
     void handle_crashes();
     // Once, when SMTPS first greets: READY=1 to the service manager.
     void check_ready();
@@ -100,6 +119,11 @@ private:
     bool reload_requested_ = false;
     unsigned long reloads_ = 0;
     bool ready_ = false;
+    std::optional<int> failed_;  // a child cannot start: smx run's exit status
 };
+
+// Why smx run stops without being asked: logged as an error and, when the
+// log goes to a file or syslog, on stderr too, for whoever started it.
+void report_stop(const sm::LogConfig& log, const std::string& why);
 
 } // namespace smx

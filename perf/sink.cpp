@@ -12,7 +12,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <iterator>
+#include <stdexcept>
 
 namespace {
 
@@ -30,6 +33,13 @@ const char* usage =
     "--control: stay up and read commands on stdin, one per line: \"expect-rcpts N\"\n"
     "(report when N more recipients arrived), \"stats\"; EOF exits.\n"
     "--tls-cert/--tls-key: offer STARTTLS with that certificate (smx's server TLS policy).\n";
+
+// A PEM file's bytes; throws naming it when it cannot be read.
+std::string slurp(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw std::runtime_error("cannot read " + path);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
 
 SinkOptions parse(int argc, char** argv) {
     SinkOptions o;
@@ -123,7 +133,12 @@ int main(int argc, char** argv) {
             sm::ServerConfig tls;
             tls.tls_cert = sink.opt.tls_cert;
             tls.tls_key = sink.opt.tls_key;
-            sink.tls = sm::tls::server_context(tls);
+            // libsm builds contexts from bytes only (smx run reads the files
+            // for its children); a test tool reads its own.
+            sm::Secrets pem;
+            pem.set(sm::Secret::tls_cert, slurp(tls.tls_cert));
+            pem.set(sm::Secret::tls_key, slurp(tls.tls_key));
+            sink.tls = sm::tls::server_context(tls, pem);
         } catch (const std::exception& e) {
             std::cerr << "smx-sink: " << e.what() << "\n";
             return 2;

@@ -1,7 +1,9 @@
 // smx-smtpc: the outbound SMTP client process. Connects to QMGR as role
 // "smtpc", delivers what it is told to, and answers with per-recipient
 // results. Exits 75 when QMGR goes away (the MCP restarts it), 2 on a bad
-// configuration.
+// configuration. The CA bundle and the SASL passwords come from the MCP as
+// bytes (SMX_MCP_FD, libsm/mcp_link.hpp), never from their files; over the
+// same link the process says when it serves, or why it cannot start.
 #include "agent.hpp"
 #include "await.hpp"
 #include "connection_cache.hpp"
@@ -15,6 +17,7 @@
 #include "config_reload.hpp"
 #include "limits.hpp"
 #include "log.hpp"
+#include "mcp_link.hpp"
 #include "panic.hpp"
 #include "tls.hpp"
 
@@ -33,7 +36,8 @@ constexpr int exit_config = 2;
 constexpr int exit_tempfail = 75;  // EX_TEMPFAIL
 
 // QMGR is started first but may still be opening its socket.
-asio::awaitable<std::shared_ptr<sm::Channel>> connect_with_retry(const std::string& path) {
+asio::awaitable<std::shared_ptr<sm::Channel>> connect_with_retry(const std::string& path,
+                                                                 const sm::McpLink& mcp) {
     const auto give_up = std::chrono::steady_clock::now() + 10s;
     asio::steady_timer pause(co_await asio::this_coro::executor);
     for (;;) {
@@ -42,6 +46,7 @@ asio::awaitable<std::shared_ptr<sm::Channel>> connect_with_retry(const std::stri
         if (ch) co_return ch;
         if (std::chrono::steady_clock::now() >= give_up) {
             spdlog::error("cannot connect to qmgr: {}", err);
+            mcp.cannot_start("cannot connect to qmgr: " + err);
             co_return nullptr;
         }
         pause.expires_after(200ms);
@@ -65,17 +70,19 @@ int main(int argc, char** argv) {
             return usage();
         }
     }
+    sm::McpLink mcp;
     sm::Config cfg;
     std::unique_ptr<asio::ssl::context> tls;  // one for every connection
     sm::CredentialMap creds;
     try {
+        mcp = sm::McpLink::from_env();
         cfg = sm::load_config(cfg_path);
-        tls = sm::tls::client_context(cfg.client);
-        if (!cfg.client.sasl_password_file.empty())
-            creds = sm::load_credentials("client.sasl_password_file",
-                                         cfg.client.sasl_password_file);
+        const sm::Secrets& secrets = mcp.take_secrets();
+        tls = sm::tls::client_context(cfg.client, secrets);
+        creds = sm::credentials(cfg.client, secrets);
     } catch (const std::exception& e) {
         std::cerr << "smx-smtpc: bad config: " << e.what() << "\n";
+        mcp.cannot_start(std::string("bad config: ") + e.what());
         return exit_config;
     }
     sm::init_logging("smtpc", cfg.log);
@@ -89,7 +96,10 @@ int main(int argc, char** argv) {
         asio::io_context io(1);
         smtpc::Resolver dns(io.get_executor());
         if (!dns.configure(cfg)) {
-            spdlog::critical("client.dns_servers: c-ares refused '{}'", cfg.client.dns_servers_csv());
+            const std::string why =
+                "client.dns_servers: c-ares refused '" + cfg.client.dns_servers_csv() + "'";
+            spdlog::critical("{}", why);
+            mcp.cannot_start(why);
             return exit_config;
         }
         smtpc::ConnectionCache cache(cfg.client);
@@ -99,15 +109,13 @@ int main(int argc, char** argv) {
         smtpc::TlsSessions resume(*tls, tls_session_hops);
         smtpc::Deliverer deliverer(cfg, dns, cache, tls.get(), &creds, &resume);
 
-        // A reload reads the credentials file again (a bad one refuses the
-        // reload) and starts a new session cache: sessions of the old
-        // context may have been verified against other settings.
+        // A reload takes the secrets the MCP passed just before (bad ones
+        // refuse the reload) and starts a new session cache: sessions of
+        // the old context may have been verified against other settings.
         sm::ConfigReloader reloader(io, cfg_path, cfg, [&](sm::Config next) {
-            auto creds = std::make_shared<sm::CredentialMap>();
-            if (!next.client.sasl_password_file.empty())
-                *creds = sm::load_credentials("client.sasl_password_file",
-                                              next.client.sasl_password_file);
-            std::shared_ptr<asio::ssl::context> ctx = sm::tls::client_context(next.client);
+            const sm::Secrets& secrets = mcp.take_secrets();
+            auto creds = std::make_shared<sm::CredentialMap>(sm::credentials(next.client, secrets));
+            std::shared_ptr<asio::ssl::context> ctx = sm::tls::client_context(next.client, secrets);
             auto sessions = std::make_shared<smtpc::TlsSessions>(*ctx, tls_session_hops);
             deliverer.reload(std::make_shared<const sm::Config>(std::move(next)), std::move(ctx),
                              std::move(creds), std::move(sessions));
@@ -120,9 +128,10 @@ int main(int argc, char** argv) {
             io.stop();
         });
         asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-            auto ch = co_await connect_with_retry(cfg.qmgr_socket());
+            auto ch = co_await connect_with_retry(cfg.qmgr_socket(), mcp);
             if (ch) {
                 spdlog::info("connected to qmgr at {}", cfg.qmgr_socket());
+                mcp.ready();
                 co_await smtpc::serve_qmgr(ch, deliverer);
                 spdlog::warn("lost connection to qmgr; exiting");
             }

@@ -5,8 +5,11 @@
 // sessions as coroutines; the connection limits and the reloadable settings
 // are shared (smtps::Shared). The sockets come from the MCP (SMX_LISTEN_FDS,
 // SMX_LISTEN_LOOPS; SMX_SMTPS_PROCESS when it is one of several), else it
-// binds server.listen itself. The first loop runs
-// on the main thread and also owns the signals, the reload and the shutdown.
+// binds server.listen itself. The certificate and key come from the MCP as
+// bytes (SMX_MCP_FD, libsm/mcp_link.hpp), never from their files; over the
+// same link the process says when it serves, or why it cannot start. The
+// first loop runs on the main thread and also owns the signals, the reload
+// and the shutdown.
 #include "await.hpp"
 #include "cdb_writer.hpp"
 #include "channel.hpp"
@@ -17,6 +20,7 @@
 #include "limits.hpp"
 #include "listen.hpp"
 #include "log.hpp"
+#include "mcp_link.hpp"
 #include "panic.hpp"
 #include "qmgr_client.hpp"
 #include "server.hpp"
@@ -159,8 +163,10 @@ struct Process {
     smtps::CdbStore& cdb;
     std::shared_ptr<smtps::Shared> shared;
     std::vector<std::unique_ptr<Loop>> loops;  // loops[0] runs on the main thread
+    const sm::McpLink& mcp;
     int exit_code = 0;                         // main thread only
     std::atomic<bool> stopping = false;
+    std::atomic<std::size_t> serving = 0;      // loops that have started serving
 
     asio::io_context& main_io() { return loops[0]->io; }
 
@@ -174,6 +180,7 @@ struct Process {
             if (stopping) co_return;
             if (std::chrono::steady_clock::now() >= until) {
                 spdlog::error("cannot reach qmgr: {}", err);
+                mcp.cannot_start("cannot reach qmgr: " + err);
                 stop_from_any(exit_tempfail);
                 co_return;
             }
@@ -193,6 +200,7 @@ struct Process {
         l.server->start_load_reports(index);
         spdlog::info("ready: {} ESMTP, qmgr at {} (event loop {} of {})", cfg.server.hostname,
                      cfg.qmgr_socket(), index + 1, of);
+        if (++serving == loops.size()) mcp.ready();
     }
 
     void stop_from_any(int code) {
@@ -241,23 +249,37 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    sm::McpLink mcp;
+    try {
+        mcp = sm::McpLink::from_env();
+    } catch (const std::exception& e) {
+        std::cerr << "smx-smtps: " << e.what() << "\n";
+        return 2;
+    }
     sm::Config cfg;
     try {
         cfg = sm::load_config(cfg_path);
     } catch (const std::exception& e) {
-        std::cerr << "smx-smtps: config " << (cfg_path.empty() ? "(defaults)" : cfg_path)
-                  << ": " << e.what() << "\n";
+        const std::string why = "config " + (cfg_path.empty() ? "(defaults)" : cfg_path) + ": " +
+                                e.what();
+        std::cerr << "smx-smtps: " << why << "\n";
+        mcp.cannot_start(why);
         return 2;
     }
     sm::init_logging("smtps", cfg.log);
     sm::install_crash_handlers("smtps");
+    // Why this process cannot start: to the log and to smx run, which stops.
+    auto cannot_start = [&](int code, const std::string& why) {
+        spdlog::critical("{}", why);
+        spdlog::shutdown();
+        mcp.cannot_start(why);
+        return code;
+    };
     Place place;
     try {
         place = process_place();
     } catch (const std::exception& e) {
-        spdlog::critical("{}", e.what());
-        spdlog::shutdown();
-        return 2;
+        return cannot_start(2, e.what());
     }
     sm::set_id_stream(place.index);
     ListenFds lf;
@@ -266,9 +288,7 @@ int main(int argc, char** argv) {
         lf = listen_fds(cfg);
         loops = make_loops(lf);
     } catch (const std::exception& e) {
-        spdlog::critical("cannot listen: {}", e.what());
-        spdlog::shutdown();
-        return 1;
+        return cannot_start(1, std::string("cannot listen: ") + e.what());
     }
     if (const unsigned asked = sm::loops_per_process(cfg.server.threads, place.count);
         lf.inherited && asked != lf.loops)
@@ -297,16 +317,14 @@ int main(int argc, char** argv) {
     // One TLS context for all sessions of all loops (its session cache and
     // ticket keys are then shared), built before anything listens.
     std::unique_ptr<asio::ssl::context> tls;
-    if (cfg.server.tls_security_level != sm::TlsLevel::none) {
-        try {
-            tls = sm::tls::server_context(cfg.server);
-        } catch (const std::exception& e) {
-            spdlog::critical("TLS: {}", e.what());
-            spdlog::shutdown();
-            return 2;
-        }
+    try {
+        const sm::Secrets& secrets = mcp.take_secrets();
+        if (cfg.server.tls_security_level != sm::TlsLevel::none)
+            tls = sm::tls::server_context(cfg.server, secrets);
+    } catch (const std::exception& e) {
+        return cannot_start(2, std::string("TLS: ") + e.what());
     }
-    Process p{cfg, cdb, std::make_shared<smtps::Shared>(cfg, tls.get()), std::move(loops)};
+    Process p{cfg, cdb, std::make_shared<smtps::Shared>(cfg, tls.get()), std::move(loops), mcp};
     p.shared->limit_process(own_max, place.counts.get(), place.index);
     const auto n_loops = static_cast<unsigned>(p.loops.size());
 
@@ -317,12 +335,13 @@ int main(int argc, char** argv) {
         p.stop(0);
     });
     // SIGHUP from the MCP: new sessions, on every loop, get the new config
-    // and certificate.
+    // and certificate (the MCP passed it just before).
     sm::ConfigReloader reloader(p.main_io(), cfg_path, cfg, [&](sm::Config next) {
+        const sm::Secrets& secrets = mcp.take_secrets();
         take_share(next.server, place, n_loops);
         std::shared_ptr<asio::ssl::context> ctx;
         if (next.server.tls_security_level != sm::TlsLevel::none)
-            ctx = sm::tls::server_context(next.server);
+            ctx = sm::tls::server_context(next.server, secrets);
         p.shared->reload(std::make_shared<const sm::Config>(std::move(next)), std::move(ctx));
     });
     for (unsigned i = 0; i < n_loops; ++i)

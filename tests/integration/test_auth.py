@@ -132,15 +132,21 @@ def test_check_config_refuses_a_credentials_file_others_may_read(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
-def test_check_config_refuses_what_is_not_a_regular_file(tmp_path):
+def test_check_config_refuses_what_is_not_a_regular_file_and_follows_links(tmp_path):
     os.mkdir(tmp_path / "dir")
     os.chmod(tmp_path / "dir", 0o700)
     r = check_config(tmp_path, '[client]\nsasl_password_file = "%s"\n' % (tmp_path / "dir"))
     assert r.returncode == 2 and "dir is not a regular file" in r.stderr, r.stderr
+    # The path is the administrator's: smx run follows a link, and the file
+    # it leads to must be private.
     credentials(tmp_path, "[smarthost.example]:587")
     os.symlink(tmp_path / "sasl_passwd", tmp_path / "link")
     r = check_config(tmp_path, '[client]\nsasl_password_file = "%s"\n' % (tmp_path / "link"))
-    assert r.returncode == 2 and "link is a symbolic link" in r.stderr, r.stderr
+    assert r.returncode == 0, r.stderr
+    os.chmod(tmp_path / "sasl_passwd", 0o644)
+    r = check_config(tmp_path, '[client]\nsasl_password_file = "%s"\n' % (tmp_path / "link"))
+    assert r.returncode == 2 and "link is accessible by group or others (mode 0644)" in r.stderr, \
+        r.stderr
     r = check_config(tmp_path, '[client]\nsasl_password_file = "%s"\n' % (tmp_path / "none"))
     assert r.returncode == 2 and "cannot read" in r.stderr, r.stderr
 

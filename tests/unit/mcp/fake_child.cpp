@@ -4,11 +4,15 @@
 //              ("stats" → counters, "hold" → an error, else echo);
 //   smx-smtps  checks SMX_LISTEN_FDS and greets "220 fake" on each listener;
 //   smx-smtpc  idles.
-// All exit 0 on SIGTERM. FAKE_EXIT=N makes a child exit N at once,
-// FAKE_IGNORE_TERM=1 makes it ignore SIGTERM.
+// smx-smtps and smx-smtpc say "ready" over their link to the MCP
+// (SMX_MCP_FD) once they serve, and "NAME: ready" on stderr. All exit 0 on SIGTERM and 3 on SIGUSR1.
+// FAKE_EXIT=N makes a child exit N at once, FAKE_IGNORE_TERM=1 makes it
+// ignore SIGTERM, FAKE_CANNOT_START=NAME makes child NAME tell the MCP why it
+// cannot start and exit 2, as a real one does on a config error.
 #include "await.hpp"
 #include "channel.hpp"
 #include "config.hpp"
+#include "mcp_link.hpp"
 #include "panic.hpp"
 
 #include <sys/socket.h>
@@ -78,12 +82,24 @@ int main(int argc, char** argv) {
     for (int i = 1; i + 1 < argc; ++i)
         if (std::string(argv[i]) == "-c") config = argv[i + 1];
     if (const char* e = std::getenv("FAKE_EXIT")) return std::atoi(e);
+    const sm::McpLink mcp = sm::McpLink::from_env();
+    if (const char* e = std::getenv("FAKE_CANNOT_START"); e && name == e) {
+        std::cerr << name << ": fake reason\n";
+        mcp.cannot_start("fake reason\nwith a second line");
+        return 2;
+    }
 
     asio::io_context io;
     auto work = asio::make_work_guard(io);  // smx-smtpc has nothing else to wait for
+    int status = 0;
     asio::signal_set sigs(io, SIGTERM, SIGINT);
     if (!std::getenv("FAKE_IGNORE_TERM")) sigs.async_wait([&](auto, int) { io.stop(); });
     else ::signal(SIGTERM, SIG_IGN);
+    asio::signal_set usr1(io, SIGUSR1);
+    usr1.async_wait([&](auto, int) {
+        status = 3;
+        io.stop();
+    });
 
     const Config cfg = load_config(config);
     if (name == "smx-qmgr") {
@@ -105,6 +121,8 @@ int main(int argc, char** argv) {
             asio::co_spawn(io, greet(std::stoi(fd)), sm::crash_on_exception("fake smx-smtps"));
         }
     }
+    mcp.ready();
+    std::cerr << name << ": ready\n";
     sm::run_or_panic(io, "fake child");
-    return 0;
+    return status;
 }

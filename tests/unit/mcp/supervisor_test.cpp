@@ -259,7 +259,7 @@ TEST_CASE("smx run: a missing child binary is a clear error, exit 1") {
     CHECK(out.find("starting") == std::string::npos);
 }
 
-TEST_CASE("smx run: a QMGR that exits at once is reported, exit 1") {
+TEST_CASE("smx run: a QMGR that exits at once is reported, exit 1, or 2 for its config error") {
     Sandbox sb;
     auto [st, out] = sb.call({"run", "-c", sb.config}, {"FAKE_EXIT=3"});
     CHECK(st == 1);
@@ -267,6 +267,9 @@ TEST_CASE("smx run: a QMGR that exits at once is reported, exit 1") {
                    "/run/qmgr.sock; stopping") != std::string::npos);
     CHECK(out.find("starting smx-smtpc") == std::string::npos);
     CHECK_FALSE(fs::exists(sb.dir + "/run/smx.pid"));
+    std::tie(st, out) = sb.call({"run", "-c", sb.config}, {"FAKE_EXIT=2"});
+    CHECK(st == 2);
+    CHECK(out.find("smx-qmgr exited with status 2 before answering on ") != std::string::npos);
 }
 
 TEST_CASE("smx run: a busy listen address is a clear error, exit 1") {
@@ -336,6 +339,48 @@ TEST_CASE("smx run as root with [server] user: children run as that user") {
     struct stat st;
     REQUIRE(::stat((sb.dir + "/spool/cdb/7F").c_str(), &st) == 0);
     CHECK(st.st_uid == uid);
+    ::kill(mcp, SIGTERM);
+    CHECK(Sandbox::wait_exit(mcp, 10s) == 0);
+}
+
+TEST_CASE("smx run: a worker that cannot start stops it, exit 2 with the worker's reason") {
+    Sandbox sb;
+    const auto t0 = Clock::now();
+    auto [st, out] = sb.call({"run", "-c", sb.config}, {"FAKE_CANNOT_START=smx-smtps"});
+    INFO(out);
+    CHECK(st == 2);
+    // At once, not after a backoff.
+    CHECK(Clock::now() - t0 < 10s);
+    // The child's own line, then the MCP's with the reason it was sent, made
+    // one line.
+    CHECK(out.find("smx-smtps: fake reason\n") != std::string::npos);
+    CHECK(out.find("smx-smtps exited with status 2 before it was ready: fake reason?with a "
+                   "second line; stopping") != std::string::npos);
+    CHECK(out.find("restarting") == std::string::npos);
+    CHECK(out.find("smx-qmgr stopped (exited with status 0)") != std::string::npos);
+    CHECK(out.find("smx-smtpc stopped (exited with status 0)") != std::string::npos);
+    CHECK_FALSE(fs::exists(sb.dir + "/run/smx.pid"));
+}
+
+TEST_CASE("smx run: a worker that fails after it was ready is restarted, whatever its status") {
+    Sandbox sb;
+    const pid_t mcp = sb.start_run();
+    REQUIRE(sb.log_has("starting smx-smtps (pid "));
+    INFO(sb.log_text());
+    REQUIRE(sb.log_has("smx-smtpc: ready"));
+    REQUIRE(sb.log_has("smx-smtps: ready"));
+    // The fake child exits 3 on SIGUSR1: a status a child that never was
+    // ready would stop smx run with.
+    const pid_t smtpc = sb.child_pid("smx-smtpc"), smtps = sb.child_pid("smx-smtps");
+    REQUIRE(smtpc > 0);
+    REQUIRE(smtps > 0);
+    REQUIRE(::kill(smtpc, SIGUSR1) == 0);
+    CHECK(sb.log_has("smx-smtpc exited with status 3; restarting in 1 s"));
+    CHECK(sb.log_has("starting smx-smtpc (pid ", 2));
+    REQUIRE(::kill(smtps, SIGUSR1) == 0);
+    CHECK(sb.log_has("smx-smtps exited with status 3; restarting in 1 s"));
+    CHECK(sb.log_has("starting smx-smtps (pid ", 2));
+    CHECK(wait_for([&] { return greeting(sb.port) == "220 fake\r\n"; }, 5s));
     ::kill(mcp, SIGTERM);
     CHECK(Sandbox::wait_exit(mcp, 10s) == 0);
 }

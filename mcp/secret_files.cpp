@@ -1,0 +1,81 @@
+#include "secret_files.hpp"
+
+#include "credentials.hpp"
+#include "fd.hpp"
+#include "tls.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace smx {
+namespace {
+
+using sm::ConfigError;
+using sm::Secret;
+
+std::string read_secret(Secret s, const std::string& path) {
+    const char* key = sm::key_of(s);
+    // O_NONBLOCK: a FIFO must not hang smx run (it is refused below).
+    sm::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+    if (fd.get() < 0) throw ConfigError(key, "cannot read " + path + ": " + std::strerror(errno));
+    struct stat st{};
+    if (::fstat(fd.get(), &st) != 0)
+        throw ConfigError(key, path + ": " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) throw ConfigError(key, path + " is not a regular file");
+    if (s == Secret::sasl_password_file && (st.st_mode & 077)) {
+        char mode[8];
+        std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+        throw ConfigError(key, path + " is accessible by group or others (mode " + mode +
+                                   "); it holds passwords: chmod 600 it");
+    }
+    if (static_cast<std::uint64_t>(st.st_size) > sm::max_size(s))
+        throw ConfigError(key, path + " is larger than " + std::to_string(sm::max_size(s)) +
+                                   " bytes");
+    std::string data(static_cast<std::size_t>(st.st_size), '\0');
+    std::size_t got = 0;
+    while (got < data.size()) {
+        const ssize_t n = ::read(fd.get(), data.data() + got, data.size() - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw ConfigError(key, "cannot read " + path + ": " + std::strerror(errno));
+        if (n == 0) break;  // shrunk meanwhile: what is there is checked below
+        got += static_cast<std::size_t>(n);
+    }
+    data.resize(got);
+    return data;
+}
+
+ChildSecrets read_all(const sm::Config& cfg) {
+    ChildSecrets out;
+    // A certificate at level none is not used, so not read.
+    if (cfg.server.tls_security_level != sm::TlsLevel::none) {
+        out.smtps.set(Secret::tls_cert, read_secret(Secret::tls_cert, cfg.server.tls_cert));
+        out.smtps.set(Secret::tls_key, read_secret(Secret::tls_key, cfg.server.tls_key));
+        sm::tls::server_context(cfg.server, out.smtps);
+    }
+    if (!cfg.client.tls_ca_file.empty())
+        out.smtpc.set(Secret::tls_ca_file, read_secret(Secret::tls_ca_file, cfg.client.tls_ca_file));
+    sm::tls::client_context(cfg.client, out.smtpc);
+    if (!cfg.client.sasl_password_file.empty())
+        out.smtpc.set(Secret::sasl_password_file,
+                      read_secret(Secret::sasl_password_file, cfg.client.sasl_password_file));
+    sm::credentials(cfg.client, out.smtpc);
+    return out;
+}
+
+} // namespace
+
+std::optional<ChildSecrets> read_secrets(const sm::Config& cfg, std::string& err) {
+    try {
+        return read_all(cfg);
+    } catch (const ConfigError& e) {
+        err = e.what();
+        return std::nullopt;
+    }
+}
+
+} // namespace smx
