@@ -35,9 +35,9 @@
 namespace smx::qmgr {
 
 // Measured (docs/design.md): Berkeley DB recovery after a kill -9 in a
-// deferral storm needs well under 2 MiB with 1 MiB log files written whole
-// and a checkpoint every 1 MiB of log (defedb.cpp); the rest is for the
-// checkpoint after it and the IBDB's first writes.
+// deferral storm took up to 1.2 MiB with 1 MiB log files written whole and
+// a checkpoint every 2 MiB of log (defedb.cpp); the rest is for a new log
+// file, the checkpoint after recovery and the IBDB's first writes.
 inline constexpr std::uint64_t reserve_file_size = 4u << 20;
 inline constexpr const char* reserve_file_name = "reserve";
 
