@@ -8,11 +8,9 @@
 #include "ids.hpp"
 
 #include <spdlog/spdlog.h>
-#include <sys/statvfs.h>
 
 #include <cerrno>
 #include <cstring>
-#include <optional>
 
 namespace smx::qmgr {
 
@@ -92,10 +90,12 @@ void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply) {
     // an empty queue so that a huge one cannot be refused forever.
     const bool full = queue_.rcpts() > 0 &&
                       queue_.rcpts() + env.rcpts.size() > cfg_.queue.aq_max_entries;
-    if (full || disk_low_ || !accepting_) {
-        const char* what = !accepting_ ? "queue manager shutting down"
-                           : full      ? "queue full"
-                                       : "spool low on free space";
+    // Checked last: once it says yes, the message's deferral copy is counted.
+    const std::string short_dir = full || !accepting_ ? std::string() : space_.admit(env);
+    if (full || !short_dir.empty() || !accepting_) {
+        const std::string what = !accepting_ ? "queue manager shutting down"
+                                 : full      ? "queue full"
+                                             : "spool low on free space (" + short_dir + ")";
         spdlog::warn("{}: TA_COMMIT deferred: {}", env.ta_id, what);
         ++counters_.tempfailed;
         answer(AckStatus::tempfail,
@@ -131,35 +131,18 @@ void Qmgr::committed(const std::string& id, std::uint64_t req_id, const Send& re
     schedule(*ta, all_rcpts(*ta));
 }
 
-// Free space is sampled on the pool once a second, not checked per message:
-// statvfs costs more than the rest of intake, and the high-water mark needs
-// no precision. Every store's file system counts (content_dir and ibdb_dir
-// may each have their own; the spool keeps DEFEDB): the fullest decides.
+// Once a second on the pool (a directory list, and perhaps an fallocate):
+// the segments listed again, missing reserve files made where there is
+// room, and a log line when intake stops or starts being refused for space.
+// The check itself is at every TA_COMMIT (DiskSpace::admit).
 asio::awaitable<void> Qmgr::watch_disk() {
-    struct Fullest {
-        std::string dir;
-        std::uint64_t free;
-    };
-    const std::vector<std::string> dirs{store_.dir, cfg_.ibdb_dir_abs(), cfg_.spool_dir_abs()};
     while (accepting_) {
-        auto sample = [dirs] {
-            std::optional<Fullest> f;
-            for (const auto& d : dirs) {
-                struct statvfs vfs;
-                if (::statvfs(d.c_str(), &vfs) != 0) continue;
-                const auto n = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-                if (!f || n < f->free) f = Fullest{d, n};
-            }
-            return f;
-        };
-        const auto fullest = co_await run_on(workers_.get_executor(), std::move(sample));
-        if (fullest) {
-            const bool low = fullest->free < cfg_.queue.min_free_space;
-            if (low != disk_low_)
-                spdlog::warn("spool {}: {} bytes free, intake {}", fullest->dir, fullest->free,
-                             low ? "paused" : "resumed");
-            disk_low_ = low;
-        }
+        const auto fullest =
+            co_await run_on(workers_.get_executor(), [this] { return space_.watch(); });
+        if (fullest && fullest->short_of_space != disk_short_)
+            spdlog::warn("spool {}: {} bytes free, intake {}", fullest->dir, fullest->free,
+                         fullest->short_of_space ? "paused" : "resumed");
+        if (fullest) disk_short_ = fullest->short_of_space;
         if (!accepting_) break;
         disk_timer_.expires_after(std::chrono::seconds(1));
         auto [ec] = co_await disk_timer_.async_wait(sm::await_tuple);

@@ -2,6 +2,7 @@
 // queue from IBDB, then serves SMTPS, SMTPC and the CLI on
 // <run_dir>/qmgr.sock until SIGTERM.
 #include "defedb.hpp"
+#include "disk_space.hpp"
 #include "ibdb.hpp"
 #include "metrics_http.hpp"
 #include "qmgr.hpp"
@@ -66,6 +67,9 @@ int main(int argc, char** argv) {
     // write out on it.
     // DEFEDB outlives the pool: a DEFEDB job may still run until join().
     Defedb defedb;
+    // Berkeley DB recovery, and the IBDB after it, must be able to write on
+    // a full disk.
+    DiskSpace::give_back_if_short(cfg);
     {
         std::string err;
         if (!defedb.open(cfg.defedb_dir_abs(), cfg.quarantine_dir_abs(), err)) {

@@ -54,7 +54,7 @@ Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& w
                  defer(ta, idx, {}, why, until);
              },
              clock),
-      disk_timer_(ex), reclaim_timer_(ex) {
+      space_(cfg), disk_timer_(ex), reclaim_timer_(ex) {
     tasks_.spawn(ex_, watch_disk(), "disk watch");
     tasks_.spawn(ex_, reclaim_overdue(), "delivery reclaim");
 }

@@ -8,6 +8,7 @@
 //   Reaper (reaper.cpp)          whether and when a content file goes
 //   OrphanSweeper (sweeper.cpp)  content files nobody names
 //   DefedbStrand                 the order of DEFEDB calls
+//   DiskSpace (disk_space.cpp)   room intake may take, emergency reserve files
 // Qmgr itself: intake and the disk watch (intake.cpp), results
 // (results.cpp), control (control.cpp; the queue reports in
 // queue_report.cpp), metrics beside the counters (metrics.cpp), start-up
@@ -24,6 +25,7 @@
 #include "defedb.hpp"
 #include "defedb_strand.hpp"
 #include "deferred.hpp"
+#include "disk_space.hpp"
 #include "dsn.hpp"
 #include "ibdb.hpp"
 #include "queue.hpp"
@@ -193,8 +195,9 @@ private:
     Scheduler sched_;
     Counters counters_;
     SmtpsLoads smtps_loads_;
+    DiskSpace space_;
     asio::steady_timer disk_timer_;
-    bool disk_low_ = false;
+    bool disk_short_ = false;  // as the disk watch last logged it
     asio::steady_timer reclaim_timer_;
     bool accepting_ = true;
     struct DeferredShape {

@@ -7,35 +7,28 @@
 #include <cerrno>
 #include <cstdint>
 #include <filesystem>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 namespace smtps {
-namespace {
-
-// Larger messages are written in pieces of this size on the event loop
-// (page-cache writes); small ones go to disk in one write at commit.
-constexpr std::size_t spill_size = 256 * 1024;
-
-} // namespace
 
 std::string CdbStore::path_for(std::string_view ta_id) const {
     return sm::cdb_path(content_, ta_id, hashed_);
 }
 
 bool CdbStore::has_room(std::uint64_t size) {
-    if (reserve_ == 0) return true;
-    std::lock_guard lk(sample_mu_);
-    const auto now = std::chrono::steady_clock::now();
-    if (now - sampled_ >= std::chrono::seconds(1)) {
-        struct statvfs vfs;
-        free_ = ::statvfs(content_.c_str(), &vfs) == 0
-                    ? static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize
-                    : UINT64_MAX;
-        sampled_ = now;
-    }
-    // size is at most max_message_size here: no overflow.
-    return free_ >= reserve_ + size + size / 2;
+    recount_if_due();
+    // A message that will not spill goes to a segment (when there are any),
+    // and is copied out if it is deferred.
+    return space_.has_room(size, segment_for_.count() > 0 && size < spill_size ? size : 0);
+}
+
+std::optional<sm::SpaceAccount::Claim> CdbStore::claim(std::uint64_t now, std::uint64_t copy) {
+    recount_if_due();
+    return space_.claim(now, copy);
+}
+
+void CdbStore::recount_if_due() {
+    if (space_.recount_due()) asio::post(pool_, [this] { space_.recount_segments(); });
 }
 
 std::size_t CdbStore::remove_stale_tmp() const {
@@ -51,7 +44,7 @@ std::size_t CdbStore::remove_stale_tmp() const {
     return n;
 }
 
-CdbWriter::CdbWriter(const CdbStore& store, std::string_view ta_id,
+CdbWriter::CdbWriter(CdbStore& store, std::string_view ta_id,
                      std::shared_ptr<SegmentWriter> segment)
     : store_(store), segment_(std::move(segment)), ta_id_(ta_id), cdb_id_(ta_id) {
     buf_.reserve(4096);
@@ -76,6 +69,9 @@ const std::string& CdbWriter::path() {
 }
 
 void CdbWriter::spill() {
+    // Written now, on the loop: held only while it is written.
+    const auto room = store_.claim(buf_.size(), 0);
+    if (!room) return refuse();
     if (fd_ < 0) {
         if ((err_ = sm::content::create(path(), fd_)) != 0) return;
         created_ = true;
@@ -84,9 +80,31 @@ void CdbWriter::spill() {
     buf_.clear();
 }
 
+// The rest of the message would cross the reserve: what was spilled goes
+// now (the client gets 452 at its end of data), the rest is only counted.
+void CdbWriter::refuse() {
+    short_ = true;
+    err_ = ENOSPC;
+    buf_ = std::string();
+    if (fd_ >= 0) {
+        ::close(fd_);
+        fd_ = -1;
+    }
+    if (created_) {
+        ::unlink(path_.c_str());
+        created_ = false;
+    }
+}
+
 asio::awaitable<int> CdbWriter::commit() {
     if (err_) co_return err_;
     if (segment_ && fd_ < 0) co_return co_await commit_to_segment();
+    // Held until the write is back: other sessions see it meanwhile.
+    const auto room = store_.claim(buf_.size(), 0);
+    if (!room) {
+        refuse();
+        co_return err_;
+    }
     // The job owns copies of everything it touches (the session may be
     // destroyed, at shutdown, while the pool still runs it), and the file:
     // it removes it on an error.
@@ -120,7 +138,14 @@ asio::awaitable<int> CdbWriter::commit() {
 // content_sync = "file" that fdatasync (which makes the segment's other
 // records durable too).
 asio::awaitable<int> CdbWriter::commit_to_segment() {
-    auto place = segment_->reserve(sm::content::segment_header_size + buf_.size());
+    const std::uint64_t record = sm::content::segment_header_size + buf_.size();
+    // The record, and the content file it is copied to if it is deferred.
+    auto room = store_.claim(record, buf_.size());
+    if (!room) {
+        refuse();
+        co_return err_;
+    }
+    auto place = segment_->reserve(record);
     const bool sync = store_.sync_each();
     if (const int fd = place.file->made_fd(); fd >= 0 && !sync) {
         err_ = sm::content::write_segment_record(fd, place.offset, ta_id_, buf_);
@@ -136,7 +161,10 @@ asio::awaitable<int> CdbWriter::commit_to_segment() {
         };
         err_ = co_await asio::co_spawn(store_.pool(), std::move(job), asio::use_awaitable);
     }
-    if (!err_) cdb_id_ = sm::content::segment_ref(place.file->id(), place.offset);
+    if (!err_) {
+        room->written();
+        cdb_id_ = sm::content::segment_ref(place.file->id(), place.offset);
+    }
     co_return err_;
 }
 

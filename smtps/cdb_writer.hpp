@@ -16,17 +16,24 @@
 
 #include "segment_writer.hpp"
 
+#include "space_account.hpp"
+
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
 namespace smtps {
 
 namespace asio = boost::asio;
+
+// Larger messages are written in pieces of this size on the event loop
+// (page-cache writes); a message that never reached it goes to a content
+// segment when the loop has one, else to disk in one write at commit.
+inline constexpr std::size_t spill_size = 256 * 1024;
 
 // Where CDB files go, the pool that syncs them, and the free-space reserve.
 class CdbStore {
@@ -36,12 +43,13 @@ public:
     // IBDB on another file system, whose fdatasync then no longer commits
     // the rename with it).
     // segment_for: small messages go to content segments, each taking
-    // messages for that long (0: a file each).
+    // messages for that long (0: a file each). reserve: queue.min_free_space.
     CdbStore(std::string content_dir, bool hashed, asio::thread_pool& pool,
              std::uint64_t reserve = 0, bool sync_each = true, bool sync_names = false,
              std::chrono::milliseconds segment_for = {})
-        : content_(std::move(content_dir)), hashed_(hashed), pool_(pool), reserve_(reserve),
-          sync_each_(sync_each), sync_names_(sync_names), segment_for_(segment_for) {}
+        : content_(std::move(content_dir)), hashed_(hashed), pool_(pool),
+          sync_each_(sync_each), sync_names_(sync_names), segment_for_(segment_for),
+          space_(reserve, sm::SpaceAccount::measure(content_, content_)) {}
     const std::string& content_dir() const { return content_; }
     std::chrono::milliseconds segment_for() const { return segment_for_; }
     std::string path_for(std::string_view ta_id) const;
@@ -54,32 +62,35 @@ public:
     // True when each file is fdatasynced here (content_sync = "file").
     bool sync_each() const { return sync_each_; }
     bool sync_names() const { return sync_names_; }
-    // False when a message of `size` bytes would leave less than the reserve
-    // (queue.min_free_space) free on the content file system, with postfix's margin of 1.5
-    // times the declared SIZE; so that a client hears 452 at MAIL rather
-    // than after sending all its data. Free space is sampled at most once a
-    // second; reserve 0 or a failing statvfs never refuse (QMGR checks too).
-    // Any thread may call it.
+    // At MAIL: false when a message of `size` bytes (a declared SIZE, or 0),
+    // with the copy a segment's message needs when deferred, would leave
+    // less than the reserve (queue.min_free_space) free on the content file
+    // system (sm::SpaceAccount), so that a client hears 452 before it sends
+    // its data. Any thread may call it, and claim().
     bool has_room(std::uint64_t size);
+    // Before content is written: holds `now` bytes (and a later copy of
+    // them) against the reserve until the claim ends; nullopt when they do
+    // not fit.
+    std::optional<sm::SpaceAccount::Claim> claim(std::uint64_t now, std::uint64_t copy);
 
 private:
+    // The segments are listed again on the pool when the last list is a
+    // second old.
+    void recount_if_due();
+
     std::string content_;
     bool hashed_;
     asio::thread_pool& pool_;
-    std::uint64_t reserve_;
-    std::mutex sample_mu_;  // guards free_ and sampled_
     bool sync_each_;
     bool sync_names_;
     std::chrono::milliseconds segment_for_;
-    std::uint64_t free_ = 0;
-    std::chrono::steady_clock::time_point sampled_{};
+    sm::SpaceAccount space_;
 };
 
 class CdbWriter {
 public:
     // segment: the event loop's segment (null: a content file always).
-    CdbWriter(const CdbStore& store, std::string_view ta_id,
-              std::shared_ptr<SegmentWriter> segment);
+    CdbWriter(CdbStore& store, std::string_view ta_id, std::shared_ptr<SegmentWriter> segment);
     ~CdbWriter();
     CdbWriter(const CdbWriter&) = delete;
     CdbWriter& operator=(const CdbWriter&) = delete;
@@ -94,6 +105,9 @@ public:
     // Writes the rest, fdatasyncs (content_sync = "file"), closes. Returns 0
     // or the errno of the first failure (the file is then removed).
     asio::awaitable<int> commit();
+    // The reserve refused a part of it (commit() then says ENOSPC): nothing
+    // of it stays on disk.
+    bool short_of_space() const { return short_; }
 
     // Removes the committed file again (QMGR refused the transaction); a
     // segment record stays, unnamed, until its segment goes.
@@ -102,9 +116,10 @@ public:
 private:
     const std::string& path();
     void spill();
+    void refuse();
     asio::awaitable<int> commit_to_segment();
 
-    const CdbStore& store_;
+    CdbStore& store_;
     std::shared_ptr<SegmentWriter> segment_;
     std::string ta_id_, cdb_id_, path_;
     std::string buf_;
@@ -113,6 +128,7 @@ private:
     int err_ = 0;
     bool created_ = false;  // path_ is ours to remove (a spill created it)
     bool committed_ = false;
+    bool short_ = false;
 };
 
 } // namespace smtps

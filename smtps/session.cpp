@@ -696,6 +696,12 @@ asio::awaitable<std::string> Session::commit(CdbWriter& w) {
     // from here, so it covers the content file's write (and fsync) too.
     const std::uint64_t arrival_us = sm::now_us();
     if (const int err = co_await w.commit(); err != 0) {
+        if (w.short_of_space()) {
+            spdlog::warn("{}: reject: END-OF-MESSAGE from {}: 452 4.3.1 Insufficient system "
+                         "storage; spool below min_free_space",
+                         ta_id_, client());
+            co_return "452 4.3.1 Insufficient system storage";
+        }
         spdlog::error("{}: cannot write queue file: {}", ta_id_, std::strerror(err));
         co_return err == ENOSPC || err == EDQUOT ? "452 4.3.1 Error: insufficient system storage"
                                                  : "451 4.3.0 Error: queue file write error";
