@@ -11,8 +11,7 @@ import time
 import pytest
 
 from conftest import SMX, send, wait_until
-from test_privsep import (accounts, as_user, dead_port, make_separate, open_dir,  # noqa: F401
-                          root_only)
+from test_privsep import as_user, dead_port, make_separate, root_only  # noqa: F401
 
 FAR = "[queue]\nretry_min = 3600\nretry_max = 7200"
 

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import SMX, Relay, send, wait_until
 from test_auth import PASSWORD, make_peer, needs_postfix  # noqa: F401 (fixture)
-from test_privsep import accounts, as_user, make_separate, open_dir, root_only  # noqa: F401
+from test_privsep import as_user, make_separate, root_only  # noqa: F401
 from test_reload import der, peer_cert, reload, rewrite
 from test_tls import make_cert
 

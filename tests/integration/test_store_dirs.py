@@ -24,7 +24,7 @@ from conftest import SMX, content_files, send, wait_until
 from test_disk import (assert_delivered_once, fill, free_bytes, held_sinks,  # noqa: F401
                        message, mount_tmpfs, release, send_one, try_send)
 from test_mcp import kill_under_load, run_load
-from test_privsep import accounts, dead_port, open_dir, root_only  # noqa: F401
+from test_privsep import dead_port, root_only
 
 FS_SIZE = 16 << 20
 
