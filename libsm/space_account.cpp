@@ -8,6 +8,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <limits>
 #include <memory>
@@ -62,7 +63,9 @@ std::optional<std::uint64_t> segment_bytes(const std::string& dir) {
         if (content::segment_of_file_name(e->d_name).empty() ||
             ::fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
             continue;
-        n = add_sat(n, static_cast<std::uint64_t>(st.st_size));
+        // No segment is larger, whatever SMTPS's account made of the file
+        // (a sparse 2^40 bytes would have refused all mail).
+        n = add_sat(n, std::min(static_cast<std::uint64_t>(st.st_size), content::segment_max_size));
     }
     ::closedir(d);
     return n;
