@@ -2,7 +2,10 @@
 STARTTLS with --tls-cert/--tls-key, smx-source uses it with --starttls;
 checked against each other and against Python's smtplib. perf/idle-conns
 end to end at a small scale. relay-bench's timed run with either load
-generator, and what relay-bench and perf/profile refuse."""
+generator, and what relay-bench and perf/profile refuse. Where the tools
+write (outside the checkout unless --out says otherwise), and perf/history:
+a run's summary appended to the dataset, the tables made from it, the
+dataset in the tree and the docs it makes."""
 import json
 import os
 import re
@@ -251,3 +254,147 @@ def test_profile_counts_malloc_calls_per_message(tmp_path):
     with open(os.path.join(tmp_path, "profile.md")) as f:
         assert "| smx-smtps | %.1f |" % counts["smx-smtps"] in f.read()
     assert ("probe_libc:malloc" in probes()) == had_probe
+
+
+HISTORY = os.path.join(PERF, "history")
+ROOT = os.path.dirname(PERF)
+TOOLS = ("relay-bench", "commit-sweep", "profile", "crash-run", "qmgr-restart", "idle-conns", "content-store")
+
+
+def quick_bench(env, *args):
+    """relay-bench on direct alone, 4 and 8 sessions, a few hundred messages."""
+    res = subprocess.run([os.path.join(PERF, "relay-bench"), "--quick", "--build", BUILD, "--systems", "direct",
+                          "--sessions", "4,8", "--scale", "0.05", "--no-crosscheck"] + list(args),
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory):
+    """A relay-bench run given no --out, no $SMX_PERF_RESULTS and no
+    $XDG_CACHE_HOME, HOME a new directory: (the one directory it made, its
+    run.json, its stderr)."""
+    home = tmp_path_factory.mktemp("home")
+    env = {k: v for k, v in os.environ.items() if k not in ("SMX_PERF_RESULTS", "XDG_CACHE_HOME")}
+    res = quick_bench(dict(env, HOME=str(home)), "--reps", "2")
+    cache = home / ".cache" / "smx-perf"
+    made = os.listdir(cache)
+    assert len(made) == 1 and re.fullmatch(r"\d{4}-\d\d-\d\d-\d{4}-quick", made[0]), made
+    out = str(cache / made[0])
+    with open(os.path.join(out, "run.json")) as f:
+        return out, json.load(f), res.stderr
+
+
+def test_relay_bench_writes_its_results_outside_the_checkout_by_default(bench_run):
+    out, run, log = bench_run
+    assert "results in %s" % out in log
+    assert os.path.isfile(os.path.join(out, "results.md"))
+    assert os.path.isfile(os.path.join(out, "raw", "1K-s8-r1-direct-rep1.json"))
+    assert not os.path.exists(os.path.join(PERF, "results", os.path.basename(out)))
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True)
+    if head.returncode:
+        pytest.skip("the checkout is not a git repository: no commit to record")
+    assert run["commit"] in (head.stdout.strip(), head.stdout.strip() + "-dirty"), run
+    assert run["command"].startswith("perf/relay-bench --quick --build "), run
+
+
+def test_relay_bench_out_takes_any_directory(tmp_path):
+    out, elsewhere = tmp_path / "mine", tmp_path / "default-root"
+    quick_bench(dict(os.environ, SMX_PERF_RESULTS=str(elsewhere)), "--reps", "1", "--out", str(out))
+    assert os.path.isfile(out / "run.json") and os.path.isfile(out / "results.md")
+    assert not os.path.exists(elsewhere)
+
+
+def test_the_perf_tools_say_where_their_results_go():
+    for tool in TOOLS:
+        res = subprocess.run([os.path.join(PERF, tool), "--help"], capture_output=True, text=True, timeout=60)
+        text = " ".join(res.stdout.split())
+        assert res.returncode == 0 and "$SMX_PERF_RESULTS" in text and "~/.cache/smx-perf" in text, (tool, text)
+        assert "perf/results" not in text, tool
+
+
+def history(*args):
+    return subprocess.run([HISTORY] + list(args), capture_output=True, text=True, timeout=120)
+
+
+def test_history_add_appends_one_summary_per_configuration(bench_run, tmp_path):
+    out, run, _ = bench_run
+    dataset = tmp_path / "history.jsonl"
+    earlier = '{"bench":"relay-bench","run":"earlier","date":"2026-01-01 00:00","commit":"0000000"}\n'
+    dataset.write_text(earlier)
+    res = history("--dataset", str(dataset), "add", out)
+    assert res.returncode == 0, res.stderr
+    lines = dataset.read_text().splitlines()
+    assert lines[0] == earlier.strip()
+    rows = [json.loads(line) for line in lines[1:]]
+    assert sorted(r["config"] for r in rows) == ["1K-s4-r1", "1K-s8-r1"], rows
+    for r in rows:
+        summary = run["summary"][r["config"]]["direct"]
+        assert (r["bench"], r["run"], r["system"]) == ("relay-bench", os.path.basename(out), "direct")
+        assert (r["commit"], r["command"], r["raw"]) == (run["commit"], run["command"], out)
+        assert r["runs"] == 2 and r["msgs"] == summary["msgs"]
+        assert r["msgs_per_s"] == pytest.approx(summary["delivered"], rel=1e-3)
+        assert r["msgs_per_s_min"] == pytest.approx(summary["min"], rel=1e-3)
+    paired = next(r for r in rows if r["config"] == "1K-s8-r1")["paired"]
+    assert (paired["base"], paired["pairs"]) == (4, 2) and paired["ratio"] == pytest.approx(
+        run["scaling"][0]["ratio"], rel=1e-3)
+    # Once only, and nothing but a perf tool's results: all or nothing.
+    before = dataset.read_text()
+    res = history("--dataset", str(dataset), "add", out)
+    assert res.returncode != 0 and "already in" in res.stderr, res.stderr
+    res = history("--dataset", str(dataset), "add", str(tmp_path))
+    assert res.returncode != 0 and "not the results of a perf tool" in res.stderr, res.stderr
+    assert dataset.read_text() == before
+
+
+def test_history_report_renders_the_table_from_the_dataset(bench_run, tmp_path):
+    out, run, _ = bench_run
+    dataset, docs = tmp_path / "history.jsonl", tmp_path / "bench.md"
+    assert history("--dataset", str(dataset), "add", out).returncode == 0
+    docs.write_text("# runs\n\n<!-- perf/history relay systems=direct configs=1K-s4-r1,1K-s8-r1 -->\n"
+                    "stale\n<!-- end perf/history -->\nafter\n")
+    res = history("--dataset", str(dataset), "report", "--docs", str(docs), "--plots", str(tmp_path / "plots"))
+    assert res.returncode == 0, res.stderr
+    text = docs.read_text()
+    assert "stale" not in text and text.startswith("# runs\n") and text.endswith("<!-- end perf/history -->\nafter\n")
+    for line in dataset.read_text().splitlines():
+        r = json.loads(line)
+        assert "| smx-source | %s | %.0f [%.0f–%.0f] |" % (r["config"], r["msgs_per_s"], r["msgs_per_s_min"],
+                                                         r["msgs_per_s_max"]) in text, text
+    assert "Run `%s`" % os.path.basename(out) in text and "`%s`" % run["command"] in text
+    assert history("--dataset", str(dataset), "report", "--docs", str(docs), "--check").returncode == 0
+    docs.write_text(text.replace("| smx-source | 1K-s4-r1 |", "| smx-source | 1K-s4-r1 | 1 |"))
+    res = history("--dataset", str(dataset), "report", "--docs", str(docs), "--check")
+    assert res.returncode == 1 and "not what" in res.stderr
+
+
+def test_history_report_draws_the_history_outside_the_tree(tmp_path):
+    if subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"]).returncode:
+        pytest.skip("python3-matplotlib is not installed: perf/history draws no plots")
+    docs = tmp_path / "bench.md"
+    docs.write_text("no tables\n")
+    res = history("report", "--docs", str(docs), "--plots", str(tmp_path / "plots"))
+    assert res.returncode == 0, res.stderr
+    pngs = sorted(os.listdir(tmp_path / "plots"))
+    assert pngs == ["relay-cost.png", "relay-msgs-per-s.png", "relay-ratios.png"], pngs
+    for png in pngs:
+        with open(tmp_path / "plots" / png, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_dataset_in_the_tree_is_small_and_makes_the_tables_of_the_docs():
+    path = os.path.join(PERF, "history.jsonl")
+    assert os.path.getsize(path) < 1 << 20
+    with open(path) as f:
+        rows = [json.loads(line) for line in f]
+    assert rows and all({"bench", "run", "date", "commit", "config", "system"} <= set(r) for r in rows)
+    res = history("report", "--check")
+    assert res.returncode == 0, res.stderr
+
+
+def test_no_raw_results_are_tracked():
+    res = subprocess.run(["git", "-C", ROOT, "ls-files", "--", "perf"], capture_output=True, text=True)
+    if res.returncode:
+        pytest.skip("the checkout is not a git repository")
+    assert res.stdout and not [f for f in res.stdout.splitlines() if f.startswith("perf/results/")]

@@ -1,6 +1,7 @@
 """Where things are, what must be installed, free ports, machine facts."""
 import os
 import platform
+import shlex
 import shutil
 import socket
 import subprocess
@@ -9,6 +10,42 @@ import time
 
 PERF = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROOT = os.path.dirname(PERF)
+# What every tool's --help says of --out.
+WHERE = ("(default: a new <date>-%s directory under $SMX_PERF_RESULTS, else under "
+         "$XDG_CACHE_HOME/smx-perf or ~/.cache/smx-perf: outside the checkout)")
+
+
+def results_root():
+    """Where runs go unless --out names a directory. Never the checkout: raw
+    runs are megabytes each; their summaries go to perf/history.jsonl
+    (perf/history add)."""
+    if os.environ.get("SMX_PERF_RESULTS"):
+        return os.path.abspath(os.environ["SMX_PERF_RESULTS"])
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "smx-perf")
+
+
+def results_dir(out, suite):
+    """--out as given, else a new <date>-<suite> directory under results_root()
+    (not made here: a tool refuses bad options first)."""
+    if out:
+        return out
+    path = os.path.join(results_root(), time.strftime("%Y-%m-%d-%H%M") + "-" + suite)
+    if os.path.exists(path):  # two runs in one minute
+        path = os.path.join(results_root(), time.strftime("%Y-%m-%d-%H%M%S") + "-" + suite)
+    return path
+
+
+def run_record():
+    """What a run's own record says of it, for perf/history: the checkout's
+    commit (with -dirty when tracked files differ from it; a build given
+    with --build may be older), the command line and when it ran."""
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True)
+    commit = head.stdout.strip() or None
+    if commit and subprocess.run(["git", "-C", ROOT, "diff", "--quiet", "HEAD"]).returncode:
+        commit += "-dirty"
+    return {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M"),
+            "command": " ".join(["perf/" + os.path.basename(sys.argv[0])] + [shlex.quote(a) for a in sys.argv[1:]])}
 
 
 def log(msg):

@@ -102,11 +102,18 @@ def _per_1000(run, stat):
     return d[stat] / run["config"]["msgs"] * 1000 if stat in d else None
 
 
-def ratio(summary_tag, a, b):
-    x, y = summary_tag.get(a), summary_tag.get(b)
-    if not x or not y or not x["delivered"] or not y["delivered"]:
-        return "n/a"
-    return "%.2f" % (x["delivered"] / y["delivered"])
+def ratios(per_sys):
+    """[(a, b, a's delivered msgs/s ÷ b's)] of one configuration, for the
+    pairs compared (smx against each peer, its variants, TLS against none)."""
+    pairs = (("smx", "postfix"), ("smx", "sendmail"), ("smx", "direct"), ("postfix", "sendmail"),
+             ("postfix", "direct"), ("smx+tls", "postfix+tls"), ("smx+tls", "smx"), ("postfix+tls", "postfix"))
+    pairs += tuple(("smx", b) for b in per_sys if b.startswith("smx-"))
+    out = []
+    for a, b in pairs:
+        x, y = per_sys.get(a), per_sys.get(b)
+        if x and y and x["delivered"] and y["delivered"]:
+            out.append((a, b, x["delivered"] / y["delivered"]))
+    return out
 
 
 def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck=None, scaled=None):
@@ -142,15 +149,9 @@ def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck
                 fmt(s["writes"], 2), fmt(s["kb"], 1), fmt(s["cpu"], 2), fmt(s["source_cpu"], 2),
                 fmt(s["sink_cpu"], 2), fmt(s["pss"]), s["errors"]))
         lines.append("")
-        pairs = [(a, b) for a, b in (("smx", "postfix"), ("smx", "sendmail"), ("smx", "direct"),
-                                     ("postfix", "sendmail"), ("postfix", "direct"),
-                                     ("smx+tls", "postfix+tls"), ("smx+tls", "smx"),
-                                     ("postfix+tls", "postfix"))
-                 + tuple(("smx", b) for b in per_sys if b.startswith("smx-"))
-                 if ratio(per_sys, a, b) != "n/a"]
+        pairs = ratios(per_sys)
         if pairs:
-            lines += ["Ratios of delivered msgs/s: " + ", ".join(
-                "%s/%s %s" % (a, b, ratio(per_sys, a, b)) for a, b in pairs) + ".", ""]
+            lines += ["Ratios of delivered msgs/s: " + ", ".join("%s/%s %.2f" % p for p in pairs) + ".", ""]
         for name, s in per_sys.items():
             if s["ibdb_commits_per_1000"] is not None:
                 lines += ["%s: %s IBDB commits per 1000 messages (`smx stats`)." % (

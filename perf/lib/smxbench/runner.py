@@ -10,6 +10,16 @@ import time
 from .env import log
 from .measure import PeakMemory, SyncCounter, TimedSyncCounter, diskstats
 
+# relay-bench's suites: messages per timed run (roughly 3-10 s each; sendmail
+# is slow, one process and one next-hop connection per message, so it gets
+# fewer) and the axes of the matrix.
+SUITES = {
+    "quick": {"msgs": {"direct": 3000, "smx": 3000, "postfix": 2000, "sendmail": 600},
+              "axes": {"sizes": "1K", "sessions": "100", "rcpts": "1"}},
+    "full": {"msgs": {"direct": 10000, "smx": 6000, "postfix": 3000, "sendmail": 1000},
+             "axes": {"sizes": "1K,4K,32K", "sessions": "10,100,1000", "rcpts": "1,10"}},
+}
+
 
 class Bench:
     """What every run shares: tools, the sink, the disk to watch."""
