@@ -77,6 +77,12 @@ def test_installed_config_sets_only_the_fhs_spool_and_run_dir_besides_the_exampl
     assert r.returncode == 0, r.stderr
     assert "spool:  /var/spool/smx " in r.stdout
     assert "run:    /run/smx\n" in r.stdout
+    # Every other key is at its default: commented out, it follows the
+    # defaults of the smx that reads it.
+    r = subprocess.run([smx, "config", "-n", "-c", conf], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == 'queue.spool_dir = "/var/spool/smx"\nqueue.run_dir = "/run/smx"\n'
     # The keys are the example's, line for line but those two.
     example = keys(os.path.join(BUILD, "etc", "smx.toml.example"))
     installed = keys(conf)
