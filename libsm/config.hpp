@@ -1,4 +1,7 @@
 // smx configuration: one TOML file; every key has a default (docs/config.md).
+// The members below hold the keys' values, their initializers are the
+// defaults; each key is declared once, as a row of sm::config_keys()
+// (config_keys.cpp), which names the member it sets.
 #pragma once
 
 #include <chrono>
@@ -23,7 +26,12 @@ struct HostPort {
     std::uint16_t port = 25;
     bool literal = false;  // written as [host]: no MX lookup
     std::string str() const;
+    // "host:port", brackets only around an IPv6 address: literal or not.
+    std::string address() const;
 };
+
+// "192.0.2.1" or "2001:db8::1".
+bool ip_address(const std::string& s);
 
 // "[host]:port", "host:port" or "host"; throws ConfigError(key, ...).
 HostPort parse_hostport(const std::string& key, const std::string& s,
@@ -35,6 +43,8 @@ struct Cidr {
     unsigned prefix = 0;
     // addr is "1.2.3.4" or "::1" (v4-mapped v6 matches v4 networks too).
     bool contains(const std::string& addr) const;
+    // "10.0.0.0/8", "::1/128": the address as given, host bits and all.
+    std::string str() const;
 };
 Cidr parse_cidr(const std::string& key, const std::string& s);
 
@@ -58,7 +68,9 @@ struct ServerConfig {
     std::string hostname;  // default: the system host name
     std::uint64_t max_message_size = 10u << 20;
     unsigned max_recipients = 1000;
-    std::vector<Cidr> relay_networks;  // default 127.0.0.0/8, ::1/128
+    std::vector<Cidr> relay_networks{
+        Cidr{.v6 = false, .addr = {127}, .prefix = 8},
+        Cidr{.v6 = true, .addr = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, .prefix = 128}};
     // The client address is in relay_networks (SMTPS: may relay anywhere;
     // QMGR: its mail gets DSNs even with queue.bounce_untrusted off).
     bool in_relay_networks(const std::string& ip) const;

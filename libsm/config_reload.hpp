@@ -23,8 +23,8 @@
 
 namespace sm {
 
-// The keys that keep their running values until a restart (docs/config.md
-// marks them): listen addresses, accounts, spool and run directories, the
+// The keys that keep their running values until a restart (the rows of
+// sm::config_keys() with Reload::restart): listen addresses, accounts, the
 // [queue] settings QMGR's parts took at start, log sinks, ... Gives next the
 // running value of each such key that differs, and returns their names.
 std::vector<std::string> keep_restart_only(const Config& running, Config& next);

@@ -12,7 +12,9 @@ std::string json_string(std::string_view s) {
         case '\t': out += "\\t"; break;
         case '\r': out += "\\r"; break;
         default:
-            if (c < 0x20) {
+            // DEL too: TOML, whose basic strings are written with this as
+            // well (sm::toml_string), allows it only escaped.
+            if (c < 0x20 || c == 0x7f) {
                 static const char hex[] = "0123456789abcdef";
                 out += "\\u00";
                 out += hex[c >> 4];

@@ -6,8 +6,8 @@
 
 namespace sm {
 
-// s as a JSON string literal, quotes included (control characters escaped;
-// bytes >= 0x80 pass as they are).
+// s as a JSON string literal, quotes included (control characters and DEL
+// escaped; bytes >= 0x80 pass as they are). Also a TOML basic string.
 std::string json_string(std::string_view s);
 
 } // namespace sm

@@ -4,9 +4,10 @@ manual and the documentation share one source and cannot drift.
 
   config_man.py docs/config.md smx.toml.5.scd
 
-Each table row "| `key` | default | meaning |" becomes an entry
-"key = default" with its meaning indented below it; prose and code blocks
-are kept as they are.
+Each table row "| `key` | default | applied | meaning |" becomes an entry
+"key = default" with its meaning indented below it (a restart key's says
+so); prose and code blocks are kept as they are. A section "(for
+developers)" is left out.
 """
 import re
 import sys
@@ -30,8 +31,9 @@ _/etc/smx/smx.toml_
 \tcommand reads without -c.
 
 _/usr/share/smx/smx.toml_
-\tThe installed default, every key at its default except the spool and run
-\tdirectories, to compare an edited configuration with.
+\tThe installed default, as it came: the keys to decide and the spool and
+\trun directories set, every other key at its default, commented out; to
+\tcompare an edited configuration with (or smx config -n).
 
 # SEE ALSO
 
@@ -50,15 +52,21 @@ def inline(md):
 
 def cells(row):
     parts = [c.strip() for c in row.strip().strip("|").split("|")]
-    if len(parts) != 3:
-        sys.exit("config.md: a key table row needs 3 cells: %r" % row)
+    if len(parts) != 4 or parts[2] not in ("reload", "restart"):
+        sys.exit("config.md: a key table row needs 4 cells, the third reload or restart: %r"
+                 % row)
     return parts
 
 
 def convert(lines):
     out = []
     code = False
+    developers = False
     for line in lines:
+        if line.startswith("## "):
+            developers = line.endswith("(for developers)")
+        if developers:
+            continue
         if line.startswith("```"):
             out.append("```")
             code = not code
@@ -74,9 +82,11 @@ def convert(lines):
         elif line.startswith("| key ") or line.startswith("|---"):
             continue
         elif line.startswith("| "):
-            keys, default, meaning = cells(line)
+            keys, default, applied, meaning = cells(line)
             names = [k.strip().strip("`") for k in keys.split(",")]
             out.append(" ++\n".join("*%s* = %s" % (inline(k), inline(default)) for k in names))
+            if applied == "restart":
+                meaning += " Applied at a restart of smx run (smx reload keeps the running value)."
             out.append("\t" + inline(meaning))
             out.append("")
         else:

@@ -1,9 +1,7 @@
 #include "cli.hpp"
-#include "secret_files.hpp"
 
 #include "channel.hpp"
 #include "json.hpp"
-#include "limits.hpp"
 
 #include <grp.h>
 #include <pwd.h>
@@ -24,7 +22,7 @@ const CommandRule commands[] = {
     {"queue", 0, 0}, {"qshape", 0, 1},       {"show", 1, 1},
     {"requeue", 0, 1}, {"flush", 0, -1},     {"hold", 1, -1},
     {"release", 1, -1}, {"delete", 1, -1},   {"help", 0, 0},
-    {"version", 0, 0}, {"reload", 0, 0},
+    {"version", 0, 0}, {"reload", 0, 0},     {"config", 0, -1},
 };
 
 // Which command takes which filter option.
@@ -113,6 +111,10 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
             a.config_given = true;
         } else if (arg == "--json") {
             a.json = true;
+        } else if (arg == "-n") {
+            a.changed = true;
+        } else if (arg == "-d") {
+            a.defaults = true;
         } else if (arg == "--domain" || arg == "--sender" || arg == "--older-than") {
             if (i + 1 >= argc) {
                 err = "option " + arg + " needs a value";
@@ -162,6 +164,14 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
         err = "--json goes with stats and queue only";
         return std::nullopt;
     }
+    if ((a.changed || a.defaults) && a.command != "config") {
+        err = std::string(a.changed ? "-n" : "-d") + " goes with config only";
+        return std::nullopt;
+    }
+    if (a.changed && a.defaults) {
+        err = "config takes -n or -d, not both";
+        return std::nullopt;
+    }
     for (const auto& f : a.filters) {
         const std::string option = "--" + f.substr(0, f.find('='));
         if (!takes_filter(a.command, option)) {
@@ -188,6 +198,9 @@ void print_usage(std::ostream& out) {
            "commands:\n"
            "  run              start smx-qmgr, smx-smtpc and smx-smtps and supervise them\n"
            "  check-config     load and validate the config, print a summary\n"
+           "  config [-n|-d] [KEY...]\n"
+           "                   the config as \"section.key = value\" lines: every key,\n"
+           "                   -n those not at their default, -d the defaults\n"
            "  reload           have the running smx re-read the config\n"
            "  stats [--json]   QMGR counters as \"name value\" lines, or one JSON object\n"
            "  queue [--json] [FILTER]   list the queue (FILTER: --domain D,\n"
@@ -235,52 +248,6 @@ std::optional<sm::Config> load_checked(const std::string& path, std::ostream& er
         err << "smx: config error: " << e.what() << '\n';
         return std::nullopt;
     }
-}
-
-int check_config(const std::string& path, std::ostream& out, std::ostream& err,
-                 const std::string& source) {
-    auto cfg = load_checked(path, err);
-    if (!cfg) return exit_config;
-    // As `smx run` by the same user reads them: a key only root may read
-    // passes for root and fails for anyone else, as smx run would.
-    std::string why;
-    if (!read_secrets(*cfg, why)) {
-        err << "smx: config error: " << why << '\n';
-        return exit_config;
-    }
-
-    out << "config OK ("
-        << (!source.empty() ? source : path.empty() ? "built-in defaults" : path) << ")\n";
-    out << "listen: ";
-    for (std::size_t i = 0; i < cfg->server.listen.size(); ++i)
-        out << (i ? ", " : "") << cfg->server.listen[i].str();
-    out << "\nspool:  " << cfg->spool_dir_abs()
-        << (cfg->queue.cdb_hashed ? " (cdb hashed)" : " (cdb flat)") << '\n';
-    out << "cdb:    " << cfg->content_dir_abs() << '\n';
-    out << "ibdb:   " << cfg->ibdb_dir_abs() << '\n';
-    out << "run:    " << cfg->run_dir_abs() << '\n';
-    out << "routes: ";
-    std::string sep;
-    for (const auto& [domain, route] : cfg->routes) {
-        out << sep << domain << " = ";
-        for (std::size_t i = 0; i < route.nexthops().size(); ++i)
-            out << (i ? " " : "") << route.nexthops()[i];
-        sep = ", ";
-    }
-    if (cfg->default_route) {
-        out << sep << "default = ";
-        for (std::size_t i = 0; i < cfg->default_route->nexthops().size(); ++i)
-            out << (i ? " " : "") << cfg->default_route->nexthops()[i];
-    } else {
-        out << sep << "no default (mail without a route is deferred)";
-    }
-    out << '\n';
-    // What `smx run` from this shell would get (a service manager may set
-    // another limit: LimitNOFILE=).
-    std::string warning;
-    sm::smtps_layout(cfg->server, sm::raise_nofile(), warning);
-    if (!warning.empty()) err << "smx: warning: " << warning << '\n';
-    return exit_ok;
 }
 
 std::string stats_to_json(std::string_view text) {

@@ -28,6 +28,8 @@ struct Args {
     std::vector<std::string> filters;
     bool config_given = false;           // -c was given (resolve_config leaves it alone)
     std::string config_source{};         // resolve_config: which file, or why none
+    bool changed = false;                // config -n: only what differs from the defaults
+    bool defaults = false;               // config -d: the defaults
 };
 
 // "90", "90s", "15m", "1h", "2d", "1w" in seconds; nullopt if malformed or
@@ -54,14 +56,9 @@ void resolve_config(Args& a, const std::string& default_file = default_config);
 // by `smx run` as root only, the one that needs them). The secrets are not
 // read here (read_secrets: check-config, run and reload do), so that an
 // admin who may not read the key can still use the queue commands. On
-// error prints "smx: config error: <key>: <what>" to err.
+// error prints "smx: config error: <key>: <what>" to err. check-config
+// (cli_config.hpp) checks the rest.
 std::optional<sm::Config> load_checked(const std::string& path, std::ostream& err);
-
-// `smx check-config`: load_checked and read_secrets, so exactly what
-// `smx run` would refuse: exit_ok with "config OK (SOURCE)" and a summary, or
-// exit_config. SOURCE: source if given, else path or "built-in defaults".
-int check_config(const std::string& path, std::ostream& out, std::ostream& err,
-                 const std::string& source = {});
 
 // "name value" lines to one JSON object; values that are JSON numbers stay
 // numbers, anything else becomes a string.

@@ -1,5 +1,6 @@
 // smx: `smx run` (the MCP) and the operator commands.
 #include "cli.hpp"
+#include "cli_config.hpp"
 #include "reload.hpp"
 #include "run.hpp"
 
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
     if (args->command == "run") return smx::run(*args);
     if (args->command == "check-config")
         return smx::check_config(args->config_path, std::cout, std::cerr, args->config_source);
+    if (args->command == "config") return smx::config_command(*args, std::cout, std::cerr);
     if (args->command == "reload") return smx::reload_command(*args, std::cout, std::cerr);
 
     // libsm's channel logs its warnings; for a command they belong on

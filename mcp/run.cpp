@@ -1,5 +1,7 @@
 #include "run.hpp"
 
+#include "cli_config.hpp"
+
 #include "content_trust.hpp"
 #include "limits.hpp"
 #include "session_counts.hpp"
@@ -57,7 +59,7 @@ int run(const Args& args) {
         return exit_config;
     }
     auto accounts = lookup_accounts(*cfg, err);
-    if (!err.empty()) {
+    if (!err.empty() || !check_paths(*cfg, err)) {
         std::cerr << "smx: config error: " << err << '\n';
         return exit_config;
     }
@@ -72,6 +74,7 @@ int run(const Args& args) {
     sm::init_logging("mcp", cfg->log);
     sm::install_crash_handlers("mcp");
     spdlog::info("config: {}", args.config_source);
+    for (const auto& w : config_warnings(*cfg)) spdlog::warn("config: {}", w);
     // The children inherit the raised limit; each SMTPS clamps its share of
     // max_connections to it and says so too.
     std::string warning;

@@ -1,11 +1,12 @@
 """`meson install` puts smx in FHS places (issue 12, item 1)."""
 import json
 import os
+import re
 import subprocess
 
 import pytest
 
-from conftest import BUILD, REPO
+from conftest import BUILD
 
 # Relative to DESTDIR, with the project's default prefix /usr.
 EXPECTED = {
@@ -61,31 +62,42 @@ def test_install_puts_each_file_in_its_fhs_place(destdir):
         assert os.access(destdir / prog, os.X_OK), prog
 
 
-def test_installed_config_uses_the_fhs_spool_and_run_dir_and_passes_check_config(destdir):
+def keys(path):
+    """The set and the commented-out "key = value" lines of a config file."""
+    with open(path) as f:
+        return sorted(l.lstrip("#") for l in f.read().splitlines()
+                      if re.match(r'#?[\w"]', l) and " = " in l and not l.startswith("# "))
+
+
+def test_installed_config_sets_only_the_fhs_spool_and_run_dir_besides_the_example(destdir):
     install(destdir)
-    r = subprocess.run([str(destdir / "usr/sbin/smx"), "check-config", "-c",
-                        str(destdir / "etc/smx/smx.toml")],
-                       capture_output=True, text=True, timeout=30)
+    smx, conf = str(destdir / "usr/sbin/smx"), str(destdir / "etc/smx/smx.toml")
+    r = subprocess.run([smx, "check-config", "-c", conf], capture_output=True, text=True,
+                       timeout=30)
     assert r.returncode == 0, r.stderr
     assert "spool:  /var/spool/smx " in r.stdout
     assert "run:    /run/smx\n" in r.stdout
-    # The rest is the example, key for key.
-    with open(os.path.join(REPO, "etc", "smx.toml.example")) as f:
-        example = f.read().splitlines()
-    installed = (destdir / "etc/smx/smx.toml").read_text().splitlines()
-    changed = [(a, b) for a, b in zip(example, installed) if a != b]
-    assert len(example) == len(installed)
-    assert [b.split("#")[0].strip() for _, b in changed if not b.startswith("#")] == \
-        ['spool_dir = "/var/spool/smx"', 'run_dir = "/run/smx"']
+    # Every other key is at its default: commented out, it follows the
+    # defaults of the smx that reads it.
+    r = subprocess.run([smx, "config", "-n", "-c", conf], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == 'queue.spool_dir = "/var/spool/smx"\nqueue.run_dir = "/run/smx"\n'
+    # The keys are the example's, line for line but those two.
+    example = keys(os.path.join(BUILD, "etc", "smx.toml.example"))
+    installed = keys(conf)
+    assert len(example) == len(installed) > 70
+    assert sorted(set(installed) - set(example)) == \
+        ['run_dir = "/run/smx"', 'spool_dir = "/var/spool/smx"']
 
 
 def test_install_again_keeps_an_edited_config(destdir):
     install(destdir)
     conf = destdir / "etc/smx/smx.toml"
-    edited = conf.read_text().replace("max_errors = 10 ", "max_errors = 20 ")
-    assert "max_errors = 20 " in edited
+    edited = conf.read_text().replace("#max_errors = 10\n", "max_errors = 20\n")
+    assert "\nmax_errors = 20\n" in edited
     conf.write_text(edited)
     install(destdir)
     assert conf.read_text() == edited
     # The new default beside it, to compare with.
-    assert "max_errors = 10 " in (destdir / "usr/share/smx/smx.toml").read_text()
+    assert "\n#max_errors = 10\n" in (destdir / "usr/share/smx/smx.toml").read_text()

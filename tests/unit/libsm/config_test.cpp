@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace sm;
@@ -376,4 +377,33 @@ TEST_CASE("a NUL in any string setting is refused, not cut short") {
     CHECK(error_key("[server]\nrelay_networks = [\"127.0.0.1\\u0000x\"]\n") == "server.relay_networks");
     CHECK(error_key("[server]\nhostname = \"mx\\u0000.test\"\n") == "server.hostname");
     CHECK(error_key("[server]\nrelay_domains = \"a\\u0000b\"\n") == "server.relay_domains");
+}
+
+TEST_CASE("the config file: a directory, a FIFO or more than 4 MiB is refused, naming it") {
+    auto message = [](const std::string& path) {
+        try {
+            load_config(path);
+        } catch (const ConfigError& e) {
+            CHECK(e.key == path);
+            return std::string(e.what()).substr(path.size() + 2);
+        }
+        return std::string("<no error>");
+    };
+    char dir[] = "/tmp/smx-config-dir-XXXXXX";
+    REQUIRE(::mkdtemp(dir));
+    const std::string d = dir;
+    CHECK(message(d) == "is a directory, not a config file");
+    CHECK(message(d + "/missing.toml") == "cannot read: No such file or directory");
+    // Opened without blocking: a FIFO nobody writes would hang smx for ever.
+    REQUIRE(::mkfifo((d + "/fifo").c_str(), 0600) == 0);
+    CHECK(message(d + "/fifo") == "is not a regular file");
+    const std::string line = "# " + std::string(1021, 'x') + "\n";  // 1 KiB
+    {
+        std::ofstream f(d + "/big.toml");
+        for (int i = 0; i < 4096; ++i) f << line;
+    }
+    CHECK(message(d + "/big.toml") == "<no error>");
+    std::ofstream(d + "/big.toml", std::ios::app) << "\n";
+    CHECK(message(d + "/big.toml") == "is larger than 4 MiB");
+    std::filesystem::remove_all(d);
 }

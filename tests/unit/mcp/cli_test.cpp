@@ -1,8 +1,10 @@
 // The smx command line: argument parsing, check-config, stats --json.
 #include "cli.hpp"
+#include "cli_config.hpp"
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
@@ -163,12 +165,14 @@ TEST_CASE("ages: units, limits") {
 }
 
 TEST_CASE("check-config: a good config prints a summary, exit 0") {
+    // Directories smx run could make, as whoever runs the test.
+    const std::string top = std::filesystem::temp_directory_path().string();
     auto r = check(R"(
 [server]
 listen = ["127.0.0.1:2526", "[::1]:2526"]
 [queue]
-spool_dir = "/var/spool/smx"
-run_dir = "/run/smx"
+spool_dir = ")" + top + R"(/smx-test/spool"
+run_dir = ")" + top + R"(/smx-test/run"
 [routes]
 default = "[127.0.0.1]:2600"
 "example.net" = ["[10.0.0.1]:25", "[10.0.0.2]:25"]
@@ -177,10 +181,10 @@ default = "[127.0.0.1]:2600"
     CHECK(r.err.empty());
     CHECK(r.out.rfind("config OK (", 0) == 0);
     CHECK(r.out.find("listen: 127.0.0.1:2526, [::1]:2526\n") != std::string::npos);
-    CHECK(r.out.find("spool:  /var/spool/smx (cdb hashed)\n") != std::string::npos);
-    CHECK(r.out.find("cdb:    /var/spool/smx/cdb\n") != std::string::npos);
-    CHECK(r.out.find("ibdb:   /var/spool/smx/ibdb\n") != std::string::npos);
-    CHECK(r.out.find("run:    /run/smx\n") != std::string::npos);
+    CHECK(r.out.find("spool:  " + top + "/smx-test/spool (cdb hashed)\n") != std::string::npos);
+    CHECK(r.out.find("cdb:    " + top + "/smx-test/spool/cdb\n") != std::string::npos);
+    CHECK(r.out.find("ibdb:   " + top + "/smx-test/spool/ibdb\n") != std::string::npos);
+    CHECK(r.out.find("run:    " + top + "/smx-test/run\n") != std::string::npos);
     CHECK(r.out.find("routes: example.net = [10.0.0.1]:25 [10.0.0.2]:25, "
                      "default = [127.0.0.1]:2600\n") != std::string::npos);
 }
@@ -287,6 +291,191 @@ TEST_CASE("the example config loads and matches the built-in defaults") {
     REQUIRE(def->default_route);
     CHECK(ex->default_route->mx);
     CHECK(def->default_route->mx);
+}
+
+TEST_CASE("check-config: what smx run would refuse on this machine, exit 2") {
+    TempConfig file("");
+    char dir[] = "/tmp/smx-mcp-paths-XXXXXX";
+    REQUIRE(::mkdtemp(dir));
+    const std::string d = dir;
+    std::filesystem::create_symlink(file.path, d + "/link.log");
+    struct Case {
+        std::string text, message;
+    } cases[] = {
+        {"[log]\nfile = \"" + d + "/missing/smx.log\"\n",
+         "log.file: the directory of " + d + "/missing/smx.log, " + d +
+             "/missing, does not exist"},
+        {"[log]\nfile = \"" + d + "/link.log\"\n",
+         "log.file: " + d + "/link.log is a symbolic link; smx refuses to use it"},
+        {"[log]\nfile = \"" + d + "\"\n", "log.file: " + d + " is not a regular file"},
+        {"[queue]\nspool_dir = \"" + file.path + "/spool\"\n",
+         "queue.spool_dir: " + file.path + " is not a directory"},
+        {"[queue]\nrun_dir = \"" + file.path + "/a/run\"\n",
+         "queue.run_dir: " + file.path + " is not a directory"},
+        {"[queue]\nspool_dir = \"" + d + "/s\"\nibdb_dir = \"" + file.path + "/ibdb\"\n",
+         "queue.ibdb_dir: " + file.path + " is not a directory"},
+    };
+    for (const auto& c : cases) {
+        INFO(c.text);
+        auto r = check(c.text);
+        CHECK(r.status == exit_config);
+        CHECK(r.err == "smx: config error: " + c.message + "\n");
+    }
+    // A log file that is there, or can be made, is fine.
+    CHECK(check("[queue]\nspool_dir = \"" + d + "/s\"\n[log]\nfile = \"" + d + "/new.log\"\n")
+              .status == exit_ok);
+    std::filesystem::remove_all(d);
+}
+
+TEST_CASE("check-config: an open relay, host bits, names that are no domains are warnings, "
+          "exit 0") {
+    const std::string w = "smx: warning: ";
+    auto warned = [](const std::string& text) {
+        auto r = check(text);
+        CHECK(r.status == exit_ok);
+        return r.err;
+    };
+    auto networks = [&](const std::string& list) {
+        return warned("[server]\nrelay_networks = [" + list + "]\n");
+    };
+    CHECK(networks(R"("0.0.0.0/0")") ==
+          w + "server.relay_networks: \"0.0.0.0/0\" is every IPv4 address: anyone on the "
+              "Internet may relay through smx to any domain (an open relay)\n");
+    CHECK(networks(R"("::/0")") ==
+          w + "server.relay_networks: \"::/0\" is every IPv6 address: anyone on the Internet "
+              "may relay through smx to any domain (an open relay)\n");
+    CHECK(networks(R"("10.0.0.0/7")") ==
+          w + "server.relay_networks: \"10.0.0.0/7\" is 1/128 of all IPv4 addresses (shorter "
+              "than /8): every client in it may relay through smx to any domain, close to an "
+              "open relay; list only your own networks\n");
+    CHECK(networks(R"("2000::/3")").find(
+              "\"2000::/3\" is 1/8 of all IPv6 addresses (shorter than /16)") != std::string::npos);
+    // A v4-mapped network is the IPv4 one (clients of a dual-stack listener).
+    CHECK(networks(R"("::ffff:0.0.0.0/96")").find("is every IPv4 address") != std::string::npos);
+    CHECK(networks(R"("10.0.0.1/8")") ==
+          w + "server.relay_networks: \"10.0.0.1/8\" has host bits set: it means 10.0.0.0/8, "
+              "every address of which may relay; write \"10.0.0.0/8\", or \"10.0.0.1/32\" for "
+              "the one host\n");
+    CHECK(networks(R"("2001:db8::1/64")").find("it means 2001:db8::/64") != std::string::npos);
+    CHECK(networks(R"("10.0.0.0/8", "192.0.2.1", "192.0.2.128/25", "2001:db8::/32", "::1/128")") ==
+          "");
+
+    CHECK(warned("[server]\nrelay_domains = [\"*.example.com\", \"exa mple.org\", \"example.net\", "
+                 "\".example.org\", \"[192.0.2.1]\", \"xn--bcher-kva.example\", \"a-b.example\"]\n") ==
+          w + "server.relay_domains: \"*.example.com\" is not a domain name, so no mail matches "
+              "it (\".example.com\" matches every subdomain of example.com)\n" +
+              w + "server.relay_domains: \"exa mple.org\" is not a domain name, so no mail matches "
+              "it\n");
+    for (const char* bad : {"-a.example", "a-.example", "a..example", "example.", "."}) {
+        INFO(bad);
+        CHECK(warned(std::string("[server]\nrelay_domains = [\"") + bad + "\"]\n") ==
+              w + "server.relay_domains: \"" + bad + "\" is not a domain name, so no mail matches it\n");
+    }
+    CHECK(warned("[routes]\n\"bad domain\" = \"x y:25\"\n\"example.net\" = [\"[10.0.0.1]:25\", "
+                 "\"relay.example:587\", \"[relay2.example]\"]\ndefault = \"[not an ip]\"\n") ==
+          w + "routes.\"bad domain\": \"bad domain\" is not a domain name, so no mail matches it\n" +
+              w + "routes.\"bad domain\": \"x y\" is neither a host name nor an address\n" +
+              w + "routes.default: \"not an ip\" is neither a host name nor an address\n");
+    CHECK(warned("[tls_policy]\n\"*.example.net\" = \"encrypt\"\n\"example.org\" = \"none\"\n")
+              .find("tls_policy.\"*.example.net\": \"*.example.net\" is not a domain name") !=
+          std::string::npos);
+}
+
+namespace {
+struct Printed {
+    int status;
+    std::string out, err;
+};
+
+Printed config(const std::string& path, std::vector<std::string> keys = {}, bool changed = false,
+               bool defaults = false) {
+    Args a;
+    a.command = "config";
+    a.config_path = path;
+    a.operands = std::move(keys);
+    a.changed = changed;
+    a.defaults = defaults;
+    std::ostringstream out, err;
+    const int status = config_command(a, out, err);
+    return {status, out.str(), err.str()};
+}
+} // namespace
+
+TEST_CASE("config: every key, -n what differs from the defaults, -d the defaults") {
+    TempConfig c(R"([server]
+hostname = "mx.example.org"
+max_errors = 10
+relay_domains = ["Example.NET"]
+[queue]
+retry_min = 60
+[routes]
+"example.net" = ["[10.0.0.1]:25", "relay.example:587"]
+".example.com" = "mx"
+[tls_policy]
+"example.net" = "verify"
+)");
+    // Printed in the table's order, then [routes] and [tls_policy].
+    const auto all = config(c.path);
+    CHECK(all.status == exit_ok);
+    CHECK(all.out.starts_with("server.listen = [\"127.0.0.1:2525\"]\n"
+                              "server.hostname = \"mx.example.org\"\n"));
+    CHECK(all.out.find("\nserver.max_errors = 10\n") != std::string::npos);
+    CHECK(all.out.find("\nclient.helo_name = \"mx.example.org\"\n") != std::string::npos);
+    CHECK(all.out.find("\nlog.syslog_facility = \"mail\"\n") != std::string::npos);
+    const std::string tables = "routes.\".example.com\" = \"mx\"\n"
+                               "routes.\"example.net\" = [\"[10.0.0.1]:25\", \"relay.example:587\"]\n"
+                               "tls_policy.\"example.net\" = \"verify\"\n";
+    CHECK(all.out.ends_with("stats.listen = \"\"\n" + tables));
+    // max_errors is at its default, helo_name follows hostname: neither shows.
+    CHECK(config(c.path, {}, true).out == "server.hostname = \"mx.example.org\"\n"
+                                          "server.relay_domains = [\"example.net\"]\n"
+                                          "queue.retry_min = 60\n" + tables);
+    CHECK(config("", {}, true).out == "");
+    // The output is a config file: read back, it prints the same.
+    TempConfig again(all.out);
+    CHECK(config(again.path).out == all.out);
+    TempConfig changed(config(c.path, {}, true).out);
+    CHECK(config(changed.path).out == all.out);
+
+    const auto d = config(c.path, {}, false, true);
+    CHECK(d.out == config("").out);
+    CHECK(d.out.find("\nqueue.retry_min = 300\n") != std::string::npos);
+    CHECK(d.out.ends_with("stats.listen = \"\"\nroutes.default = \"mx\"\n"));
+}
+
+TEST_CASE("config KEY...: those keys in that order; an unknown one is an error, exit 1") {
+    TempConfig c("[queue]\nretry_min = 60\n[routes]\n\"example.net\" = \"mx\"\n");
+    CHECK(config(c.path, {"queue.retry_min", "server.listen", "routes.example.net"}).out ==
+          "queue.retry_min = 60\nserver.listen = [\"127.0.0.1:2525\"]\n"
+          "routes.\"example.net\" = \"mx\"\n");
+    CHECK(config(c.path, {"routes.\"example.net\""}).out == "routes.\"example.net\" = \"mx\"\n");
+    // -n: only those that differ.
+    CHECK(config(c.path, {"server.listen", "queue.retry_min"}, true).out == "queue.retry_min = 60\n");
+    CHECK(config(c.path, {"queue.retry_min"}, false, true).out == "queue.retry_min = 300\n");
+    for (const char* key : {"queue.retry", "retry_min", "routes.example.org", "server"}) {
+        INFO(key);
+        const auto r = config(c.path, {"queue.retry_min", key});
+        CHECK(r.status == exit_failed);
+        CHECK(r.out.empty());
+        CHECK(r.err.rfind(std::string("smx: config: unknown key '") + key + "'", 0) == 0);
+    }
+    const auto bad = config(c.path + ".missing");
+    CHECK(bad.status == exit_config);
+    CHECK(bad.err.rfind("smx: config error: ", 0) == 0);
+}
+
+TEST_CASE("arguments: config -n and -d") {
+    std::string err;
+    auto a = parse({"config", "-n", "queue.retry_min", "server.listen"}, err);
+    REQUIRE(a);
+    CHECK(a->changed);
+    CHECK_FALSE(a->defaults);
+    CHECK(a->operands == std::vector<std::string>{"queue.retry_min", "server.listen"});
+    CHECK(parse({"config", "-d"}, err)->defaults);
+    CHECK_FALSE(parse({"config", "-n", "-d"}, err));
+    CHECK(err == "config takes -n or -d, not both");
+    CHECK_FALSE(parse({"queue", "-n"}, err));
+    CHECK(err == "-n goes with config only");
 }
 
 TEST_CASE("stats --json: numbers stay numbers, the rest are strings") {

@@ -1,0 +1,510 @@
+#include "config_keys.hpp"
+
+#include "build_options.hpp"
+
+#include "domain.hpp"
+#include "json.hpp"
+#include "panic.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+
+namespace sm {
+namespace {
+
+// Where each section's struct lives in Config, and its name there.
+template <class S> struct Section;
+template <class S, S Config::*P> struct In {
+    static constexpr S Config::*part = P;
+};
+template <> struct Section<ServerConfig> : In<ServerConfig, &Config::server> {
+    static constexpr std::string_view name = "server";
+};
+template <> struct Section<QueueConfig> : In<QueueConfig, &Config::queue> {
+    static constexpr std::string_view name = "queue";
+};
+template <> struct Section<ClientConfig> : In<ClientConfig, &Config::client> {
+    static constexpr std::string_view name = "client";
+};
+template <> struct Section<LogConfig> : In<LogConfig, &Config::log> {
+    static constexpr std::string_view name = "log";
+};
+template <> struct Section<StatsConfig> : In<StatsConfig, &Config::stats> {
+    static constexpr std::string_view name = "stats";
+};
+
+// A member of a section read through read_value and shown through show_value.
+template <class S, class T>
+Member field(T S::*f, std::string type,
+             std::function<T(const std::string& key, const toml::node&)> read_value,
+             std::function<std::string(const T&)> show_value) {
+    constexpr S Config::*part = Section<S>::part;
+    return {Section<S>::name, std::move(type),
+            [=](const std::string& key, const toml::node& n, Config& c) {
+                (c.*part).*f = read_value(key, n);
+            },
+            [=](const Config& c) { return show_value((c.*part).*f); },
+            [=](const Config& from, Config& to) { (to.*part).*f = (from.*part).*f; }};
+}
+
+// A max of TOML's largest integer or more is no bound.
+std::string range(std::uint64_t min, std::uint64_t max) {
+    if (max < static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+        return std::to_string(min) + ".." + std::to_string(max);
+    return ">= " + std::to_string(min);
+}
+
+// An integer in min..max.
+std::uint64_t integer_of(const std::string& key, const toml::node& n, std::uint64_t min,
+                         std::uint64_t max) {
+    auto v = n.value<std::int64_t>();
+    if (!v) throw ConfigError(key, "wrong type");
+    if (*v < 0 || static_cast<std::uint64_t>(*v) < min)
+        throw ConfigError(key, min == 1 ? "must be > 0" : "must be >= " + std::to_string(min));
+    if (static_cast<std::uint64_t>(*v) > max)
+        throw ConfigError(key, "must be <= " + std::to_string(max));
+    return static_cast<std::uint64_t>(*v);
+}
+
+// A count, size or port.
+template <class S, class T>
+Member number(T S::*f, std::uint64_t min, std::uint64_t max = std::numeric_limits<T>::max()) {
+    return field<S, T>(
+        f, "integer " + range(min, max),
+        [=](const std::string& key, const toml::node& n) {
+            return static_cast<T>(integer_of(key, n, min, max));
+        },
+        [](const T& v) { return std::to_string(v); });
+}
+
+// A duration as a whole number of the member's unit (seconds unless the
+// key's name says _ms or _us).
+template <class S, class Rep, class Period>
+Member duration(std::chrono::duration<Rep, Period> S::*f, std::uint64_t min,
+                std::uint64_t max = std::numeric_limits<Rep>::max()) {
+    using D = std::chrono::duration<Rep, Period>;
+    const char* unit = std::is_same_v<Period, std::micro>   ? "microseconds "
+                       : std::is_same_v<Period, std::milli> ? "milliseconds "
+                                                            : "seconds ";
+    return field<S, D>(
+        f, unit + range(min, max),
+        [=](const std::string& key, const toml::node& n) {
+            return D(static_cast<Rep>(integer_of(key, n, min, max)));
+        },
+        [](const D& v) { return std::to_string(v.count()); });
+}
+
+template <class S>
+Member flag(bool S::*f) {
+    return field<S, bool>(
+        f, "true or false",
+        [](const std::string& key, const toml::node& n) {
+            auto v = n.value<bool>();
+            if (!v) throw ConfigError(key, "wrong type");
+            return *v;
+        },
+        [](const bool& v) { return std::string(v ? "true" : "false"); });
+}
+
+// One of a few names; several may stand for one value (the first one is
+// shown, the others are accepted spellings).
+template <class S, class T>
+Member choice(T S::*f, std::vector<std::pair<std::string, T>> names) {
+    std::vector<std::string> shown;
+    for (const auto& [name, value] : names) {
+        const auto first = std::find_if(names.begin(), names.end(),
+                                        [&](const auto& e) { return e.second == value; });
+        if (first->first == name) shown.push_back(name);
+    }
+    std::string list;
+    for (std::size_t i = 0; i < shown.size(); ++i)
+        list += (i == 0 ? "" : i + 1 == shown.size() ? " or " : ", ") + shown[i];
+    return field<S, T>(
+        f, list,
+        [=](const std::string& key, const toml::node& n) {
+            const std::string v = config_string(key, n);
+            for (const auto& [name, value] : names)
+                if (v == name) return value;
+            throw ConfigError(key, "must be " + list);
+        },
+        [=](const T& v) {
+            for (const auto& [name, value] : names)
+                if (v == value) return toml_string(name);
+            panic("config: a value no name stands for");
+        });
+}
+
+enum class Empty { allowed, refused };
+
+// A string; check, when given, throws a ConfigError for a bad one.
+template <class S>
+Member text(std::string S::*f, Empty empty = Empty::allowed,
+            std::function<void(const std::string& key, const std::string&)> check = {}) {
+    return field<S, std::string>(
+        f, "string",
+        [=](const std::string& key, const toml::node& n) {
+            std::string v = config_string(key, n);
+            if (v.empty() && empty == Empty::refused) throw ConfigError(key, "must not be empty");
+            if (check && !v.empty()) check(key, v);
+            return v;
+        },
+        [](const std::string& v) { return toml_string(v); });
+}
+
+// A string or a list of them, each made a T by parse.
+template <class S, class T>
+Member list(std::vector<T> S::*f,
+            std::function<T(const std::string& key, const std::string&)> parse,
+            std::function<std::string(const T&)> show_item, Empty empty = Empty::allowed) {
+    return field<S, std::vector<T>>(
+        f, "list of strings",
+        [=](const std::string& key, const toml::node& n) {
+            std::vector<T> out;
+            for (const auto& s : config_strings(key, n)) out.push_back(parse(key, s));
+            if (out.empty() && empty == Empty::refused)
+                throw ConfigError(key, "must not be empty");
+            return out;
+        },
+        [=](const std::vector<T>& v) {
+            std::string out = "[";
+            for (std::size_t i = 0; i < v.size(); ++i)
+                out += (i ? ", " : "") + toml_string(show_item(v[i]));
+            return out + "]";
+        });
+}
+
+std::string as_is(const std::string& s) { return s; }
+
+std::string system_hostname() {
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof buf - 1) != 0 || !buf[0]) return "localhost";
+    return buf;
+}
+
+using S = ServerConfig;
+using Q = QueueConfig;
+using C = ClientConfig;
+using L = LogConfig;
+constexpr auto reload = Reload::reload;
+constexpr auto restart = Reload::restart;
+
+std::vector<ConfigKey> make_keys() {
+    return {
+        // [server]: SMTPS and the accounts smx run gives its children.
+        ConfigKey("server.listen",
+                  list<S, HostPort>(
+                      &S::listen,
+                      [](const std::string& key, const std::string& s) {
+                          return parse_hostport(key, s, 25);
+                      },
+                      // A listening address: its port matters, not its brackets.
+                      [](const HostPort& hp) { return hp.address(); }, Empty::refused),
+                  restart, "addresses to accept SMTP on, \"host:port\" or \"[v6addr]:port\"")
+            .decided(),
+        ConfigKey("server.hostname", text<S>(&S::hostname, Empty::refused), restart,
+                  "the name in the greeting, the EHLO reply and the Received: header")
+            .computed("the system host name",
+                      [](Config& c) { c.server.hostname = system_hostname(); })
+            .shown_as("\"mail.example.com\"")
+            .decided(),
+        ConfigKey("server.relay_networks",
+                  list<S, Cidr>(&S::relay_networks, parse_cidr,
+                                [](const Cidr& c) { return c.str(); }),
+                  reload, "clients (CIDR) that may relay to any domain")
+            .decided(),
+        ConfigKey("server.relay_domains",
+                  list<S, std::string>(
+                      &S::relay_domains,
+                      [](const std::string&, const std::string& d) { return lower(d); }, as_is),
+                  reload,
+                  "recipient domains accepted from any client (\".example.com\": its subdomains); "
+                  "everything else gets 554 5.7.1")
+            .decided(),
+        ConfigKey("server.tls_cert", text<S>(&S::tls_cert), reload,
+                  "PEM certificate chain (server certificate first) for STARTTLS; \"\": none")
+            .shown_as("\"/etc/smx/tls/fullchain.pem\"")
+            .decided(),
+        ConfigKey("server.tls_key", text<S>(&S::tls_key), reload,
+                  "the PEM private key of tls_cert; \"\": none")
+            .shown_as("\"/etc/smx/tls/privkey.pem\"")
+            .decided(),
+        ConfigKey("server.tls_security_level",
+                  choice<S, TlsLevel>(&S::tls_security_level, {{"none", TlsLevel::none},
+                                                               {"may", TlsLevel::may},
+                                                               {"encrypt", TlsLevel::encrypt}}),
+                  reload, "STARTTLS not offered, offered, or required before MAIL (530 5.7.0)")
+            .computed("\"may\" with a certificate, else \"none\"",
+                      [](Config& c) {
+                          c.server.tls_security_level =
+                              c.server.tls_cert.empty() ? TlsLevel::none : TlsLevel::may;
+                      })
+            .shown_as("\"may\""),
+        ConfigKey("server.smtps_user", text<S>(&S::smtps_user, Empty::refused), restart,
+                  "started as root: the account smx-smtps runs as"),
+        ConfigKey("server.qmgr_user", text<S>(&S::qmgr_user, Empty::refused), restart,
+                  "started as root: the account smx-qmgr runs as"),
+        ConfigKey("server.smtpc_user", text<S>(&S::smtpc_user, Empty::refused), restart,
+                  "started as root: the account smx-smtpc runs as"),
+        ConfigKey("server.group", text<S>(&S::group, Empty::refused), restart,
+                  "the group the three children share (content files, qmgr.sock, the log file)"),
+        ConfigKey("server.user", text<S>(&S::user), restart,
+                  "set: all three children run as this one account instead"),
+        ConfigKey("server.admin_group", text<S>(&S::admin_group), restart,
+                  "its members may run every smx command against QMGR"),
+        ConfigKey("server.stats_group", text<S>(&S::stats_group), restart,
+                  "its members may run smx stats, queue and qshape"),
+        ConfigKey("server.max_message_size", number<S>(&S::max_message_size, 1), reload,
+                  "bytes; a larger message gets 552 5.3.4"),
+        ConfigKey("server.max_recipients", number<S>(&S::max_recipients, 1, 100000), reload,
+                  "recipients in one transaction; more get 452 4.5.3"),
+        ConfigKey("server.max_connections", number<S>(&S::max_connections, 1, 1000000), reload,
+                  "concurrent SMTP sessions; then 421 4.7.0"),
+        ConfigKey("server.max_connections_per_client",
+                  number<S>(&S::max_connections_per_client, 1, 1000000), reload,
+                  "concurrent sessions from one address; relay_networks are exempt"),
+        ConfigKey("server.max_transactions", number<S>(&S::max_transactions, 0, 1000000), reload,
+                  "mail transactions at once; a MAIL past it waits; 0: no limit"),
+        ConfigKey("server.transaction_wait_ms", duration<S>(&S::transaction_wait, 0, 60000), reload,
+                  "the longest a MAIL waits under max_transactions, then it goes ahead"),
+        ConfigKey("server.command_timeout", duration<S>(&S::command_timeout, 1), reload,
+                  "for each whole command line; then 421 4.4.2"),
+        ConfigKey("server.data_timeout", duration<S>(&S::data_timeout, 1), reload,
+                  "for each line of message data; then 421 4.4.2"),
+        ConfigKey("server.min_data_rate", number<S>(&S::min_data_rate, 0, 1u << 30), reload,
+                  "bytes a second DATA must average; 0: only data_timeout"),
+        ConfigKey("server.allow_untrusted_routing", flag<S>(&S::allow_untrusted_routing), reload,
+                  "false: \"u@evil\"@d, u%evil@d, evil!u@d from outside relay_networks get "
+                  "554 5.7.1"),
+        ConfigKey("server.max_errors", number<S>(&S::max_errors, 1, 1000), reload,
+                  "protocol errors in a session before 421 and close"),
+        ConfigKey("server.max_junk_commands", number<S>(&S::max_junk_commands, 0, 1000000), reload,
+                  "NOOP, VRFY, RSET and HELP in a session before each further one counts as "
+                  "an error"),
+        ConfigKey("server.max_hops", number<S>(&S::max_hops, 1, 1000), reload,
+                  "Received: headers before 554 5.4.6 (a mail loop)"),
+        ConfigKey("server.max_line_length", number<S>(&S::max_line_length, 512, 65536), reload,
+                  "the longest command line in bytes (RFC 5321: at least 512)"),
+        ConfigKey("server.bare_lf",
+                  choice<S, bool>(&S::reject_bare_lf,
+                                  {{"reject", true}, {"normalize", false}, {"normalise", false}}),
+                  reload, "a bare LF or CR in message data gets 550 5.6.11, or is made CRLF"),
+        ConfigKey("server.threads", number<S>(&S::threads, 0, 64), restart,
+                  "event loops in smx-smtps; 0: one per two CPUs"),
+        ConfigKey("server.processes", number<S>(&S::processes, 0, max_smtps_processes), restart,
+                  "smx-smtps processes; 0: as many as max_connections needs"),
+
+        // [queue]: the stores and QMGR, whose parts take them at start.
+        ConfigKey("queue.spool_dir", text<Q>(&Q::spool_dir, Empty::refused), restart,
+                  "holds cdb/, ibdb/, defedb/ and quarantine/"),
+        ConfigKey("queue.content_dir", text<Q>(&Q::content_dir), restart,
+                  "the message files; \"\": <spool_dir>/cdb"),
+        ConfigKey("queue.ibdb_dir", text<Q>(&Q::ibdb_dir), restart,
+                  "the envelope log (IBDB); \"\": <spool_dir>/ibdb"),
+        ConfigKey("queue.run_dir", text<Q>(&Q::run_dir, Empty::refused), restart,
+                  "holds qmgr.sock and smx.pid"),
+        ConfigKey("queue.commit_policy",
+                  choice<Q, bool>(&Q::commit_adaptive, {{"adaptive", true}, {"fixed", false}}),
+                  restart,
+                  "adaptive: a batch ends when arrivals pause; fixed: after commit_interval_us"),
+        ConfigKey("queue.commit_interval_us", duration<Q>(&Q::commit_interval, 0, 10000000),
+                  restart,
+                  "the longest a transaction waits for the group commit that makes it durable"),
+        ConfigKey("queue.commit_max_batch", number<Q>(&Q::commit_max_batch, 1, 100000), restart,
+                  "commit at once when this many transactions wait"),
+        ConfigKey("queue.ibdb_file_size", number<Q>(&Q::ibdb_file_size, 1), restart,
+                  "bytes; IBDB log files rotate at this size"),
+        ConfigKey("queue.cdb_hashed", flag<Q>(&Q::cdb_hashed), restart,
+                  "message files in 256 subdirectories cdb/XX/; false: one flat cdb/"),
+        ConfigKey("queue.content_segments", flag<Q>(&Q::content_segments), restart,
+                  "messages under 256 KiB share content segments; false: a file each"),
+        ConfigKey("queue.content_sync",
+                  choice<Q, Q::ContentSync>(&Q::content_sync, {{"batch", Q::ContentSync::batch},
+                                                               {"file", Q::ContentSync::file}}),
+                  restart, "batch: one syncfs per group commit; file: an fdatasync per message"),
+        ConfigKey("queue.test_segment_age", duration<Q>(&Q::segment_age, 3, 3600), restart,
+                  "test builds only: content segments go this long after use")
+            .only_in_test_builds(),
+        ConfigKey("queue.test_no_sync", flag<Q>(&Q::test_no_sync), restart,
+                  "test builds only: skip every sync, for the \"fsync off\" experiment")
+            .only_in_test_builds(),
+        ConfigKey("queue.aq_max_entries", number<Q>(&Q::aq_max_entries, 1, 100000000), restart,
+                  "recipients in the active queue; then new mail gets 452 4.3.1"),
+        ConfigKey("queue.retry_min", duration<Q>(&Q::retry_min, 1), restart,
+                  "the first retry delay, doubling ..."),
+        ConfigKey("queue.retry_max", duration<Q>(&Q::retry_max, 1), restart, "... up to this"),
+        ConfigKey("queue.max_queue_lifetime", duration<Q>(&Q::max_queue_lifetime, 1), restart,
+                  "from arrival: then a message that fails temporarily is bounced"),
+        ConfigKey("queue.orphan_age", duration<Q>(&Q::orphan_age, 10), restart,
+                  "a content file no transaction names, this old, goes to quarantine/"),
+        ConfigKey("queue.delay_warning_time", duration<Q>(&Q::delay_warning_time, 0), restart,
+                  "queued this long, the sender gets one delay DSN; 0: never"),
+        ConfigKey("queue.max_delivery_time", duration<Q>(&Q::max_delivery_time, 1), restart,
+                  "a delivery SMTPC has not answered this long is taken back"),
+        ConfigKey("queue.soft_bounce", flag<Q>(&Q::soft_bounce), restart,
+                  "true: a 5xx from a next hop is retried, never bounced"),
+        ConfigKey("queue.bounce_untrusted", flag<Q>(&Q::bounce_untrusted), restart,
+                  "false: no DSN for mail from clients outside relay_networks"),
+        ConfigKey("queue.min_free_space", number<Q>(&Q::min_free_space, 0), restart,
+                  "bytes new mail must leave free on each store's file system; else 452 4.3.1"),
+
+        // [client]: SMTPC and QMGR's scheduler.
+        ConfigKey("client.connect_timeout", duration<C>(&C::connect_timeout, 1), reload,
+                  "to connect to a next hop"),
+        ConfigKey("client.command_timeout", duration<C>(&C::command_timeout, 1), reload,
+                  "for each reply of a next hop, and each write to it"),
+        ConfigKey("client.delivery_timeout", duration<C>(&C::delivery_timeout, 1), reload,
+                  "one delivery attempt as a whole: DNS, connects, the transaction"),
+        ConfigKey("client.idle_timeout", duration<C>(&C::idle_timeout, 1), reload,
+                  "a cached connection unused this long is closed"),
+        ConfigKey("client.max_msgs_per_connection",
+                  number<C>(&C::max_msgs_per_connection, 1, 1000000), reload,
+                  "messages over one connection before it is closed"),
+        ConfigKey("client.initial_concurrency", number<C>(&C::initial_concurrency, 1, 10000),
+                  restart, "connections to a new destination at first ..."),
+        ConfigKey("client.max_concurrency", number<C>(&C::max_concurrency, 1, 10000), restart,
+                  "... growing to this while deliveries succeed"),
+        ConfigKey("client.rate_limit", number<C>(&C::rate_limit, 0, 1000000), reload,
+                  "deliveries per destination per rate_interval, evenly spaced; 0: no limit"),
+        ConfigKey("client.rate_interval", duration<C>(&C::rate_interval, 1), reload,
+                  "what rate_limit counts over"),
+        ConfigKey("client.helo_name", text<C>(&C::helo_name), reload,
+                  "the name sent in EHLO or HELO")
+            .computed("server.hostname", [](Config& c) { c.client.helo_name = c.server.hostname; })
+            .shown_as("\"mail.example.com\""),
+        ConfigKey("client.tls_security_level",
+                  choice<C, ClientTls>(&C::tls_security_level, {{"none", ClientTls::none},
+                                                                {"may", ClientTls::may},
+                                                                {"encrypt", ClientTls::encrypt},
+                                                                {"verify", ClientTls::verify}}),
+                  reload,
+                  "STARTTLS to next hops without a [tls_policy] entry"),
+        ConfigKey("client.tls_ca_file", text<C>(&C::tls_ca_file), reload,
+                  "PEM CA certificates for verify; \"\": the system's"),
+        ConfigKey("client.sasl_password_file", text<C>(&C::sasl_password_file), reload,
+                  "smart-host credentials, lines \"[relay.example]:587 user:password\", mode 0600"),
+        ConfigKey("client.dns_servers",
+                  list<C, std::string>(
+                      &C::dns_servers,
+                      [](const std::string& key, const std::string& d) {
+                          if (!ip_address(parse_hostport(key, d, 53).host))
+                              throw ConfigError(key, "'" + d + "' is not an IP address[:port]");
+                          return d;
+                      },
+                      as_is),
+                  restart,
+                  "name servers for MX lookups, \"ip\" or \"ip:port\"; []: /etc/resolv.conf"),
+        ConfigKey("client.smtp_port", number<C>(&C::smtp_port, 1, 65535), restart,
+                  "the port of hosts found by MX lookup"),
+
+        // [log] and [stats]: opened at start, but for the level.
+        ConfigKey("log.level",
+                  choice<L, std::string>(&L::level, {{"trace", "trace"},
+                                                     {"debug", "debug"},
+                                                     {"info", "info"},
+                                                     {"warn", "warn"},
+                                                     {"error", "error"},
+                                                     {"critical", "critical"},
+                                                     {"off", "off"}}),
+                  reload, "the least severe lines logged"),
+        ConfigKey("log.file", text<L>(&L::file), restart,
+                  "append log lines here; \"\": standard error"),
+        ConfigKey("log.syslog", text<L>(&L::syslog), restart,
+                  "a syslog socket (\"/dev/log\") to log to instead of file"),
+        // RFC 5424's codes of the facilities a mail system would log to.
+        ConfigKey("log.syslog_facility",
+                  choice<L, int>(&L::syslog_facility,
+                                 {{"mail", 2}, {"daemon", 3}, {"local0", 16}, {"local1", 17},
+                                  {"local2", 18}, {"local3", 19}, {"local4", 20}, {"local5", 21},
+                                  {"local6", 22}, {"local7", 23}}),
+                  restart, "the facility of the syslog lines"),
+        ConfigKey("stats.listen",
+                  text<StatsConfig>(&StatsConfig::listen, Empty::allowed,
+                                    [](const std::string& key, const std::string& v) {
+                                        parse_hostport(key, v, 9525);
+                                    }),
+                  restart, "\"host:port\": Prometheus text at http://host:port/metrics; \"\": off"),
+    };
+}
+
+} // namespace
+
+ConfigKey::ConfigKey(std::string name_, Member member_, Reload reload_, std::string description_)
+    : name(std::move(name_)), member(std::move(member_)), reload(reload_),
+      description(std::move(description_)) {
+    // The row names its member's section: a mismatch is a bug in the table.
+    const std::string_view n(name);
+    if (n.size() <= member.section.size() + 1 || !n.starts_with(member.section) ||
+        n[member.section.size()] != '.' || key().find('.') != std::string_view::npos)
+        panic("config key " + name + " is not in its member's section " +
+              std::string(member.section));
+}
+
+ConfigKey&& ConfigKey::computed(std::string words, std::function<void(Config&)> fill_default) && {
+    computed_default = std::move(words);
+    fill = std::move(fill_default);
+    return std::move(*this);
+}
+
+ConfigKey&& ConfigKey::shown_as(std::string example_value) && {
+    example = std::move(example_value);
+    return std::move(*this);
+}
+
+ConfigKey&& ConfigKey::only_in_test_builds() && {
+    test_build = true;
+    return std::move(*this);
+}
+
+ConfigKey&& ConfigKey::decided() && {
+    decide = true;
+    return std::move(*this);
+}
+
+const std::vector<ConfigKey>& config_keys() {
+    static const std::vector<ConfigKey> keys = make_keys();
+    return keys;
+}
+
+const ConfigKey* find_config_key(std::string_view name) {
+    for (const auto& k : config_keys())
+        if (k.name == name) return &k;
+    return nullptr;
+}
+
+bool accepted(const ConfigKey& k) { return !k.test_build || SMX_TEST_HOOKS; }
+
+namespace {
+// TOML can spell a NUL (\u0000); no setting holds one, and the C calls a
+// value goes to (inet_pton, open) would silently stop at it.
+const std::string& no_nul(const std::string& key, const std::string& v) {
+    if (v.find('\0') != std::string::npos) throw ConfigError(key, "contains a NUL character");
+    return v;
+}
+} // namespace
+
+std::string config_string(const std::string& key, const toml::node& n) {
+    auto v = n.value<std::string>();
+    if (!v) throw ConfigError(key, "wrong type");
+    return no_nul(key, *v);
+}
+
+std::vector<std::string> config_strings(const std::string& key, const toml::node& n) {
+    if (auto s = n.value<std::string>()) return {no_nul(key, *s)};
+    const toml::array* a = n.as_array();
+    if (!a) throw ConfigError(key, "expected a string or a list of strings");
+    std::vector<std::string> out;
+    for (const auto& e : *a) {
+        auto s = e.value<std::string>();
+        if (!s) throw ConfigError(key, "expected a list of strings");
+        out.push_back(no_nul(key, *s));
+    }
+    return out;
+}
+
+// JSON's string escapes are TOML's.
+std::string toml_string(std::string_view s) { return json_string(s); }
+
+} // namespace sm
