@@ -114,10 +114,10 @@ Member flag(bool S::*f) {
 template <class S, class T>
 Member choice(T S::*f, std::vector<std::pair<std::string, T>> names) {
     std::vector<std::string> shown;
-    for (const auto& [name, value] : names) {
+    for (const auto& entry : names) {
         const auto first = std::find_if(names.begin(), names.end(),
-                                        [&](const auto& e) { return e.second == value; });
-        if (first->first == name) shown.push_back(name);
+                                        [&](const auto& e) { return e.second == entry.second; });
+        if (first->first == entry.first) shown.push_back(entry.first);
     }
     std::string list;
     for (std::size_t i = 0; i < shown.size(); ++i)
