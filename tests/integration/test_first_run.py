@@ -150,7 +150,7 @@ def test_readme_scripts_run_as_root_names_a_directory_its_accounts_cannot_pass(c
     r = subprocess.run([os.path.join(clone, "scripts", "run"), "-c", "smx.toml"], cwd=cwd,
                        env=CLONE_ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1
-    assert ("smx: smxs (smx-smtps) cannot pass through %s (0700 root:root) on its way to "
+    assert ("smxs (smx-smtps) cannot pass through %s (0700 root:root) on its way to "
             "%s/var/spool/cdb" % (cwd, cwd)) in r.stderr, r.stderr[-2000:]
     shutil.rmtree(cwd)
 
