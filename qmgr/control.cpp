@@ -1,6 +1,6 @@
 // Control requests from the `smx` CLI (stats, flush, hold, release, delete;
-// queue, qshape, show, requeue and what ALL names are in queue_report.cpp), and the counters
-// behind `smx stats` and the Prometheus endpoint. Requests are taken on the
+// queue, qshape, show, requeue and what ALL names are in queue_report.cpp),
+// and the counters behind `smx stats` and the Prometheus endpoint. Requests are taken on the
 // event loop; each that needs DEFEDB is a coroutine that awaits its work on
 // the DEFEDB strand, then replies.
 #include "qmgr.hpp"
