@@ -129,6 +129,9 @@ struct CtlRequest {
     std::string command;  // "stats", "queue", "flush", "hold", ...
     std::vector<std::string> args;
 };
+// Queue ids in one hold, release or delete request (the CLI sends more in
+// several), so that the reply, a line per id, stays far below rec::max_body.
+inline constexpr std::size_t max_ctl_ids = 1000;
 
 struct CtlReply {
     std::uint32_t status = 0;  // 0 ok, else error with text

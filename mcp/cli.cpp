@@ -1,11 +1,13 @@
 #include "cli.hpp"
 
-#include "channel.hpp"
+#include "ids.hpp"
 #include "json.hpp"
 
 #include <grp.h>
 #include <pwd.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 
 namespace smx {
@@ -14,16 +16,88 @@ namespace {
 struct CommandRule {
     const char* name;
     int min_operands;
-    int max_operands;  // -1: any (QMGR checks them)
+    int max_operands;      // -1: any
+    const char* synopsis;  // what follows the name
+    const char* summary;   // `smx --help`; `smx help NAME` prints details after it
+    const char* details = "";
 };
 
+constexpr const char* ids_details =
+    "ID...: queue ids as smx queue lists them. -: the ids on standard input, one\n"
+    "a line (a * or ! after an id, postfix's marks, is ignored; a line that is not\n"
+    "an id is skipped with a warning), as postsuper -d - reads them. ALL: every\n"
+    "message (hold: those not held; release: the held ones); ALL QUEUE: those\n"
+    "with a recipient in QUEUE: active (in memory), deferred or hold.\n"
+    "Prints a line per id, or the totals for ALL. Exit status 1 when an id is\n"
+    "not in the queue (the others are done; that report goes to standard error).\n"
+    "Needs root or server.admin_group.\n";
+
 const CommandRule commands[] = {
-    {"run", 0, 0},   {"check-config", 0, 0}, {"stats", 0, 0},
-    {"queue", 0, 0}, {"qshape", 0, 1},       {"show", 1, 1},
-    {"requeue", 0, 1}, {"flush", 0, -1},     {"hold", 1, -1},
-    {"release", 1, -1}, {"delete", 1, -1},   {"help", 0, 0},
-    {"version", 0, 0}, {"reload", 0, 0},     {"config", 0, -1},
+    {"run", 0, 0, "", "start smx-qmgr, smx-smtpc and smx-smtps and supervise them",
+     "In the foreground, until SIGTERM or Ctrl-C (it stops within 5 s). Started\n"
+     "as root, the children run as server.smtps_user, qmgr_user and smtpc_user.\n"
+     "Its pid is in RUN_DIR/smx.pid.\n"},
+    {"check-config", 0, 0, "", "load and validate the config, print a summary",
+     "Exit status 2 naming the bad key: what smx run would refuse.\n"},
+    {"config", 0, -1, "[-n|-d] [KEY...]",
+     "the config as \"section.key = value\" lines: every key,\n"
+     "-n those not at their default, -d the defaults",
+     "As postconf, postconf -n and postconf -d: TOML that smx reads back. KEY:\n"
+     "section.key, printed in the order given; an unknown one is exit status 1.\n"},
+    {"reload", 0, 0, "", "have the running smx re-read the config",
+     "Signals the smx run whose pid is in RUN_DIR/smx.pid and prints its answer\n"
+     "(the keys that need a restart, if any), within 10 s. Exit status 2: the\n"
+     "file was refused and nothing changed.\n"},
+    {"stats", 0, 0, "[--json]", "QMGR counters as \"name value\" lines, or one JSON object"},
+    {"queue", 0, 0, "[--json] [FILTER]",
+     "list the queue like mailq, or one JSON object a line like\n"
+     "postqueue -j (FILTER: --domain D, --sender S, --older-than AGE)",
+     "--domain D: recipients in domain D; --sender S: messages from S ('<>': the\n"
+     "null sender); --older-than AGE: messages older than AGE (90, 90s, 15m, 1h,\n"
+     "2d, 1w). --json fields: queue_name, queue_id, arrival_time, message_size,\n"
+     "forced_expire, sender, recipients (address, delay_reason; and ours: state,\n"
+     "attempts, next_try).\n"},
+    {"qshape", 0, 1, "[active|deferred|all] [FILTER]",
+     "recipients by domain and age in minutes, like postfix's qshape"},
+    {"show", 1, 1, "[--body] ID",
+     "envelope, recipients and header section of one message\n"
+     "(--body: the whole message, headers and body)",
+     "Like postcat -h (postcat -bh with --body). Needs root or server.admin_group.\n"},
+    {"requeue", 0, 1, "ID | --domain D", "make deferred recipients due now",
+     "Those of message ID, or those in domain D; held ones stay held.\n"},
+    {"flush", 0, 1, "[DOMAIN]",
+     "retry deferred mail now: all of it (postqueue -f), or\n"
+     "the recipients in DOMAIN (postqueue -s)",
+     "Held recipients stay held. flush DOMAIN is requeue --domain DOMAIN.\n"},
+    {"hold", 1, -1, "ID... | - | ALL [QUEUE]", "hold queue entries (postsuper -h)", ids_details},
+    {"release", 1, -1, "ID... | - | ALL [QUEUE]", "release held entries (postsuper -H)",
+     ids_details},
+    {"delete", 1, -1, "ID... | - | ALL [QUEUE]",
+     "delete queue entries, without a bounce (postsuper -d)", ids_details},
+    {"help", 0, 1, "[COMMAND]", "this text, or what COMMAND does"},
+    {"version", 0, 0, "", "print the version"},
 };
+
+bool is_queue_name(const std::string& s) {
+    return s == "active" || s == "deferred" || s == "hold";
+}
+
+bool is_domain(const std::string& s) { return !s.empty() && s.find('@') == s.npos; }
+
+// The operands of hold, release and delete: ID..., with at most one -, or
+// ALL [QUEUE]. Empty when they are valid, else what is wrong.
+std::string check_id_operands(const std::vector<std::string>& ops) {
+    if (ops[0] == "ALL") {
+        if (ops.size() > 2) return "ALL takes at most a queue name, not '" + ops[2] + "'";
+        if (ops.size() == 2 && !is_queue_name(ops[1]))
+            return "'" + ops[1] + "' is not a queue (active, deferred or hold)";
+        return {};
+    }
+    if (std::count(ops.begin(), ops.end(), "-") > 1) return "- (standard input) given twice";
+    for (const auto& op : ops)
+        if (op != "-" && !sm::valid_ta_id(op)) return "'" + op + "' is not a queue id";
+    return {};
+}
 
 // Which command takes which filter option.
 bool takes_filter(const std::string& command, const std::string& option) {
@@ -63,11 +137,6 @@ std::string_view trim(std::string_view s) {
     return s.substr(first, s.find_last_not_of(" \t\r") - first + 1);
 }
 
-void print_with_newline(std::ostream& out, const std::string& text) {
-    out << text;
-    if (!text.empty() && text.back() != '\n') out << '\n';
-}
-
 } // namespace
 
 std::optional<std::uint64_t> parse_age(std::string_view s) {
@@ -96,9 +165,15 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "-h" || arg == "--help") {
-            return Args{"help", "", false, {}, {}};
+            // `smx queue --help`: the help of that command.
+            Args help;
+            help.command = "help";
+            if (find_command(a.command)) help.operands.push_back(a.command);
+            return help;
         } else if (arg == "-V" || arg == "--version") {
-            return Args{"version", "", false, {}, {}};
+            Args version;
+            version.command = "version";
+            return version;
         } else if (arg == "-c" || arg == "--config") {
             if (i + 1 >= argc) {
                 err = "option " + arg + " needs a file name";
@@ -115,6 +190,8 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
             a.changed = true;
         } else if (arg == "-d") {
             a.defaults = true;
+        } else if (arg == "--body") {
+            a.body = true;
         } else if (arg == "--domain" || arg == "--sender" || arg == "--older-than") {
             if (i + 1 >= argc) {
                 err = "option " + arg + " needs a value";
@@ -128,12 +205,12 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
                     return std::nullopt;
                 }
                 value = std::to_string(*age);
-            } else if (arg == "--domain" && (value.empty() || value.find('@') != value.npos)) {
+            } else if (arg == "--domain" && !is_domain(value)) {
                 err = "--domain: '" + value + "' is not a domain";
                 return std::nullopt;
             }
             a.filters.push_back(arg.substr(2) + "=" + value);
-        } else if (arg.size() > 1 && arg[0] == '-') {
+        } else if (arg.size() > 1 && arg[0] == '-') {  // "-" alone: ids on stdin
             err = "unknown option '" + arg + "'";
             return std::nullopt;
         } else if (a.command.empty()) {
@@ -157,7 +234,9 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
         return std::nullopt;
     }
     if (rule->max_operands >= 0 && n > rule->max_operands) {
-        err = a.command + " takes no arguments ('" + a.operands.front() + "')";
+        const std::string& extra = a.operands[static_cast<std::size_t>(rule->max_operands)];
+        err = a.command + (rule->max_operands == 0 ? " takes no arguments ('" + extra + "')"
+                                                   : " takes one argument, not '" + extra + "'");
         return std::nullopt;
     }
     if (a.json && a.command != "stats" && a.command != "queue") {
@@ -170,6 +249,10 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
     }
     if (a.changed && a.defaults) {
         err = "config takes -n or -d, not both";
+        return std::nullopt;
+    }
+    if (a.body && a.command != "show") {
+        err = "--body goes with show only";
         return std::nullopt;
     }
     for (const auto& f : a.filters) {
@@ -188,6 +271,21 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
         err = "requeue needs a queue id or --domain D (one of them)";
         return std::nullopt;
     }
+    if (a.command == "flush" && n == 1 && !is_domain(a.operands[0])) {
+        err = "flush: '" + a.operands[0] + "' is not a domain";
+        return std::nullopt;
+    }
+    if (a.command == "help" && n == 1 && !find_command(a.operands[0])) {
+        err = "help: unknown command '" + a.operands[0] + "'";
+        return std::nullopt;
+    }
+    if (a.command == "hold" || a.command == "release" || a.command == "delete") {
+        err = check_id_operands(a.operands);
+        if (!err.empty()) {
+            err = a.command + ": " + err;
+            return std::nullopt;
+        }
+    }
     if (a.command == "help" || a.command == "version") a.config_path.clear();
     return a;
 }
@@ -195,34 +293,39 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
 void print_usage(std::ostream& out) {
     out << "usage: smx COMMAND [-c FILE] [ARGS]\n"
            "\n"
-           "commands:\n"
-           "  run              start smx-qmgr, smx-smtpc and smx-smtps and supervise them\n"
-           "  check-config     load and validate the config, print a summary\n"
-           "  config [-n|-d] [KEY...]\n"
-           "                   the config as \"section.key = value\" lines: every key,\n"
-           "                   -n those not at their default, -d the defaults\n"
-           "  reload           have the running smx re-read the config\n"
-           "  stats [--json]   QMGR counters as \"name value\" lines, or one JSON object\n"
-           "  queue [--json] [FILTER]   list the queue (FILTER: --domain D,\n"
-           "                   --sender S, --older-than AGE such as 90s, 15m, 1h, 2d)\n"
-           "  qshape [active|deferred|all] [FILTER]\n"
-           "                   recipients by domain and age in minutes, like postfix's qshape\n"
-           "  show ID          envelope, recipients and header section of one message\n"
-           "  requeue ID | --domain D\n"
-           "                   make deferred recipients due now\n"
-           "  flush            retry deferred mail now\n"
-           "  hold ID...       hold queue entries\n"
-           "  release ID...    release held entries\n"
-           "  delete ID...     delete queue entries\n"
-           "\n"
+           "commands:\n";
+    constexpr std::size_t column = 19;
+    for (const auto& c : commands) {
+        std::string head = std::string("  ") + c.name + (*c.synopsis ? " " : "") + c.synopsis;
+        head += head.size() + 2 > column ? "\n" + std::string(column, ' ')
+                                         : std::string(column - head.size(), ' ');
+        std::string_view summary = c.summary;
+        for (auto nl = summary.find('\n'); nl != summary.npos; nl = summary.find('\n')) {
+            out << head << summary.substr(0, nl) << '\n';
+            head = std::string(column, ' ');
+            summary.remove_prefix(nl + 1);
+        }
+        out << head << summary << '\n';
+    }
+    out << "\n"
            "options:\n"
            "  -c, --config FILE   TOML config file (default: " << default_config << "\n"
            "                      if it exists, else the built-in defaults: listen\n"
            "                      127.0.0.1:2525, spool ./var/spool; -c '' for those)\n"
-           "  -h, --help          this text\n"
+           "  -h, --help          this text (after a command: that command's help)\n"
            "  -V, --version       print the version\n"
            "\n"
+           "smx help COMMAND tells more of a command.\n"
            "exit status: 0 ok, 1 failure, 2 config error, 64 usage error\n";
+}
+
+void print_help(std::ostream& out, const std::string& command) {
+    const CommandRule* c = find_command(command);
+    if (!c) return print_usage(out);
+    out << "usage: smx " << c->name << (*c->synopsis ? " " : "") << c->synopsis
+        << " [-c FILE]\n\n"
+        << c->summary << ".\n";
+    if (*c->details) out << '\n' << c->details;
 }
 
 const char* const default_config = SMX_DEFAULT_CONFIG;
@@ -267,30 +370,6 @@ std::string stats_to_json(std::string_view text) {
         sep = ",\n  ";
     }
     return out + (out.size() > 1 ? "\n}\n" : "}\n");
-}
-
-int ctl_command(const Args& args, std::ostream& out, std::ostream& err) {
-    auto cfg = load_checked(args.config_path, err);
-    if (!cfg) return exit_config;
-    const std::string socket = cfg->qmgr_socket();
-    std::string why;
-    sm::msg::CtlRequest req{args.command, args.filters};
-    if (args.json && args.command == "queue") req.args.push_back("json");
-    req.args.insert(req.args.end(), args.operands.begin(), args.operands.end());
-    auto reply = sm::ctl_call(socket, req, why);
-    if (!reply) {
-        err << "smx: cannot reach qmgr at " << socket << " (config: " << args.config_source
-            << "): " << why << '\n';
-        return exit_failed;
-    }
-    if (reply->status != 0) {
-        err << "smx: " << args.command << ": ";
-        print_with_newline(err, reply->text.empty() ? "failed" : reply->text);
-        return exit_failed;
-    }
-    if (args.json && args.command == "stats") out << stats_to_json(reply->text);
-    else print_with_newline(out, reply->text);
-    return exit_ok;
 }
 
 } // namespace smx

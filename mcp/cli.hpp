@@ -22,7 +22,7 @@ struct Args {
     std::string command;                 // "run", "stats", "hold", ...
     std::string config_path;             // -c FILE; empty: built-in defaults
     bool json = false;                   // stats --json, queue --json
-    std::vector<std::string> operands;   // queue ids for hold/release/delete
+    std::vector<std::string> operands;   // queue ids for hold/release/delete ...
     // --domain, --sender, --older-than as QMGR takes them: "domain=D",
     // "sender=S", "older-than=SECONDS" (queue, qshape; requeue: domain).
     std::vector<std::string> filters;
@@ -30,6 +30,7 @@ struct Args {
     std::string config_source{};         // resolve_config: which file, or why none
     bool changed = false;                // config -n: only what differs from the defaults
     bool defaults = false;               // config -d: the defaults
+    bool body = false;                   // show --body
 };
 
 // "90", "90s", "15m", "1h", "2d", "1w" in seconds; nullopt if malformed or
@@ -37,10 +38,13 @@ struct Args {
 std::optional<std::uint64_t> parse_age(std::string_view s);
 
 // Parses argv. Returns nullopt with a message in err on a usage error.
-// --help and --version come back as the commands "help" and "version".
+// --help and --version come back as the commands "help" and "version"
+// (--help after a command: "help" with that command as its operand).
 std::optional<Args> parse_args(int argc, const char* const* argv, std::string& err);
 
 void print_usage(std::ostream& out);
+// `smx help COMMAND`: its synopsis, what it does and more.
+void print_help(std::ostream& out, const std::string& command);
 
 // The installed configuration (meson: sysconfdir/smx/smx.toml).
 extern const char* const default_config;
@@ -63,8 +67,5 @@ std::optional<sm::Config> load_checked(const std::string& path, std::ostream& er
 // "name value" lines to one JSON object; values that are JSON numbers stay
 // numbers, anything else becomes a string.
 std::string stats_to_json(std::string_view text);
-
-// stats, queue, flush, hold, release, delete: one CTL request to QMGR.
-int ctl_command(const Args& args, std::ostream& out, std::ostream& err);
 
 } // namespace smx

@@ -1,6 +1,7 @@
 // smx: `smx run` (the MCP) and the operator commands.
 #include "cli.hpp"
 #include "cli_config.hpp"
+#include "queue_commands.hpp"
 #include "reload.hpp"
 #include "run.hpp"
 
@@ -17,7 +18,8 @@ int main(int argc, char** argv) {
         return smx::exit_usage;
     }
     if (args->command == "help") {
-        smx::print_usage(std::cout);
+        if (args->operands.empty()) smx::print_usage(std::cout);
+        else smx::print_help(std::cout, args->operands.front());
         return smx::exit_ok;
     }
     if (args->command == "version") {
@@ -37,5 +39,5 @@ int main(int argc, char** argv) {
     lg->set_pattern("smx: %v");
     lg->set_level(spdlog::level::warn);
     spdlog::set_default_logger(lg);
-    return smx::ctl_command(*args, std::cout, std::cerr);
+    return smx::ctl_command(*args, std::cin, std::cout, std::cerr);
 }

@@ -7,9 +7,12 @@
 #include <grp.h>
 #include <pwd.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -144,17 +147,33 @@ bool lay_out(int dir, const std::string& shown, const Layout& l, std::string& er
     return fix_files(dir, shown, l, err);
 }
 
+// The missing directories of an absolute path, made 0755 whatever the
+// umask (027 in smx run): every account passes through them, as through
+// one `mkdir -p` made (./var of the built-in defaults).
+bool make_parents(const fs::path& dir, std::string& err) {
+    fs::path made;
+    for (const auto& step : dir) {
+        made /= step;
+        if (::mkdir(made.c_str(), 0755) == 0) {
+            if (::chmod(made.c_str(), 0755) == 0) continue;
+        } else if (errno == EEXIST) {
+            continue;
+        }
+        err = "cannot create " + made.string() + ": " + errno_text();
+        return false;
+    }
+    return true;
+}
+
 // An absolute directory the operator named (spool_dir, run_dir, a
 // content_dir or ibdb_dir outside the spool): its parents are the
 // operator's, only the last step may be a child's doing.
 Fd open_top(const std::string& path, std::string& err) {
     const fs::path p(path);
-    std::error_code ec;
-    fs::create_directories(p.parent_path(), ec);
+    if (!make_parents(p.parent_path(), err)) return Fd();
     Fd parent(::open(p.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (ec || parent.get() < 0) {
-        err = "cannot create " + p.parent_path().string() + ": " +
-              (ec ? ec.message() : errno_text());
+    if (parent.get() < 0) {
+        err = "cannot open " + p.parent_path().string() + ": " + errno_text();
         return Fd();
     }
     return open_dir(parent.get(), p.filename().string(), path, err);
@@ -267,6 +286,72 @@ bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err
             err = "cannot create " + d + ": " + (ec ? ec.message() : "not a directory");
             return false;
         }
+    }
+    return true;
+}
+
+namespace {
+
+// May r, by owner, group and mode, do `what` (04 read, 01 search) to st?
+bool may(const RunAs& r, const struct stat& st, mode_t what) {
+    if (r.uid == 0) return true;
+    if (st.st_uid == r.uid) return st.st_mode & (what << 6);
+    const bool member = st.st_gid == r.gid ||
+                        std::find(r.groups.begin(), r.groups.end(), st.st_gid) != r.groups.end();
+    return st.st_mode & (member ? what << 3 : what);
+}
+
+bool has_acl(const fs::path& p) {
+    return ::getxattr(p.c_str(), "system.posix_acl_access", nullptr, 0) > 0;
+}
+
+std::string describe(const struct stat& st) {
+    const passwd* pw = ::getpwuid(st.st_uid);
+    const group* gr = ::getgrgid(st.st_gid);
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return std::string(mode) + " " + (pw ? pw->pw_name : std::to_string(st.st_uid)) + ":" +
+           (gr ? gr->gr_name : std::to_string(st.st_gid));
+}
+
+// Search on every directory from / to dir (read on the last step when
+// file); why not, else empty.
+std::string unreachable(const RunAs& r, const std::string& child, const fs::path& path, bool file) {
+    fs::path at;
+    for (auto step = path.begin(); step != path.end(); ++step) {
+        at /= *step;
+        const bool last = std::next(step) == path.end();
+        struct stat st;
+        if (::stat(at.c_str(), &st) != 0 || has_acl(at)) continue;  // a missing one is made later
+        const mode_t what = last && file ? 04 : 01;
+        if (may(r, st, what)) continue;
+        const std::string who = r.name + " (" + child + ")";
+        if (what == 04)
+            return who + " cannot read the config file " + at.string() + " (" + describe(st) +
+                   "); make it readable to it, e.g. chgrp smx and chmod g+r";
+        return who + " cannot pass through " + at.string() + " (" + describe(st) +
+               ") on its way to " + path.string() + "; let it (chmod o+x " + at.string() +
+               ") or use a directory it can reach";
+    }
+    return {};
+}
+
+} // namespace
+
+bool check_reach(const sm::Config& cfg, const std::string& config_path, const Accounts& a,
+                 std::string& err) {
+    const std::vector<std::string> everyone{cfg.content_dir_abs(), cfg.run_dir_abs()};
+    const std::vector<std::string> qmgr{cfg.spool_dir_abs(),      cfg.ibdb_dir_abs(),
+                                        cfg.defedb_dir_abs(),     cfg.quarantine_dir_abs(),
+                                        cfg.content_dir_abs(),    cfg.run_dir_abs()};
+    for (auto [r, child, dirs] : {std::tuple{&a.smtps, "smx-smtps", &everyone},
+                                  std::tuple{&a.qmgr, "smx-qmgr", &qmgr},
+                                  std::tuple{&a.smtpc, "smx-smtpc", &everyone}}) {
+        for (const auto& d : *dirs)
+            if (err = unreachable(*r, child, d, false); !err.empty()) return false;
+        if (!config_path.empty() &&
+            !(err = unreachable(*r, child, fs::absolute(config_path), true)).empty())
+            return false;
     }
     return true;
 }

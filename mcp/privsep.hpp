@@ -44,6 +44,15 @@ std::optional<Accounts> lookup_accounts(const sm::Config& cfg, std::string& err)
 // directory and the files in it to their owner, with the modes of the table.
 bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err);
 
+// Started as root: each child's account can reach what it needs (after
+// make_dirs): search on every directory on the way to its stores and the
+// run directory, read on the config file (config_path, when not empty),
+// judged by owners and modes (a directory or file with an ACL passes). False
+// with err naming the account, the directory or file, its mode and owner:
+// one smx did not make, such as a home directory of 0700 above ./var.
+bool check_reach(const sm::Config& cfg, const std::string& config_path, const Accounts& accounts,
+                 std::string& err);
+
 // Creates the log file if needed and gives it to root and the shared group,
 // 0660, so that every child can append to it. A symbolic link is refused.
 bool prepare_log_file(const std::string& path, const Accounts& accounts, std::string& err);

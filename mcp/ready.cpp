@@ -1,18 +1,22 @@
 #include "ready.hpp"
 
 #include "await.hpp"
+#include "channel.hpp"
 #include "panic.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <systemd/sd-daemon.h>
 
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 
 namespace smx {
@@ -43,14 +47,46 @@ std::optional<tcp::endpoint> probe_endpoint(int listen_fd) {
     return {};
 }
 
+// Runs probe on io until it ends, a second has passed, or a signal of wake
+// is pending.
+void run_probe(asio::io_context& io, const sigset_t& wake, std::string_view what,
+               std::function<asio::awaitable<void>()> probe) {
+    // Readable while such a signal is pending; never read, so it stays so.
+    const int sfd = ::signalfd(-1, &wake, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sfd < 0) sm::panic(std::string("signalfd: ") + std::strerror(errno));
+    asio::posix::stream_descriptor signals(io, sfd);
+    signals.async_wait(asio::posix::stream_descriptor::wait_read,
+                       [&](boost::system::error_code ec) {
+                           if (!ec) io.stop();
+                       });
+    asio::co_spawn(io, std::move(probe), [&, what](std::exception_ptr e) {
+        sm::crash_on_exception(what)(e);
+        io.stop();
+    });
+    io.run_for(1s);
+}
+
 } // namespace
 
-bool smtp_greets(int listen_fd) {
+bool qmgr_answers(const std::string& path, const sigset_t& wake) {
+    asio::io_context io;
+    bool ok = false;
+    run_probe(io, wake, "qmgr probe", [&]() -> asio::awaitable<void> {
+        std::string err;
+        if (auto ch = co_await sm::connect_qmgr(path, "cli", err)) {
+            ok = true;
+            ch->close();
+        }
+    });
+    return ok;
+}
+
+bool smtp_greets(int listen_fd, const sigset_t& wake) {
     const auto ep = probe_endpoint(listen_fd);
     if (!ep) return false;
     asio::io_context io;
     bool ok = false;
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    run_probe(io, wake, "smtp probe", [&]() -> asio::awaitable<void> {
         tcp::socket sock(io);
         auto [cec] = co_await sock.async_connect(*ep, sm::await_tuple);
         if (cec) co_return;
@@ -61,9 +97,7 @@ bool smtp_greets(int listen_fd) {
         ok = true;
         co_await asio::async_write(sock, asio::buffer("QUIT\r\n", 6),
                                    sm::await_tuple);
-    }, sm::crash_on_exception("smtp probe"));
-    // The deadline for connect, greeting and QUIT together.
-    io.run_for(1s);
+    });
     return ok;
 }
 

@@ -21,9 +21,11 @@ constexpr auto answer_timeout = 10s;
 
 std::string status_path(const std::string& run_dir) { return run_dir + "/reload.status"; }
 
+using Clock = std::chrono::steady_clock;
+
 struct Status {
     long pid = 0;
-    unsigned long n = 0;
+    Clock::rep taken = 0;
     bool ok = false;
     std::string text;
 };
@@ -32,7 +34,7 @@ std::optional<Status> read_status(const std::string& path) {
     std::ifstream f(path);
     Status s;
     std::string word;
-    if (!(f >> s.pid >> s.n >> word) || (word != "ok" && word != "error")) return std::nullopt;
+    if (!(f >> s.pid >> s.taken >> word) || (word != "ok" && word != "error")) return std::nullopt;
     s.ok = word == "ok";
     f.get();  // the newline
     std::ostringstream rest;
@@ -74,10 +76,11 @@ ReloadOutcome check_reload(const std::string& path, const sm::Config& running) {
     return {true, text, std::move(secrets)};
 }
 
-bool write_reload_status(const std::string& run_dir, unsigned long n, const ReloadOutcome& o,
-                         std::string& err) {
+bool write_reload_status(const std::string& run_dir, Clock::time_point taken,
+                         const ReloadOutcome& o, std::string& err) {
     const std::string path = status_path(run_dir), tmp = path + ".tmp";
-    const std::string body = std::to_string(::getpid()) + " " + std::to_string(n) +
+    const std::string body = std::to_string(::getpid()) + " " +
+                             std::to_string(taken.time_since_epoch().count()) +
                              (o.ok ? " ok\n" : " error\n") + o.text + "\n";
     ::unlink(tmp.c_str());
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -105,19 +108,16 @@ int reload_command(const Args& args, std::ostream& out, std::ostream& err) {
         err << "smx: reload: smx is not running (no pid in " << pid_file << ")\n";
         return exit_failed;
     }
-    // The answer to our signal is the first of this MCP numbered above what
-    // is there now.
-    const auto before = read_status(status_path(run_dir));
-    const unsigned long seen = before && before->pid == pid ? before->n : 0;
+    const Clock::rep sent = Clock::now().time_since_epoch().count();
     if (::kill(static_cast<pid_t>(pid), SIGHUP) != 0) {
         err << "smx: reload: cannot signal smx (pid " << pid << "): " << std::strerror(errno)
             << '\n';
         return exit_failed;
     }
-    const auto deadline = std::chrono::steady_clock::now() + answer_timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
+    const auto deadline = Clock::now() + answer_timeout;
+    while (Clock::now() < deadline) {
         const auto s = read_status(status_path(run_dir));
-        if (s && s->pid == pid && s->n > seen) {
+        if (s && s->pid == pid && s->taken > sent) {
             if (s->ok) {
                 out << s->text << '\n';
                 return exit_ok;

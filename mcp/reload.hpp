@@ -13,6 +13,7 @@
 #include "config.hpp"
 #include "secret_files.hpp"
 
+#include <chrono>
 #include <optional>
 #include <string>
 
@@ -29,16 +30,20 @@ struct ReloadOutcome {
 // not signal anyone.
 ReloadOutcome check_reload(const std::string& path, const sm::Config& running);
 
-// "<pid> <n> ok|error\n<text>\n" to <run_dir>/reload.status, written to a
-// new file and renamed over the old one (never through a link QMGR's
-// account may have planted in its run directory). False with err.
-bool write_reload_status(const std::string& run_dir, unsigned long n, const ReloadOutcome& o,
-                         std::string& err);
+// "<pid> <taken> ok|error\n<text>\n" to <run_dir>/reload.status, written to
+// a new file and renamed over the old one (never through a link QMGR's
+// account may have planted in its run directory). taken: when the MCP took
+// the SIGHUP (steady clock, ns: CLOCK_MONOTONIC, the same in every
+// process). False with err.
+bool write_reload_status(const std::string& run_dir, std::chrono::steady_clock::time_point taken,
+                         const ReloadOutcome& o, std::string& err);
 
 // `smx reload`: checks the file itself (exit_config on an error), sends
 // SIGHUP to the pid in <run_dir>/smx.pid and waits up to 10 s for that
-// MCP's outcome: exit_ok, exit_config (the MCP refused the file), or
-// exit_failed (not running, no answer).
+// MCP's outcome of a SIGHUP taken after ours was sent (so it read the file
+// after we were called; signals sent together are taken as one):
+// exit_ok, exit_config (the MCP refused the file), or exit_failed (not
+// running, no answer).
 int reload_command(const Args& args, std::ostream& out, std::ostream& err);
 
 } // namespace smx

@@ -106,6 +106,7 @@ int run(const Args& args) {
         spdlog::info("not started as root: the children run as this user");
     }
     if (!make_dirs(*cfg, accounts ? &*accounts : nullptr, err)) return fatal(err);
+    if (accounts && !check_reach(*cfg, args.config_path, *accounts, err)) return fatal(err);
     if (accounts && !cfg->log.file.empty() && !prepare_log_file(cfg->log.file, *accounts, err))
         return fatal(err);
     PidLock lock;

@@ -4,8 +4,6 @@
 #include "ready.hpp"
 #include "reload.hpp"
 
-#include "channel.hpp"
-
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,23 +38,6 @@ std::string describe(int status) {
         return "killed by signal " + std::to_string(WTERMSIG(status)) +
                (WCOREDUMP(status) ? " (core dumped)" : "");
     return "ended with wait status " + std::to_string(status);
-}
-
-// QMGR is ready when it answers a HELLO on its socket, not merely when the
-// socket file exists.
-bool qmgr_answers(const std::string& path) {
-    namespace asio = boost::asio;
-    asio::io_context io;
-    bool ok = false;
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-        std::string err;
-        if (auto ch = co_await sm::connect_qmgr(path, "cli", err)) {
-            ok = true;
-            ch->close();
-        }
-    }, sm::crash_on_exception("qmgr probe"));
-    io.run_for(1s);
-    return ok;
 }
 
 } // namespace
@@ -127,7 +108,6 @@ int Supervisor::run() {
                                          Clock::now() + ready_poll);
         wait_signal(deadline);
         reap();
-        if (reload_requested_) reload();
         handle_crashes();
         // A QMGR restart restarts the others: they hold state of the old one.
         if (qmgr_.pid == 0) stop_workers();
@@ -141,7 +121,8 @@ int Supervisor::run() {
 void Supervisor::check_ready() {
     const bool all_smtps = std::all_of(smtps_.begin(), smtps_.end(),
                                        [](const Child& c) { return c.pid != 0; });
-    if (ready_ || !all_smtps || plan_.listen_fds.empty() || !smtp_greets(plan_.listen_fds.front()))
+    if (ready_ || !all_smtps || plan_.listen_fds.empty() ||
+        !smtp_greets(plan_.listen_fds.front(), supervisor_signals()))
         return;
     ready_ = true;
     spdlog::info("ready: smx-smtps answers");
@@ -187,7 +168,7 @@ bool Supervisor::start_qmgr(std::string& why) {
     ::unlink(plan_.qmgr_socket.c_str());
     if (!start(qmgr_, why)) return false;
     const auto deadline = Clock::now() + qmgr_ready_timeout;
-    while (!qmgr_answers(plan_.qmgr_socket)) {
+    while (!qmgr_answers(plan_.qmgr_socket, supervisor_signals())) {
         if (stop_requested_) {
             why = "start interrupted";
             return false;
@@ -276,7 +257,7 @@ void Supervisor::handle_crashes() {
 }
 
 void Supervisor::reload() {
-    reload_requested_ = false;
+    const auto taken = Clock::now();
     ReloadOutcome o = check_reload(plan_.config_path, plan_.config);
     if (o.ok) {
         // A child not running now reads the new file, and gets the new
@@ -297,7 +278,7 @@ void Supervisor::reload() {
         spdlog::error("reload: {}", o.text);
     }
     std::string err;
-    if (!write_reload_status(plan_.config.run_dir_abs(), ++reloads_, o, err))
+    if (!write_reload_status(plan_.config.run_dir_abs(), taken, o, err))
         spdlog::error("reload: {}", err);
 }
 
@@ -308,8 +289,9 @@ int Supervisor::wait_signal(std::optional<Clock::time_point> deadline) {
     timespec ts{static_cast<time_t>(wait.count() / 1000000000),
                 static_cast<long>(wait.count() % 1000000000)};
     const int sig = ::sigtimedwait(&set, nullptr, &ts);
-    // Taken in the main loop, also when it came during a wait elsewhere.
-    if (sig == SIGHUP) reload_requested_ = true;
+    // At once, in whatever wait it comes (a QMGR start, a stop of the
+    // workers): a reload is answered within a second at any moment.
+    if (sig == SIGHUP) reload();
     if ((sig == SIGTERM || sig == SIGINT) && !stop_requested_) {
         spdlog::info("{} received, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         stop_requested_ = true;

@@ -16,7 +16,9 @@
 //
 // Single-threaded and synchronous: SIGCHLD, SIGTERM, SIGINT and SIGHUP stay blocked
 // and are taken with sigtimedwait, so every event is handled in one place,
-// in order, with no handler races.
+// in order, with no handler races. Every wait takes them, and the readiness
+// probes end when one is pending: a reload is applied within a second
+// whatever the supervisor is doing (starting QMGR, stopping the workers).
 #pragma once
 
 #include "child_link.hpp"
@@ -96,6 +98,8 @@ private:
     // SIGHUP: checks the file, signals the children, writes the outcome.
     void reload();
 
+    // Waits for a signal until deadline (none: an hour); a SIGHUP is
+    // handled here (reload), SIGTERM/SIGINT set stop_requested_.
     int wait_signal(std::optional<Clock::time_point> deadline);
     void reap();
     void terminate(Child& c);
@@ -116,8 +120,6 @@ private:
     std::unique_ptr<sm::SessionCounts> counts_;  // several smtps_: a dead one's slot is cleared
     std::vector<Child*> all_;
     bool stop_requested_ = false;
-    bool reload_requested_ = false;
-    unsigned long reloads_ = 0;
     bool ready_ = false;
     std::optional<int> failed_;  // a child cannot start: smx run's exit status
 };

@@ -1,6 +1,6 @@
 // Control requests from the `smx` CLI (stats, flush, hold, release, delete;
-// queue, qshape, show and requeue are in queue_report.cpp), and the counters
-// behind `smx stats` and the Prometheus endpoint. Requests are taken on the
+// queue, qshape, show, requeue and what ALL names are in queue_report.cpp),
+// and the counters behind `smx stats` and the Prometheus endpoint. Requests are taken on the
 // event loop; each that needs DEFEDB is a coroutine that awaits its work on
 // the DEFEDB strand, then replies.
 #include "qmgr.hpp"
@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <memory>
 
 namespace smx::qmgr {
@@ -56,11 +57,6 @@ std::vector<Metric> Qmgr::metrics() const {
 
 void Qmgr::control(const sm::msg::CtlRequest& req, CtlDone done) {
     const auto& c = req.command;
-    const bool with_id = c == "hold" || c == "release" || c == "delete";
-    if (with_id && (req.args.size() != 1 || !sm::valid_ta_id(req.args[0]))) {
-        done({1, req.args.size() == 1 ? "no such queue id" : "usage: " + c + " QUEUE-ID"});
-        return;
-    }
     if (c == "stats") {
         std::string text;
         for (const Metric& m : metrics()) text += fmt::format("{} {}\n", m.name, m.value);
@@ -73,10 +69,8 @@ void Qmgr::control(const sm::msg::CtlRequest& req, CtlDone done) {
         tasks_.spawn(ex_, ctl_requeue(req, std::move(done)), "smx requeue");
     } else if (c == "flush") {
         tasks_.spawn(ex_, ctl_flush(std::move(done)), "smx flush");
-    } else if (c == "hold" || c == "release") {
-        tasks_.spawn(ex_, ctl_hold(req.args[0], c == "hold", std::move(done)), "smx hold");
-    } else if (c == "delete") {
-        tasks_.spawn(ex_, ctl_delete(req.args[0], std::move(done)), "smx delete");
+    } else if (c == "hold" || c == "release" || c == "delete") {
+        tasks_.spawn(ex_, ctl_ids(req, std::move(done)), "smx hold, release, delete");
     } else {
         done({1, "unknown command \"" + c +
                      "\" (this queue manager knows: stats, queue, qshape, show, requeue, flush, hold, release, delete)"});
@@ -92,10 +86,73 @@ asio::awaitable<void> Qmgr::ctl_flush(CtlDone done) {
     done({0, fmt::format("{} deferred recipients scheduled now\n", *n)});
 }
 
+namespace {
+
+// postfix's queue names, for ALL QUEUE.
+bool queue_name(const std::string& s) { return s == "active" || s == "deferred" || s == "hold"; }
+
+// What ALL means without a queue name: whatever hold, release or delete
+// can act on.
+std::vector<std::string> all_queues(const std::string& command) {
+    if (command == "hold") return {"active", "deferred"};
+    if (command == "release") return {"hold"};
+    return {"active", "deferred", "hold"};
+}
+
+} // namespace
+
+// hold, release, delete: each queue id of the request, or ALL [QUEUE]:
+// every message with a recipient in that queue. A line per id (an unknown
+// one makes the status 1, the others are still done), or for ALL one line
+// of totals, as postsuper prints; one message at a time, each its own
+// DEFEDB transaction.
+asio::awaitable<void> Qmgr::ctl_ids(sm::msg::CtlRequest req, CtlDone done) {
+    const std::string& c = req.command;
+    const auto& args = req.args;
+    const bool all = !args.empty() && args[0] == "ALL";
+    const bool ok = all ? args.size() == 1 || (args.size() == 2 && queue_name(args[1]))
+                        : !args.empty() && args.size() <= sm::msg::max_ctl_ids &&
+                              std::all_of(args.begin(), args.end(), sm::valid_ta_id);
+    if (!ok)
+        co_return done({1, fmt::format("usage: {} QUEUE-ID... (at most {}) | {} ALL "
+                                       "[active|deferred|hold]",
+                                       c, sm::msg::max_ctl_ids, c)});
+    std::vector<std::string> ids = args;
+    if (all) {
+        std::vector<std::string> queues = all_queues(c);
+        if (args.size() == 2) queues = {args[1]};
+        auto picked = co_await queue_ids(std::move(queues));
+        if (!picked) co_return done({1, "deferred queue unreadable (see the log)"});
+        ids = std::move(*picked);
+    }
+    const std::string done_word = c == "hold" ? "held" : c == "release" ? "released" : "deleted";
+    std::string text;
+    std::size_t messages = 0, rcpts = 0;
+    std::uint32_t status = 0;
+    for (const auto& id : ids) {
+        std::optional<std::size_t> n;
+        if (c == "delete") n = co_await delete_ta(id);
+        else n = co_await hold_ta(id, c == "hold");
+        if (!n) co_return done({1, text + "defedb error (see the log)"});
+        if (*n == 0 && !all) {  // one ALL picked may be gone since: not an error
+            text += id + ": no such queue id\n";
+            status = 1;
+        } else if (*n > 0) {
+            ++messages;
+            rcpts += *n;
+            if (!all) text += fmt::format("{}: {} ({} recipients)\n", id, done_word, *n);
+        }
+    }
+    if (c == "release") deferred_.refresh();
+    if (all) text = fmt::format("{} messages {} ({} recipients)\n", messages, done_word, rcpts);
+    done({status, std::move(text)});
+}
+
 // Held recipients live in DEFEDB, unindexed, so nothing schedules them.
 // Those waiting in memory go there now; those in flight go there if their
-// attempt fails for now.
-asio::awaitable<void> Qmgr::ctl_hold(std::string id, bool hold, CtlDone done) {
+// attempt fails for now. Returns the recipients held or released (0: no
+// such message), nullopt on a DEFEDB error.
+asio::awaitable<std::optional<std::size_t>> Qmgr::hold_ta(std::string id, bool hold) {
     std::size_t here = 0;
     if (Ta* ta = queue_.find(id); ta && !ta->deleted()) {
         for (std::uint32_t i = 0; i < ta->rcpts().size(); ++i) {
@@ -113,11 +170,9 @@ asio::awaitable<void> Qmgr::ctl_hold(std::string id, bool hold, CtlDone done) {
     }
     auto set_held = [id, hold](Defedb& db) { return db.set_held(id, hold); };
     const auto n = co_await dbq_.run(std::move(set_held));
-    if (!n) co_return done({1, "defedb error (see the log)"});
-    if (here + *n == 0) co_return done({1, "no such queue id"});
-    spdlog::info("{}: {} by operator", id, hold ? "held" : "released");
-    if (!hold) deferred_.refresh();
-    done({0, fmt::format("{}: {} recipients {}\n", id, here + *n, hold ? "held" : "released")});
+    if (!n) co_return std::nullopt;
+    if (here + *n > 0) spdlog::info("{}: {} by operator", id, hold ? "held" : "released");
+    co_return here + *n;
 }
 
 // Memory's part of removing a transaction (`smx delete`, a quarantine): it
@@ -142,16 +197,18 @@ std::size_t Qmgr::forget(Ta& ta, std::string& cdb) {
 }
 
 // Gone everywhere, no DSN: memory, DEFEDB, IBDB and the content file.
-asio::awaitable<void> Qmgr::ctl_delete(std::string id, CtlDone done) {
+// Returns the recipients removed (0: no such message), nullopt on a DEFEDB
+// error.
+asio::awaitable<std::optional<std::size_t>> Qmgr::delete_ta(std::string id) {
     std::size_t here = 0;
     std::string cdb = id;
     if (Ta* ta = queue_.find(id); ta && !ta->deleted()) here = forget(*ta, cdb);
     const auto n = co_await deferred_.remove_ta(id);
-    if (!n) co_return done({1, "defedb error (see the log)"});
-    if (here + *n == 0) co_return done({1, "no such queue id"});
+    if (!n) co_return std::nullopt;
+    if (here + *n == 0) co_return 0;
     reaper_.drop(id, cdb);
     spdlog::info("{}: removed (deleted by operator, {} recipients)", id, here + *n);
-    done({0, fmt::format("{}: deleted ({} recipients)\n", id, here + *n)});
+    co_return here + *n;
 }
 
 } // namespace smx::qmgr

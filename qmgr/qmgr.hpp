@@ -169,14 +169,18 @@ private:
     asio::awaitable<void> drop_deferred(std::string id, std::string cdb, std::size_t here);
     // control.cpp
     asio::awaitable<void> ctl_flush(CtlDone done);
-    asio::awaitable<void> ctl_hold(std::string id, bool hold, CtlDone done);
-    asio::awaitable<void> ctl_delete(std::string id, CtlDone done);
+    asio::awaitable<void> ctl_ids(sm::msg::CtlRequest req, CtlDone done);
+    asio::awaitable<std::optional<std::size_t>> hold_ta(std::string id, bool hold);
+    asio::awaitable<std::optional<std::size_t>> delete_ta(std::string id);
     std::size_t forget(Ta& ta, std::string& cdb);
     // metrics.cpp: counts DEFEDB's recipients by domain for deferred_by_domain.
     asio::awaitable<void> scan_deferred_domains(std::uint64_t now);
     // queue_report.cpp: queue, qshape, show; requeue
     asio::awaitable<void> ctl_report(sm::msg::CtlRequest req, CtlDone done);
     asio::awaitable<void> ctl_requeue(sm::msg::CtlRequest req, CtlDone done);
+    // The messages with a recipient in one of queues ("active", "deferred",
+    // "hold"), in id order; nullopt when DEFEDB cannot be read.
+    asio::awaitable<std::optional<std::vector<std::string>>> queue_ids(std::vector<std::string> queues);
 
     const sm::Config& cfg_;
     const sm::Clock& clock_;

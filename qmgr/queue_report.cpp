@@ -1,6 +1,8 @@
-// The queue as an operator sees it: `smx queue` (text like mailq, or JSON,
-// with filters), `smx qshape` (postfix's age-by-domain table), `smx show`
-// (like postcat -h) and `smx requeue`. The active queue is copied on the
+// The queue as an operator sees it: `smx queue` (text like mailq, or JSON
+// lines like postqueue -j, with filters), `smx qshape` (postfix's
+// age-by-domain table), `smx show` (like postcat -h, and the content page by
+// page for `smx show --body`), `smx requeue`, and the messages `ALL` names
+// for hold, release and delete. The active queue is copied on the
 // event loop; DEFEDB is read on its strand and merged in (a recipient memory
 // is working on shows memory's state); filtering, rendering and reading a
 // content file happen there too, off the event loop.
@@ -14,6 +16,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -52,10 +55,13 @@ using Listing = std::map<std::string, Entry>;
 constexpr std::size_t max_listing = 3u << 20;
 // `smx show` prints at most this much of the header section.
 constexpr std::size_t max_header = 64u << 10;
+// `smx show --body` gets the content in pages of this size.
+constexpr std::size_t content_page = 1u << 20;
 
 // What the CLI sends (mcp/cli.cpp): "json", "domain=D", "sender=S"
 // ("<>": the null sender), "older-than=SECONDS", a queue name for qshape,
-// a queue id for show and requeue.
+// a queue id for show and requeue; for show also "envelope" (only the
+// envelope records) or "content=OFFSET" (a page of the content).
 struct Options {
     bool json = false;
     std::string domain;
@@ -63,7 +69,13 @@ struct Options {
     std::uint64_t older_than_s = 0;
     std::string queue = "all";
     std::string id;
+    bool envelope = false;
+    std::optional<std::uint64_t> content_from;
 };
+
+bool digits(std::string_view s, std::size_t max) {
+    return !s.empty() && s.size() <= max && s.find_first_not_of("0123456789") == s.npos;
+}
 
 std::string lower(std::string s) {
     for (char& c : s)
@@ -81,9 +93,12 @@ std::optional<Options> parse(const std::vector<std::string>& args, std::string& 
             o.domain = lower(a.substr(7));
         } else if (v.starts_with("sender=")) {
             o.sender = a.substr(7) == "<>" ? "" : lower(a.substr(7));
-        } else if (v.starts_with("older-than=") && a.size() > 11 && a.size() <= 11 + 12 &&
-                   a.find_first_not_of("0123456789", 11) == a.npos) {
+        } else if (v.starts_with("older-than=") && digits(v.substr(11), 12)) {
             o.older_than_s = std::stoull(a.substr(11));  // 12 digits: no overflow, in µs either
+        } else if (a == "envelope") {
+            o.envelope = true;
+        } else if (v.starts_with("content=") && digits(v.substr(8), 12)) {
+            o.content_from = std::stoull(a.substr(8));
         } else if (a == "active" || a == "deferred" || a == "all") {
             o.queue = a;
         } else if (sm::valid_ta_id(a) && o.id.empty()) {
@@ -97,6 +112,24 @@ std::optional<Options> parse(const std::vector<std::string>& args, std::string& 
 }
 
 bool waiting(const Line& l) { return l.state == "deferred" || l.state == "held"; }
+
+// postfix's queue names: hold (held in DEFEDB), deferred (waiting in
+// DEFEDB, or on its way there), active (every other state: in memory).
+const char* queue_of(const Line& l) {
+    return l.state == "held" ? "hold" : l.state == "deferred" ? "deferred" : "active";
+}
+
+// A message's queue in postqueue -j: active while memory works on any of
+// its recipients, hold when all are held, else deferred.
+const char* queue_of(const Entry& e) {
+    bool held = true;
+    for (const auto& [idx, l] : e.rcpts) {
+        const std::string_view q = queue_of(l);
+        if (q == "active") return "active";
+        held = held && q == "hold";
+    }
+    return held ? "hold" : "deferred";
+}
 
 // Drops recipients and messages the options exclude: another recipient
 // domain or queue, another sender, younger than older-than.
@@ -138,29 +171,35 @@ std::string render_text(const Listing& all) {
     return out;
 }
 
-// One object; each message on a line of its own. The shape is documented in
-// docs/operation.md and kept stable: fields may be added, never renamed.
+// One JSON object a line, each message with postqueue -j's fields (and
+// ours after them: docs/operation.md); fields may be added, never renamed.
+// Past max_listing a last line "... N more messages not listed", which the
+// CLI writes to stderr.
 std::string render_json(const Listing& all) {
-    std::string out = "{\"messages\": [";
-    std::uint64_t bytes = 0, listed = 0;
+    std::string out;
+    std::uint64_t left_out = 0;
     for (const auto& [id, e] : all) {
-        bytes += e.size;
-        if (out.size() > max_listing) continue;
-        out += listed++ ? ",\n  " : "\n  ";
-        out += fmt::format(R"({{"id": "{}", "arrival": {}, "size": {}, "sender": {}, "recipients": [)",
-                           id, e.arrival_us / 1'000'000, e.size, sm::json_string(e.sender));
+        if (out.size() > max_listing) {
+            ++left_out;
+            continue;
+        }
+        out += fmt::format(R"({{"queue_name": "{}", "queue_id": "{}", "arrival_time": {}, )"
+                           R"("message_size": {}, "forced_expire": false, "sender": {}, "recipients": [)",
+                           queue_of(e), id, e.arrival_us / 1'000'000, e.size, sm::json_string(e.sender));
         const char* sep = "";
         for (const auto& [idx, l] : e.rcpts) {
-            out += fmt::format(R"({}{{"address": {}, "state": "{}", "attempts": {}, "next_try": {}, "last_reply": {}}})",
-                               sep, sm::json_string(l.addr), l.state, l.attempts,
-                               l.next_try_us ? std::to_string(l.next_try_us / 1'000'000) : "null",
-                               l.last_reply.empty() ? "null" : sm::json_string(l.last_reply));
+            out += fmt::format(R"({}{{"address": {}, )", sep, sm::json_string(l.addr));
+            if (!l.last_reply.empty())
+                out += fmt::format(R"("delay_reason": {}, )", sm::json_string(l.last_reply));
+            out += fmt::format(R"("state": "{}", "attempts": {}, "next_try": {}}})", l.state,
+                               l.attempts,
+                               l.next_try_us ? std::to_string(l.next_try_us / 1'000'000) : "null");
             sep = ", ";
         }
-        out += "]}";
+        out += "]}\n";
     }
-    out += fmt::format("\n], \"total\": {}, \"listed\": {}, \"bytes\": {}}}\n", all.size(), listed,
-                       bytes);
+    if (left_out)
+        out += fmt::format("... {} more messages not listed (the listing stops at 3 MiB)\n", left_out);
     return out;
 }
 
@@ -230,7 +269,7 @@ std::string read_headers(const sm::content::Store& store, const std::string& id,
     return out;
 }
 
-std::string render_show(const std::string& id, const Entry& e, const std::string& headers) {
+std::string render_envelope(const std::string& id, const Entry& e) {
     std::string out = fmt::format("*** ENVELOPE RECORDS {} ***\n", id);
     out += fmt::format("message_size: {}\narrival_time: {} UTC\n", e.size, fmt_time(e.arrival_us));
     if (!e.client.empty()) out += "client: " + e.client + '\n';
@@ -241,9 +280,25 @@ std::string render_show(const std::string& id, const Entry& e, const std::string
         out += ")\n";
         if (!l.last_reply.empty()) out += "    last reply: " + l.last_reply + '\n';
     }
-    out += fmt::format("*** HEADER RECORDS {} ***\n", id);
-    out += headers;
-    return out + fmt::format("*** END OF MESSAGE {} ***\n", id);
+    return out;
+}
+
+// What show asked for: the envelope and the header section, the envelope
+// alone, or a page of the content as stored (CRLF; the CLI makes it LF).
+sm::msg::CtlReply render_show(const sm::content::Store& store, const Options& o, const Entry& e) {
+    if (o.envelope) return {0, render_envelope(o.id, e)};
+    if (!o.content_from) {
+        return {0, render_envelope(o.id, e) + fmt::format("*** HEADER RECORDS {} ***\n", o.id) +
+                       read_headers(store, o.id, e) +
+                       fmt::format("*** END OF MESSAGE {} ***\n", o.id)};
+    }
+    sm::content::Body body;
+    std::string page;
+    if (int err = body.open(store, e.cdb_id, o.id, e.size))
+        return {1, fmt::format("content {}: {}", e.cdb_id, err == ENOENT ? "missing" : body.why())};
+    if (int err = body.read_at(*o.content_from, content_page, page))
+        return {1, fmt::format("content {}: {}", e.cdb_id, std::strerror(err))};
+    return {0, std::move(page)};
 }
 
 void merge(Listing& all, const DeferredTa& t) {
@@ -259,19 +314,12 @@ void merge(Listing& all, const DeferredTa& t) {
                                         r.attempts, r.held ? 0 : r.next_try_us});
 }
 
-} // namespace
-
-asio::awaitable<void> Qmgr::ctl_report(sm::msg::CtlRequest req, CtlDone done) {
-    std::string err;
-    auto opts = parse(req.args, err);
-    const bool show = req.command == "show";
-    if (opts && show && opts->id.empty()) err = "usage: show QUEUE-ID";
-    if (opts && !show && !opts->id.empty()) err = req.command + " takes no queue id";
-    if (!err.empty()) co_return done({1, err});
-
+// The open recipients of the active queue (of one message when id is set),
+// copied on the event loop.
+std::shared_ptr<Listing> copy_active(const ActiveQueue& queue, const std::string& id) {
     auto all = std::make_shared<Listing>();
-    queue_.for_each([&](const Ta& ta) {
-        if (show && ta.id != opts->id) return;
+    queue.for_each([&](const Ta& ta) {
+        if (!id.empty() && ta.id != id) return;
         Entry& e = (*all)[ta.id];
         e.size = ta.size();
         e.arrival_us = ta.arrival_us();
@@ -284,6 +332,21 @@ asio::awaitable<void> Qmgr::ctl_report(sm::msg::CtlRequest req, CtlDone done) {
             e.rcpts[i] = Line{r.addr(), to_string(r.state()), sm::msg::to_string(r.last_reply()), r.attempts(), 0};
         }
     });
+    return all;
+}
+
+} // namespace
+
+asio::awaitable<void> Qmgr::ctl_report(sm::msg::CtlRequest req, CtlDone done) {
+    std::string err;
+    auto opts = parse(req.args, err);
+    const bool show = req.command == "show";
+    if (opts && show && opts->id.empty()) err = "usage: show QUEUE-ID [envelope | content=OFFSET]";
+    if (opts && !show && (!opts->id.empty() || opts->envelope || opts->content_from))
+        err = req.command + " takes no queue id";
+    if (!err.empty()) co_return done({1, err});
+
+    auto all = copy_active(queue_, show ? opts->id : std::string());
     const std::string command = req.command;
     auto report = [all, o = *opts, show, command, store = store_, now = clock_.now_us()](Defedb& db) {
         if (show) {
@@ -295,9 +358,7 @@ asio::awaitable<void> Qmgr::ctl_report(sm::msg::CtlRequest req, CtlDone done) {
         if (show) {
             auto it = all->find(o.id);
             if (it == all->end()) return sm::msg::CtlReply{1, "no such queue id"};
-            const Entry& e = it->second;
-            return sm::msg::CtlReply{
-                0, render_show(o.id, e, read_headers(store, o.id, e))};
+            return render_show(store, o, it->second);
         }
         if (command == "qshape") return sm::msg::CtlReply{0, render_qshape(*all, now)};
         return sm::msg::CtlReply{0, o.json ? render_json(*all) : render_text(*all)};
@@ -306,13 +367,29 @@ asio::awaitable<void> Qmgr::ctl_report(sm::msg::CtlRequest req, CtlDone done) {
     done(r ? std::move(*r) : sm::msg::CtlReply{1, "deferred queue unreadable (see the log)"});
 }
 
+asio::awaitable<std::optional<std::vector<std::string>>> Qmgr::queue_ids(
+    std::vector<std::string> queues) {
+    auto pick = [all = copy_active(queue_, {}), queues](Defedb& db) {
+        db.for_each([&](const DeferredTa& t) { merge(*all, t); });
+        std::vector<std::string> ids;
+        for (const auto& [id, e] : *all) {
+            const bool in = std::any_of(e.rcpts.begin(), e.rcpts.end(), [&](const auto& r) {
+                return std::find(queues.begin(), queues.end(), queue_of(r.second)) != queues.end();
+            });
+            if (in) ids.push_back(id);
+        }
+        return ids;
+    };
+    co_return co_await dbq_.run(std::move(pick));
+}
+
 // Deferred recipients of one message, or of one recipient domain, due now
 // (as `smx flush` for all of them). Held ones stay held.
 asio::awaitable<void> Qmgr::ctl_requeue(sm::msg::CtlRequest req, CtlDone done) {
     std::string err;
     auto o = parse(req.args, err);
     if (o && (o->id.empty() == o->domain.empty() || o->sender || o->older_than_s || o->json ||
-              o->queue != "all"))
+              o->queue != "all" || o->envelope || o->content_from))
         err = "usage: requeue QUEUE-ID | requeue domain=DOMAIN";
     if (!err.empty()) co_return done({1, err});
     const std::string what = o->id.empty() ? "domain " + o->domain : o->id;

@@ -28,7 +28,9 @@ SCALE = float(os.environ.get("SMX_TEST_SCALE", "1"))
 # The packaging tests check the tree, the install step and the package, not
 # the code the build under test runs: scripts/test runs them once, with the
 # normal build, and reports them skipped in the sanitizer build's run.
-PACKAGING_MODULES = {"test_deb", "test_install", "test_service", "test_manual"}
+# test_first_run builds a clone of the tree with scripts/run, whatever the
+# build under test.
+PACKAGING_MODULES = {"test_deb", "test_install", "test_service", "test_manual", "test_first_run"}
 
 
 def _sanitized():

@@ -50,10 +50,10 @@ def status_line(relay, rcpt, status):
 
 
 def queue_replies(relay):
-    """{recipient: (state, last_reply)} of `smx queue --json`."""
-    q = json.loads(relay.smx("queue", "--json").stdout)
-    return {r["address"]: (r["state"], r["last_reply"])
-            for m in q["messages"] for r in m["recipients"]}
+    """{recipient: (state, delay_reason)} of `smx queue --json`."""
+    lines = relay.smx("queue", "--json").stdout.splitlines()
+    return {r["address"]: (r["state"], r.get("delay_reason"))
+            for m in map(json.loads, lines) for r in m["recipients"]}
 
 
 # (recipient, the reply it waits with)

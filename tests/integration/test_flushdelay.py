@@ -87,9 +87,13 @@ class Caller:
         return json.loads(out)
 
 
+# The flushes last long against the time a loaded machine may take to wake
+# the callers told to go together (8 processes: a tenth of a second and
+# more at a load of 10 on 2 cores): the counts, not the clock, show the
+# sharing, and only lower bounds are asserted on the clock.
 def test_callers_waiting_together_share_one_flush(lab, tmp_path):
-    d = 0.05
-    device = lab(50)
+    d = 0.4
+    device = lab(400)
     callers = [Caller(device, tmp_path) for _ in range(8)]
     for c in callers:
         c.go()
@@ -98,27 +102,25 @@ def test_callers_waiting_together_share_one_flush(lab, tmp_path):
     # Each waits a whole flush at least; together they take about 1-2 flushes,
     # not 8 (the first starts one, the others arrive during it and share the next).
     assert all(end - start >= d for start, end in times)
-    span = max(e for _, e in times) - min(s for s, _ in times)
-    assert span < 4 * d, span
     assert device.counters()["calls"] == 8
     assert device.counters()["flushes"] <= 3
 
 
 def test_threads_of_one_process_share_too(lab, tmp_path):
-    device = lab(50)
+    device = lab(200)
     c = Caller(device, tmp_path, threads=6)
     c.go()
     times = c.times()
-    assert len(times) == 6 and all(e - s >= 0.05 for s, e in times)
+    assert len(times) == 6 and all(e - s >= 0.2 for s, e in times)
     assert device.counters()["calls"] == 6 and device.counters()["flushes"] <= 3
 
 
 def test_flushes_are_serialized_across_processes(lab, tmp_path):
-    d = 0.1
-    device = lab(100)
+    d = 0.5
+    device = lab(500)
     a, b = Caller(device, tmp_path), Caller(device, tmp_path)
     a.go()
-    time.sleep(d / 4)
+    time.sleep(0.1)
     b.go()
     (a0, a1), = a.times()
     (b0, b1), = b.times()
@@ -142,7 +144,7 @@ def test_every_sync_call_waits(lab, tmp_path, op):
 
 
 def test_sync_file_range_without_wait_after_passes_through(lab, tmp_path):
-    device = lab(1000)
+    device = lab(5000)  # a wait would take 5 s, passing through far under 1
     c = Caller(device, tmp_path, op="sync_file_range_nowait")
     c.go()
     (s, e), = c.times()

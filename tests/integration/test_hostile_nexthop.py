@@ -2,7 +2,6 @@
 never make smx lose a message, log it as sent when it was not, loop on it or
 restart a process. The first connection misbehaves, later ones behave: the
 mail must arrive on a later one."""
-import json
 import re
 import time
 
@@ -129,7 +128,7 @@ def test_long_replies_are_read_to_the_end_and_deliver_once(hostile, make_relay, 
     msgs = server.messages()
     assert [sorted(m["rcpts"]) for m in msgs] == [rcpts]
     assert len(sent_lines(relay)) == len(rcpts)
-    assert json.loads(relay.smx("queue", "--json").stdout)["total"] == 0
+    assert relay.smx("queue", "--json").stdout == ""
     assert relay.child_pids("smx-smtpc") == smtpc
     log = relay.log_text()
     assert "lost connection" not in log and "protocol error" not in log and "panic" not in log

@@ -7,6 +7,7 @@ import signal
 import smtplib
 import ssl
 import subprocess
+import time
 
 from conftest import SMX, Raw, send, wait_until
 from test_tls import make_cert
@@ -197,3 +198,82 @@ def test_mcp_refusal_reaches_smx_reload(sink, make_relay, tmp_path):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert r.stderr.startswith("smx: reload: config error: server.max_errors"), r.stderr
     assert "keeping the running configuration" in r.stderr
+
+
+# Reload at any moment after smx.pid exists is answered within a second
+# (issue 26, item 2). A reload takes about a tenth of that: the bound is for
+# a slow machine, and the old fault waited 10 s.
+ANSWER_WITHIN = 1.0
+
+
+def timed_reload(relay):
+    t0 = time.monotonic()
+    r = relay.smx("reload")
+    took = time.monotonic() - t0
+    assert took < ANSWER_WITHIN, "smx reload took %.2f s: %s" % (took, r.stdout)
+    assert "config reloaded" in r.stdout, r.stdout
+    return took
+
+
+def test_reload_right_after_start_is_applied_at_once(make_sink, make_relay):
+    a, b = make_sink(sub="a"), make_sink(sub="b")
+    relay = make_relay(a.port, start=False)
+    relay.log = open(relay.log_path, "ab")
+    relay.proc = subprocess.Popen([SMX, "run", "-c", relay.config], stdout=relay.log,
+                                  stderr=subprocess.STDOUT)
+    pid_file = os.path.join(relay.run_dir, "smx.pid")
+
+    def pid_written():
+        try:
+            with open(pid_file) as f:
+                return f.read().strip() == str(relay.proc.pid)
+        except OSError:
+            return False
+    wait_until(pid_written, 20, "smx.pid")
+    # Mostly before "ready", while QMGR starts (a fast machine may be
+    # ready first; the next test makes the wait for QMGR certain).
+    rewrite(relay, b.port, '[routes]\ndefault = "[127.0.0.1]:%d"' % b.port)
+    timed_reload(relay)
+    wait_until(relay.greets, 20, "smx to answer")
+    send(relay.port, "s@client.test", ["r@example.net"], b"Subject: 1\r\n\r\nbody\r\n")
+    wait_until(lambda: b.count() == 1, 30, "the message at the reloaded route")
+    assert a.count() == 0
+
+
+def test_reload_while_qmgr_restarts_is_applied_at_once(make_sink, make_relay):
+    a, b = make_sink(sub="a"), make_sink(sub="b")
+    relay = make_relay(a.port)
+    [qmgr] = relay.child_pids("smx-qmgr")
+    os.kill(qmgr, signal.SIGKILL)
+    rewrite(relay, b.port, '[routes]\ndefault = "[127.0.0.1]:%d"' % b.port)
+    # While the workers stop and QMGR waits out its backoff.
+    timed_reload(relay)
+    # While the MCP waits for the new QMGR to answer (stopped, it cannot,
+    # unless it did before the stop).
+    [new] = wait_until(lambda: [p for p in relay.child_pids("smx-qmgr") if p != qmgr], 30,
+                       "QMGR started again")
+    os.kill(new, signal.SIGSTOP)
+    try:
+        timed_reload(relay)
+    finally:
+        os.kill(new, signal.SIGCONT)
+    # And until it answers and the workers are back.
+    while not relay.greets():
+        timed_reload(relay)
+    send(relay.port, "s@client.test", ["r@example.net"], b"Subject: 1\r\n\r\nbody\r\n")
+    wait_until(lambda: b.count() == 1, 30, "the message at the reloaded route")
+    assert a.count() == 0
+    assert relay.child_pids("smx-qmgr") == [new]
+
+
+def test_twenty_reloads_at_once_are_each_answered(sink, make_relay):
+    relay = make_relay(sink.port)
+    running = pids(relay)
+    procs = [subprocess.Popen([SMX, "reload", "-c", relay.config], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(20)]
+    for p in procs:
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 0 and "config reloaded" in out, (p.returncode, out, err)
+    assert pids(relay) == running
+    send(relay.port, "s@client.test", ["r@example.net"], b"Subject: 1\r\n\r\nbody\r\n")
+    wait_until(lambda: sink.count() == 1, 30, "mail after the burst")

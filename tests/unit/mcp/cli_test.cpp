@@ -1,6 +1,7 @@
 // The smx command line: argument parsing, check-config, stats --json.
 #include "cli.hpp"
 #include "cli_config.hpp"
+#include "queue_commands.hpp"
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -148,6 +149,94 @@ TEST_CASE("arguments: queue filters and the queue tools") {
     CHECK(err == "--sender does not go with requeue");
     CHECK_FALSE(parse({"hold", "X", "--domain", "x"}, err));
     CHECK(err == "--domain does not go with hold");
+}
+
+TEST_CASE("arguments: hold, release and delete take ids, -, ALL [QUEUE]; flush a domain") {
+    std::string err;
+    const char* id = "6B035578AF0E70000";
+    auto a = parse({"delete", id, "-", "6B035578AF0E70001"}, err);
+    REQUIRE(a);
+    CHECK(a->operands == std::vector<std::string>{id, "-", "6B035578AF0E70001"});
+    CHECK(parse({"hold", "ALL"}, err));
+    CHECK(parse({"release", "ALL", "hold"}, err));
+    CHECK(parse({"delete", "ALL", "deferred"}, err));
+    CHECK(parse({"delete", "ALL", "active"}, err));
+    CHECK(parse({"flush", "example.net"}, err));
+    CHECK(parse({"show", "--body", id}, err)->body);
+
+    CHECK_FALSE(parse({"delete", "ALL", "incoming"}, err));
+    CHECK(err == "delete: 'incoming' is not a queue (active, deferred or hold)");
+    CHECK_FALSE(parse({"delete", "ALL", "hold", id}, err));
+    CHECK(err == "delete: ALL takes at most a queue name, not '" + std::string(id) + "'");
+    CHECK_FALSE(parse({"hold", id, "ALL"}, err));
+    CHECK(err == "hold: 'ALL' is not a queue id");
+    CHECK_FALSE(parse({"hold", "-", "-"}, err));
+    CHECK(err == "hold: - (standard input) given twice");
+    CHECK_FALSE(parse({"release", "6B035578AF0E7000"}, err));
+    CHECK(err == "release: '6B035578AF0E7000' is not a queue id");
+    CHECK_FALSE(parse({"flush", "a@example.net"}, err));
+    CHECK(err == "flush: 'a@example.net' is not a domain");
+    CHECK_FALSE(parse({"flush", "a.example", "b.example"}, err));
+    CHECK(err == "flush takes one argument, not 'b.example'");
+    CHECK_FALSE(parse({"queue", "--body"}, err));
+    CHECK(err == "--body goes with show only");
+}
+
+TEST_CASE("help: every command, smx help COMMAND and COMMAND --help") {
+    std::string err;
+    auto a = parse({"help", "queue"}, err);
+    REQUIRE(a);
+    CHECK(a->command == "help");
+    CHECK(a->operands == std::vector<std::string>{"queue"});
+    a = parse({"delete", "--help"}, err);
+    CHECK(a->command == "help");
+    CHECK(a->operands == std::vector<std::string>{"delete"});
+    CHECK(parse({"--help"}, err)->operands.empty());
+    CHECK_FALSE(parse({"help", "mailq"}, err));
+    CHECK(err == "help: unknown command 'mailq'");
+
+    std::ostringstream usage;
+    print_usage(usage);
+    for (const char* c : {"run", "check-config", "reload", "stats", "queue", "qshape", "show",
+                          "requeue", "flush", "hold", "release", "delete", "help", "version"}) {
+        CHECK(usage.str().find(std::string("\n  ") + c + " ") != std::string::npos);
+        std::ostringstream help;
+        print_help(help, c);
+        CHECK(help.str().rfind(std::string("usage: smx ") + c, 0) == 0);
+    }
+    std::ostringstream help;
+    print_help(help, "delete");
+    CHECK(help.str().find("usage: smx delete ID... | - | ALL [QUEUE] [-c FILE]\n\n"
+                          "delete queue entries, without a bounce (postsuper -d).\n\n") == 0);
+    CHECK(help.str().find("ALL QUEUE: those") != std::string::npos);
+}
+
+TEST_CASE("ids on standard input: one a line, postfix's marks off, bad lines skipped") {
+    std::istringstream in("6B035578AF0E70000\n  6B035578AF0E70001*  \n\n6B035578AF0E70002!\n"
+                          "not-an-id\n" + std::string(100000, 'A') + "\n6B035578AF0E70003");
+    std::ostringstream warn;
+    IdReader ids(in, "delete", warn);
+    std::vector<std::string> got;
+    while (auto id = ids.next()) got.push_back(*id);
+    CHECK(got == std::vector<std::string>{"6B035578AF0E70000", "6B035578AF0E70001",
+                                          "6B035578AF0E70002", "6B035578AF0E70003"});
+    CHECK(ids.skipped());
+    CHECK(warn.str() == "smx: delete: line 5: 'not-an-id' is not a queue id; skipped\n"
+                        "smx: delete: line 6: 'AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA...' is "
+                        "not a queue id; skipped\n");
+    std::istringstream empty("");
+    IdReader none(empty, "hold", warn);
+    CHECK_FALSE(none.next());
+    CHECK_FALSE(none.skipped());
+}
+
+TEST_CASE("show --body: CRLF to LF across pages") {
+    bool cr = false;
+    CHECK(to_lf("a\r\nb\r", cr) == "a\nb");
+    CHECK(cr);
+    CHECK(to_lf("\nc\rd\r", cr) == "\nc\rd");
+    CHECK(to_lf("e", cr) == "\re");
+    CHECK_FALSE(cr);
 }
 
 TEST_CASE("ages: units, limits") {

@@ -116,7 +116,8 @@ struct Harness {
     std::string cdb(const std::string& id) {
         return sm::cdb_path(cfg.content_dir_abs(), id, cfg.queue.cdb_hashed);
     }
-    sm::msg::TaCommit commit(std::vector<std::string> rcpts, bool with_file = true) {
+    sm::msg::TaCommit commit(std::vector<std::string> rcpts, bool with_file = true,
+                             const std::string& content = "Subject: x\r\n\r\nbody\r\n") {
         sm::msg::TaCommit e;
         e.ta_id = sm::new_ta_id();
         e.cdb_id = e.ta_id;
@@ -126,7 +127,7 @@ struct Harness {
         for (auto& r : rcpts) e.rcpts.push_back({r, ""});
         if (with_file) {
             fs::create_directories(fs::path(cdb(e.ta_id)).parent_path());
-            std::ofstream(cdb(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
+            std::ofstream(cdb(e.ta_id)) << content;
             e.size = fs::file_size(cdb(e.ta_id));
         }
         const std::size_t before = acks.size();

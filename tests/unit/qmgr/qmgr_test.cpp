@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 using namespace qmgr_test;
@@ -168,8 +169,99 @@ TEST_CASE("control: hold, release and delete work on the active queue and DEFEDB
     CHECK(h.ctl("queue").text.find(d.ta_id) == std::string::npos);
     auto none = h.ctl("delete", {d.ta_id});
     CHECK(none.status == 1);
-    CHECK(none.text == "no such queue id");
-    CHECK(h.ctl("hold", {sm::new_ta_id()}).text == "no such queue id");
+    CHECK(none.text == d.ta_id + ": no such queue id\n");
+    const std::string unknown = sm::new_ta_id();
+    CHECK(h.ctl("hold", {unknown}).text == unknown + ": no such queue id\n");
+}
+
+TEST_CASE("control: several ids a request, ALL and ALL QUEUE, as postsuper") {
+    Harness h;
+    h.cfg.queue.retry_min = 3600s;
+    h.connect_smtpc();
+    auto a = h.commit({"a@example.net"});
+    auto b = h.commit({"b@example.net", "b2@example.net"});
+    auto c = h.commit({"c@example.net"});
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 3; }));
+    h.result(h.delivers[0], {451});
+    h.result(h.delivers[1], {451, 451});
+    REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 3; }));
+    // a and b wait in DEFEDB, c is in flight (QMGR's "active").
+
+    // An unknown id among others: reported, status 1, the others done.
+    const std::string gone = sm::new_ta_id();
+    auto r = h.ctl("hold", {a.ta_id, gone, b.ta_id});
+    CHECK(r.status == 1);
+    CHECK(r.text == a.ta_id + ": held (1 recipients)\n" + gone + ": no such queue id\n" +
+                        b.ta_id + ": held (2 recipients)\n");
+    CHECK(h.ctl("hold", {"ALL", "hold"}).text == "2 messages held (3 recipients)\n");
+    // ALL for release: the held ones.
+    r = h.ctl("release", {"ALL"});
+    CHECK(r.status == 0);
+    CHECK(r.text == "2 messages released (3 recipients)\n");
+    CHECK(h.ctl("release", {"ALL"}).text == "0 messages released (0 recipients)\n");
+    // ALL QUEUE: those with a recipient in it.
+    CHECK(h.ctl("hold", {"ALL", "active"}).text == "1 messages held (1 recipients)\n");
+    CHECK(h.ctl("release", {"ALL", "hold"}).text == "0 messages released (0 recipients)\n");
+    CHECK(h.ctl("delete", {"ALL", "deferred"}).text == "2 messages deleted (3 recipients)\n");
+    REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 0; }));
+    CHECK(h.ctl("delete", {"ALL"}).text == "1 messages deleted (1 recipients)\n");
+    h.result(h.delivers[2], {250});  // dropped: deleted in flight
+    CHECK(h.stat("delivered") == 0);
+    CHECK(h.ctl("queue").text.find("-- 0 Kbytes in 0 requests.") != std::string::npos);
+
+    // What a request may hold: ids (at most max_ctl_ids), or ALL [QUEUE].
+    for (const std::vector<std::string>& bad :
+         {std::vector<std::string>{}, {"ALL", "incoming"}, {"ALL", "hold", "x"}, {"nonsense"},
+          {a.ta_id, "ALL"}, std::vector<std::string>(sm::msg::max_ctl_ids + 1, gone)}) {
+        r = h.ctl("delete", bad);
+        CHECK(r.status == 1);
+        CHECK(r.text.rfind("usage: delete QUEUE-ID... (at most 1000) | delete ALL", 0) == 0);
+    }
+    r = h.ctl("release", std::vector<std::string>(sm::msg::max_ctl_ids, gone));
+    CHECK(r.status == 1);
+    CHECK(std::count(r.text.begin(), r.text.end(), '\n') == 1000);
+}
+
+TEST_CASE("control: show's envelope, the content page by page, queue --json lines") {
+    Harness h;
+    h.cfg.queue.retry_min = 3600s;
+    std::string content = "Subject: big\r\n\r\n";
+    while (content.size() < 2'500'000) content += "0123456789abcdef 0123456789abcdef\r\n";
+    auto e = h.commit({"a@example.net", "b@example.org"}, true, content);
+    auto envelope = h.ctl("show", {e.ta_id, "envelope"});
+    REQUIRE(envelope.status == 0);
+    CHECK(envelope.text.rfind("*** ENVELOPE RECORDS " + e.ta_id + " ***\n", 0) == 0);
+    CHECK(envelope.text.find("recipient: a@example.net (active") != std::string::npos);
+    CHECK(envelope.text.find("HEADER") == std::string::npos);
+    std::string got;
+    for (;;) {
+        auto page = h.ctl("show", {e.ta_id, "content=" + std::to_string(got.size())});
+        REQUIRE(page.status == 0);
+        if (page.text.empty()) break;
+        CHECK(page.text.size() <= 1u << 20);
+        got += page.text;
+    }
+    CHECK(got == content);
+    CHECK(h.ctl("show", {e.ta_id, "content=99999999999"}).text.empty());
+    CHECK(h.ctl("queue", {"envelope"}).status == 1);
+    CHECK(h.ctl("show", {e.ta_id, "content=-1"}).status == 1);
+
+    // b@example.org has no route: deferred at once, with its reason.
+    REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1; }));
+    auto json = h.ctl("queue", {"json"});
+    REQUIRE(json.status == 0);
+    CHECK(json.text.rfind("{\"queue_name\": \"active\", \"queue_id\": \"" + e.ta_id +
+                              "\", \"arrival_time\": " + std::to_string(e.arrival_us / 1'000'000) +
+                              ", \"message_size\": " + std::to_string(content.size()) +
+                              ", \"forced_expire\": false, \"sender\": \"s@example.org\", "
+                              "\"recipients\": [{\"address\": \"a@example.net\", \"state\": "
+                              "\"active\", \"attempts\": 0, \"next_try\": null}, {\"address\": "
+                              "\"b@example.org\", \"delay_reason\": \"4.4.4 no route to "
+                              "example.org\", \"state\": \"deferred\", \"attempts\": 1, "
+                              "\"next_try\": ",
+                          0) == 0);
+    CHECK(json.text.ends_with("}]}\n"));
+    CHECK(std::count(json.text.begin(), json.text.end(), '\n') == 1);
 }
 
 TEST_CASE("orphan content files older than orphan_age go to quarantine at start-up") {
