@@ -75,14 +75,7 @@ TEST_CASE("defedb strand: a presence check sees every removal made before it", "
     e.ta_id = e.cdb_id = sm::new_ta_id();
     e.sender = "s@example.org";
     e.rcpts = {{"a@example.net", ""}, {"b@example.net", ""}};
-    for (std::uint32_t i = 0; i < 2; ++i) {
-        DeferredRcpt r;
-        r.ta_id = e.ta_id;
-        r.idx = i;
-        r.addr = e.rcpts[i].addr;
-        r.next_try_us = sm::now_us() + 3'600'000'000;
-        s.defedb.put_deferred(e, r);
-    }
+    s.park(e);
     // Made in this order on the loop: a check, the removal, a check.
     std::optional<std::optional<bool>> before, after;
     std::optional<std::optional<std::size_t>> removed;

@@ -7,19 +7,9 @@
 #include "envelope.hpp"
 #include "spool.hpp"
 
-#include <atomic>
-
 using namespace parts_test;
 
 namespace {
-
-// Waits until every job posted to pool so far has run (pool has one thread).
-void drained(Spool& s, asio::thread_pool& pool) {
-    s.settle();  // what the event loop still had to post
-    auto ran = std::make_shared<std::atomic<bool>>(false);
-    asio::post(pool, [ran] { *ran = true; });
-    REQUIRE(s.run_until([&] { return ran->load(); }));
-}
 
 const sm::msg::Reply later{451, "4.3.0", "try later"};
 
@@ -90,7 +80,7 @@ TEST_CASE("reaper: the unlink waits until IBDB's ta_done is written", "[reaper]"
         Gate g;  // the IBDB writes nothing until it opens
         g.hold(r.ibdb_pool);
         reaper.finish(e.ta_id, e.cdb_id);
-        drained(s, r.pool);
+        s.drain(r.pool);
         CHECK(fs::exists(s.path(e.ta_id)));
         CHECK(r.ibdb->stats().records == records);
     }
@@ -119,7 +109,7 @@ TEST_CASE("reaper: a content segment is never its to unlink", "[reaper]") {
     const auto last = message(s, {"a@example.net"});
     reaper.finish(last.ta_id, last.cdb_id);
     REQUIRE(s.run_until([&] { return !fs::exists(s.path(last.ta_id)); }));
-    drained(s, r.pool);
+    s.drain(r.pool);
     CHECK(fs::exists(sm::content::segment_path(s.cfg.content_dir_abs(), seg)));
 }
 

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <boost/asio.hpp>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -133,6 +134,18 @@ struct Spool {
         REQUIRE(*ok);
     }
 
+    // Every recipient of e in DEFEDB, due in an hour.
+    void park(const sm::msg::TaCommit& e) {
+        for (std::uint32_t i = 0; i < e.rcpts.size(); ++i) {
+            DeferredRcpt r;
+            r.ta_id = e.ta_id;
+            r.idx = i;
+            r.addr = e.rcpts[i].addr;
+            r.next_try_us = sm::now_us() + 3'600'000'000;
+            defedb.put_deferred(e, r);
+        }
+    }
+
     // Runs the event loop until p() holds, for at most `limit` (a bound for
     // a broken build, never a wait the test relies on).
     template <class Pred>
@@ -149,6 +162,14 @@ struct Spool {
     void settle() {
         do io.restart();
         while (io.poll() > 0);
+    }
+    // Waits until every job posted to pool (of one thread) so far has run,
+    // those the event loop still had to post included.
+    void drain(asio::thread_pool& pool) {
+        settle();
+        auto ran = std::make_shared<std::atomic<bool>>(false);
+        asio::post(pool, [ran] { *ran = true; });
+        REQUIRE(run_until([&] { return ran->load(); }));
     }
     // Holds the DEFEDB strand: DEFEDB calls made after this wait for g.
     void hold(DefedbStrand& strand, Gate& g) {
