@@ -214,6 +214,22 @@ TEST_CASE("bouncer: a delay warning once delay_warning_time has passed, and only
     CHECK(t.dsns.size() == 1);
 }
 
+TEST_CASE("bouncer: a clock stepped back since the message arrived makes no warning early",
+          "[bounce]") {
+    Bounces t;
+    t.s.cfg.queue.delay_warning_time = 4h;
+    t.start();
+    auto e = from(t.s, "a@example.org", {"a@example.net"});
+    e.arrival_us = t.clock.now_us() + 60'000'000;  // stamped a minute "ahead"
+    Ta* a = t.queue.admit(e);
+    REQUIRE(a);
+    t.queue.defer_begin(*a, 0, {451, "4.3.0", "try later"}, "");
+    t.b->warn_if_late(*a, 0, "");
+    t.done();
+    CHECK(t.b->dsn_sent() == 0);
+    CHECK_FALSE(a->rcpt(0).warned());
+}
+
 TEST_CASE("bouncer: no DSN to the null sender, nor outside relay_networks with bounce_untrusted off",
           "[bounce]") {
     Bounces t;
