@@ -23,6 +23,12 @@ public:
     std::uint64_t now_us() const override { return sm::now_us(); }
 };
 
+// Microseconds from since_us to now_us; 0 when now_us is earlier (the wall
+// clock stepped back since), never a difference wrapped round to centuries.
+inline std::uint64_t elapsed_us(std::uint64_t since_us, std::uint64_t now_us) {
+    return now_us > since_us ? now_us - since_us : 0;
+}
+
 inline const Clock& system_clock() {
     static const SystemClock clock;
     return clock;

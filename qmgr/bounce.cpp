@@ -39,8 +39,9 @@ void Bouncer::warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay) 
     const auto after = std::chrono::duration_cast<std::chrono::microseconds>(
         cfg_.queue.delay_warning_time);
     const Rcpt& r = ta.rcpt(idx);
+    const std::uint64_t waited = sm::elapsed_us(ta.arrival_us(), clock_.now_us());
     if (after.count() == 0 || r.warned() || no_dsn_reason(ta) || !notify(ta, idx).delay ||
-        clock_.now_us() - ta.arrival_us() < static_cast<std::uint64_t>(after.count()))
+        waited < static_cast<std::uint64_t>(after.count()))
         return;
     queue_.mark_warned(ta, idx);
     auto why = dsn::failed_rcpt(r.addr(), r.last_reply(), relay);

@@ -23,7 +23,6 @@ namespace {
 
 constexpr std::size_t due_batch = 1000;  // recipients per due() call
 constexpr auto maintenance_every = std::chrono::seconds(60);
-constexpr auto retry_after = std::chrono::seconds(5);
 
 // The body's bytes to a new content file at path, a piece at a time, written
 // and synced with its name (content_file's tmp and rename).
@@ -78,9 +77,11 @@ bool has_defedb_copy(const sm::content::Store& store, const sm::msg::TaCommit& e
 }
 
 DeferredQueue::DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, DefedbStrand& db,
-                             Hooks hooks, const sm::Clock& clock)
-    : cfg_(cfg), clock_(clock), ex_(ex), db_(db), hooks_(std::move(hooks)),
-      store_(sm::content::store_for(cfg)), quarantine_(cfg.quarantine_dir_abs()),
+                             Hooks hooks, const sm::Clock& clock,
+                             std::chrono::milliseconds retry_after)
+    : cfg_(cfg), clock_(clock), retry_after_(retry_after), ex_(ex), db_(db),
+      hooks_(std::move(hooks)), store_(sm::content::store_for(cfg)),
+      quarantine_(cfg.quarantine_dir_abs()),
       retry_timer_(ex), due_timer_(ex), maint_timer_(ex) {}
 
 void DeferredQueue::start() {
@@ -207,7 +208,7 @@ asio::awaitable<void> DeferredQueue::writer() {
             removes_.insert(removes_.end(), removes.begin(), removes.end());
             checks_.insert(checks_.end(), checks.begin(), checks.end());
             if (!running_) break;
-            retry_timer_.expires_after(retry_after);
+            retry_timer_.expires_after(retry_after_);
             auto [ec] = co_await retry_timer_.async_wait(sm::await_tuple);
             if (ec) break;  // stop()
             continue;
@@ -310,7 +311,7 @@ asio::awaitable<void> DeferredQueue::fetch() {
             // The leases were not written (e.g. ENOSPC): the index still
             // says "due", so asking again now would spin. Try later.
             arm(clock_.now_us() +
-                static_cast<std::uint64_t>(std::chrono::microseconds(retry_after).count()));
+                static_cast<std::uint64_t>(std::chrono::microseconds(retry_after_).count()));
             co_return;
         }
         quarantined_ += due->quarantined;

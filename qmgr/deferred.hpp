@@ -17,6 +17,7 @@
 #include "clock.hpp"
 
 #include <boost/asio.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -57,8 +58,11 @@ public:
         std::function<std::size_t()> room;
     };
 
+    // retry_after: how long a DEFEDB batch or due read that failed (e.g.
+    // ENOSPC) waits before it is tried again; a unit test shortens it.
     DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, DefedbStrand& db, Hooks hooks,
-                  const sm::Clock& clock = sm::system_clock());
+                  const sm::Clock& clock = sm::system_clock(),
+                  std::chrono::milliseconds retry_after = std::chrono::seconds(5));
 
     // Start-up: the due loop and the once-a-minute maintenance. After
     // stop() the batch out is answered, and idle() once every coroutine
@@ -95,6 +99,7 @@ private:
 
     const sm::Config& cfg_;
     const sm::Clock& clock_;
+    const std::chrono::milliseconds retry_after_;
     asio::any_io_executor ex_;
     DefedbStrand& db_;
     Hooks hooks_;

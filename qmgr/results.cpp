@@ -131,7 +131,8 @@ void Qmgr::sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::
 bool Qmgr::expired(const Ta& ta) const {
     const auto lifetime =
         std::chrono::duration_cast<std::chrono::microseconds>(cfg_.queue.max_queue_lifetime);
-    return clock_.now_us() - ta.arrival_us() >= static_cast<std::uint64_t>(lifetime.count());
+    return sm::elapsed_us(ta.arrival_us(), clock_.now_us()) >=
+           static_cast<std::uint64_t>(lifetime.count());
 }
 
 void Qmgr::retry_later(Ta& ta, std::uint32_t idx, const std::string& relay,

@@ -10,6 +10,7 @@
 class FakeClock final : public sm::Clock {
 public:
     std::uint64_t now_us() const override { return now_.load(); }
+    // A negative d steps it back, as an NTP correction may.
     void advance(std::chrono::microseconds d) { now_ += static_cast<std::uint64_t>(d.count()); }
 
 private:

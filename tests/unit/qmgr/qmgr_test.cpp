@@ -652,6 +652,14 @@ TEST_CASE("clock: a temporary failure past max_queue_lifetime bounces, before it
     }
 }
 
+TEST_CASE("clock: a clock stepped back since arrival does not make a temporary failure expire") {
+    Timed h([](sm::QueueConfig& q) { q.max_queue_lifetime = std::chrono::hours(24); });
+    h.fake_clock.advance(-std::chrono::minutes(1));  // an NTP step back
+    h.result(h.delivers[0], {451});
+    REQUIRE(h.run_until([&] { return h.stat("deferred") == 1; }));
+    CHECK(h.stat("bounced") == 0);
+}
+
 TEST_CASE("clock: a delay warning only once delay_warning_time has passed") {
     Timed h([](sm::QueueConfig& q) { q.delay_warning_time = std::chrono::hours(4); });
     SECTION("deferred before delay_warning_time: no warning") {
