@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -550,6 +551,15 @@ Config load_config(const std::string& path) {
     if (f == facilities.end())
         throw ConfigError("log.syslog_facility", "must be mail, daemon or local0 ... local7");
     c.log.syslog_facility = f->second;
+    c.log.syslog_name = lg.get<std::string>("syslog_name").value_or(c.log.syslog_name);
+    // What syslog takes as a program name: it ends at a space, '[' or ':'.
+    if (c.log.syslog_name.empty() || c.log.syslog_name.size() > 64 ||
+        !std::all_of(c.log.syslog_name.begin(), c.log.syslog_name.end(), [](char ch) {
+            return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+                   ch == '.' || ch == '/';
+        }))
+        throw ConfigError("log.syslog_name",
+                          "must be 1 to 64 letters, digits, '-', '_', '.' or '/'");
     lg.check_unknown();
 
     TableReader st(root["stats"].as_table(), "stats");

@@ -84,6 +84,7 @@ std::vector<std::string> keep_restart_only(const Config& r, Config& n) {
     k.keep("log.file", r.log.file, n.log.file);
     k.keep("log.syslog", r.log.syslog, n.log.syslog);
     k.keep("log.syslog_facility", r.log.syslog_facility, n.log.syslog_facility);
+    k.keep("log.syslog_name", r.log.syslog_name, n.log.syslog_name);
     k.keep("stats.listen", r.stats.listen, n.stats.listen);
     return out;
 }
@@ -96,7 +97,8 @@ sigset_t reload_signals() {
 }
 
 void set_log_level(const LogConfig& cfg) {
-    spdlog::default_logger()->set_level(spdlog::level::from_str(cfg.level));
+    // Every registered logger: sm::log_as's too.
+    spdlog::set_level(spdlog::level::from_str(cfg.level));
 }
 
 ConfigReloader::ConfigReloader(boost::asio::io_context& io, std::string path,
