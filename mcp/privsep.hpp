@@ -44,8 +44,4 @@ std::optional<Accounts> lookup_accounts(const sm::Config& cfg, std::string& err)
 // directory and the files in it to their owner, with the modes of the table.
 bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err);
 
-// Creates the log file if needed and gives it to root and the shared group,
-// 0660, so that every child can append to it. A symbolic link is refused.
-bool prepare_log_file(const std::string& path, const Accounts& accounts, std::string& err);
-
 } // namespace smx

@@ -5,6 +5,7 @@
 #include "reload.hpp"
 
 #include "channel.hpp"
+#include "log.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
@@ -31,6 +32,7 @@ sigset_t supervisor_signals() {
     ::sigaddset(&s, SIGTERM);
     ::sigaddset(&s, SIGINT);
     ::sigaddset(&s, SIGHUP);
+    ::sigaddset(&s, SIGUSR1);
     return s;
 }
 
@@ -127,6 +129,7 @@ int Supervisor::run() {
                                          Clock::now() + ready_poll);
         wait_signal(deadline);
         reap();
+        if (reopen_requested_) reopen_log();
         if (reload_requested_) reload();
         handle_crashes();
         // A QMGR restart restarts the others: they hold state of the old one.
@@ -149,7 +152,7 @@ void Supervisor::check_ready() {
 }
 
 bool Supervisor::start(Child& c, std::string& why) {
-    Launch l{c.path, {c.program}, {}, c.run_as, 1, {}, -1, -1};
+    Launch l{c.path, {c.program}, {}, c.run_as, 1, {}, -1, -1, plan_.log_fd};
     if (!plan_.config_path.empty()) l.argv.insert(l.argv.end(), {"-c", plan_.config_path});
     std::string err;
     if (c.secrets) {
@@ -275,6 +278,15 @@ void Supervisor::handle_crashes() {
         if (c->exit_status && !failed_) lost(*c, describe(*c->exit_status));
 }
 
+void Supervisor::reopen_log() {
+    reopen_requested_ = false;
+    const std::string& path = plan_.config.log.file;
+    if (path.empty()) return;
+    std::string err;
+    if (sm::reopen_log_file(path, err)) spdlog::info("log file {} opened again", path);
+    else spdlog::error("{}; logging on to the file open before", err);
+}
+
 void Supervisor::reload() {
     reload_requested_ = false;
     ReloadOutcome o = check_reload(plan_.config_path, plan_.config);
@@ -309,7 +321,9 @@ int Supervisor::wait_signal(std::optional<Clock::time_point> deadline) {
                 static_cast<long>(wait.count() % 1000000000)};
     const int sig = ::sigtimedwait(&set, nullptr, &ts);
     // Taken in the main loop, also when it came during a wait elsewhere.
-    if (sig == SIGHUP) reload_requested_ = true;
+    // A reload opens the log file again too: `smx reload` after a rename.
+    if (sig == SIGHUP) reload_requested_ = reopen_requested_ = true;
+    if (sig == SIGUSR1) reopen_requested_ = true;
     if ((sig == SIGTERM || sig == SIGINT) && !stop_requested_) {
         spdlog::info("{} received, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         stop_requested_ = true;
