@@ -158,9 +158,9 @@ private:
     // Takes back deliveries SMTPC has held past queue.max_delivery_time.
     asio::awaitable<void> reclaim_overdue();
     // results.cpp
-    void sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status);
-    void retry_later(Ta& ta, std::uint32_t idx, const std::string& relay, sm::msg::Reply why);
-    void defer(Ta& ta, std::uint32_t idx, const std::string& relay, sm::msg::Reply why,
+    void sent(Ta& ta, std::uint32_t idx, const Attempt& at, const sm::msg::Reply& reply);
+    void retry_later(Ta& ta, std::uint32_t idx, const Attempt& at, sm::msg::Reply why);
+    void defer(Ta& ta, std::uint32_t idx, const Attempt& at, sm::msg::Reply why,
                std::uint64_t until_us);
     bool expired(const Ta& ta) const;
     // A transaction whose content SMTPC found unusable: its envelope to
