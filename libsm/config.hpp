@@ -222,6 +222,9 @@ struct LogConfig {
     // empty: off. At most one of file and syslog is set.
     std::string syslog;
     int syslog_facility = 2;  // LOG_MAIL >> 3: RFC 5424 facility code
+    // Before each program's name ("smx/qmgr"), as postfix's syslog_name:
+    // "postfix-smx" makes fail2ban's stock postfix filter match as it is.
+    std::string syslog_name = "smx";
 };
 
 struct StatsConfig {

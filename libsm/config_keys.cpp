@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <limits>
 #include <type_traits>
 
@@ -420,6 +421,19 @@ std::vector<ConfigKey> make_keys() {
                                   {"local2", 18}, {"local3", 19}, {"local4", 20}, {"local5", 21},
                                   {"local6", 22}, {"local7", 23}}),
                   restart, "the facility of the syslog lines"),
+        // What syslog takes as a program name ends at a space, '[' or ':'.
+        ConfigKey("log.syslog_name",
+                  text<L>(&L::syslog_name, Empty::refused,
+                          [](const std::string& key, const std::string& v) {
+                              if (v.size() > 64 ||
+                                  !std::all_of(v.begin(), v.end(), [](char ch) {
+                                      return std::isalnum(static_cast<unsigned char>(ch)) ||
+                                             ch == '-' || ch == '_' || ch == '.' || ch == '/';
+                                  }))
+                                  throw ConfigError(
+                                      key, "must be 1 to 64 letters, digits, '-', '_', '.' or '/'");
+                          }),
+                  restart, "what each line's program name begins with (postfix's syslog_name)"),
         ConfigKey("stats.listen",
                   text<StatsConfig>(&StatsConfig::listen, Empty::allowed,
                                     [](const std::string& key, const std::string& v) {

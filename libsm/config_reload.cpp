@@ -26,7 +26,8 @@ sigset_t reload_signals() {
 }
 
 void set_log_level(const LogConfig& cfg) {
-    spdlog::default_logger()->set_level(spdlog::level::from_str(cfg.level));
+    // Every registered logger: sm::log_as's too.
+    spdlog::set_level(spdlog::level::from_str(cfg.level));
 }
 
 ConfigReloader::ConfigReloader(boost::asio::io_context& io, std::string path,

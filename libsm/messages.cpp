@@ -13,7 +13,7 @@ enum Tag : std::uint16_t {
     T_CLIENT_NAME, T_HELO, T_SENDER, T_PARAMS, T_RCPT, T_CDB_ID, T_SIZE,
     T_ARRIVAL, T_DA_ID, T_IDX, T_ADDR, T_NEXTHOP, T_RELAY, T_CODE, T_ENHANCED,
     T_COMMAND, T_ARG, T_PEER_DSN, T_LOOP, T_SESSIONS, T_TRANSACTIONS, T_WAITING,
-    T_CONTENT_ERROR,
+    T_CONTENT_ERROR, T_REJECTED, T_REASON, T_CLASS, T_COUNT, T_SETUP,
 };
 
 // Where a field's value goes: a reference to a callable that lives for the
@@ -160,8 +160,13 @@ std::string encode(const TaAck& m, std::uint64_t id) {
         .frame(TA_ACK, id);
 }
 std::string encode(const SmtpsLoad& m, std::uint64_t id) {
-    return rec::Writer().u32(T_LOOP, m.loop).u64(T_SESSIONS, m.sessions)
-        .u64(T_TRANSACTIONS, m.transactions).u64(T_WAITING, m.waiting).frame(SMTPS_LOAD, id);
+    rec::Writer w;
+    w.u32(T_LOOP, m.loop).u64(T_SESSIONS, m.sessions).u64(T_TRANSACTIONS, m.transactions)
+        .u64(T_WAITING, m.waiting);
+    for (const auto& e : m.rejected)
+        w.nested(T_REJECTED, rec::Writer().u32(T_REASON, static_cast<std::uint32_t>(e.reason))
+                                 .u32(T_CLASS, e.reply_class).u64(T_COUNT, e.n));
+    return w.frame(SMTPS_LOAD, id);
 }
 std::string encode(const Deliver& m, std::uint64_t id) {
     rec::Writer w;
@@ -182,7 +187,8 @@ std::string to_string(const Reply& r) {
 
 std::string encode(const Result& m, std::uint64_t id) {
     rec::Writer w;
-    w.u64(T_DA_ID, m.da_id).str(T_RELAY, m.relay).u32(T_PEER_DSN, m.peer_dsn ? 1 : 0);
+    w.u64(T_DA_ID, m.da_id).str(T_RELAY, m.relay).u32(T_PEER_DSN, m.peer_dsn ? 1 : 0)
+        .u64(T_SETUP, m.setup_us);
     for (const auto& r : m.rcpts)
         w.nested(T_RCPT, rec::Writer().u32(T_IDX, r.idx).u32(T_CODE, r.code)
                              .str(T_ENHANCED, r.enhanced).str(T_TEXT, r.text));
@@ -234,11 +240,28 @@ std::optional<TaCommit> decode<TaCommit>(const rec::Frame& f, std::string& err) 
 template <>
 std::optional<SmtpsLoad> decode<SmtpsLoad>(const rec::Frame& f, std::string& err) {
     SmtpsLoad m;
+    auto rejected = [&m, &err](std::string_view v) {
+        std::uint32_t reason = 0;
+        RejectionCounts::Entry e{};
+        if (!apply(v, {{T_REASON, true, false, num(reason)},
+                       {T_CLASS, true, false, num(e.reply_class)},
+                       {T_COUNT, true, false, num(e.n)}}, err))
+            return false;
+        if (reason >= rejection_reasons || (e.reply_class != 4 && e.reply_class != 5)) {
+            err = "rejection count of reason " + std::to_string(reason) + ", class " +
+                  std::to_string(e.reply_class);
+            return false;
+        }
+        e.reason = static_cast<Rejection>(reason);
+        m.rejected.push_back(e);
+        return true;
+    };
     if (!type_is(f, SMTPS_LOAD, err) ||
         !apply(f.body, {{T_LOOP, true, false, num(m.loop)},
                         {T_SESSIONS, true, false, num(m.sessions)},
                         {T_TRANSACTIONS, true, false, num(m.transactions)},
-                        {T_WAITING, true, false, num(m.waiting)}}, err))
+                        {T_WAITING, true, false, num(m.waiting)},
+                        {T_REJECTED, false, true, rejected}}, err))
         return std::nullopt;
     return m;
 }
@@ -303,6 +326,7 @@ std::optional<Result> decode<Result>(const rec::Frame& f, std::string& err) {
         !apply(f.body, {{T_DA_ID, true, false, num(m.da_id)},
                         {T_RELAY, false, false, str(m.relay)},
                         {T_PEER_DSN, false, false, num(m.peer_dsn)},
+                        {T_SETUP, false, false, num(m.setup_us)},
                         {T_RCPT, true, true, rcpt},
                         {T_CONTENT_ERROR, false, false, str(m.content_error)}}, err))
         return std::nullopt;

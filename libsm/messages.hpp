@@ -4,6 +4,7 @@
 #pragma once
 
 #include "record.hpp"
+#include "rejections.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -12,8 +13,8 @@
 
 namespace sm::msg {
 
-// 2: SMTPS_LOAD.
-inline constexpr std::uint32_t protocol_version = 3;
+// 2: SMTPS_LOAD. 4: its rejection counts, and RESULT's setup time.
+inline constexpr std::uint32_t protocol_version = 4;
 
 enum Type : std::uint16_t {
     HELLO = 1,       // peer → QMGR: role, version
@@ -63,6 +64,8 @@ struct SmtpsLoad {
     std::uint64_t sessions = 0;      // connections it serves
     std::uint64_t transactions = 0;  // from MAIL to the reply after the content
     std::uint64_t waiting = 0;       // MAILs waiting for server.max_transactions
+    // Refusals since the loop's last report (QMGR adds them up).
+    std::vector<RejectionCounts::Entry> rejected = {};
     bool operator==(const SmtpsLoad&) const = default;
 };
 
@@ -119,6 +122,9 @@ struct Result {
     std::string relay;  // "host[ip]:port" of the server that answered, or empty
     std::vector<RcptResult> rcpts;
     bool peer_dsn = false;  // that server offered DSN: NOTIFY went on with the mail
+    // Connection setup (DNS, connect, greeting, EHLO, TLS, AUTH) in
+    // microseconds; 0 over a connection used before (postfix's delays=c).
+    std::uint64_t setup_us = 0;
     // Set when the content was not what the envelope says (a link, a FIFO,
     // another size, another transaction's record...): why. QMGR then
     // quarantines the transaction; every recipient carries a 4.3.0.

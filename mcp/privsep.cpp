@@ -356,23 +356,4 @@ bool check_reach(const sm::Config& cfg, const std::string& config_path, const Ac
     return true;
 }
 
-bool prepare_log_file(const std::string& path, const Accounts& a, std::string& err) {
-    Fd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0640));
-    struct stat st;
-    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0) {
-        err = errno == ELOOP ? "log file " + path + " is a symbolic link; refusing to use it"
-                             : "cannot open log file " + path + ": " + errno_text();
-        return false;
-    }
-    if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
-        err = "log file " + path + " is not a regular file with one link; refusing to use it";
-        return false;
-    }
-    if (::fchown(fd.get(), 0, a.group) != 0 || ::fchmod(fd.get(), 0660) != 0) {
-        err = "cannot give log file " + path + " to the children: " + errno_text();
-        return false;
-    }
-    return true;
-}
-
 } // namespace smx

@@ -53,8 +53,4 @@ bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err
 bool check_reach(const sm::Config& cfg, const std::string& config_path, const Accounts& accounts,
                  std::string& err);
 
-// Creates the log file if needed and gives it to root and the shared group,
-// 0660, so that every child can append to it. A symbolic link is refused.
-bool prepare_log_file(const std::string& path, const Accounts& accounts, std::string& err);
-
 } // namespace smx

@@ -7,6 +7,7 @@
 #include "session_counts.hpp"
 #include "listen.hpp"
 #include "log.hpp"
+#include "log_relay.hpp"
 #include "panic.hpp"
 #include "privsep.hpp"
 #include "startup.hpp"
@@ -71,7 +72,13 @@ int run(const Args& args) {
     else
         ::unsetenv(sm::content::writers_env);
 
-    sm::init_logging("mcp", cfg->log);
+    // log.file is ours alone: the children's lines come through the relay.
+    int log_file = -1;
+    if (!cfg->log.file.empty() && (log_file = sm::open_log_file(cfg->log.file, err)) < 0) {
+        std::cerr << "smx: " << err << '\n';
+        return exit_failed;
+    }
+    sm::init_logging("mcp", cfg->log, log_file);
     sm::install_crash_handlers("mcp");
     spdlog::info("config: {}", args.config_source);
     for (const auto& w : config_warnings(*cfg)) spdlog::warn("config: {}", w);
@@ -107,8 +114,6 @@ int run(const Args& args) {
     }
     if (!make_dirs(*cfg, accounts ? &*accounts : nullptr, err)) return fatal(err);
     if (accounts && !check_reach(*cfg, args.config_path, *accounts, err)) return fatal(err);
-    if (accounts && !cfg->log.file.empty() && !prepare_log_file(cfg->log.file, *accounts, err))
-        return fatal(err);
     PidLock lock;
     if (!lock.acquire(cfg->run_dir_abs() + "/smx.pid", err)) return fatal(err);
     Listeners listeners;
@@ -133,10 +138,16 @@ int run(const Args& args) {
     // Kept open for the MCP's whole life, as the listeners are.
     if (layout.processes > 1 && (plan.session_counts = sm::SessionCounts::create(err)) < 0)
         return fatal(err);
+    LogRelay relay;
+    if (log_file >= 0) {
+        if (!relay.start(err)) return fatal(err);
+        plan.log_fd = relay.child_end();
+    }
     plan.accounts = std::move(accounts);
     plan.secrets = std::move(*secrets);
     plan.config = *cfg;
     const int status = Supervisor(std::move(plan)).run();
+    relay.stop();  // every child is gone: the last of their lines
     spdlog::default_logger()->flush();
     return status;
 }

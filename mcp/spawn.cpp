@@ -1,6 +1,7 @@
 #include "spawn.hpp"
 
 #include "config_reload.hpp"
+#include "log.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -49,8 +50,8 @@ struct Failure {
     ::setpgid(0, 0);
 
     // Lift the report pipe, the executable and the inherited fds (listeners,
-    // session counts, the MCP link) above 3..3+n before dup2 puts them there, so no move
-    // clobbers another.
+    // session counts, the MCP link, the log pipe) above 3..3+n before dup2
+    // puts them there, so no move clobbers another.
     const int first_free = 3 + static_cast<int>(fds.size());
     report = ::fcntl(report, F_DUPFD_CLOEXEC, first_free);
     if (report < 0) ::_exit(127);
@@ -95,7 +96,7 @@ pid_t spawn(const Launch& l, std::string& err) {
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e)
         if (std::strncmp(*e, "SMX_LISTEN_", 11) != 0 && std::strncmp(*e, "SMX_SMTPS_", 10) != 0 &&
-            std::strncmp(*e, "SMX_MCP_", 8) != 0)
+            std::strncmp(*e, "SMX_MCP_", 8) != 0 && std::strncmp(*e, "SMX_LOG_", 8) != 0)
             env.emplace_back(*e);
     if (!l.listen_fds.empty()) {
         std::string v = "SMX_LISTEN_FDS=";
@@ -113,6 +114,10 @@ pid_t spawn(const Launch& l, std::string& err) {
     if (l.mcp_link >= 0) {
         env.push_back("SMX_MCP_FD=" + std::to_string(3 + fds.size()));
         fds.push_back(l.mcp_link);
+    }
+    if (l.log_fd >= 0) {
+        env.push_back(std::string(sm::log_fd_env) + "=" + std::to_string(3 + fds.size()));
+        fds.push_back(l.log_fd);
     }
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());

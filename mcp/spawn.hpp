@@ -22,8 +22,10 @@ struct Launch {
     std::string smtps_process;       // SMX_SMTPS_PROCESS when set: "i/n"
     int session_counts = -1;         // set: inherited after the listeners, named by
                                      // SMX_SMTPS_COUNTS (sm::SessionCounts)
-    int mcp_link = -1;               // set: inherited last, named by SMX_MCP_FD
-                                     // (ChildLink's child end)
+    int mcp_link = -1;               // set: inherited after the counts, named by
+                                     // SMX_MCP_FD (ChildLink's child end)
+    int log_fd = -1;                 // set: inherited last, named by SMX_LOG_FD
+                                     // (LogRelay's pipe)
 };
 
 // Returns the child's pid, or -1 with err when the child could not exec

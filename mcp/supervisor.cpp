@@ -4,6 +4,9 @@
 #include "ready.hpp"
 #include "reload.hpp"
 
+#include "channel.hpp"
+#include "log.hpp"
+
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,6 +32,7 @@ sigset_t supervisor_signals() {
     ::sigaddset(&s, SIGTERM);
     ::sigaddset(&s, SIGINT);
     ::sigaddset(&s, SIGHUP);
+    ::sigaddset(&s, SIGUSR1);
     return s;
 }
 
@@ -130,7 +134,7 @@ void Supervisor::check_ready() {
 }
 
 bool Supervisor::start(Child& c, std::string& why) {
-    Launch l{c.path, {c.program}, {}, c.run_as, 1, {}, -1, -1};
+    Launch l{c.path, {c.program}, {}, c.run_as, 1, {}, -1, -1, plan_.log_fd};
     if (!plan_.config_path.empty()) l.argv.insert(l.argv.end(), {"-c", plan_.config_path});
     std::string err;
     if (c.secrets) {
@@ -256,6 +260,14 @@ void Supervisor::handle_crashes() {
         if (c->exit_status && !failed_) lost(*c, describe(*c->exit_status));
 }
 
+void Supervisor::reopen_log() {
+    const std::string& path = plan_.config.log.file;
+    if (path.empty()) return;
+    std::string err;
+    if (sm::reopen_log_file(path, err)) spdlog::info("log file {} opened again", path);
+    else spdlog::error("{}; logging on to the file open before", err);
+}
+
 void Supervisor::reload() {
     const auto taken = Clock::now();
     ReloadOutcome o = check_reload(plan_.config_path, plan_.config);
@@ -290,7 +302,9 @@ int Supervisor::wait_signal(std::optional<Clock::time_point> deadline) {
                 static_cast<long>(wait.count() % 1000000000)};
     const int sig = ::sigtimedwait(&set, nullptr, &ts);
     // At once, in whatever wait it comes (a QMGR start, a stop of the
-    // workers): a reload is answered within a second at any moment.
+    // workers): a reload is answered within a second at any moment. A reload
+    // opens the log file again too: `smx reload` after a rename.
+    if (sig == SIGHUP || sig == SIGUSR1) reopen_log();
     if (sig == SIGHUP) reload();
     if ((sig == SIGTERM || sig == SIGINT) && !stop_requested_) {
         spdlog::info("{} received, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");

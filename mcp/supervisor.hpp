@@ -4,7 +4,8 @@
 // restarts a child that dies (backoff 1 s doubling to 30 s, reset after 60 s
 // of running; a QMGR restart restarts the others), but stops when a child
 // cannot start at all (below); on SIGTERM/SIGINT stops SMTPS first, then
-// SMTPC and QMGR; on SIGHUP reloads the config and the secrets (reload.hpp).
+// SMTPC and QMGR; on SIGHUP reloads the config and the secrets (reload.hpp);
+// on SIGHUP and SIGUSR1 opens the log file again (log_relay.hpp).
 // Tells a service manager when SMTPS first answers (READY=1) and when it
 // stops (STOPPING=1).
 //
@@ -14,7 +15,7 @@
 // exited 2 (a config error), else 1, with the child's reason, rather than
 // restart it for ever while the listeners accept connections nobody greets.
 //
-// Single-threaded and synchronous: SIGCHLD, SIGTERM, SIGINT and SIGHUP stay blocked
+// Single-threaded and synchronous: SIGCHLD, SIGTERM, SIGINT, SIGHUP and SIGUSR1 stay blocked
 // and are taken with sigtimedwait, so every event is handled in one place,
 // in order, with no handler races. Every wait takes them, and the readiness
 // probes end when one is pending: a reload is applied within a second
@@ -49,6 +50,7 @@ struct Plan {
     unsigned listen_loops = 0;    // all their event loops: listen_fds.size() / listen addresses
     unsigned smtps_processes = 1; // the loops' sockets split evenly among them, in order
     int session_counts = -1;      // several: their sm::SessionCounts memfd
+    int log_fd = -1;              // log.file set: the children's end of the LogRelay
     std::optional<Accounts> accounts;  // set when started as root
     ChildSecrets secrets;        // as read at start, then at each reload that passed
     sm::Config config;           // as loaded at start: a reload compares with it
@@ -97,6 +99,8 @@ private:
 
     // SIGHUP: checks the file, signals the children, writes the outcome.
     void reload();
+    // SIGHUP, SIGUSR1: log.file opened again at its path (after a rename).
+    void reopen_log();
 
     // Waits for a signal until deadline (none: an hour); a SIGHUP is
     // handled here (reload), SIGTERM/SIGINT set stop_requested_.

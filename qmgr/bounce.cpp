@@ -4,6 +4,7 @@
 #include "content_file.hpp"
 #include "dsn_params.hpp"
 #include "ids.hpp"
+#include "log.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -18,16 +19,10 @@ Bouncer::Bouncer(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_p
       reaper_(reaper), hooks_(std::move(hooks)), store_(sm::content::store_for(cfg)),
       sync_names_(sm::content::sync_names(cfg)) {}
 
-void Bouncer::bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why) {
-    const std::string& addr = ta.rcpt(idx).addr();
-    const std::string text = sm::msg::to_string(why.reply);
-    if (relay.empty())
-        spdlog::info("{}: to=<{}>, status=bounced ({})", ta.id, addr, text);
-    else
-        spdlog::info("{}: to=<{}>, relay={}, delay={:.2f}, status=bounced ({})", ta.id, addr,
-                     relay, static_cast<double>(clock_.now_us() - ta.arrival_us()) / 1e6, text);
+void Bouncer::bounce(Ta& ta, std::uint32_t idx, const Attempt& at, dsn::FailedRcpt why) {
+    log_status(ta, idx, at, "bounced", why.reply, clock_.now_us());
     ++bounced_;
-    queue_.bounce_begin(ta, idx, why.reply, relay);
+    queue_.bounce_begin(ta, idx, why.reply, at.relay);
     report(bounces_, ta, idx, std::move(why));
 }
 
@@ -123,7 +118,10 @@ asio::awaitable<void> Bouncer::flush() {
 asio::awaitable<void> Bouncer::queue_dsn(std::string id,
                                          std::shared_ptr<const sm::msg::TaCommit> env,
                                          std::vector<Bounce> list, Kind k) {
-    const char* kind = k == Kind::failure ? "non-delivery" : k == Kind::delay ? "delay" : "success";
+    // As postfix's bounce names them in its log.
+    const char* kind = k == Kind::failure ? "non-delivery"
+                       : k == Kind::delay ? "delay"
+                                          : "delivery status";
     const auto answer = [&](const std::string& error) {
         if (k != Kind::failure) return;
         if (error.empty()) hooks_.bounced(id, list);
@@ -147,7 +145,7 @@ asio::awaitable<void> Bouncer::queue_dsn(std::string id,
         co_return answer(std::string(kind) + " notification not queued: " + error);
     }
     ++dsn_sent_;
-    spdlog::info("{}: sender {} notification: {}", id, kind, dsn_id);
+    sm::log_as(sm::LogAs::bounce).info("{}: sender {} notification: {}", id, kind, dsn_id);
     spdlog::info("{}: from=<>, size={}, nrcpt=1 (queue active)", dsn_id, dsn->size());
     hooks_.schedule(*dsn);
     answer({});

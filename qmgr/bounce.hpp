@@ -12,6 +12,7 @@
 #pragma once
 
 #include "coro.hpp"
+#include "delivery_log.hpp"
 #include "dsn.hpp"
 #include "dsn_params.hpp"
 #include "ibdb.hpp"
@@ -58,7 +59,7 @@ public:
             const sm::Clock& clock = sm::system_clock());
 
     // A recipient (active or in flight) failed for good.
-    void bounce(Ta& ta, std::uint32_t idx, const std::string& relay, dsn::FailedRcpt why);
+    void bounce(Ta& ta, std::uint32_t idx, const Attempt& at, dsn::FailedRcpt why);
     // A recipient just deferred (moving): its sender hears once after
     // delay_warning_time.
     void warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay);

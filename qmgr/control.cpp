@@ -20,8 +20,8 @@ std::vector<Metric> Qmgr::metrics() const {
     const sm::msg::SmtpsLoad smtps = smtps_loads_.total();
     return {
         {"received", counters_.received, true, "Transactions accepted (TA_COMMIT acknowledged)"},
-        {"rejected", counters_.rejected, true, "TA_COMMITs refused as invalid"},
-        {"tempfailed", counters_.tempfailed, true, "TA_COMMITs refused for now (queue full, I/O error)"},
+        {"commit_rejected", counters_.rejected, true, "TA_COMMITs refused as invalid"},
+        {"commit_tempfailed", counters_.tempfailed, true, "TA_COMMITs refused for now (queue full, I/O error)"},
         {"delivered", counters_.delivered, true, "Recipients delivered (status=sent)"},
         {"deferred", counters_.deferred, true, "Recipient deferrals (status=deferred)"},
         {"bounced", bouncer_.bounced(), true, "Recipients bounced"},
@@ -36,8 +36,8 @@ std::vector<Metric> Qmgr::metrics() const {
         {"ibdb_files_deleted", s.files_deleted, true, "Envelope-log files removed"},
         {"ibdb_corrupt_records", s.corrupt_records, true, "Corrupt envelope-log records seen at start-up"},
         {"ibdb_write_failures", s.write_failures, true, "Failed envelope-log writes (each retried)"},
-        {"fsync_us_total", s.fsync_us_total, true, "Microseconds spent in group-commit syncs (content syncfs and/or envelope-log fdatasync)"},
-        {"fsync_us_max", s.fsync_us_max, false, "Longest group-commit sync, microseconds"},
+        {"fsync_seconds", s.fsync_us_total, true, "Seconds spent in group-commit syncs (content syncfs and/or envelope-log fdatasync)", 1e-6},
+        {"fsync_seconds_max", s.fsync_us_max, false, "Longest group-commit sync, seconds", 1e-6},
         {"queue_size", queue_.rcpts(), false, "Open recipients in the active queue"},
         {"queue_transactions", queue_.transactions(), false, "Transactions in the active queue"},
         {"queue_deferred", deferred_.count(), false, "Recipients in the deferred queue (DEFEDB)"},
@@ -59,7 +59,15 @@ void Qmgr::control(const sm::msg::CtlRequest& req, CtlDone done) {
     const auto& c = req.command;
     if (c == "stats") {
         std::string text;
-        for (const Metric& m : metrics()) text += fmt::format("{} {}\n", m.name, m.value);
+        for (const Metric& m : metrics()) text += fmt::format("{} {}\n", m.name, m.shown());
+        // The refusals: their sum, then each reason and class seen.
+        const auto rejected = smtps_loads_.rejected().entries();
+        std::uint64_t total = 0;
+        for (const auto& e : rejected) total += e.n;
+        text += fmt::format("rejected {}\n", total);
+        for (const auto& e : rejected)
+            text += fmt::format("rejected_{}xx_{} {}\n", e.reply_class,
+                                sm::rejection_name(e.reason), e.n);
         for (const auto& [loop, n] : smtps_sessions_by_loop())
             text += fmt::format("smtps_loop_{}_sessions {}\n", loop, n);
         done({0, std::move(text)});

@@ -1,6 +1,7 @@
 #include "metrics_http.hpp"
 
 #include "accept.hpp"
+#include "build_info.hpp"
 #include "server.hpp"
 #include "smtp_io.hpp"
 
@@ -35,10 +36,22 @@ void expose_labels(std::string& out, std::string_view name, std::string_view lab
 } // namespace
 
 std::string prometheus_text(Qmgr& q) {
-    std::string out;
-    for (const Metric& m : q.metrics())
-        out += fmt::format("# HELP smx_{} {}\n# TYPE smx_{} {}\nsmx_{} {}\n", m.name, m.help, m.name,
-                           m.counter ? "counter" : "gauge", m.name, m.value);
+    std::string out =
+        "# HELP smx_build_info The version of smx and the commit it was built from\n"
+        "# TYPE smx_build_info gauge\n";
+    out += fmt::format("smx_build_info{{version=\"{}\",commit=\"{}\"}} 1\n",
+                       label_value(SMX_VERSION), label_value(SMX_COMMIT));
+    for (const Metric& m : q.metrics()) {
+        const std::string name = fmt::format("smx_{}{}", m.name, m.counter ? "_total" : "");
+        out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, m.help, name,
+                           m.counter ? "counter" : "gauge", name, m.shown());
+    }
+    out += "# HELP smx_rejected_total SMTP replies that refused a connection, command or message, "
+           "by reply class and reason (reported by SMTPS each second)\n"
+           "# TYPE smx_rejected_total counter\n";
+    for (const auto& e : q.smtp_rejections().entries())
+        out += fmt::format("smx_rejected_total{{class=\"{}xx\",reason=\"{}\"}} {}\n", e.reply_class,
+                           sm::rejection_name(e.reason), e.n);
     for (const auto& h : q.histograms()) h.h.expose(out, h.name, h.help);
     expose_labels(out, "smx_destination_active_recipients", "destination",
                   "Recipients waiting or out for delivery per destination (the 20 largest)",
@@ -112,7 +125,15 @@ asio::awaitable<void> MetricsHttp::answer(asio::ip::tcp::socket& s) {
     sm::smtp::LineReader<asio::ip::tcp::socket> in(s, 1024);
     auto req = co_await in.read_line(http_timeout);
     if (req.status != sm::smtp::ReadStatus::ok || !req.complete) co_return;
-    const bool ok = std::string_view(req.text).starts_with("GET /metrics ");
+    // "GET /metrics HTTP/1.1"; a query string is no matter (a scraper's
+    // params, a cache buster).
+    std::string_view target(req.text);
+    bool ok = false;
+    if (target.starts_with("GET ")) {
+        target.remove_prefix(4);
+        target = target.substr(0, target.find(' '));
+        ok = target.substr(0, target.find('?')) == "/metrics";
+    }
     // Headers up to the empty line; their content does not matter.
     for (int n = 0; n < 100; ++n) {
         auto h = co_await in.read_line(http_timeout);

@@ -31,7 +31,7 @@ SchedulerOptions scheduler_options(const sm::Config& cfg) {
 Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
            Ibdb& ibdb, Defedb& defedb, const sm::Clock& clock)
     : cfg_(cfg), clock_(clock), ex_(ex), workers_(workers), dbq_(workers, defedb), ibdb_(ibdb),
-      store_(sm::content::store_for(cfg)), reaper_(cfg, ex, workers, ibdb),
+      store_(sm::content::store_for(cfg)), queue_(clock), reaper_(cfg, ex, workers, ibdb),
       sweeper_(cfg, ex, workers, queue_, dbq_, reaper_), segments_(cfg, ex, workers, queue_, ibdb),
       deferred_(cfg, ex, dbq_,
                 {[this](auto parks, auto gone) { parked(std::move(parks), std::move(gone)); },

@@ -70,12 +70,17 @@ struct Counters {
 };
 
 // One counter or level for `smx stats` and Prometheus, with what the
-// scrape says of it (HELP, and TYPE counter or gauge).
+// scrape says of it (HELP, and TYPE counter or gauge). Prometheus shows it
+// as smx_NAME, a counter as smx_NAME_total.
 struct Metric {
     const char* name;
     std::uint64_t value;
     bool counter;  // only grows; otherwise a level (gauge)
     const char* help;
+    double unit = 0;  // set: value * unit is shown (microseconds as seconds: 1e-6)
+    std::string shown() const {
+        return unit ? fmt::format("{}", static_cast<double>(value) * unit) : std::to_string(value);
+    }
 };
 
 class Qmgr {
@@ -136,6 +141,8 @@ public:
     void smtps_load(std::uint64_t link, const sm::msg::SmtpsLoad& l) { smtps_loads_.update(link, l); }
     LabelCounts smtps_sessions_by_loop() const { return smtps_loads_.sessions_by_loop(); }
     void commit_refused() { ++counters_.rejected; }
+    // SMTPS's refusals, as reported with its loads.
+    const sm::RejectionCounts& smtp_rejections() const { return smtps_loads_.rejected(); }
     const ActiveQueue& queue() const { return queue_; }
 
 private:
@@ -158,9 +165,9 @@ private:
     // Takes back deliveries SMTPC has held past queue.max_delivery_time.
     asio::awaitable<void> reclaim_overdue();
     // results.cpp
-    void sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status);
-    void retry_later(Ta& ta, std::uint32_t idx, const std::string& relay, sm::msg::Reply why);
-    void defer(Ta& ta, std::uint32_t idx, const std::string& relay, sm::msg::Reply why,
+    void sent(Ta& ta, std::uint32_t idx, const Attempt& at, const sm::msg::Reply& reply);
+    void retry_later(Ta& ta, std::uint32_t idx, const Attempt& at, sm::msg::Reply why);
+    void defer(Ta& ta, std::uint32_t idx, const Attempt& at, sm::msg::Reply why,
                std::uint64_t until_us);
     bool expired(const Ta& ta) const;
     // A transaction whose content SMTPC found unusable: its envelope to

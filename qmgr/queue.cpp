@@ -90,6 +90,7 @@ Ta* ActiveQueue::create(const sm::msg::TaCommit& env, RcptState initial) {
     auto [it, fresh] = tas_.try_emplace(env.ta_id);
     if (!fresh) return nullptr;
     auto ta = std::make_unique<Ta>(env.ta_id, std::make_shared<const sm::msg::TaCommit>(env));
+    ta->active_us_ = clock_.now_us();
     ta->rcpts_.reserve(env.rcpts.size());
     for (const auto& r : env.rcpts) ta->rcpts_.emplace_back(r.addr, initial);
     if (!is_closed(initial)) {

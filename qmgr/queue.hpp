@@ -35,6 +35,7 @@
 // on them; a transaction with no open recipient may be retired.
 #pragma once
 
+#include "clock.hpp"
 #include "defedb.hpp"
 #include "messages.hpp"
 
@@ -122,10 +123,13 @@ public:
     const std::string& cdb_id() const { return env->cdb_id; }
     std::uint64_t size() const { return env->size; }
     std::uint64_t arrival_us() const { return env->arrival_us; }
+    // When it came into memory this time (intake, recovery, due from DEFEDB).
+    std::uint64_t active_us() const { return active_us_; }
 
 private:
     friend class ActiveQueue;
     std::vector<Rcpt> rcpts_;
+    std::uint64_t active_us_ = 0;
     std::uint32_t open_ = 0;
     bool touched_defedb_ = false;
     bool deleted_ = false;
@@ -133,6 +137,8 @@ private:
 
 class ActiveQueue {
 public:
+    explicit ActiveQueue(const sm::Clock& clock = sm::system_clock()) : clock_(clock) {}
+
     // New transactions; nullptr when the id is already queued.
     // From SMTPS (or a DSN): every recipient active.
     Ta* admit(const sm::msg::TaCommit& env);
@@ -180,6 +186,7 @@ private:
     Ta* create(const sm::msg::TaCommit& env, RcptState initial);
     Rcpt& step(Ta& ta, std::uint32_t idx, RcptEvent ev);
 
+    const sm::Clock& clock_;
     std::unordered_map<std::string, std::unique_ptr<Ta>> tas_;
     std::size_t rcpts_ = 0;
 };

@@ -13,21 +13,6 @@
 
 namespace smx::qmgr {
 
-namespace {
-
-void log_rcpt(const Ta& ta, std::uint32_t idx, const std::string& relay, const char* status,
-              const std::string& text, std::uint64_t now_us) {
-    if (relay.empty()) {
-        spdlog::info("{}: to=<{}>, status={} ({})", ta.id, ta.rcpt(idx).addr(), status, text);
-        return;
-    }
-    const double delay = static_cast<double>(now_us - ta.arrival_us()) / 1e6;
-    spdlog::info("{}: to=<{}>, relay={}, delay={:.2f}, status={} ({})", ta.id,
-                 ta.rcpt(idx).addr(), relay, delay, status, text);
-}
-
-} // namespace
-
 bool connection_failed(const sm::msg::Result& r) {
     if (r.relay.empty()) return true;
     return !r.rcpts.empty() &&
@@ -67,6 +52,7 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, const sm::msg
         if (!queue_.find(id)) return;
     }
     Ta& ta = *job->ta;
+    const Attempt at{r.relay, job->sent_us, r.setup_us};
     // Recipients are few per delivery; a missing answer is a temporary error.
     for (auto idx : job->idx) {
         const Rcpt& rc = ta.rcpt(idx);
@@ -77,16 +63,16 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, const sm::msg
             // `smx delete` while it was out: whatever happened, drop it.
             queue_.drop(ta, idx);
         } else if (it == r.rcpts.end()) {
-            retry_later(ta, idx, r.relay, missing);
+            retry_later(ta, idx, at, missing);
         } else if (it->code >= 200 && it->code < 300) {
             bouncer_.relayed(ta, idx, r.relay, it->reply(), r.peer_dsn);
-            sent(ta, idx, r.relay, sm::msg::to_string(it->reply()));
+            sent(ta, idx, at, it->reply());
         } else if (it->code >= 500 && it->code < 600 && !cfg_.queue.soft_bounce) {
             auto why = dsn::failed_rcpt(rc.addr(), it->reply(), r.relay);
             why.last_attempt_us = clock_.now_us();
-            bouncer_.bounce(ta, idx, r.relay, std::move(why));
+            bouncer_.bounce(ta, idx, at, std::move(why));
         } else {
-            retry_later(ta, idx, r.relay, it->reply());
+            retry_later(ta, idx, at, it->reply());
         }
     }
     // Closing the last recipient takes ta out of memory, so check once at
@@ -118,9 +104,9 @@ asio::awaitable<void> Qmgr::drop_deferred(std::string id, std::string cdb, std::
     spdlog::info("{}: removed (quarantined, {} recipients)", id, here + n.value_or(0));
 }
 
-void Qmgr::sent(Ta& ta, std::uint32_t idx, const std::string& relay, const std::string& status) {
+void Qmgr::sent(Ta& ta, std::uint32_t idx, const Attempt& at, const sm::msg::Reply& reply) {
     const std::uint64_t now = clock_.now_us();
-    log_rcpt(ta, idx, relay, "sent", status, now);
+    log_status(ta, idx, at, "sent", reply, now);
     ++counters_.delivered;
     counters_.queue_age_seconds.observe(seconds_since(ta.arrival_us(), now));
     if (ta.rcpt(idx).from_defedb()) deferred_.remove(ta.id, idx);
@@ -135,30 +121,29 @@ bool Qmgr::expired(const Ta& ta) const {
            static_cast<std::uint64_t>(lifetime.count());
 }
 
-void Qmgr::retry_later(Ta& ta, std::uint32_t idx, const std::string& relay,
-                       sm::msg::Reply why) {
+void Qmgr::retry_later(Ta& ta, std::uint32_t idx, const Attempt& at, sm::msg::Reply why) {
     queue_.count_attempt(ta, idx);
     const auto delay = backoff(cfg_.queue, ta.rcpt(idx).attempts());
-    defer(ta, idx, relay, std::move(why), clock_.now_us() + static_cast<std::uint64_t>(delay.count()));
+    defer(ta, idx, at, std::move(why), clock_.now_us() + static_cast<std::uint64_t>(delay.count()));
 }
 
 // A temporary failure: past the queue lifetime it bounces, else the
 // recipient goes to DEFEDB until until_us.
-void Qmgr::defer(Ta& ta, std::uint32_t idx, const std::string& relay, sm::msg::Reply why,
+void Qmgr::defer(Ta& ta, std::uint32_t idx, const Attempt& at, sm::msg::Reply why,
                  std::uint64_t until_us) {
     // A job that waited for a dead destination may name recipients that
     // left meanwhile (held, deleted, bounced): not ours to defer any more.
     const RcptState st = ta.rcpt(idx).state();
     if (st != RcptState::active && st != RcptState::inflight) return;
     if (expired(ta)) {
-        bouncer_.bounce(ta, idx, relay, dsn::expired_rcpt(ta.rcpt(idx).addr(), why, relay, clock_.now_us()));
+        bouncer_.bounce(ta, idx, at,
+                        dsn::expired_rcpt(ta.rcpt(idx).addr(), why, at.relay, clock_.now_us()));
         return;
     }
-    const std::string text = sm::msg::to_string(why);
-    queue_.defer_begin(ta, idx, std::move(why), relay);
+    log_status(ta, idx, at, "deferred", why, clock_.now_us());
+    queue_.defer_begin(ta, idx, std::move(why), at.relay);
     ++counters_.deferred;
-    log_rcpt(ta, idx, relay, "deferred", text, clock_.now_us());
-    bouncer_.warn_if_late(ta, idx, relay);
+    bouncer_.warn_if_late(ta, idx, at.relay);
     deferred_.park(ta, idx, until_us);
 }
 

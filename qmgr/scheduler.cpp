@@ -130,6 +130,7 @@ std::optional<Job> Scheduler::complete(std::uint64_t link, std::uint64_t da_id,
     make_ready(d);
     collect(d);
     kick();
+    dl.job.sent_us = dl.sent_us;
     return std::move(dl.job);
 }
 

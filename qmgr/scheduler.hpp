@@ -49,6 +49,7 @@ struct Job {
     // Connection-level failures this job was put back in its queue for (a
     // server refusing connections above its limit while others succeed).
     unsigned retries = 0;
+    std::uint64_t sent_us = 0;  // its DELIVER went to SMTPC (complete() says)
 };
 
 class Scheduler {

@@ -1,6 +1,7 @@
 // What each SMTPS event loop last reported of its sessions and transactions
 // (SMTPS_LOAD), kept per QMGR link while the link is up: `smx stats` and
-// Prometheus show the sums and the sessions of each loop.
+// Prometheus show the sums and the sessions of each loop. The refusals each
+// report counts since the one before are added up for as long as QMGR runs.
 #pragma once
 
 #include "histogram.hpp"
@@ -24,10 +25,13 @@ public:
     void update(std::uint64_t link, const sm::msg::SmtpsLoad& load) {
         const auto it = loads_.find(link);
         if (it == loads_.end()) sm::panic("smtps loads: a report from a link never added");
+        for (const auto& e : load.rejected) rejected_.add(e);
         it->second = load;
+        it->second.rejected.clear();
     }
 
     std::uint64_t links() const { return loads_.size(); }
+    const sm::RejectionCounts& rejected() const { return rejected_; }
     // Summed over the links.
     sm::msg::SmtpsLoad total() const {
         sm::msg::SmtpsLoad t;
@@ -49,6 +53,7 @@ public:
 
 private:
     std::map<std::uint64_t, sm::msg::SmtpsLoad> loads_;
+    sm::RejectionCounts rejected_;
     std::uint64_t next_link_ = 0;
 };
 

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 
 namespace smtpc {
 namespace {
@@ -160,6 +161,15 @@ asio::awaitable<void> Deliverer::attempt(const Settings& st, const sm::msg::Deli
     r.relay.clear();
     r.peer_dsn = false;
 
+    // The log's delays=c: DNS, connect, greeting, EHLO, TLS and AUTH (all
+    // of the attempt when no host took the mail).
+    const auto setup_start = std::chrono::steady_clock::now();
+    const auto set_setup = [&] {
+        using std::chrono::microseconds;
+        const auto took = std::chrono::steady_clock::now() - setup_start;
+        r.setup_us = static_cast<std::uint64_t>(
+            std::chrono::duration_cast<microseconds>(took).count());
+    };
     const std::string domain = rcpt_domain(d);
     std::optional<Failure> last;  // what the recipients get if no host takes them
     auto ex = co_await asio::this_coro::executor;
@@ -188,6 +198,7 @@ asio::awaitable<void> Deliverer::attempt(const Settings& st, const sm::msg::Deli
             }
             r.relay = s->relay();
             r.peer_dsn = s->dsn_offered();
+            set_setup();
             co_await s->transaction(d, file, r.rcpts);  // a new session never says retry
             done_with(st, key, std::move(s));
             co_return;
@@ -195,6 +206,7 @@ asio::awaitable<void> Deliverer::attempt(const Settings& st, const sm::msg::Deli
     }
     const Failure f = last.value_or(Failure{451, "4.4.3", "no next hop for domain " + domain});
     for (auto& x : r.rcpts) x = {x.idx, f.code, f.enhanced, f.text};
+    set_setup();
 }
 
 } // namespace smtpc

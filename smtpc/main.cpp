@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
         mcp.cannot_start(std::string("bad config: ") + e.what());
         return exit_config;
     }
-    sm::init_logging("smtpc", cfg.log);
+    sm::init_logging("smtp", cfg.log);
     sm::install_crash_handlers("smtpc");
     sm::raise_nofile();  // up to max_concurrency connections per destination
     std::signal(SIGPIPE, SIG_IGN);

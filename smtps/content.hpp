@@ -1,6 +1,7 @@
 // The message content of DATA, line by line as the LineReader hands it out:
 // the end-of-data line, dot-unstuffing, bare CR / bare LF (rejected, or
-// normalised to CRLF), the size limit and the Received: hop count; and of
+// normalised to CRLF), the size limit, the Received: hop count and the
+// Message-ID (for the log); and of
 // BDAT (RFC 3030), whose chunks are raw octets that BdatContent cuts into
 // the same lines, without the dot. Pure: no I/O, so that it is unit-tested
 // and fuzzed on its own.
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace smtps {
@@ -19,7 +21,11 @@ struct Content {
     bool too_big = false;   // over max_size: nothing more is passed on
     bool bare_eol = false;  // bare LF or bare CR seen (reject mode)
     unsigned hops = 0;      // Received: header fields
+    std::string message_id;  // the first Message-ID header's value, at most max_message_id
 };
+
+// Longer Message-IDs are cut for the log line.
+inline constexpr std::size_t max_message_id = 512;
 
 class ContentReader {
 public:
@@ -43,6 +49,9 @@ private:
     // line_start: this piece begins a line. after_crlf: the previous line
     // ended in a real CRLF, the only start the end-of-data dot may have.
     bool line_start_ = true, after_crlf_ = true, in_header_ = true;
+    // The last header line was "Message-ID:" with its value still to come
+    // on a folded line.
+    bool message_id_next_ = false;
     std::uint64_t size_ = 0;
 };
 
@@ -54,8 +63,19 @@ bool ContentReader::feed(const sm::smtp::Line& l, Out&& out) {
         if (line_start_ && !t.empty() && t.front() == '.') t.remove_prefix(1);
     }
     if (line_start_ && in_header_) {
-        if (t.empty()) in_header_ = false;
-        else if (istarts_with(t, "Received:")) ++c_.hops;
+        const bool folded = !t.empty() && (t.front() == ' ' || t.front() == '\t');
+        const bool field = istarts_with(t, "Message-ID:");
+        if (t.empty()) {
+            in_header_ = false;
+        } else if (istarts_with(t, "Received:")) {
+            ++c_.hops;
+        } else if (c_.message_id.empty() && (field || (folded && message_id_next_))) {
+            std::string_view v = field ? t.substr(11) : t;
+            while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+            while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+            c_.message_id.assign(v.substr(0, max_message_id));
+        }
+        message_id_next_ = c_.message_id.empty() && (field || (folded && message_id_next_));
     }
     const auto bare_crs = static_cast<std::size_t>(std::count(t.begin(), t.end(), '\r'));
     if ((l.bare_lf || bare_crs) && !normalize_) c_.bare_eol = true;

@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
         mcp.cannot_start(why);
         return 2;
     }
-    sm::init_logging("smtps", cfg.log);
+    sm::init_logging("smtpd", cfg.log);
     sm::install_crash_handlers("smtps");
     // Why this process cannot start: to the log and to smx run, which stops.
     auto cannot_start = [&](int code, const std::string& why) {

@@ -129,7 +129,8 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
         const bool trusted = settings->policy.trusted_client(ip);
         std::string refusal = shared_->admit(ip, trusted);
         if (!refusal.empty()) {
-            spdlog::warn("connect from unknown[{}]: {}", ip,
+            rejections_->add(sm::Rejection::too_many_connections, 421);
+            spdlog::info("NOQUEUE: reject: CONNECT from unknown[{}]: {}; proto=SMTP", ip,
                          std::string_view(refusal).substr(0, refusal.size() - 2));
             asio::co_spawn(ex_, [s = std::move(sock), refusal = std::move(refusal),
                                  t = settings->server().command_timeout]() mutable
@@ -165,9 +166,11 @@ asio::awaitable<void> Server::report_load(unsigned loop) {
     std::optional<sm::msg::SmtpsLoad> sent;
     asio::steady_timer timer(ex_);
     while (qmgr_.connected()) {
-        const sm::msg::SmtpsLoad now{loop, *sessions_, gate_->open(), gate_->waiting()};
-        if (now != sent) {
+        sm::msg::SmtpsLoad now{loop, *sessions_, gate_->open(), gate_->waiting(),
+                               rejections_->take()};
+        if (now != sent || !now.rejected.empty()) {
             qmgr_.report(now);
+            now.rejected.clear();
             sent = now;
         }
         timer.expires_after(std::chrono::seconds(1));

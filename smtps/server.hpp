@@ -8,6 +8,7 @@
 #include "config.hpp"
 #include "policy.hpp"
 #include "qmgr_client.hpp"
+#include "rejections.hpp"
 #include "session_counts.hpp"
 #include "transaction_gate.hpp"
 
@@ -120,8 +121,11 @@ public:
     // the connection limits too).
     unsigned long accepted() const { return accepted_; }
     // Tells QMGR this loop's sessions and transactions (`smx stats`) when
-    // they change, at most once a second, while the QMGR link is up.
+    // they change, and the refusals since the last report, at most once a
+    // second, while the QMGR link is up.
     void start_load_reports(unsigned loop);
+    // This loop's refusals not yet reported (sessions hold it: shared).
+    const std::shared_ptr<sm::RejectionCounts>& rejections() const { return rejections_; }
 
     std::shared_ptr<const Settings> settings() const { return shared_->settings(); }
     Shared& shared() { return *shared_; }
@@ -151,6 +155,8 @@ private:
     // This loop's sessions; shared, as a session's coroutine may outlive
     // the Server at exit.
     const std::shared_ptr<std::size_t> sessions_ = std::make_shared<std::size_t>(0);
+    const std::shared_ptr<sm::RejectionCounts> rejections_ =
+        std::make_shared<sm::RejectionCounts>();
 };
 
 // The printable client address: v4-mapped IPv6 is shown as IPv4.

@@ -4,9 +4,11 @@
 #include "content.hpp"
 #include "dsn_params.hpp"
 #include "ids.hpp"
+#include "log.hpp"
 #include "messages.hpp"
 #include "policy.hpp"
 #include "server.hpp"
+#include "session_log.hpp"
 #include "smtp_io.hpp"
 #include "smtp_stream.hpp"
 #include "tls.hpp"
@@ -78,7 +80,7 @@ public:
         : srv_(srv), settings_(srv.settings()), cfg_(settings_->server()),
           stream_(std::move(sock)),
           reader_(stream_, cfg_.max_line_length + sm::dsn::rcpt_line_extra),
-          ip_(std::move(ip)), client_("unknown[" + ip_ + "]"), trusted_(trusted) {}
+          ip_(std::move(ip)), log_(ip_, srv.rejections()), trusted_(trusted) {}
 
     asio::awaitable<void> run();
 
@@ -90,22 +92,33 @@ private:
         out_.append(r);
         out_.append("\r\n");
     }
-    // An error reply that counts towards max_errors.
-    void error(std::string_view r) {
+    // A command refused as wrong (unknown, bad syntax, out of order):
+    // logged, and it counts towards max_errors.
+    void error(sm::Rejection why, std::string_view r) {
+        log_.error(why, r, details());
         reply(r);
-        if (++errors_ >= cfg_.max_errors) {
-            reply("421 4.7.0 " + cfg_.hostname + " Error: too many errors");
-            closing_ = true;
-        }
+        count_error();
+    }
+    // A recipient, message or limit refused (to: the recipient refused).
+    void reject(sm::Rejection why, std::string_view r, std::string_view to = {}) {
+        log_.reject(why, r, details(to));
+        reply(r);
+    }
+    void count_error() {
+        if (++errors_ < cfg_.max_errors) return;
+        log_.too_many_errors();
+        reply("421 4.7.0 " + cfg_.hostname + " Error: too many errors");
+        closing_ = true;
     }
     // A reply to NOOP, VRFY, RSET or HELP: past max_junk_commands in this
     // session, each counts as an error.
     void junk_reply(std::string_view r) {
-        if (++junk_ > cfg_.max_junk_commands)
-            error(r);
-        else
-            reply(r);
+        reply(r);
+        if (++junk_ > cfg_.max_junk_commands) count_error();
     }
+    // What a refusal's log line tells of the session, as postfix's do:
+    // "from=<s> to=<r> proto=ESMTP helo=<h>".
+    std::string details(std::string_view to = {}) const;
     // Writes the pending replies; false when writing failed.
     asio::awaitable<bool> flush();
     // What a write of the pending replies did, as far as the socket took
@@ -129,7 +142,8 @@ private:
     // server.tls_security_level = encrypt and no TLS yet: refuses the command.
     bool needs_tls() {
         if (!tls_required()) return false;
-        error(tls_required_reply);
+        reject(sm::Rejection::tls_required, tls_required_reply);
+        count_error();
         return true;
     }
     bool tls_required() const {
@@ -137,6 +151,8 @@ private:
     }
     static constexpr std::string_view tls_required_reply =
         "530 5.7.0 Must issue a STARTTLS command first";
+    static constexpr std::string_view utf8_required_reply =
+        "553 5.6.7 Must declare SMTPUTF8 to send unicode address";
     // A place among the loop's server.max_transactions for the MAIL to
     // come (smtps/transaction_gate.hpp), unless that MAIL will be refused
     // anyway: false when none is free now and wait_for_place() must wait
@@ -149,16 +165,23 @@ private:
     asio::awaitable<DataOutcome> read_content(CdbWriter& w);
     // BDAT: false when the connection must close (timeout, lost client).
     asio::awaitable<bool> bdat(std::string_view arg);
-    // Why a BDAT chunk is refused; empty when it is taken.
-    std::string bdat_refusal();
-    // The checks after a chunk; false when the transaction ended in an error.
-    bool bdat_accepted();
-    asio::awaitable<void> queue(CdbWriter& w);
-    asio::awaitable<std::string> commit(CdbWriter& w);
+    // Why a BDAT chunk is refused; nullopt when it is taken.
+    struct Refusal {
+        sm::Rejection why;
+        std::string_view reply;
+    };
+    std::optional<Refusal> bdat_refusal();
+    // The checks of the content (DATA's, or BDAT's so far): false when it
+    // is refused (and the refusal logged and replied).
+    bool content_accepted(const Content& c);
+    // message_id: the Message-ID header's value, or empty.
+    asio::awaitable<void> queue(CdbWriter& w, const std::string& message_id);
+    asio::awaitable<std::string> commit(CdbWriter& w, const std::string& message_id);
     void reset() {
         in_mail_ = false;
         smtputf8_ = false;
         sender_.clear();
+        have_sender_ = false;
         mail_params_.clear();
         rcpts_.clear();
         rcpt_keys_.clear();
@@ -166,11 +189,15 @@ private:
         envelope_size_ = 0;
         ta_id_.clear();
         chunking_.reset();
+        log_.transaction_ended();
     }
-    // "unknown[addr]", as postfix logs a client without a reverse name.
-    const std::string& client() const { return client_; }
+    const std::string& client() const { return log_.client(); }
     std::string received_header() const;
-    void timeout_reply() { reply("421 4.4.2 " + cfg_.hostname + " Error: timeout exceeded"); }
+    // bytes: of the content read so far, when it timed out in DATA or BDAT.
+    void timeout_reply(std::optional<std::uint64_t> bytes = std::nullopt) {
+        log_.timeout(bytes);
+        reply("421 4.4.2 " + cfg_.hostname + " Error: timeout exceeded");
+    }
 
     Server& srv_;
     // The config this session started with: a reload does not change it.
@@ -179,7 +206,7 @@ private:
     sm::smtp::Stream stream_;
     sm::smtp::LineReader<sm::smtp::Stream> reader_;
     std::string ip_;
-    const std::string client_;
+    SessionLog log_;
     bool trusted_;
     std::string out_;
     std::string helo_;
@@ -189,6 +216,7 @@ private:
     bool smtputf8_ = false;  // MAIL ... SMTPUTF8: UTF-8 addresses allowed
     std::string ta_id_;
     std::string sender_;
+    bool have_sender_ = false;  // sender_ is a MAIL's (taken or being refused)
     std::string mail_params_;
     std::vector<sm::msg::Recipient> rcpts_;
     std::unordered_set<std::string> rcpt_keys_;  // local part + lower-case domain, of rcpts_
@@ -197,7 +225,6 @@ private:
     TransactionGate::Slot slot_;          // from MAIL to the end of the transaction
     unsigned errors_ = 0;
     unsigned junk_ = 0;  // NOOP, VRFY, RSET and HELP since the session or its last queued message
-    unsigned commands_ = 0;
     bool closing_ = false;
     bool quit_ = false;  // the client said QUIT (a TLS session then ends cleanly)
 };
@@ -249,37 +276,35 @@ asio::awaitable<Line> Session::next_bytes(std::size_t max,
 }
 
 asio::awaitable<void> Session::run() {
-    spdlog::info("connect from {}", client());
+    log_.connected();
     reply("220 " + cfg_.hostname + " ESMTP smx");
     while (!closing_) {
         const Line l = co_await next_line(cfg_.command_timeout);
         if (l.status == ReadStatus::timeout) {
-            spdlog::info("timeout after {} from {}", commands_ ? "command" : "CONNECT", client());
             timeout_reply();
             break;
         }
         if (l.status != ReadStatus::ok) {
-            if (l.status == ReadStatus::error || in_mail_)
-                spdlog::info("lost connection from {}", client());
+            if (l.status == ReadStatus::error || in_mail_) log_.lost();
             break;
         }
-        ++commands_;
+        std::string_view arg;
+        const Verb verb = parse_verb(l.text, arg);
+        log_.command(verb);
         if (!l.complete) {
             const auto st = co_await reader_.skip_line(cfg_.command_timeout);
             if (st != ReadStatus::ok) {
                 if (st == ReadStatus::timeout) timeout_reply();
                 break;
             }
-            error("500 5.5.2 Error: line too long");
+            error(sm::Rejection::bad_command, "500 5.5.2 Error: line too long");
             continue;
         }
-        std::string_view arg;
-        const Verb verb = parse_verb(l.text, arg);
         const std::size_t extra = verb == Verb::rcpt   ? sm::dsn::rcpt_line_extra
                                   : verb == Verb::mail ? sm::dsn::mail_line_extra
                                                        : 0;
         if (l.text.size() > cfg_.max_line_length + extra) {
-            error("500 5.5.2 Error: line too long");
+            error(sm::Rejection::bad_command, "500 5.5.2 Error: line too long");
             continue;
         }
         switch (verb) {
@@ -293,7 +318,7 @@ asio::awaitable<void> Session::run() {
         case Verb::mail:
             if (!take_place()) co_await wait_for_place();
             mail(arg);
-            if (!in_mail_) slot_.reset();  // refused: its place goes on
+            if (!in_mail_) reset();  // refused: its place goes on
             break;
         case Verb::rcpt: rcpt(arg); break;
         case Verb::data: {
@@ -322,13 +347,28 @@ asio::awaitable<void> Session::run() {
             reply("221 2.0.0 Bye");
             closing_ = quit_ = true;
             break;
-        case Verb::unknown: error("500 5.5.2 Error: command not recognized"); break;
+        case Verb::unknown:
+            error(sm::Rejection::bad_command, "500 5.5.2 Error: command not recognized");
+            break;
         }
     }
     const bool flushed = co_await flush();
     if (flushed && quit_ && stream_.tls()) co_await stream_.close_tls(close_notify_timeout);
     // No shutdown(2): the socket closes as the session ends, right after.
-    spdlog::info("disconnect from {} commands={} errors={}", client(), commands_, errors_);
+    log_.disconnected();
+}
+
+std::string Session::details(std::string_view to) const {
+    std::string d;
+    if (have_sender_) d += "from=<" + sender_ + "> ";
+    if (!to.empty()) {
+        d += "to=<";
+        d += to;
+        d += "> ";
+    }
+    d += esmtp_ ? "proto=ESMTP" : "proto=SMTP";
+    if (!helo_.empty()) d += " helo=<" + helo_ + ">";
+    return d;
 }
 
 void Session::helo(std::string_view arg, bool esmtp) {
@@ -336,7 +376,8 @@ void Session::helo(std::string_view arg, bool esmtp) {
         return c > ' ' && c < 127;  // it goes into the Received: header
     });
     if (arg.empty() || !printable) {
-        error(esmtp ? "501 5.5.4 Syntax: EHLO hostname" : "501 5.5.4 Syntax: HELO hostname");
+        error(sm::Rejection::bad_syntax,
+              esmtp ? "501 5.5.4 Syntax: EHLO hostname" : "501 5.5.4 Syntax: HELO hostname");
         return;
     }
     reset();
@@ -350,15 +391,15 @@ void Session::helo(std::string_view arg, bool esmtp) {
 
 asio::awaitable<bool> Session::starttls(std::string_view arg) {
     if (!settings_->tls) {
-        error("502 5.5.1 Error: command not implemented");
+        error(sm::Rejection::bad_command, "502 5.5.1 Error: command not implemented");
         co_return true;
     }
     if (!arg.empty()) {
-        error("501 5.5.4 Syntax: STARTTLS");
+        error(sm::Rejection::bad_syntax, "501 5.5.4 Syntax: STARTTLS");
         co_return true;
     }
     if (stream_.tls()) {
-        error("503 5.5.1 Error: TLS already active");
+        error(sm::Rejection::bad_sequence, "503 5.5.1 Error: TLS already active");
         co_return true;
     }
     // Whatever the client sent after STARTTLS, before it saw our 220, is
@@ -386,11 +427,16 @@ asio::awaitable<bool> Session::starttls(std::string_view arg) {
 }
 
 void Session::mail(std::string_view arg) {
+    using sm::Rejection;
     if (needs_tls()) return;
-    if (helo_.empty()) return error("503 5.5.1 Error: send HELO/EHLO first");
-    if (in_mail_) return error("503 5.5.1 Error: nested MAIL command");
+    if (helo_.empty())
+        return error(Rejection::bad_sequence, "503 5.5.1 Error: send HELO/EHLO first");
+    if (in_mail_) return error(Rejection::bad_sequence, "503 5.5.1 Error: nested MAIL command");
     const auto p = parse_path(arg, "FROM:");
-    if (!p) return error("501 5.5.4 Syntax: MAIL FROM:<address>");
+    if (!p) return error(Rejection::bad_syntax, "501 5.5.4 Syntax: MAIL FROM:<address>");
+    // Named in the log lines of a refusal from here on.
+    sender_.assign(p->addr);
+    have_sender_ = true;
     std::string_view params = p->params;
     std::uint64_t size = 0;
     bool utf8 = false;
@@ -404,33 +450,33 @@ void Session::mail(std::string_view arg) {
             size = 0;
             bool ok = !n.empty() && n.size() <= 19;
             for (char c : n) ok = ok && c >= '0' && c <= '9', size = size * 10 + (c - '0');
-            if (!ok) return error("501 5.5.4 Bad SIZE parameter syntax");
-            if (size > cfg_.max_message_size)
-                return error("552 5.3.4 Message size exceeds fixed limit");
+            if (!ok) return error(Rejection::bad_syntax, "501 5.5.4 Bad SIZE parameter syntax");
+            if (size > cfg_.max_message_size) {
+                reject(Rejection::message_too_big, "552 5.3.4 Message size exceeds fixed limit");
+                return count_error();
+            }
         } else if (iequals(kv, "BODY=8BITMIME") || iequals(kv, "BODY=7BIT")) {
         } else if (iequals(kv, "SMTPUTF8")) {
             utf8 = true;
         } else if (sm::dsn::is_mail_param(kv)) {
             // RET and ENVID: checked together below.
         } else {
-            return error(sm::dsn::unsupported_option(kv));
+            return error(Rejection::bad_syntax, sm::dsn::unsupported_option(kv));
         }
     }
-    if (auto e = sm::dsn::check_params(p->params, false); !e.empty()) return error(e);
+    if (auto e = sm::dsn::check_params(p->params, false); !e.empty())
+        return error(Rejection::bad_syntax, e);
     if (sm::smtp::has_8bit(p->addr) && !utf8)
-        return error("553 5.6.7 Must declare SMTPUTF8 to send unicode address");
-    if (!valid_address(p->addr, true, utf8)) return error("501 5.1.7 Bad sender address syntax");
-    if (!srv_.cdb().has_room(size)) {
-        spdlog::warn("NOQUEUE: reject: MAIL from {}: 452 4.3.1 Insufficient system storage; "
-                     "spool below min_free_space", client());
-        return reply("452 4.3.1 Insufficient system storage");
-    }
+        return error(Rejection::bad_syntax, utf8_required_reply);
+    if (!valid_address(p->addr, true, utf8))
+        return error(Rejection::bad_syntax, "501 5.1.7 Bad sender address syntax");
+    // The free space of the content file system is below min_free_space.
+    if (!srv_.cdb().has_room(size))
+        return reject(Rejection::insufficient_storage, "452 4.3.1 Insufficient system storage");
     in_mail_ = true;
     smtputf8_ = utf8;
     ta_id_ = sm::new_ta_id();
-    sender_.assign(p->addr);
     mail_params_.assign(p->params);
-    spdlog::info("{}: client={}", ta_id_, client());
     reply("250 2.1.0 Ok");
 }
 
@@ -449,16 +495,19 @@ asio::awaitable<void> Session::wait_for_place() {
 }
 
 void Session::rcpt(std::string_view arg) {
+    using sm::Rejection;
     if (needs_tls()) return;
-    if (!in_mail_) return error("503 5.5.1 Error: need MAIL command");
+    if (!in_mail_) return error(Rejection::bad_sequence, "503 5.5.1 Error: need MAIL command");
     const auto p = parse_path(arg, "TO:");
-    if (!p || p->addr.empty()) return error("501 5.5.4 Syntax: RCPT TO:<address>");
+    if (!p || p->addr.empty())
+        return error(Rejection::bad_syntax, "501 5.5.4 Syntax: RCPT TO:<address>");
     if (sm::smtp::has_8bit(p->addr) && !smtputf8_)
-        return error("553 5.6.7 Must declare SMTPUTF8 to send unicode address");
+        return error(Rejection::bad_syntax, utf8_required_reply);
     if (!valid_address(p->addr, false, smtputf8_))
-        return error("501 5.1.3 Bad recipient address syntax");
+        return error(Rejection::bad_syntax, "501 5.1.3 Bad recipient address syntax");
     // NOTIFY and ORCPT (RFC 3461) only; kept as received for QMGR and SMTPC.
-    if (auto e = sm::dsn::check_params(p->params, true); !e.empty()) return error(e);
+    if (auto e = sm::dsn::check_params(p->params, true); !e.empty())
+        return error(Rejection::bad_syntax, e);
     // A recipient named twice gets one copy (postfix's duplicate filter):
     // the same local part, the domain in any case.
     // A set, not a scan of rcpts_: a client may send RCPTs without end.
@@ -469,20 +518,23 @@ void Session::rcpt(std::string_view arg) {
         spdlog::info("{}: duplicate recipient <{}> stored once", ta_id_, p->addr);
         return reply("250 2.1.5 Ok");
     }
-    if (rcpts_.size() >= cfg_.max_recipients) return reply("452 4.5.3 Error: too many recipients");
+    if (rcpts_.size() >= cfg_.max_recipients)
+        return reject(Rejection::too_many_recipients, "452 4.5.3 Error: too many recipients",
+                      p->addr);
     const std::size_t grows = p->addr.size() + p->params.size() + sm::msg::rcpt_overhead;
     if (envelope_size_ + sender_.size() + mail_params_.size() + helo_.size() + grows >
         sm::msg::max_envelope)
-        return reply("452 4.5.3 Error: too many recipients (envelope too large)");
+        return reject(Rejection::too_many_recipients,
+                      "452 4.5.3 Error: too many recipients (envelope too large)", p->addr);
     // Untrusted clients may not route through us in the local part
     // ("u@evil"@relay, u%evil@relay, evil!u@relay), as postfix refuses.
     const bool routed = !trusted_ && !cfg_.allow_untrusted_routing && routes_in_local_part(p->addr);
     if (routed || (!trusted_ && !settings_->policy.relay_domain(sm::domain_part(p->addr)))) {
-        const std::string r = "554 5.7.1 <" + std::string(p->addr) + ">: Relay access denied";
-        spdlog::info("{}: reject: RCPT from {}: {}; from=<{}> to=<{}> helo=<{}>", ta_id_,
-                     client(), r, sender_, p->addr, helo_);
-        return error(r);
+        reject(Rejection::relay_denied,
+               "554 5.7.1 <" + std::string(p->addr) + ">: Relay access denied", p->addr);
+        return count_error();
     }
+    log_.recipient_taken(ta_id_);
     envelope_size_ += grows;
     rcpt_keys_.insert(std::move(key));
     rcpts_.push_back({std::string(p->addr), std::string(p->params)});
@@ -522,25 +574,27 @@ std::string Session::received_header() const {
 
 // Returns false when the connection must close (timeout, lost client).
 asio::awaitable<bool> Session::data(std::string_view arg) {
+    using sm::Rejection;
     if (needs_tls()) co_return true;
     if (!in_mail_) {
-        error("503 5.5.1 Error: need MAIL command");
+        error(Rejection::bad_sequence, "503 5.5.1 Error: need MAIL command");
         co_return true;
     }
     if (chunking_) {  // RFC 3030 2: no DATA in a BDAT transaction
-        error("503 5.5.1 Error: DATA after BDAT");
+        error(Rejection::bad_sequence, "503 5.5.1 Error: DATA after BDAT");
         co_return true;
     }
     if (rcpts_.empty()) {
-        error("554 5.5.1 Error: no valid recipients");
+        error(Rejection::bad_sequence, "554 5.5.1 Error: no valid recipients");
         co_return true;
     }
     if (!arg.empty()) {
-        error("501 5.5.4 Syntax: DATA");
+        error(Rejection::bad_syntax, "501 5.5.4 Syntax: DATA");
         co_return true;
     }
     if (!srv_.qmgr().connected()) {
-        reply("451 4.3.0 Error: queue manager unavailable");
+        reject(Rejection::queue_unavailable, "451 4.3.0 Error: queue manager unavailable",
+               rcpts_.front().addr);
         reset();
         co_return true;
     }
@@ -552,27 +606,14 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
     const DataOutcome d = co_await read_content(w);
     reader_.set_max_line(cfg_.max_line_length + sm::dsn::rcpt_line_extra);
     if (d.status != ReadStatus::ok) {
-        spdlog::info("{}: {} after DATA ({} bytes) from {}", ta_id_,
-                     d.status == ReadStatus::timeout ? "timeout" : "lost connection",
-                     w.size() - header_size, client());
-        if (d.status == ReadStatus::timeout) timeout_reply();
+        if (d.status == ReadStatus::timeout) timeout_reply(w.size() - header_size);
+        else log_.lost(w.size() - header_size);
         reset();
         co_return false;
     }
-    if (d.content.too_big) {
-        spdlog::info("{}: reject: DATA from {}: message size {} exceeds limit {}", ta_id_,
-                     client(), w.size() - header_size, cfg_.max_message_size);
-        reply("552 5.3.4 Error: message file too big");
-    } else if (d.content.bare_eol) {
-        spdlog::info("{}: reject: DATA from {}: bare LF/CR in message content", ta_id_, client());
-        error("550 5.6.11 Error: bare LF/CR not allowed");
-    } else if (d.content.hops > cfg_.max_hops) {
-        spdlog::info("{}: reject: DATA from {}: too many hops ({})", ta_id_, client(),
-                     d.content.hops);
-        reply("554 5.4.6 Error: too many hops");
-    } else {
-        co_await queue(w);
-    }
+    log_.end_of_message();
+    // Refused: what was written of it goes with w.
+    if (content_accepted(d.content)) co_await queue(w, d.content.message_id);
     reset();
     co_return true;
 }
@@ -601,11 +642,11 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
     const auto b = parse_bdat(arg);
     if (!b) {
         // The chunk's length is unknown: what follows is read as commands.
-        error("501 5.5.4 Syntax: BDAT count [LAST]");
+        error(sm::Rejection::bad_syntax, "501 5.5.4 Syntax: BDAT count [LAST]");
         co_return true;
     }
-    const std::string refused = bdat_refusal();
-    if (refused.empty() && !chunking_) {
+    const std::optional<Refusal> refused = bdat_refusal();
+    if (!refused && !chunking_) {
         chunking_ = std::make_unique<Chunking>(srv_.cdb(), ta_id_, srv_.segment(), !cfg_.reject_bare_lf,
                                                cfg_.max_message_size);
         chunking_->w.append(received_header());
@@ -616,31 +657,32 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
         const Line l = co_await next_bytes(std::min<std::uint64_t>(left, data_chunk),
                                            clock.left());
         if (l.status != ReadStatus::ok) {
-            spdlog::info("{}: {} after BDAT ({} of {} bytes) from {}",
-                         ta_id_.empty() ? "NOQUEUE" : ta_id_,
-                         l.status == ReadStatus::timeout ? "timeout" : "lost connection",
-                         b->size - left, b->size, client());
-            if (l.status == ReadStatus::timeout) timeout_reply();
+            if (l.status == ReadStatus::timeout) timeout_reply(b->size - left);
+            else log_.lost(b->size - left);
             reset();
             co_return false;
         }
         left -= l.text.size();
         clock.received(l.text.size());
-        if (refused.empty())
+        if (!refused)
             chunking_->content.feed(l.text, [this](std::string_view x) { chunking_->w.append(x); });
     }
-    if (!refused.empty()) {
-        if (refused.starts_with("451")) {
-            reply(refused);
+    if (refused) {
+        if (refused->why == sm::Rejection::queue_unavailable) {
+            reject(refused->why, refused->reply, rcpts_.front().addr);
             reset();
+        } else if (refused->why == sm::Rejection::tls_required) {
+            reject(refused->why, refused->reply);
+            count_error();
         } else {
-            error(refused);
+            error(refused->why, refused->reply);
         }
         co_return true;
     }
     if (b->last)
         chunking_->content.finish([this](std::string_view x) { chunking_->w.append(x); });
-    if (!bdat_accepted()) {
+    const Content& c = chunking_->content.result();
+    if (!content_accepted(c)) {
         reset();
         co_return true;
     }
@@ -648,64 +690,67 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
         reply("250 2.0.0 Ok: " + std::to_string(b->size) + " octets received");
         co_return true;
     }
-    co_await queue(chunking_->w);
+    co_await queue(chunking_->w, c.message_id);
     reset();
     co_return true;
 }
 
-std::string Session::bdat_refusal() {
-    if (tls_required()) return std::string(tls_required_reply);
-    if (!in_mail_) return "503 5.5.1 Error: need MAIL command";
-    if (rcpts_.empty()) return "554 5.5.1 Error: no valid recipients";
-    if (!chunking_ && !srv_.qmgr().connected()) return "451 4.3.0 Error: queue manager unavailable";
-    return {};
+std::optional<Session::Refusal> Session::bdat_refusal() {
+    using sm::Rejection;
+    if (tls_required()) return Refusal{Rejection::tls_required, tls_required_reply};
+    if (!in_mail_) return Refusal{Rejection::bad_sequence, "503 5.5.1 Error: need MAIL command"};
+    if (rcpts_.empty())
+        return Refusal{Rejection::bad_sequence, "554 5.5.1 Error: no valid recipients"};
+    if (!chunking_ && !srv_.qmgr().connected())
+        return Refusal{Rejection::queue_unavailable, "451 4.3.0 Error: queue manager unavailable"};
+    return std::nullopt;
 }
 
-bool Session::bdat_accepted() {
-    const Content& c = chunking_->content.result();
-    const std::uint64_t size = chunking_->w.size() - chunking_->header_size;
+bool Session::content_accepted(const Content& c) {
+    using sm::Rejection;
+    const std::string& to = rcpts_.front().addr;
     if (c.too_big) {
-        spdlog::info("{}: reject: BDAT from {}: message size exceeds limit {}", ta_id_, client(),
-                     cfg_.max_message_size);
-        reply("552 5.3.4 Error: message file too big");
-        return false;
+        reject(Rejection::message_too_big, "552 5.3.4 Error: message file too big", to);
+    } else if (c.bare_eol) {
+        reject(Rejection::bare_line_end, "550 5.6.11 Error: bare LF/CR not allowed", to);
+        count_error();
+    } else if (c.hops > cfg_.max_hops) {
+        reject(Rejection::too_many_hops, "554 5.4.6 Error: too many hops", to);
+    } else {
+        return true;
     }
-    if (c.bare_eol) {
-        spdlog::info("{}: reject: BDAT from {}: bare LF/CR in message content", ta_id_, client());
-        error("550 5.6.11 Error: bare LF/CR not allowed");
-        return false;
-    }
-    if (c.hops > cfg_.max_hops) {
-        spdlog::info("{}: reject: BDAT from {}: too many hops ({}), {} bytes", ta_id_, client(),
-                     c.hops, size);
-        reply("554 5.4.6 Error: too many hops");
-        return false;
-    }
-    return true;
+    return false;
 }
 
-asio::awaitable<void> Session::queue(CdbWriter& w) {
+asio::awaitable<void> Session::queue(CdbWriter& w, const std::string& message_id) {
     Shared::CommitGuard guard(srv_.shared());
-    reply(co_await commit(w));
+    reply(co_await commit(w, message_id));
     // The reply is out before the guard releases a shutdown waiting for it.
     if (write_now() == Sent::rest) co_await flush();
 }
 
-asio::awaitable<std::string> Session::commit(CdbWriter& w) {
+asio::awaitable<std::string> Session::commit(CdbWriter& w, const std::string& message_id) {
+    using sm::Rejection;
     // Arrival is the end of DATA: QMGR's ack latency histogram measures
     // from here, so it covers the content file's write (and fsync) too.
     const std::uint64_t arrival_us = sm::now_us();
+    // The envelope moves into the commit below; a refusal still names it.
+    const std::string detail = details(rcpts_.front().addr);
     if (const int err = co_await w.commit(); err != 0) {
-        if (w.short_of_space()) {
-            spdlog::warn("{}: reject: END-OF-MESSAGE from {}: 452 4.3.1 Insufficient system "
-                         "storage; spool below min_free_space",
-                         ta_id_, client());
-            co_return "452 4.3.1 Insufficient system storage";
+        // Below min_free_space is no error of ours; a failed write is.
+        std::string r = "452 4.3.1 Insufficient system storage";
+        if (!w.short_of_space()) {
+            spdlog::error("{}: cannot write queue file: {}", ta_id_, std::strerror(err));
+            r = err == ENOSPC || err == EDQUOT ? "452 4.3.1 Error: insufficient system storage"
+                                               : "451 4.3.0 Error: queue file write error";
         }
-        spdlog::error("{}: cannot write queue file: {}", ta_id_, std::strerror(err));
-        co_return err == ENOSPC || err == EDQUOT ? "452 4.3.1 Error: insufficient system storage"
-                                                 : "451 4.3.0 Error: queue file write error";
+        log_.reject(r.starts_with("452") ? Rejection::insufficient_storage
+                                         : Rejection::queue_unavailable,
+                    r, detail);
+        co_return r;
     }
+    sm::log_as(sm::LogAs::cleanup)
+        .info("{}: message-id={}", ta_id_, message_id.empty() ? "<>" : message_id);
     sm::msg::TaCommit ta;
     ta.ta_id = ta_id_;
     ta.client_addr = ip_;
@@ -722,7 +767,11 @@ asio::awaitable<std::string> Session::commit(CdbWriter& w) {
     const auto ack = co_await srv_.qmgr().commit(ta);
     // Without an answer QMGR may still have logged the transaction, so the
     // file stays; a client retry at worst makes a duplicate.
-    if (!ack) co_return "451 4.3.0 Error: queue manager not responding";
+    if (!ack) {
+        const std::string r = "451 4.3.0 Error: queue manager not responding";
+        log_.reject(Rejection::queue_unavailable, r, detail);
+        co_return r;
+    }
     using sm::msg::AckStatus;
     if (ack->status == AckStatus::ok) {
         spdlog::info("{}: from=<{}>, size={}, nrcpt={} (queued)", ta_id_, ta.sender, w.size(),
@@ -737,7 +786,8 @@ asio::awaitable<std::string> Session::commit(CdbWriter& w) {
     std::string r = !temp ? "554 " : ack->text.starts_with("4.3.1") ? "452 " : "451 ";
     if (sm::smtp::split_enhanced(ack->text).first.empty()) r += temp ? "4.3.0 " : "5.3.0 ";
     r += ack->text.empty() ? "Error: queue manager refused the message" : ack->text;
-    spdlog::info("{}: {}: DATA from {}: {}", ta_id_, temp ? "deferred" : "reject", client(), r);
+    log_.reject(r.starts_with("452") ? Rejection::insufficient_storage : Rejection::queue_refused,
+                r, detail);
     co_return r;
 }
 

@@ -178,7 +178,8 @@ def test_disk_full_answers_452_and_stores_nothing_half(make_sink, held_sinks, ma
     assert not tmps, tmps
     # (A record written whole whose envelope the full disk then refused
     # stays unnamed in its segment: SMTPS logged its 452.)
-    refused_ids = set(re.findall(r"([0-9A-F]{17}): deferred: DATA from ", relay.log_text()))
+    refused_ids = set(re.findall(r"([0-9A-F]{17}): reject: END-OF-MESSAGE from \S+: 4",
+                                 relay.log_text()))
     records = set(segment_records(os.path.join(relay.spool, "cdb"))) - refused_ids
     assert len(files) + len(records) == len(accepted), (len(files), len(records), len(accepted))
     assert not relay.spool_files("quarantine")
@@ -391,7 +392,8 @@ def test_free_space_reserve_keeps_delivery_going(tmpfs, make_sink, make_disk_rel
     port = free_port()  # the next hop is down
     relay = make_disk_relay(port, "min_free_space = %d" % (6 << 20))
     accepted, refused = send_until_452(relay, "reserve")
-    wait_until(lambda: "spool below min_free_space" in relay.log_text(), 10, "SMTPS's reject line")
+    wait_until(lambda: re.search(r"reject: (MAIL|END-OF-MESSAGE) from \S+: 452 4\.3\.1 Insufficient "
+                                 r"system storage;", relay.log_text()), 10, "SMTPS's reject line")
     back = make_sink("--port", str(port), sub="back")
     wait_until(lambda: back.count() >= len(accepted), 60, "every accepted message")
     wait_until(lambda: not relay.spool_files("cdb"), 30, "an empty spool")

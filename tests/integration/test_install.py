@@ -16,6 +16,7 @@ EXPECTED = {
     "usr/libexec/smx/smx-smtpc",
     "usr/share/smx/smx.toml",
     "etc/smx/smx.toml",
+    "etc/logrotate.d/smx",
     "usr/lib/systemd/system/smx.service",
     "usr/lib/sysusers.d/smx.conf",
     "usr/lib/tmpfiles.d/smx.conf",

@@ -59,7 +59,7 @@ def test_three_processes_share_the_sessions_and_all_mail_arrives_once(sink, make
     assert took < 5, took
     # Each process makes queue ids of its own stream: 150 messages, 150 ids
     # (the log is complete once they stopped).
-    ids = re.findall(r"smtps\[(\d+)\]: ([0-9A-F]{17}): client=", relay.log_text())
+    ids = re.findall(r"smtpd\[(\d+)\]: ([0-9A-F]{17}): client=", relay.log_text())
     assert len({i for _, i in ids}) == len(ids) == 150, ids
     streams = {(pid, int(i[13:], 16) >> 11) for pid, i in ids}
     assert len(streams) == 3 and len({s for _, s in streams}) == 3, streams
@@ -115,7 +115,9 @@ def test_processes_0_runs_enough_for_max_connections_under_the_descriptor_limit(
     relay = make_relay(sink.port, "[server]\nthreads = 1\nmax_connections = 1000\n", nofile=600)
     pids = smtps_pids(relay, 5)
     assert "of 5 smx-smtps processes (1 loop each)" in relay.log_text()
-    assert "warning" not in relay.log_text().lower()
+    # No warning about descriptors (the tests' children run as root: that one is expected).
+    assert not [l for l in relay.log_text().splitlines()
+                if "warning" in l.lower() and "children run as root" not in l]
     clients, gained = sessions_by_process(relay, pids, lambda: held(relay.port, 400))
     assert clients, "a session was refused"
     assert sum(gained.values()) >= 400 and max(gained.values()) <= 265, gained
@@ -134,7 +136,7 @@ def test_each_process_counts_descriptors_for_the_loops_it_runs(sink, make_relay)
     fits = (600 - (64 + loops * 6)) // 2
     relay = make_relay(sink.port, "[server]\nprocesses = 2\nmax_connections = 2000\n", nofile=600)
     smtps_pids(relay, 2)
-    line = (r"smtps\[\d+\]: .*server.max_connections = 1000 needs \d+ file descriptors but the "
+    line = (r"smtpd\[\d+\]: .*server.max_connections = 1000 needs \d+ file descriptors but the "
             r"limit \(RLIMIT_NOFILE\) is 600; using max_connections = %d \([^)]*\) \(this process's share\)"
             % fits)
     wait_until(lambda: len(re.findall(line, relay.log_text())) == 2, 10,

@@ -1,14 +1,18 @@
-"""Metrics for monitoring (issue 12, item 7): a real Prometheus server (the
-Debian package) on 127.0.0.1 scrapes smx's metrics port every second; the
-test sends mail and asks Prometheus's HTTP API for the histograms and the
-per-destination gauges, then runs every PromQL expression of
+"""Metrics for monitoring (issue 12, item 7; issue 26, item 10): a real
+Prometheus server (the Debian package) on 127.0.0.1 scrapes smx's metrics
+port every second; the test sends mail and asks Prometheus's HTTP API for the
+histograms, the per-destination gauges and the refusal counts, has promtool
+check the exposition, then runs every PromQL expression of
 contrib/grafana/smx.json against it."""
 import json
 import os
+import re
 import shutil
 import signal
+import smtplib
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -17,6 +21,7 @@ import pytest
 from conftest import REPO, free_port, send, wait_until
 
 PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(not PROMETHEUS, reason="needs the prometheus package "
                                 "(scripts/test installs it)")
 
@@ -111,9 +116,19 @@ def test_prometheus_scrapes_histograms_and_gauges(make_sink, make_relay, prometh
     sink = make_sink("--tempfail-rcpt", "@defer\\.test$")
     slow = make_sink("--stall", "90", sub="slow")  # in flight to the end
     mport = free_port()
-    relay = make_relay(sink.port, '[stats]\nlisten = "127.0.0.1:%d"\n'
+    relay = make_relay(sink.port, '[server]\nrelay_networks = ["127.0.0.1/32"]\n'
+                                  '[stats]\nlisten = "127.0.0.1:%d"\n'
                                   '[routes]\n"slow.test" = "[127.0.0.1]:%d"' % (mport, slow.port))
     query = prometheus(mport)
+    # Refused: relaying for a client outside relay_networks, and a SIZE over
+    # the limit (twice).
+    with smtplib.SMTP("127.0.0.1", relay.port, timeout=30, source_address=("127.0.0.2", 0)) as c:
+        c.ehlo("outside.test")
+        assert c.mail("s@outside.test")[0] == 250
+        assert c.rcpt("x@elsewhere.test")[0] == 554
+        c.rset()
+        assert c.mail("s@outside.test", ["SIZE=999999999"])[0] == 552
+        assert c.mail("s@outside.test", ["SIZE=999999998"])[0] == 552
     for i in range(5):
         send(relay.port, "a@client.test", ["good%d@example.net" % i], b"Subject: m\r\n\r\nx\r\n")
     send(relay.port, "a@client.test", ["x@defer.test", "y@defer.test"], b"Subject: d\r\n\r\nx\r\n")
@@ -138,7 +153,7 @@ def test_prometheus_scrapes_histograms_and_gauges(make_sink, make_relay, prometh
     commits = scalar(query, "smx_ibdb_batch_size_count")
     assert 1 <= commits <= 7 and scalar(query, "smx_ibdb_batch_size_sum") >= 7
     assert scalar(query, "smx_ibdb_fsync_seconds_count") == commits
-    assert scalar(query, "smx_ibdb_commits") >= commits
+    assert scalar(query, "smx_ibdb_commits_total") >= commits
     # 5 deliveries and at least the first attempt at defer.test; the stalled
     # one has no result yet.
     assert scalar(query, "smx_delivery_latency_seconds_count") >= 6
@@ -154,6 +169,15 @@ def test_prometheus_scrapes_histograms_and_gauges(make_sink, make_relay, prometh
                           "a deferred domain")
     assert deferred == {(("domain", "defer.test"),): 2.0}, deferred
 
+    # Every refusal, by class and reason (SMTPS reports them each second).
+    refused = wait_until(lambda: (lambda v: v if len(v) == 2 else None)(
+        values(query, "smx_rejected_total")), 30, "the refusals in prometheus")
+    assert refused == {(("class", "5xx"), ("reason", "relay_denied")): 1.0,
+                       (("class", "5xx"), ("reason", "message_too_big")): 2.0}, refused
+    info = values(query, "smx_build_info")
+    assert len(info) == 1 and dict(next(iter(info)))["version"] == "0.1.0", info
+    assert re.fullmatch(r"[0-9a-f]{7,40}|unknown", dict(next(iter(info)))["commit"]), info
+
     # Every metric has HELP and TYPE lines.
     text = http_get("http://127.0.0.1:%d/metrics" % mport)
     names = {l.split()[0].split("{")[0] for l in text.splitlines() if not l.startswith("#")}
@@ -164,11 +188,38 @@ def test_prometheus_scrapes_histograms_and_gauges(make_sink, make_relay, prometh
                 base = n[:-len(suffix)]
         assert "# HELP %s " % base in text and "# TYPE %s " % base in text, n
 
+    # A query string is no matter; another path is not found.
+    assert http_get("http://127.0.0.1:%d/metrics?x=1&name[]=smx_received_total" % mport) \
+        .startswith("# HELP smx_build_info ")
+    try:
+        http_get("http://127.0.0.1:%d/other" % mport)
+        assert False, "/other answered"
+    except urllib.error.HTTPError as e:
+        assert e.code == 404
+
+    # promtool's lint: counters end in _total, base units, HELP for all.
+    if PROMTOOL:
+        r = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                           text=True, timeout=30)
+        assert (r.returncode, r.stdout + r.stderr) == (0, ""), r.stdout + r.stderr
+
     # The Grafana dashboard: every expression parses and returns data
-    # (rate() needs two samples in its window: there are many by now).
+    # (rate() needs two samples in its window: there are many by now), for
+    # this relay picked by its instance variable, whose values come from
+    # smx_build_info's instance label.
+    with open(os.path.join(REPO, "contrib", "grafana", "smx.json")) as f:
+        variables = json.load(f)["templating"]["list"]
+    assert [(v["name"], v["definition"]) for v in variables] == \
+        [("instance", "label_values(smx_build_info, instance)")]
+    instance = "127.0.0.1:%d" % mport
+    assert values(query, 'smx_build_info{instance="%s"}' % instance)
     exprs = grafana_exprs()
     assert len(exprs) >= 10
     for e in exprs:
-        r = query(e)
+        assert '{instance=~"$instance"}' in e, e
+        r = query(e.replace("$instance", instance))
         assert r["status"] == "success", (e, r)
         assert r["data"]["result"], "no data for %s" % e
+        # Another instance's variable shows nothing of this one.
+        r = query(e.replace("$instance", "192.0.2.1:9525"))
+        assert r["status"] == "success" and not r["data"]["result"], (e, r)

@@ -83,7 +83,7 @@ def test_oversize_record_is_refused_for_that_request_only(sink, make_relay):
     # The real SMTPS link and mail flow were never touched.
     send(relay.port, "a@client.test", ["b@example.net"], b"Subject: after\r\n\r\nok\r\n")
     wait_until(lambda: sink.count() == 1, 30, "the message")
-    assert relay.stats()["rejected"] == 2
+    assert relay.stats()["commit_rejected"] == 2
 
 
 def http_get(port, timeout=10):
@@ -109,7 +109,7 @@ def test_metrics_flood_does_not_hurt_mail_flow(sink, make_relay):
         wait_until(lambda: sink.count() == 1, 30, "mail during the flood")
         assert relay.stats()["received"] == 1
         # Each slow request is cut at its deadline; then a scrape works again.
-        assert "smx_received 1" in wait_until(lambda: try_get(mport), 20, "a scrape")
+        assert "smx_received_total 1" in wait_until(lambda: try_get(mport), 20, "a scrape")
     finally:
         for s in slow:
             s.close()

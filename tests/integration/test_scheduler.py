@@ -97,7 +97,7 @@ def test_failing_destination_is_suspended_then_resumed(make_sink, make_relay):
     tried = len(refusals(busy))
     # New mail while it is dead is deferred without a try.
     burst(relay.port, lambda k: "e%d@example.net" % k, 3, sessions=1, tag="e")
-    wait_until(lambda: all(re.search(r"to=<e%d@example\.net>, status=deferred \(.*delivery "
+    wait_until(lambda: all(re.search(r"to=<e%d@example\.net>, relay=none, .*status=deferred \(.*delivery "
                                      r"temporarily suspended: .*sink\.test busy" % k,
                                      relay.log_text()) for k in range(3)),
                10, "new mail suspended")

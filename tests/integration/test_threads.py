@@ -303,7 +303,7 @@ def test_threads_change_waits_for_a_restart_of_smx_run(sink, make_relay):
     # The killed one's own ready lines may never have left its log buffer:
     # look for the new process's.
     wait_until(lambda: any(int(pid) != old for pid in re.findall(
-        r"smtps\[(\d+)\]: ready: .*\(event loop 2 of 2\)", relay.log_text())), 10,
+        r"smtpd\[(\d+)\]: ready: .*\(event loop 2 of 2\)", relay.log_text())), 10,
                "both loops of the restarted smx-smtps ready")
     assert "of 3)" not in relay.log_text()
     greetings = greeted_in_parallel(relay.port, 20)

@@ -9,11 +9,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -24,9 +27,31 @@ std::string temp_dir() {
 }
 
 // Line i of the tests: its number and a payload of a length that varies,
-// some lines longer than one write's chunk (4 KiB).
+// some lines near the longest a line may be (4 KiB, one write's chunk).
 std::string payload(int i) {
-    return std::string(static_cast<std::size_t>(i % 7 == 0 ? 5000 : i % 300), 'a' + i % 26);
+    return std::string(static_cast<std::size_t>(i % 7 == 0 ? 4000 : i % 300), 'a' + i % 26);
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream all;
+    all << f.rdbuf();
+    return all.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);) out.push_back(l);
+    return out;
+}
+
+// The host name as the log writes it (up to the first dot).
+std::string short_host() {
+    char name[256] = {};
+    REQUIRE(::gethostname(name, sizeof name - 1) == 0);
+    std::string h(name);
+    return h.substr(0, h.find('.'));
 }
 
 // Checks that text holds lines 0..n-1 in order, each whole.
@@ -54,11 +79,109 @@ TEST_CASE("log: every line reaches the file whole and in order") {
     constexpr int n = 20000;
     for (int i = 0; i < n; ++i) spdlog::info("line {} {}", i, payload(i));
     sm::drain_log();
-    std::ifstream f(cfg.file);
-    std::stringstream all;
-    all << f.rdbuf();
-    check_lines(all.str(), n);
+    check_lines(read_file(cfg.file), n);
     sm::init_logging("test", sm::LogConfig{});  // closes the file
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("log: a line of the file has syslog's shape, and postfix's level words") {
+    const std::string dir = temp_dir();
+    sm::LogConfig cfg;
+    cfg.file = dir + "/smx.log";
+    sm::init_logging("test", cfg);
+    spdlog::info("ID: to=<a@b>, status=sent");
+    spdlog::warn("disk low");
+    spdlog::error("cannot write");
+    spdlog::critical("cannot start");
+    spdlog::critical("panic: impossible");
+    sm::log_as(sm::LogAs::cleanup).info("ID: message-id=<x@y>");
+    spdlog::info("a bell \a and an escape \x1b in it");
+    spdlog::info("long {}", std::string(10000, 'x'));
+    sm::drain_log();
+    const auto lines = lines_of(read_file(cfg.file));
+    REQUIRE(lines.size() == 8);
+    const std::string who = " " + short_host() + " smx/test[" + std::to_string(::getpid()) + "]: ";
+    // "Nov  4 21:00:00 host smx/test[123]: ...": seconds, the day padded
+    // with a space, as syslog writes it (pflogsumm, fail2ban).
+    const std::regex stamp(R"(^[A-Z][a-z]{2} [ 1-3][0-9] [0-2][0-9]:[0-5][0-9]:[0-6][0-9] .*)");
+    for (const auto& l : lines) CHECK(std::regex_match(l, stamp));
+    CHECK(lines[0].substr(15) == who + "ID: to=<a@b>, status=sent");
+    CHECK(lines[1].substr(15) == who + "warning: disk low");
+    CHECK(lines[2].substr(15) == who + "error: cannot write");
+    CHECK(lines[3].substr(15) == who + "fatal: cannot start");
+    CHECK(lines[4].substr(15) == who + "panic: impossible");
+    CHECK(lines[5].substr(15) ==
+          " " + short_host() + " smx/cleanup[" + std::to_string(::getpid()) + "]: ID: message-id=<x@y>");
+    // No control character gets into the file (a client's bytes are logged).
+    CHECK(lines[6].substr(15) == who + "a bell ? and an escape ? in it");
+    // A line is at most sm::max_log_line, its newline counted.
+    CHECK(lines[7].size() == sm::max_log_line - 1);
+    CHECK(lines[7].ends_with("xxx..."));
+    sm::init_logging("test", sm::LogConfig{});
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("log: to the journal's stream, each line with its priority and no time of ours") {
+    const std::string dir = temp_dir();
+    const std::string path = dir + "/journal";
+    const int saved = ::dup(2);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    REQUIRE((saved >= 0 && fd >= 0));
+    struct stat st{};
+    REQUIRE(::fstat(fd, &st) == 0);
+    REQUIRE(::dup2(fd, 2) == 2);
+    ::setenv("JOURNAL_STREAM",
+             (std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino)).c_str(), 1);
+    sm::LogConfig cfg;
+    cfg.level = "debug";
+    sm::init_logging("test", cfg);
+    spdlog::debug("d");
+    spdlog::info("i");
+    spdlog::warn("w");
+    spdlog::error("e");
+    sm::drain_log();
+    sm::init_logging("test", sm::LogConfig{});
+    ::unsetenv("JOURNAL_STREAM");
+    ::dup2(saved, 2);
+    ::close(saved);
+    ::close(fd);
+    const std::string who = "smx/test[" + std::to_string(::getpid()) + "]: ";
+    CHECK(read_file(path) == "<7>" + who + "d\n<6>" + who + "i\n<4>" + who + "warning: w\n<3>" +
+                                 who + "error: e\n");
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("log: after a rename, reopen_log_file sends the lines on to a new file") {
+    const std::string dir = temp_dir();
+    sm::LogConfig cfg;
+    cfg.file = dir + "/smx.log";
+    std::string err;
+    const int fd = sm::open_log_file(cfg.file, err);
+    REQUIRE(fd >= 0);
+    sm::init_logging("test", cfg, fd);
+    spdlog::info("before");
+    sm::write_log_lines("Nov  4 21:00:00 host smx/child[1]: a child's line\n");
+    sm::drain_log();
+    std::filesystem::rename(cfg.file, cfg.file + ".1");
+    spdlog::info("between");  // still for the renamed file
+    REQUIRE(sm::reopen_log_file(cfg.file, err));
+    spdlog::info("after");
+    sm::drain_log();
+    const std::string old = read_file(cfg.file + ".1"), now = read_file(cfg.file);
+    CHECK(old.find("before") != std::string::npos);
+    CHECK(old.find("a child's line") != std::string::npos);
+    CHECK(now.find("after") != std::string::npos);
+    CHECK(now.find("before") == std::string::npos);
+    CHECK(lines_of(old).size() + lines_of(now).size() == 4);
+    // A symbolic link at the path is refused, and the lines stay where they were.
+    std::filesystem::rename(cfg.file, cfg.file + ".2");
+    std::filesystem::create_symlink(cfg.file + ".2", cfg.file);
+    CHECK_FALSE(sm::reopen_log_file(cfg.file, err));
+    CHECK(err == "log file " + cfg.file + " is a symbolic link; refusing to use it");
+    spdlog::info("still there");
+    sm::drain_log();
+    CHECK(read_file(cfg.file + ".2").find("still there") != std::string::npos);
+    sm::init_logging("test", sm::LogConfig{});
     std::filesystem::remove_all(dir);
 }
 
@@ -68,9 +191,12 @@ TEST_CASE("log: a device that takes nothing blocks the loggers at the bound, and
     REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
     const int rd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
     REQUIRE(rd >= 0);
+    // As `smx run` hands a child its pipe (a FIFO at log.file is refused).
+    const int wr = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+    REQUIRE(wr >= 0);
     sm::LogConfig cfg;
-    cfg.file = fifo;
-    sm::init_logging("test", cfg);
+    cfg.file = dir + "/unused.log";
+    sm::init_logging("test", cfg, wr);
 
     // About 5 MiB of lines: far more than the pipe (64 KiB) and the bound
     // of pending lines (1 MiB) hold.

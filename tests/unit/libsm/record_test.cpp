@@ -91,6 +91,21 @@ TEST_CASE("SMTPS_LOAD round trip, every count required") {
     CHECK_FALSE(msg::decode<msg::SmtpsLoad>(to_frame(msg::encode(msg::TaAck{"A", msg::AckStatus::ok, ""}, 1)), err));
 }
 
+TEST_CASE("SMTPS_LOAD carries refusal counts; a reason or class it does not know is an error") {
+    msg::SmtpsLoad l{0, 1, 0, 0};
+    l.rejected = {{sm::Rejection::relay_denied, 5, 3}, {sm::Rejection::timeout, 4, 1}};
+    std::string err;
+    auto d = msg::decode<msg::SmtpsLoad>(to_frame(msg::encode(l)), err);
+    REQUIRE(d);
+    CHECK(*d == l);
+    // What a newer (or hostile) peer might send: encode() does not check.
+    for (auto [reason, cls] : {std::pair{sm::rejection_reasons, 5u}, std::pair{std::size_t{0}, 3u}}) {
+        msg::SmtpsLoad bad{0, 1, 0, 0};
+        bad.rejected = {{static_cast<sm::Rejection>(reason), cls, 1}};
+        CHECK_FALSE(msg::decode<msg::SmtpsLoad>(to_frame(msg::encode(bad)), err));
+    }
+}
+
 TEST_CASE("decoder rejects what a strict peer must reject") {
     std::string err;
     SECTION("wrong type") {

@@ -76,7 +76,7 @@ struct Bounces {
         return *ta;
     }
     void fail(Ta& ta, std::uint32_t idx) {
-        b->bounce(ta, idx, "mx.example.net[192.0.2.1]:25",
+        b->bounce(ta, idx, Attempt{"mx.example.net[192.0.2.1]:25"},
                   dsn::failed_rcpt(ta.rcpt(idx).addr(), {550, "5.1.1", "no such user"},
                                    "mx.example.net[192.0.2.1]:25"));
     }

@@ -71,5 +71,5 @@ TEST_CASE("disk space: TA_COMMIT must leave min_free_space, with a segment's cop
     REQUIRE(h.acks.size() == 1);
     CHECK(h.acks[0].status == sm::msg::AckStatus::tempfail);
     CHECK(h.acks[0].text == "4.3.1 Insufficient system storage");
-    CHECK(h.stat("tempfailed") == 1);
+    CHECK(h.stat("commit_tempfailed") == 1);
 }

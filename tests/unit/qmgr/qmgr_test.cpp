@@ -381,7 +381,7 @@ TEST_CASE("TA_COMMIT is checked at the boundary") {
     CHECK(missing.text.find("Content file missing") != std::string::npos);
     e.rcpts.clear();
     CHECK(reject(e).text.find("no recipients") != std::string::npos);
-    CHECK(h.stat("rejected") == 2);
+    CHECK(h.stat("commit_rejected") == 2);
     CHECK(h.stat("ibdb_records") == 0);
 }
 
@@ -602,7 +602,8 @@ TEST_CASE("control: stats and unknown commands") {
     auto r = h.ctl("stats");
     CHECK(r.status == 0);
     for (const char* name : {"received ", "delivered ", "deferred ", "bounced ", "dsn_sent ", "ibdb_commits ",
-                             "ibdb_transactions ", "ibdb_records ", "fsync_us_total ",
+                             "ibdb_transactions ", "ibdb_records ", "fsync_seconds ",
+                             "fsync_seconds_max ", "rejected ",
                              "queue_size ", "queue_transactions ", "active_deliveries ",
                              "smtpc_connections ", "smtps_connections ", "smtps_sessions ",
                              "smtps_transactions ", "smtps_transactions_waiting "})

@@ -161,9 +161,16 @@ TEST_CASE("server: SMTPS links report their loops' load to smx stats; a bad repo
         Client a(s.path), b(s.path);
         REQUIRE(s.hello(a, smtps_hello).status == 0);
         REQUIRE(s.hello(b, smtps_hello).status == 0);
-        a.send(sm::msg::encode(sm::msg::SmtpsLoad{0, 30, 5, 2}));
-        b.send(sm::msg::encode(sm::msg::SmtpsLoad{1, 12, 1, 0}));
+        sm::msg::SmtpsLoad la{0, 30, 5, 2}, lb{1, 12, 1, 0};
+        la.rejected = {{sm::Rejection::relay_denied, 5, 2}};
+        lb.rejected = {{sm::Rejection::relay_denied, 5, 1}, {sm::Rejection::too_many_errors, 4, 1}};
+        a.send(sm::msg::encode(la));
+        b.send(sm::msg::encode(lb));
         CHECK(s.run_until([&] { return has("smtps_sessions 42"); }));
+        // Refusals are added up, per reason and class.
+        CHECK(has("rejected 4"));
+        CHECK(has("rejected_5xx_relay_denied 3"));
+        CHECK(has("rejected_4xx_too_many_errors 1"));
         CHECK(has("smtps_connections 2"));
         CHECK(has("smtps_transactions 6"));
         CHECK(has("smtps_transactions_waiting 2"));
@@ -179,6 +186,8 @@ TEST_CASE("server: SMTPS links report their loops' load to smx stats; a bad repo
         CHECK(s.run_until([&] { return has("smtps_sessions 12"); }));
         CHECK(has("smtps_connections 1"));
         CHECK_FALSE(has("smtps_loop_0_sessions 3"));
+        // The refusals it reported stay counted: a counter never goes down.
+        CHECK(has("rejected_5xx_relay_denied 3"));
     }
     // An oversize report is refused too: the link is dropped.
     {

@@ -95,3 +95,29 @@ TEST_CASE("BDAT content: the size limit counts what is stored") {
     chunks(c, {"0123456789"});  // 10 bytes sent, 12 stored with the final CRLF
     CHECK(c.result().too_big);
 }
+
+TEST_CASE("the first Message-ID of the header is kept for the log, folded or not, cut when long") {
+    {
+        ContentReader c(false, 100000);
+        feed(c, {{"Subject: x", false}, {"message-id:   <a@b.example> ", false},
+                 {"Message-ID: <second@b.example>", false}, {"", false},
+                 {"Message-ID: <body@b.example>", false}, {".", false}});
+        CHECK(c.result().message_id == "<a@b.example>");
+    }
+    {
+        ContentReader c(false, 100000);
+        feed(c, {{"Message-ID:", false}, {"\t<folded@b.example>", false}, {"", false}, {".", false}});
+        CHECK(c.result().message_id == "<folded@b.example>");
+    }
+    {
+        ContentReader c(false, 100000);
+        feed(c, {{"Subject: none", false}, {"", false}, {"Message-ID: <x@y>", false}, {".", false}});
+        CHECK(c.result().message_id.empty());
+    }
+    {
+        ContentReader c(false, 100000);
+        const std::string id = "<" + std::string(2000, 'x') + "@y>";
+        feed(c, {{"Message-ID: " + id, false}, {"", false}, {".", false}});
+        CHECK(c.result().message_id == id.substr(0, smtps::max_message_id));
+    }
+}

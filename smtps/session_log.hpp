@@ -1,0 +1,74 @@
+// What an SMTP session logs, in the shape postfix's smtpd gives the same
+// events (docs/operation.md, Logs), so that pflogsumm and fail2ban's postfix
+// filter read them:
+//   connect from unknown[192.0.2.1]
+//   ID: client=unknown[192.0.2.1]                    (the first recipient taken)
+//   NOQUEUE: reject: RCPT from unknown[192.0.2.1]: 554 5.7.1 <u@x>: Relay access
+//       denied; from=<s> to=<u@x> proto=ESMTP helo=<h>
+//   NOQUEUE: error: MAIL from unknown[192.0.2.1]: 501 5.5.4 Syntax: ...; proto=ESMTP helo=<h>
+//   too many errors after UNKNOWN from unknown[192.0.2.1]
+//   timeout after DATA (1024 bytes) from unknown[192.0.2.1]
+//   disconnect from unknown[192.0.2.1] ehlo=1 mail=1 rcpt=0/1 quit=1 commands=3/4
+// "reject:" is a refusal of a recipient, message or connection by policy
+// or a limit (pflogsumm counts them); "error:" a command refused as wrong
+// (unknown, syntax, out of order). Every refusal is also counted by reason
+// and reply class for the metrics (libsm/rejections.hpp).
+#pragma once
+
+#include "command.hpp"
+#include "rejections.hpp"
+
+#include <array>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace smtps {
+
+class SessionLog {
+public:
+    SessionLog(std::string ip, std::shared_ptr<sm::RejectionCounts> counts);
+
+    // "unknown[addr]", as postfix names a client without a reverse name.
+    const std::string& client() const { return client_; }
+
+    void connected() const;
+    // A command begins (counted for the disconnect line; its name is where
+    // what follows happened).
+    void command(Verb v);
+    // The content has ended: refusals now are of the message as a whole.
+    void end_of_message() { where_ = "END-OF-MESSAGE"; }
+    // A recipient was taken: the first one logs "ID: client=", and lines
+    // carry the queue id from then on instead of NOQUEUE.
+    void recipient_taken(const std::string& ta_id);
+    // The transaction is over (queued, refused or reset).
+    void transaction_ended() { queue_id_ = "NOQUEUE"; }
+    const std::string& queue_id() const { return queue_id_; }
+
+    // A refusal: logged and counted, and the command counted as failed.
+    // details: "from=<...> to=<...> proto=ESMTP helo=<...>", what is known.
+    void reject(sm::Rejection why, std::string_view reply, std::string_view details);
+    void error(sm::Rejection why, std::string_view reply, std::string_view details);
+    // The 421 that ends a session: logged as postfix does, and counted.
+    void too_many_errors();
+    // Timeout or lost connection; bytes: of the content read so far.
+    void timeout(std::optional<std::uint64_t> bytes = std::nullopt);
+    void lost(std::optional<std::uint64_t> bytes = std::nullopt) const;
+    void disconnected() const;
+
+private:
+    void refused(std::string_view kind, sm::Rejection why, std::string_view reply,
+                 std::string_view details);
+    std::string after(std::optional<std::uint64_t> bytes) const;
+
+    const std::string client_;
+    const std::shared_ptr<sm::RejectionCounts> counts_;
+    std::string queue_id_ = "NOQUEUE";
+    std::string_view where_ = "CONNECT";
+    // Per verb: commands given, and refused.
+    std::array<unsigned, verb_count> given_{}, failed_{};
+    Verb current_ = Verb::unknown;
+    bool current_failed_ = false;
+};
+
+} // namespace smtps
