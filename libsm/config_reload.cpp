@@ -43,6 +43,8 @@ std::vector<std::string> keep_restart_only(const Config& r, Config& n) {
     k.keep("server.qmgr_user", r.server.qmgr_user, n.server.qmgr_user);
     k.keep("server.smtpc_user", r.server.smtpc_user, n.server.smtpc_user);
     k.keep("server.group", r.server.group, n.server.group);
+    // The maildrop's group, given at start.
+    k.keep("server.maildrop_group", r.server.maildrop_group, n.server.maildrop_group);
     // QMGR checks these groups when it opens its socket.
     k.keep("server.admin_group", r.server.admin_group, n.server.admin_group);
     k.keep("server.stats_group", r.server.stats_group, n.server.stats_group);
