@@ -1,8 +1,10 @@
 // Writes the binary seeds of fuzz/corpus/ with the real encoders:
-//   fuzz-make-seeds DIR   (DIR/record, DIR/ibdb_recovery, DIR/defedb_record)
+//   fuzz-make-seeds DIR   (DIR/record, DIR/maildrop_file, DIR/ibdb_recovery,
+//                          DIR/defedb_record)
 // The committed corpus was made with it; rerun it after a format change.
 #include "defedb_record.hpp"
 #include "ibdb_record.hpp"
+#include "maildrop_file.hpp"
 #include "messages.hpp"
 
 #include <filesystem>
@@ -55,6 +57,19 @@ int main(int argc, char** argv) {
     put(out / "record", "result",
         encode(Result{9, "mx[192.0.2.2]:25", {{0, 250, "2.0.0", "Ok"}, {1, 550, "5.1.1", "no"}}}, 9));
     put(out / "record", "ctl", encode(CtlRequest{"hold", {ta.ta_id}}, 3));
+
+    sm::maildrop::Envelope drop;
+    drop.uid = 1000;
+    drop.arrival_us = ta.arrival_us;
+    drop.sender = "alice@example.org";
+    drop.rcpts = {"a@example.net", "b@example.net"};
+    const std::string content = "Subject: hi\r\n\r\nhello\r\n";
+    drop.content_size = content.size();
+    put(out / "maildrop_file", "file", sm::maildrop::encode(drop, sm::maildrop::Kind::file) + content);
+    put(out / "maildrop_file", "submission",
+        sm::maildrop::encode(drop, sm::maildrop::Kind::submission) + content);
+    put(out / "maildrop_file", "bare_lf",
+        sm::maildrop::encode(drop, sm::maildrop::Kind::file) + "Subject: hi\n\nhello\r\n\r\n");
 
     namespace ibdb = smx::qmgr::ibdb;
     std::string log;

@@ -1,6 +1,7 @@
 #include "channel.hpp"
 
 #include "await.hpp"
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include "panic.hpp"
 
 #include <spdlog/spdlog.h>
@@ -146,6 +147,16 @@ asio::awaitable<std::shared_ptr<Channel>> connect_qmgr(const std::string& path,
         co_return nullptr;
     }
     co_return ch;
+}
+
+asio::awaitable<std::optional<rec::Frame>> read_within(Channel& ch, std::chrono::seconds limit) {
+    using namespace asio::experimental::awaitable_operators;
+    asio::steady_timer t(co_await asio::this_coro::executor, limit);
+    auto r = co_await (ch.read() || t.async_wait(asio::use_awaitable));
+    if (r.index() == 0) co_return std::get<0>(std::move(r));
+    spdlog::warn("{}: no record within {}s, closing", ch.peer(), limit.count());
+    ch.close();
+    co_return std::nullopt;
 }
 
 std::optional<msg::CtlReply> ctl_call(const std::string& path,

@@ -7,6 +7,7 @@
 #include "record.hpp"
 
 #include <boost/asio.hpp>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -54,6 +55,10 @@ private:
     std::size_t queued_bytes_ = 0;
     bool open_ = true;
 };
+
+// The next frame, as Channel::read, within limit: on timeout (logged) the
+// channel is closed and nullopt comes back.
+asio::awaitable<std::optional<rec::Frame>> read_within(Channel& ch, std::chrono::seconds limit);
 
 // Connects to QMGR's socket and exchanges HELLO. Returns null (with the
 // reason in err) when the socket is absent or QMGR refuses us.

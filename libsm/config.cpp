@@ -214,6 +214,8 @@ void check_store_dirs(const Config& c) {
         {"queue.ibdb_dir", c.ibdb_dir_abs(), !c.queue.ibdb_dir.empty()},
         {"the deferred queue", c.defedb_dir_abs(), false},
         {"the quarantine", c.quarantine_dir_abs(), false},
+        {"the maildrop", c.maildrop_dir_abs(), false},
+        {"the maildrop quarantine", c.maildrop_quarantine_dir_abs(), false},
     };
     for (const auto& s : stores) {
         if (!s.set) continue;
@@ -255,6 +257,8 @@ std::string Config::ibdb_dir_abs() const {
 }
 std::string Config::defedb_dir_abs() const { return in_spool("defedb"); }
 std::string Config::quarantine_dir_abs() const { return in_spool("quarantine"); }
+std::string Config::maildrop_dir_abs() const { return in_spool("maildrop"); }
+std::string Config::maildrop_quarantine_dir_abs() const { return in_spool("maildrop-quarantine"); }
 std::string Config::in_spool(const char* name) const {
     return (std::filesystem::path(spool_dir_abs()) / name).string();
 }

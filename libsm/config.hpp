@@ -114,6 +114,9 @@ struct ServerConfig {
     std::string qmgr_user = "smxq";
     std::string smtpc_user = "smxc";
     std::string group = "smx";
+    // Local submission: smx-postdrop is setgid to this group, which alone
+    // may create files in the maildrop (docs/design.md, Local submission).
+    std::string maildrop_group = "smxdrop";
     // The account a child runs as when started by root: `user` when set,
     // else that child's own.
     enum class Process { smtps, qmgr, smtpc };
@@ -262,6 +265,10 @@ struct Config {
     std::string ibdb_dir_abs() const;
     std::string defedb_dir_abs() const;
     std::string quarantine_dir_abs() const;
+    // Local submission: smx-postdrop writes into the maildrop, smx-pickup
+    // takes from it and moves what it refuses to the maildrop quarantine.
+    std::string maildrop_dir_abs() const;
+    std::string maildrop_quarantine_dir_abs() const;
 
 private:
     std::string in_spool(const char* name) const;

@@ -251,6 +251,8 @@ std::vector<ConfigKey> make_keys() {
                   "started as root: the account smx-smtpc runs as"),
         ConfigKey("server.group", text<S>(&S::group, Empty::refused), restart,
                   "the group the three children share (content files, qmgr.sock, the log file)"),
+        ConfigKey("server.maildrop_group", text<S>(&S::maildrop_group, Empty::refused), restart,
+                  "the group smx-postdrop is setgid to, which alone may write the maildrop"),
         ConfigKey("server.user", text<S>(&S::user), restart,
                   "set: all three children run as this one account instead"),
         ConfigKey("server.admin_group", text<S>(&S::admin_group), restart,

@@ -29,4 +29,8 @@ std::string_view domain_part(std::string_view addr) {
 
 std::string domain_of(std::string_view addr) { return lower(domain_part(addr)); }
 
+bool istarts_with(std::string_view s, std::string_view prefix) {
+    return s.size() >= prefix.size() && iequals(s.substr(0, prefix.size()), prefix);
+}
+
 } // namespace sm

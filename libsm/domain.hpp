@@ -16,6 +16,8 @@ std::string lower(std::string_view s);
 std::string upper(std::string_view s);
 // Equal but for the case of ASCII letters.
 bool iequals(std::string_view a, std::string_view b);
+// s begins with prefix, but for the case of ASCII letters.
+bool istarts_with(std::string_view s, std::string_view prefix);
 
 // The part after the last '@' as written, or empty when there is no '@'.
 std::string_view domain_part(std::string_view addr);

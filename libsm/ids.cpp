@@ -1,4 +1,5 @@
 #include "ids.hpp"
+#include "config.hpp"
 #include "panic.hpp"
 
 #include <atomic>
@@ -7,6 +8,9 @@
 #include <ctime>
 
 namespace sm {
+
+// SMTPS process i takes stream i: none may reach the streams of others.
+static_assert(max_smtps_processes <= pickup_id_stream);
 
 std::string rfc5322_date(std::uint64_t unix_us) {
     static constexpr const char* days[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};

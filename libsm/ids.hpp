@@ -14,11 +14,13 @@ std::string new_ta_id();
 
 // The processes that make ids at the same time each take their own stream
 // (0-31, the top 5 bits of the last four digits), so that two ids made in
-// the same microsecond differ: SMTPS process i takes i, QMGR (DSNs) its own.
+// the same microsecond differ: SMTPS process i takes i, smx-pickup (local
+// submission) and QMGR (DSNs) their own.
 // Within a stream the counter (11 bits) would have to wrap within one
 // microsecond to repeat. Call before any id is made; the default is 0.
 inline constexpr unsigned id_streams = 32;
 inline constexpr unsigned qmgr_id_stream = id_streams - 1;
+inline constexpr unsigned pickup_id_stream = id_streams - 2;
 void set_id_stream(unsigned stream);
 
 // True for strings new_ta_id() could have made; checked at every boundary

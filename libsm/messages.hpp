@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sm::msg {
@@ -70,6 +71,10 @@ struct SmtpsLoad {
 };
 
 enum class AckStatus : std::uint32_t { ok = 0, tempfail = 1, reject = 2 };
+
+// The text of QMGR's reject of a transaction id it already holds, which
+// smx-pickup takes as "your earlier commit went through".
+inline constexpr std::string_view duplicate_ta = "duplicate transaction id";
 
 struct TaAck {
     std::string ta_id;

@@ -39,13 +39,26 @@ _/usr/share/smx/smx.toml_
 
 *smx*(8), *smx-qmgr*(8), *smx-smtps*(8), *smx-smtpc*(8)
 
-This page is made from docs/config.md in the smx sources.
+This page is made from _/usr/share/doc/smx/config.md_.
 """
+
+
+# A manual page names installed files only: the documentation as the
+# package (and meson install) put it, and no file of the source tree.
+INSTALLED = [
+    (re.compile(r"\bdocs/(\w+)\.md\b"), r"/usr/share/doc/smx/\1.md"),
+    (re.compile(r"\betc/smx\.toml\.example\b"), "/usr/share/smx/smx.toml"),
+    (re.compile(r"`?\bscripts/lib/setup\.sh`?"), "the package's install (or the setup script of the smx source tree)"),
+    (re.compile(r"`?\bperf/[\w./-]*\w`?"), "the benchmarks in the smx source tree"),
+    (re.compile(r"`?\b(?:scripts|tests)/[\w./-]*\w`?"), "the smx source tree"),
+]
 
 
 def inline(md):
     """Markdown inline text to scdoc: scdoc's markup characters escaped,
-    `code` spans as plain text."""
+    `code` spans as plain text, source paths as installed."""
+    for pattern, repl in INSTALLED:
+        md = pattern.sub(repl, md)
     text = md.replace("\\", "\\\\").replace("*", "\\*").replace("_", "\\_")
     return text.replace("`", "")
 

@@ -139,12 +139,16 @@ bool fix_files(int dir, const std::string& shown, const Layout& l, std::string& 
     return true;
 }
 
-bool lay_out(int dir, const std::string& shown, const Layout& l, std::string& err) {
-    if (::fchown(dir, l.uid, l.gid) != 0 || ::fchmod(dir, l.mode) != 0) {
+bool own(int dir, const std::string& shown, uid_t uid, gid_t gid, mode_t mode, std::string& err) {
+    if (::fchown(dir, uid, gid) != 0 || ::fchmod(dir, mode) != 0) {
         err = "cannot set the owner of " + shown + ": " + errno_text();
         return false;
     }
-    return fix_files(dir, shown, l, err);
+    return true;
+}
+
+bool lay_out(int dir, const std::string& shown, const Layout& l, std::string& err) {
+    return own(dir, shown, l.uid, l.gid, l.mode, err) && fix_files(dir, shown, l, err);
 }
 
 // The missing directories of an absolute path, made 0755 whatever the
@@ -190,9 +194,11 @@ Fd open_store(int spool_fd, const std::string& spool, const std::string& dir, st
 bool make_dirs_as_root(const sm::Config& cfg, const Accounts& a, std::string& err) {
     const uid_t root = 0;
     const std::string spool = cfg.spool_dir_abs();
-    // Only the children's group may enter the spool; nothing in it is for others.
+    // Only the children's group may list the spool. Others may pass through
+    // it, to reach the maildrop through smx-postdrop: every directory in it
+    // decides for itself (its mode below), as postfix's 0755 queue directory.
     Fd top = open_top(spool, err);
-    if (top.get() < 0 || !lay_out(top.get(), spool, {root, a.group, 0750, 0, 0}, err))
+    if (top.get() < 0 || !lay_out(top.get(), spool, {root, a.group, 0751, 0, 0}, err))
         return false;
     // QMGR's alone.
     for (const auto& dir : {cfg.ibdb_dir_abs(), cfg.defedb_dir_abs(), cfg.quarantine_dir_abs()}) {
@@ -215,16 +221,39 @@ bool make_dirs_as_root(const sm::Config& cfg, const Accounts& a, std::string& er
         Fd d = open_dir(c.get(), name, content + "/" + name, err);
         if (d.get() < 0 || !lay_out(d.get(), content + "/" + name, cdb, err)) return false;
     }
+    // The maildrop is smx-pickup's (it runs as SMTPS's account), which takes
+    // files out of it; smx-postdrop's group may create files in it but not
+    // list it, and the sticky bit keeps a user from removing another's file.
+    // Its files stay as their users made them: the owner is what pickup
+    // checks. What pickup refuses goes to its own quarantine.
+    const std::string maildrop = cfg.maildrop_dir_abs();
+    Fd m = open_dir(top.get(), "maildrop", maildrop, err);
+    if (m.get() < 0 || !own(m.get(), maildrop, a.smtps.uid, a.maildrop_group, 01730, err))
+        return false;
+    const std::string bad = cfg.maildrop_quarantine_dir_abs();
+    Fd q = open_dir(top.get(), "maildrop-quarantine", bad, err);
+    if (q.get() < 0 || !own(q.get(), bad, a.smtps.uid, a.smtps_group, 0700, err)) return false;
     // QMGR makes qmgr.sock here; smx.pid, also here, is opened with care
     // (PidLock). Others may enter to reach the socket, whose mode decides.
     const std::string run = cfg.run_dir_abs();
     Fd r = open_top(run, err);
-    if (r.get() < 0) return false;
-    if (::fchown(r.get(), a.qmgr.uid, a.group) != 0 || ::fchmod(r.get(), 0755) != 0) {
-        err = "cannot set the owner of " + run + ": " + errno_text();
-        return false;
+    return r.get() >= 0 && own(r.get(), run, a.qmgr.uid, a.group, 0755, err);
+}
+
+} // namespace
+
+namespace {
+
+std::optional<gid_t> lookup_group(const std::string& key, const std::string& name,
+                                  std::string& err) {
+    const group* gr = ::getgrnam(name.c_str());
+    if (!gr) {
+        err = "server." + key + ": no such group '" + name +
+              "' (create it as root with scripts/lib/setup.sh, or: groupadd --system " + name +
+              ")";
+        return std::nullopt;
     }
-    return true;
+    return gr->gr_gid;
 }
 
 } // namespace
@@ -233,6 +262,9 @@ std::optional<Accounts> lookup_accounts(const sm::Config& cfg, std::string& err)
     if (::geteuid() != 0) return std::nullopt;
     const auto& s = cfg.server;
     Accounts a;
+    const auto drop = lookup_group("maildrop_group", s.maildrop_group, err);
+    if (!drop) return std::nullopt;
+    a.maildrop_group = *drop;
     if (!s.user.empty()) {
         auto r = lookup_user("user", s.user, err);
         if (!r) return std::nullopt;
@@ -241,14 +273,9 @@ std::optional<Accounts> lookup_accounts(const sm::Config& cfg, std::string& err)
         a.group = a.smtps_group = r->gid;
         return a;
     }
-    const group* gr = ::getgrnam(s.group.c_str());
-    if (!gr) {
-        err = "server.group: no such group '" + s.group +
-              "' (create it as root with scripts/lib/setup.sh, or: groupadd --system " +
-              s.group + ")";
-        return std::nullopt;
-    }
-    a.group = gr->gr_gid;
+    const auto shared = lookup_group("group", s.group, err);
+    if (!shared) return std::nullopt;
+    a.group = *shared;
     for (auto [key, name, r] : {std::tuple{"smtps_user", &s.smtps_user, &a.smtps},
                                 std::tuple{"qmgr_user", &s.qmgr_user, &a.qmgr},
                                 std::tuple{"smtpc_user", &s.smtpc_user, &a.smtpc}}) {
@@ -276,7 +303,8 @@ bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err
     const std::string content = cfg.content_dir_abs();
     std::vector<std::string> dirs{cfg.ibdb_dir_abs(), cfg.defedb_dir_abs(),
                                   cfg.quarantine_dir_abs(), content, cfg.run_dir_abs(),
-                                  content + "/segments"};
+                                  content + "/segments", cfg.maildrop_dir_abs(),
+                                  cfg.maildrop_quarantine_dir_abs()};
     if (cfg.queue.cdb_hashed)
         for (int i = 0; i < 256; ++i) dirs.push_back(content + "/" + hashed_dir(i));
     for (const auto& d : dirs) {

@@ -1,7 +1,10 @@
 // Privilege separation, as in sendmail X and OpenSMTPD: started as root,
 // `smx run` gives each child its own account and lays out the spool so that
 // each can touch only what it needs (docs/mcp.md has the table):
-//   SMTPS  creates content files in cdb/ (queue.content_dir)
+//   SMTPS  creates content files in cdb/ (queue.content_dir); as smx-pickup
+//          it owns maildrop/ and maildrop-quarantine/
+//   local users create files in maildrop/ only through smx-postdrop
+//          (setgid server.maildrop_group)
 //   SMTPC  reads content files, nothing else in the spool
 //   QMGR   owns cdb/ (bounces, unlinks), ibdb/ (queue.ibdb_dir), defedb/,
 //          quarantine/, run_dir
@@ -32,6 +35,7 @@ struct Accounts {
     RunAs smtps, qmgr, smtpc;
     gid_t group = 0;        // [server] group: content files, qmgr.sock, the log file
     gid_t smtps_group = 0;  // SMTPS's own group: may create files in cdb/
+    gid_t maildrop_group = 0;  // server.maildrop_group: smx-postdrop's, may create in maildrop/
 };
 
 // Set only when we are root. An account or group that does not exist is an
@@ -39,7 +43,8 @@ struct Accounts {
 std::optional<Accounts> lookup_accounts(const sm::Config& cfg, std::string& err);
 
 // Creates the spool (cdb/ with 00..FF when cdb_hashed, ibdb/, defedb/,
-// quarantine/; content_dir and ibdb_dir where they are set) and the run
+// quarantine/, maildrop/, maildrop-quarantine/; content_dir and ibdb_dir
+// where they are set) and the run
 // directory. With accounts, also gives every
 // directory and the files in it to their owner, with the modes of the table.
 bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err);

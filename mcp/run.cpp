@@ -99,14 +99,15 @@ int run(const Args& args) {
     const fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
     for (auto [name, path] : {std::pair{"smx-qmgr", &plan.qmgr_path},
                               std::pair{"smx-smtpc", &plan.smtpc_path},
-                              std::pair{"smx-smtps", &plan.smtps_path}}) {
+                              std::pair{"smx-smtps", &plan.smtps_path},
+                              std::pair{"smx-pickup", &plan.pickup_path}}) {
         auto found = find_child(dir, name, err);
         if (!found) return fatal(err);
         *path = *found;
     }
 
     if (accounts) {
-        spdlog::info("children run as {} (smx-smtps), {} (smx-qmgr), {} (smx-smtpc)",
+        spdlog::info("children run as {} (smx-smtps, smx-pickup), {} (smx-qmgr), {} (smx-smtpc)",
                      accounts->smtps.name, accounts->qmgr.name, accounts->smtpc.name);
         if (accounts->qmgr.uid == 0) spdlog::warn("children run as root: server.user is root");
     } else {

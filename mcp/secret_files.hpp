@@ -17,6 +17,7 @@ namespace smx {
 
 struct ChildSecrets {
     sm::Secrets smtps, smtpc;
+    sm::Secrets pickup;  // none: its link carries its start reports only
 };
 
 // Reads the secrets cfg uses, following symbolic links (the paths are the

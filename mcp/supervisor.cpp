@@ -64,6 +64,8 @@ Supervisor::Supervisor(Plan plan) : plan_(std::move(plan)) {
     qmgr_.path = plan_.qmgr_path;
     smtpc_.name = smtpc_.program = "smx-smtpc";
     smtpc_.path = plan_.smtpc_path;
+    pickup_.name = pickup_.program = "smx-pickup";
+    pickup_.path = plan_.pickup_path;
     smtps_.resize(plan_.smtps_processes);
     for (unsigned i = 0; i < smtps_.size(); ++i) {
         Child& c = smtps_[i];
@@ -73,10 +75,13 @@ Supervisor::Supervisor(Plan plan) : plan_(std::move(plan)) {
         c.smtps_index = i;
     }
     smtpc_.secrets = &plan_.secrets.smtpc;
+    pickup_.secrets = &plan_.secrets.pickup;
     for (Child& c : smtps_) c.secrets = &plan_.secrets.smtps;
     if (plan_.accounts) {
         qmgr_.run_as = &plan_.accounts->qmgr;
         smtpc_.run_as = &plan_.accounts->smtpc;
+        // It writes content as SMTPS does, and owns the maildrop.
+        pickup_.run_as = &plan_.accounts->smtps;
         for (Child& c : smtps_) c.run_as = &plan_.accounts->smtps;
     }
     if (plan_.session_counts >= 0)
@@ -85,15 +90,15 @@ Supervisor::Supervisor(Plan plan) : plan_(std::move(plan)) {
     for (Child* w : workers()) all_.push_back(w);
 }
 
-std::vector<Supervisor::Child*> Supervisor::smtps() {
-    std::vector<Child*> out;
+std::vector<Supervisor::Child*> Supervisor::intake() {
+    std::vector<Child*> out{&pickup_};
     for (Child& c : smtps_) out.push_back(&c);
     return out;
 }
 
 std::vector<Supervisor::Child*> Supervisor::workers() {
     std::vector<Child*> out{&smtpc_};
-    for (Child& c : smtps_) out.push_back(&c);
+    for (Child* c : intake()) out.push_back(c);
     return out;
 }
 
@@ -373,11 +378,10 @@ void Supervisor::gone(Child& c) {
 
 void Supervisor::stop_workers() {
     std::vector<Child*> running;
-    for (Child* w : smtps())
+    for (Child* w : workers())
         if (w->pid != 0) running.push_back(w);
-    if (smtpc_.pid != 0) running.push_back(&smtpc_);
     if (running.empty()) return;
-    spdlog::info("stopping smx-smtps and smx-smtpc until smx-qmgr is back");
+    spdlog::info("stopping smx-smtps, smx-pickup and smx-smtpc until smx-qmgr is back");
     for (Child* w : running) terminate(*w);
     wait_exit(running, Clock::now() + stop_timeout);
     kill_stragglers(running);
@@ -386,8 +390,8 @@ void Supervisor::stop_workers() {
 void Supervisor::shutdown() {
     const auto deadline = Clock::now() + stop_timeout;
     // Intake first, while QMGR is still there to ack what SMTPS holds.
-    for (Child* c : smtps()) terminate(*c);
-    wait_exit(smtps(), Clock::now() + smtps_drain_timeout);
+    for (Child* c : intake()) terminate(*c);
+    wait_exit(intake(), Clock::now() + smtps_drain_timeout);
     terminate(smtpc_);
     terminate(qmgr_);
     wait_exit(all_, deadline);

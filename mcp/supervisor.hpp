@@ -1,11 +1,12 @@
-// The MCP's supervision loop: starts smx-qmgr, then smx-smtpc and
-// smx-smtps (server.processes of them, each with its share of the
-// listening sockets, and each worker with its secrets over a ChildLink);
+// The MCP's supervision loop: starts smx-qmgr, then smx-smtpc, smx-pickup
+// (local submission, as the SMTPS account) and smx-smtps (server.processes
+// of them, each with its share of the listening sockets, and each worker
+// with its secrets over a ChildLink);
 // restarts a child that dies (backoff 1 s doubling to 30 s, reset after 60 s
 // of running; a QMGR restart restarts the others), but stops when a child
-// cannot start at all (below); on SIGTERM/SIGINT stops SMTPS first, then
-// SMTPC and QMGR; on SIGHUP reloads the config and the secrets (reload.hpp);
-// on SIGHUP and SIGUSR1 opens the log file again (log_relay.hpp).
+// cannot start at all (below); on SIGTERM/SIGINT stops SMTPS and pickup
+// first, then SMTPC and QMGR; on SIGHUP reloads the config and the secrets
+// (reload.hpp); on SIGHUP and SIGUSR1 opens the log file again (log_relay.hpp).
 // Tells a service manager when SMTPS first answers (READY=1) and when it
 // stops (STOPPING=1).
 //
@@ -43,7 +44,7 @@ namespace smx {
 void block_supervisor_signals();
 
 struct Plan {
-    std::string qmgr_path, smtpc_path, smtps_path;
+    std::string qmgr_path, smtpc_path, smtps_path, pickup_path;
     std::string config_path;     // passed as -c when not empty
     std::string qmgr_socket;
     std::vector<int> listen_fds;  // for smx-smtps, loop by loop (sm::listen_all)
@@ -113,13 +114,14 @@ private:
     // Reaped: no pid, and an smx-smtps's sessions no longer counted.
     void gone(Child& c);
     void stop_workers();
-    // smx-smtpc and the smx-smtps processes.
+    // smx-smtpc, smx-pickup and the smx-smtps processes.
     std::vector<Child*> workers();
-    std::vector<Child*> smtps();
+    // Intake: the smx-smtps processes and smx-pickup, stopped first.
+    std::vector<Child*> intake();
     void shutdown();
 
     Plan plan_;
-    Child qmgr_, smtpc_;
+    Child qmgr_, smtpc_, pickup_;
     std::vector<Child> smtps_;  // sized once: all_ points into it
     std::unique_ptr<sm::SessionCounts> counts_;  // several smtps_: a dead one's slot is cleared
     std::vector<Child*> all_;

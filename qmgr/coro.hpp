@@ -4,6 +4,7 @@
 // exited before the pool and the io_context go (qmgr/main.cpp).
 #pragma once
 
+#include "await.hpp"
 #include "panic.hpp"
 
 #include <boost/asio.hpp>
@@ -17,18 +18,7 @@ namespace smx::qmgr {
 
 namespace asio = boost::asio;
 
-// Runs f() on ex (the pool, or a strand of it) and resumes the caller on its
-// own executor with the result. An exception from f reaches the caller.
-//
-// GCC 12 destroys the captures of a lambda made inside a co_await
-// expression twice (asio issue 858): name the lambda first, then
-// co_await run_on(ex, std::move(job)), as here and in SMTPS's CdbWriter.
-template <class Executor, class F>
-asio::awaitable<std::invoke_result_t<F&>> run_on(Executor ex, F f) {
-    using R = std::invoke_result_t<F&>;
-    auto job = [f = std::move(f)]() mutable -> asio::awaitable<R> { co_return f(); };
-    co_return co_await asio::co_spawn(std::move(ex), std::move(job), asio::use_awaitable);
-}
+using sm::run_on;
 
 // The coroutines one component has started and not yet seen exit. Each is
 // spawned with sm::crash_on_exception and starts in a later event-loop turn,

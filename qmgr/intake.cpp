@@ -27,7 +27,44 @@ constexpr const char* no_storage = "4.3.1 Insufficient system storage";
 
 } // namespace
 
-void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply) {
+void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply, From from) {
+    if (from == From::pickup && sm::valid_ta_id(env.ta_id) &&
+        sm::ta_id_stream(env.ta_id) == sm::pickup_id_stream && !queue_.find(env.ta_id)) {
+        tasks_.spawn(ex_, intake_pickup(std::move(env), req_id, std::move(reply)), "pickup commit");
+        return;
+    }
+    intake(std::move(env), req_id, std::move(reply), from);
+}
+
+// smx-pickup resumes a commit it did not see answered with the same id: one
+// that went through may have left memory for DEFEDB since.
+asio::awaitable<void> Qmgr::intake_pickup(sm::msg::TaCommit env, std::uint64_t req_id,
+                                          Send reply) {
+    // Named before it is awaited (sm::run_on says why).
+    auto has = [id = env.ta_id](Defedb& db) { return db.has_ta(id); };
+    const auto known = co_await dbq_.run(std::move(has));
+    if (!known) {
+        ++counters_.tempfailed;
+        reply(sm::msg::encode(sm::msg::TaAck{env.ta_id, sm::msg::AckStatus::tempfail,
+                                             "4.3.0 deferred queue unavailable"},
+                              req_id));
+        co_return;
+    }
+    if (*known) {
+        spdlog::warn("{}: TA_COMMIT rejected: {} (in the deferred queue)", env.ta_id,
+                     sm::msg::duplicate_ta);
+        ++counters_.rejected;
+        reply(sm::msg::encode(
+            sm::msg::TaAck{env.ta_id, sm::msg::AckStatus::reject,
+                           "Transaction rejected by queue manager: " +
+                               std::string(sm::msg::duplicate_ta)},
+            req_id));
+        co_return;
+    }
+    intake(std::move(env), req_id, std::move(reply), From::pickup);
+}
+
+void Qmgr::intake(sm::msg::TaCommit env, std::uint64_t req_id, Send reply, From from) {
     using sm::msg::AckStatus;
     auto answer = [&](AckStatus st, std::string text) {
         reply(sm::msg::encode(sm::msg::TaAck{env.ta_id, st, std::move(text)}, req_id));
@@ -36,9 +73,12 @@ void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply) {
     const auto ref = sm::content::parse_segment_ref(env.cdb_id);
     if (!sm::valid_ta_id(env.ta_id)) {
         why = "invalid transaction id";
-    } else if (sm::ta_id_stream(env.ta_id) == sm::qmgr_id_stream) {
-        // Our own ids (DSNs): SMTPS may only ever name transactions it made.
-        why = "transaction id of the queue manager's";
+    } else if (const unsigned stream = sm::ta_id_stream(env.ta_id);
+               (stream == sm::pickup_id_stream) != (from == From::pickup) ||
+               stream == sm::qmgr_id_stream) {
+        // Our own ids (DSNs), and pickup's: SMTPS and smx-pickup may only
+        // ever name transactions they made.
+        why = "transaction id of another stream";
     } else if (!sm::content::valid_content_id(env.cdb_id)) {
         why = "invalid content id";
     } else if (!ref && env.cdb_id != env.ta_id) {
@@ -52,7 +92,7 @@ void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply) {
                            [](const auto& r) { return r.addr.empty(); })) {
         why = "empty recipient address";
     } else if (queue_.find(env.ta_id)) {
-        why = "duplicate transaction id";
+        why = sm::msg::duplicate_ta;
     }
     if (why.empty()) {
         // Gone (the orphan sweep took a file whose commit came very late, or

@@ -97,8 +97,13 @@ public:
     // (every orphan_age / 2, in the background).
     void restore(std::vector<RecoveredTa> tas);
 
-    // SMTPS: one TA_COMMIT; the TA_ACK goes out through reply.
-    void on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply);
+    // SMTPS or smx-pickup: one TA_COMMIT; the TA_ACK goes out through reply.
+    // Each may name only ids of its own streams. A pickup commit may repeat
+    // one whose ack pickup never read: it is refused as a duplicate while
+    // the transaction is in memory or in DEFEDB.
+    enum class From { smtps, pickup };
+    void on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply,
+                   From from = From::smtps);
     // Shutdown: further TA_COMMITs get a tempfail, timers stop, and each
     // component's coroutines run to their end (idle() once they have).
     void stop();
@@ -147,6 +152,8 @@ public:
 
 private:
     // intake.cpp
+    void intake(sm::msg::TaCommit env, std::uint64_t req_id, Send reply, From from);
+    asio::awaitable<void> intake_pickup(sm::msg::TaCommit env, std::uint64_t req_id, Send reply);
     void committed(const std::string& id, std::uint64_t req_id, const Send& reply, bool ok,
                    const std::string& error);
     asio::awaitable<void> watch_disk();

@@ -27,23 +27,14 @@ using stream = asio::local::stream_protocol;
 constexpr auto hello_timeout = std::chrono::seconds(10);
 constexpr auto cli_timeout = std::chrono::seconds(30);
 
-// A read with a deadline; on timeout the channel is closed.
-asio::awaitable<std::optional<sm::rec::Frame>> read_for(sm::Channel& ch,
-                                                        std::chrono::seconds limit) {
-    asio::steady_timer t(co_await asio::this_coro::executor, limit);
-    auto r = co_await (ch.read() || t.async_wait(asio::use_awaitable));
-    if (r.index() == 0) co_return std::get<0>(std::move(r));
-    spdlog::warn("{}: no record within {}s, closing", ch.peer(), limit.count());
-    ch.close();
-    co_return std::nullopt;
-}
+using sm::read_within;
 
 // Refuses a peer: the HELLO_ACK must reach it before the socket closes, so
 // wait (briefly) for the peer to hang up first.
 asio::awaitable<void> refuse(std::shared_ptr<sm::Channel> ch, const std::string& why) {
     spdlog::warn("{}: refused: {}", ch->peer(), why);
     ch->send(sm::msg::encode(sm::msg::HelloAck{1, why}));
-    co_await read_for(*ch, std::chrono::seconds(2));
+    co_await read_within(*ch, std::chrono::seconds(2));
     ch->close();
 }
 
@@ -112,7 +103,8 @@ Server::Server(asio::io_context& io, const sm::Config& cfg, Qmgr& q)
       smtpc_uid_(self_) {}
 
 bool Server::may_claim(const Peer& p, const std::string& role) const {
-    if (role == "smtps") return p.uid == smtps_uid_;
+    // smx-pickup runs as SMTPS's account (it writes content files as SMTPS does).
+    if (role == "smtps" || role == "pickup") return p.uid == smtps_uid_;
     if (role == "smtpc") return p.uid == smtpc_uid_;
     return true;  // cli: each command is checked
 }
@@ -197,7 +189,7 @@ asio::awaitable<void> Server::accept_loop() {
 }
 
 asio::awaitable<void> Server::session(std::shared_ptr<sm::Channel> ch, Peer peer) {
-    auto f = co_await read_for(*ch, hello_timeout);
+    auto f = co_await read_within(*ch, hello_timeout);
     if (!f) co_return;
     std::string err;
     std::optional<sm::msg::Hello> h;
@@ -205,7 +197,7 @@ asio::awaitable<void> Server::session(std::shared_ptr<sm::Channel> ch, Peer peer
     else err = "expected HELLO, got record type " + std::to_string(f->hdr.type);
     if (!h) co_return co_await refuse(ch, "protocol error: " + err);
     // The role names the peer in the log only once it is known to be clean.
-    if (h->role != "smtps" && h->role != "smtpc" && h->role != "cli")
+    if (h->role != "smtps" && h->role != "smtpc" && h->role != "cli" && h->role != "pickup")
         co_return co_await refuse(ch, "unknown role");
     ch->set_peer(h->role + "[" + std::to_string(h->pid) + "]");
     if (!may_claim(peer, h->role))
@@ -216,17 +208,19 @@ asio::awaitable<void> Server::session(std::shared_ptr<sm::Channel> ch, Peer peer
                                            " not supported (qmgr speaks " +
                                            std::to_string(sm::msg::protocol_version) + ")");
     ch->send(sm::msg::encode(sm::msg::HelloAck{0, "smx qmgr"}));
-    if (h->role == "smtps") co_await smtps(ch);
+    if (h->role == "smtps" || h->role == "pickup") co_await smtps(ch, h->role == "pickup");
     else if (h->role == "smtpc") co_await smtpc(ch);
     else co_await cli(ch, access(peer));
     ch->close();
 }
 
-asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch) {
-    const auto link = q_.add_smtps();
+asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch, bool pickup) {
+    // smx-pickup is no SMTPS link in `smx stats`.
+    const std::optional<std::uint64_t> link =
+        pickup ? std::nullopt : std::optional<std::uint64_t>(q_.add_smtps());
     spdlog::info("{}: connected", ch->peer());
     while (auto f = co_await ch->read()) {
-        if (f->hdr.type == sm::msg::SMTPS_LOAD) {
+        if (f->hdr.type == sm::msg::SMTPS_LOAD && !pickup) {
             auto load = take<sm::msg::SmtpsLoad>(*ch, *f, sm::msg::SMTPS_LOAD);
             if (!load) break;
             // A few counts: no SMTPS sends one over the frame limit.
@@ -234,7 +228,7 @@ asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch) {
                 spdlog::error("{}: protocol error: oversize SMTPS_LOAD; dropping the peer", ch->peer());
                 break;
             }
-            q_.smtps_load(link, *load->rec);
+            q_.smtps_load(*link, *load->rec);
             continue;
         }
         auto ta = take<sm::msg::TaCommit>(*ch, *f, sm::msg::TA_COMMIT);
@@ -247,9 +241,10 @@ asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch) {
             continue;
         }
         q_.on_commit(std::move(*ta->rec), ta->req_id,
-                     [ch](std::string frame) { ch->send(std::move(frame)); });
+                     [ch](std::string frame) { ch->send(std::move(frame)); },
+                     pickup ? Qmgr::From::pickup : Qmgr::From::smtps);
     }
-    q_.remove_smtps(link);
+    if (link) q_.remove_smtps(*link);
     spdlog::info("{}: disconnected", ch->peer());
 }
 
@@ -268,7 +263,7 @@ asio::awaitable<void> Server::smtpc(std::shared_ptr<sm::Channel> ch) {
 }
 
 asio::awaitable<void> Server::cli(std::shared_ptr<sm::Channel> ch, Access access) {
-    while (auto f = co_await read_for(*ch, cli_timeout)) {
+    while (auto f = co_await read_within(*ch, cli_timeout)) {
         std::string err;
         std::optional<sm::msg::CtlRequest> req;
         if (f->hdr.type != sm::msg::CTL_REQ)

@@ -45,7 +45,8 @@ private:
 
     asio::awaitable<void> accept_loop();
     asio::awaitable<void> session(std::shared_ptr<sm::Channel> ch, Peer peer);
-    asio::awaitable<void> smtps(std::shared_ptr<sm::Channel> ch);
+    // SMTPS, or smx-pickup (pickup: no load reports, its own id stream).
+    asio::awaitable<void> smtps(std::shared_ptr<sm::Channel> ch, bool pickup);
     asio::awaitable<void> smtpc(std::shared_ptr<sm::Channel> ch);
     asio::awaitable<void> cli(std::shared_ptr<sm::Channel> ch, Access access);
 

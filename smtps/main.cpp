@@ -13,6 +13,7 @@
 #include "await.hpp"
 #include "cdb_writer.hpp"
 #include "channel.hpp"
+#include "child_start.hpp"
 #include "config.hpp"
 #include "config_reload.hpp"
 #include "content_file.hpp"
@@ -239,33 +240,11 @@ struct Process {
 } // namespace
 
 int main(int argc, char** argv) {
-    std::string cfg_path;
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        if (a == "-c" && i + 1 < argc) {
-            cfg_path = argv[++i];
-        } else {
-            std::cerr << "usage: smx-smtps [-c FILE]\n";
-            return 2;
-        }
-    }
-    sm::McpLink mcp;
-    try {
-        mcp = sm::McpLink::from_env();
-    } catch (const std::exception& e) {
-        std::cerr << "smx-smtps: " << e.what() << "\n";
-        return 2;
-    }
-    sm::Config cfg;
-    try {
-        cfg = sm::load_config(cfg_path);
-    } catch (const std::exception& e) {
-        const std::string why = "config " + (cfg_path.empty() ? "(defaults)" : cfg_path) + ": " +
-                                e.what();
-        std::cerr << "smx-smtps: " << why << "\n";
-        mcp.cannot_start(why);
-        return 2;
-    }
+    auto start = sm::start_child("smx-smtps", argc, argv);
+    if (!start) return 2;
+    const std::string& cfg_path = start->config_path;
+    sm::McpLink& mcp = start->mcp;
+    sm::Config& cfg = start->config;
     sm::init_logging("smtpd", cfg.log);
     sm::install_crash_handlers("smtps");
     // Why this process cannot start: to the log and to smx run, which stops.

@@ -511,9 +511,7 @@ void Session::rcpt(std::string_view arg) {
     // A recipient named twice gets one copy (postfix's duplicate filter):
     // the same local part, the domain in any case.
     // A set, not a scan of rcpts_: a client may send RCPTs without end.
-    const std::string_view domain = sm::domain_part(p->addr);
-    std::string key(p->addr.substr(0, p->addr.size() - domain.size()));
-    key += sm::lower(domain);
+    std::string key = sm::address_key(p->addr);
     if (rcpt_keys_.contains(key)) {
         spdlog::info("{}: duplicate recipient <{}> stored once", ta_id_, p->addr);
         return reply("250 2.1.5 Ok");

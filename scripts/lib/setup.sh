@@ -21,8 +21,10 @@ SMX_PACKAGES="meson ninja-build pkg-config g++ libboost1.81-dev libdb5.3++-dev
 # What `dpkg-buildpackage -b` needs besides SMX_PACKAGES (debian/control's
 # Build-Depends are those): the Debian package of README, tests/integration/test_deb.py.
 SMX_DEB_PACKAGES="debhelper build-essential"
-# What `smx run` needs: the four programs, none of the tests and tools.
-SMX_RUN_TARGETS="mcp/smx qmgr/smx-qmgr smtps/smx-smtps smtpc/smx-smtpc"
+# What `smx run` needs, and local submission: the programs, none of the
+# tests and tools.
+SMX_RUN_TARGETS="mcp/smx qmgr/smx-qmgr smtps/smx-smtps smtpc/smx-smtpc pickup/smx-pickup
+  postdrop/smx-postdrop sendmail/sendmail"
 
 smx_install_packages() {
   local missing="" p
@@ -51,11 +53,13 @@ smx_install_packages() {
 
 # Started as root, `smx run` runs SMTPS as smxs, QMGR as smxq and SMTPC as
 # smxc, each with a group of its own, and all three in the group smx that
-# shares the content files (docs/mcp.md). Creates what is missing; nothing
-# to do for another user, whose children all run as that user.
+# shares the content files (docs/mcp.md); smx-postdrop is setgid smxdrop,
+# the group that may write into the maildrop. Creates what is missing;
+# nothing to do for another user, whose children all run as that user.
 smx_add_users() {
   [ "$(id -u)" = 0 ] || return 0
   getent group smx >/dev/null || groupadd --system smx || return 1
+  getent group smxdrop >/dev/null || groupadd --system smxdrop || return 1
   local u
   for u in smxs smxq smxc; do
     getent passwd "$u" >/dev/null \

@@ -25,7 +25,21 @@ EXPECTED = {
     "usr/share/man/man8/smx-smtps.8",
     "usr/share/man/man8/smx-smtpc.8",
     "usr/share/man/man5/smx.toml.5",
-}
+    # Local submission (issue 26).
+    "usr/sbin/sendmail",
+    "usr/bin/mailq",
+    "usr/bin/newaliases",
+    "usr/libexec/smx/smx-pickup",
+    "usr/libexec/smx/smx-postdrop",
+    "usr/share/man/man8/sendmail.8",
+    "usr/share/man/man8/mailq.8",
+    "usr/share/man/man8/newaliases.8",
+    "usr/share/man/man8/smx-pickup.8",
+    "usr/share/man/man8/smx-postdrop.8",
+    # What the manual pages refer to.
+    "usr/share/doc/smx/README.md",
+} | {"usr/share/doc/smx/%s.md" % d for d in ("benchmarks", "config", "defedb", "design",
+                                             "fuzzing", "ibdb", "mcp", "operation", "qmgr")}
 
 
 def build_options():
@@ -59,8 +73,27 @@ def destdir(tmp_path):
 def test_install_puts_each_file_in_its_fhs_place(destdir):
     install(destdir)
     assert tree(destdir) == EXPECTED
-    for prog in ("usr/sbin/smx", "usr/libexec/smx/smx-qmgr"):
+    for prog in ("usr/sbin/smx", "usr/libexec/smx/smx-qmgr", "usr/sbin/sendmail",
+                 "usr/libexec/smx/smx-pickup"):
         assert os.access(destdir / prog, os.X_OK), prog
+    for alias in ("mailq", "newaliases"):
+        assert os.readlink(destdir / "usr/bin" / alias) == "../sbin/sendmail"
+    # Into a DESTDIR (a package build) the group is not set: the package
+    # does it (dpkg-statoverride), a root install into / with the group too.
+    assert os.stat(destdir / "usr/libexec/smx/smx-postdrop").st_mode & 0o7777 == 0o755
+
+
+def test_every_path_the_manual_names_is_installed(destdir):
+    """The manual pages refer to installed files only (issue 26, item 8):
+    no path of the source tree, and every /usr/share path they name is
+    there after the install."""
+    install(destdir)
+    for page in sorted((destdir / "usr/share/man").rglob("*.[0-9]")):
+        text = page.read_text().replace("\\&", "")  # roff's zero-width escapes
+        assert not re.search(r"(?<![/\w])(?:docs|perf|scripts|tests)/", text), page
+        assert "smx.toml.example" not in text, page
+        for path in re.findall(r"/usr/share/[\w/.-]*\w", text):
+            assert (destdir / path.lstrip("/")).exists(), (page.name, path)
 
 
 def keys(path):

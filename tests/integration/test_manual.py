@@ -8,7 +8,8 @@ import pytest
 
 from conftest import BUILD, REPO
 
-PAGES = ["smx.8", "smx-qmgr.8", "smx-smtps.8", "smx-smtpc.8", "smx.toml.5"]
+PAGES = ["smx.8", "smx-qmgr.8", "smx-smtps.8", "smx-smtpc.8", "smx-pickup.8", "smx-postdrop.8",
+         "sendmail.8", "smx.toml.5"]
 
 
 def render(page):
@@ -27,7 +28,8 @@ def test_page_renders(page):
     text = render(page)
     name, section = page.rsplit(".", 1)
     assert text.startswith("%s(%s)" % (name, section)), text[:200]
-    assert "\nNAME\n       %s - " % name in text
+    # A page may name several commands: "sendmail, mailq, newaliases - ...".
+    assert re.search(r"\nNAME\n       %s(, [\w-]+)* - " % re.escape(name), text), text[:300]
     assert "SEE ALSO" in text
 
 

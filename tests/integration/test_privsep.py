@@ -56,13 +56,15 @@ def test_each_child_runs_as_its_own_user_and_mail_flows(sink, make_separate, acc
     send(relay.port, "a@client.test", ["x@example.net"], b"Subject: a\r\n\r\nhello\r\n")
     wait_until(lambda: sink.count() == 1, 20, "the message at the sink")
     # Nothing in the spool is for other users: no file has a bit for others,
-    # and only the content directories let others (SMTPC) pass, not list.
+    # and only the content directories let others (SMTPC) pass, not list;
+    # the spool lets others pass to the maildrop (smx-postdrop's group).
     for d, dirs, files in os.walk(relay.spool):
         for name in files:
             assert os.lstat(os.path.join(d, name)).st_mode & 0o007 == 0, name
         for name in dirs:
             assert os.lstat(os.path.join(d, name)).st_mode & 0o006 == 0, name
-    assert stat.S_IMODE(os.stat(relay.spool).st_mode) == 0o750
+    assert stat.S_IMODE(os.stat(relay.spool).st_mode) == 0o751
+    assert stat.S_IMODE(os.stat(relay.spool + "/maildrop").st_mode) == 0o1730
 
 
 @root_only

@@ -1,10 +1,10 @@
-// Stand-in for smx-qmgr, smx-smtps and smx-smtpc (chosen by argv[0]) so the
+// Stand-in for smx-qmgr, smx-smtps, smx-smtpc and smx-pickup (chosen by argv[0]) so the
 // supervisor can be tested alone:
 //   smx-qmgr   answers HELLO and CTL requests on cfg.qmgr_socket()
 //              ("stats" → counters, "hold" → an error, else echo);
 //   smx-smtps  checks SMX_LISTEN_FDS and greets "220 fake" on each listener;
-//   smx-smtpc  idles.
-// smx-smtps and smx-smtpc say "ready" over their link to the MCP
+//   smx-smtpc, smx-pickup  idle.
+// smx-smtps, smx-smtpc and smx-pickup say "ready" over their link to the MCP
 // (SMX_MCP_FD) once they serve, and "NAME: ready" on stderr. All exit 0 on SIGTERM and 3 on SIGUSR1.
 // FAKE_EXIT=N makes a child exit N at once, FAKE_IGNORE_TERM=1 makes it
 // ignore SIGTERM, FAKE_CANNOT_START=NAME makes child NAME tell the MCP why it
@@ -122,7 +122,8 @@ int main(int argc, char** argv) {
         }
     }
     mcp.ready();
-    std::cerr << name << ": ready\n";
+    // One write: the children share the stderr the test reads.
+    std::cerr << (std::string(name) + ": ready\n");
     sm::run_or_panic(io, "fake child");
     return status;
 }

@@ -75,7 +75,7 @@ struct Sandbox {
         fs::create_directory(dir + "/bin");
         // smx finds its children next to /proc/self/exe, so copy, not link.
         fs::copy_file(SMX_BIN, dir + "/bin/smx");
-        for (std::string name : {"smx-qmgr", "smx-smtpc", "smx-smtps"}) {
+        for (std::string name : {"smx-qmgr", "smx-smtpc", "smx-smtps", "smx-pickup"}) {
             if (name == "smx-smtps" && !with_smtps) continue;
             fs::create_symlink(FAKE_CHILD_BIN, dir + "/bin/" + name);
         }
@@ -229,7 +229,7 @@ TEST_CASE("smx run: starts, passes the listener, restarts, stops on SIGTERM") {
     const pid_t qmgr1 = sb.child_pid("smx-qmgr"), smtps1 = sb.child_pid("smx-smtps");
     REQUIRE(::kill(qmgr1, SIGKILL) == 0);
     CHECK(sb.log_has("smx-qmgr killed by signal 9; restarting in 1 s"));
-    CHECK(sb.log_has("stopping smx-smtps and smx-smtpc until smx-qmgr is back"));
+    CHECK(sb.log_has("stopping smx-smtps, smx-pickup and smx-smtpc until smx-qmgr is back"));
     REQUIRE(sb.log_has("starting smx-smtps (pid ", 2));
     CHECK(sb.log_has("smx-qmgr answers on", 2));
     CHECK(sb.log_has("starting smx-smtpc (pid ", 3));

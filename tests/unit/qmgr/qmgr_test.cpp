@@ -409,7 +409,7 @@ TEST_CASE("a TA_COMMIT may name only its own content, as SMTPS made it") {
     const std::string ours = sm::new_ta_id();
     sm::set_id_stream(0);
     e.ta_id = e.cdb_id = ours;
-    CHECK(answer(e).text.find("queue manager's") != std::string::npos);
+    CHECK(answer(e).text.find("transaction id of another stream") != std::string::npos);
     // A file under its own name that is no message of the right size: a
     // link to another's file, a FIFO, a hard link, another size.
     e.ta_id = e.cdb_id = sm::new_ta_id();
@@ -773,4 +773,53 @@ TEST_CASE("content_dir and ibdb_dir outside the spool: delivery, bounce, recover
     h.stop();
     fs::remove_all(content);
     fs::remove_all(h.cfg.ibdb_dir_abs());
+}
+
+TEST_CASE("smx-pickup names ids of its own stream only, and a commit it repeats is refused while "
+          "memory or DEFEDB holds the transaction") {
+    Harness h;
+    h.connect_smtpc();
+    auto answer = [&](const sm::msg::TaCommit& e, Qmgr::From from) {
+        h.acks.clear();
+        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); },
+                       from);
+        REQUIRE(h.run_until([&] { return !h.acks.empty(); }));
+        return h.acks[0];
+    };
+    auto with_file = [&](const std::string& id) {
+        sm::msg::TaCommit e;
+        e.ta_id = e.cdb_id = id;
+        e.sender = "alice@host.example";
+        e.client_addr = "127.0.0.1";
+        e.arrival_us = h.clock().now_us();
+        e.rcpts = {{"a@example.net", ""}};
+        fs::create_directories(fs::path(h.cdb(id)).parent_path());
+        std::ofstream(h.cdb(id)) << "Subject: local\r\n\r\nbody\r\n";
+        e.size = fs::file_size(h.cdb(id));
+        return e;
+    };
+    sm::set_id_stream(sm::pickup_id_stream);
+    const auto local = with_file(sm::new_ta_id());
+    sm::set_id_stream(0);
+    // SMTPS may not name pickup's ids, nor pickup SMTPS's.
+    auto r = answer(local, Qmgr::From::smtps);
+    CHECK(r.status == sm::msg::AckStatus::reject);
+    CHECK(r.text.find("transaction id of another stream") != std::string::npos);
+    r = answer(with_file(sm::new_ta_id()), Qmgr::From::pickup);
+    CHECK(r.status == sm::msg::AckStatus::reject);
+    CHECK(r.text.find("transaction id of another stream") != std::string::npos);
+    // Its own: taken; the same again (pickup restarted before it read the
+    // ack) is a duplicate while the transaction is in memory...
+    CHECK(answer(local, Qmgr::From::pickup).status == sm::msg::AckStatus::ok);
+    r = answer(local, Qmgr::From::pickup);
+    CHECK(r.status == sm::msg::AckStatus::reject);
+    CHECK(r.text.find(sm::msg::duplicate_ta) != std::string::npos);
+    // ...and once only DEFEDB holds it.
+    REQUIRE(h.run_until([&] { return !h.delivers.empty(); }));
+    h.result(h.delivers.back(), {451});
+    REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1 && h.stat("queue_transactions") == 0; }));
+    r = answer(local, Qmgr::From::pickup);
+    CHECK(r.status == sm::msg::AckStatus::reject);
+    CHECK(r.text.find(sm::msg::duplicate_ta) != std::string::npos);
+    CHECK(h.stat("received") == 1);
 }

@@ -1,0 +1,54 @@
+// smx-pickup's service: takes each ready maildrop file (MaildropDir) and
+// commits its transaction to QMGR as SMTPS does, one at a time: TA_COMMIT,
+// and only after TA_ACK ok the maildrop file goes. It lists the maildrop
+// at start (first the p files an earlier run left mid-commit), then again
+// whenever inotify says a file was renamed or moved into it, and once a
+// minute in any case (a lost event, a retry). File work runs on a worker
+// thread; the event loop only waits.
+#pragma once
+
+#include "maildrop_dir.hpp"
+
+#include "channel.hpp"
+
+#include <boost/asio.hpp>
+#include <memory>
+
+namespace pickup {
+
+namespace asio = boost::asio;
+
+class Pickup {
+public:
+    Pickup(asio::io_context& io, MaildropDir& dir, std::shared_ptr<sm::Channel> qmgr,
+           asio::thread_pool& pool);
+
+    // Watches the maildrop (before the first listing, so that nothing
+    // renamed in between is missed); throws std::runtime_error when inotify
+    // cannot.
+    void watch();
+    // Runs until stop() (0) or until QMGR does not answer a commit (75: the
+    // MCP starts us again, and the commit is resumed).
+    asio::awaitable<int> run();
+    void stop();
+
+private:
+    asio::awaitable<void> read_events();
+    // Does what o says; false when QMGR is lost.
+    asio::awaitable<bool> handle(Outcome o);
+    // TA_COMMIT and its TA_ACK; nullopt when none came.
+    asio::awaitable<std::optional<sm::msg::TaAck>> commit(const Taken& t);
+
+    asio::io_context& io_;
+    MaildropDir& dir_;
+    std::shared_ptr<sm::Channel> qmgr_;
+    asio::thread_pool& pool_;
+    asio::posix::stream_descriptor events_;
+    asio::steady_timer wake_;
+    std::uint64_t next_req_ = 0;
+    bool changed_ = false;     // inotify saw a new file since the last listing
+    bool retry_soon_ = false;  // a tempfail or a write error: list again in a few seconds
+    bool stopping_ = false;
+};
+
+} // namespace pickup
