@@ -144,5 +144,5 @@ def test_an_open_relay_host_bits_and_bad_domains_are_warnings_smx_run_logs_too(s
     assert r.returncode == 0 and r.stdout.startswith("config OK")
     assert r.stderr == "".join("smx: warning: %s\n" % w for w in warnings)
     relay.start()
-    wait_until(lambda: all("smx/mcp[%d]: config: %s\n" % (relay.proc.pid, w) in relay.log_text()
+    wait_until(lambda: all("smx/mcp[%d]: warning: config: %s\n" % (relay.proc.pid, w) in relay.log_text()
                            for w in warnings), 10, "the warnings logged")
