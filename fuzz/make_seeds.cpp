@@ -23,7 +23,7 @@ void put(const fs::path& dir, const std::string& name, const std::string& bytes)
 
 TaCommit sample() {
     TaCommit t;
-    t.ta_id = t.cdb_id = "6B05B3564B3F00000";
+    t.ta_id = t.content_id = "6B05B3564B3F00000";
     t.client_addr = "192.0.2.1";
     t.client_name = "unknown";
     t.helo = "client.example";
@@ -47,12 +47,12 @@ int main(int argc, char** argv) {
     put(out / "record", "hello", encode(Hello{"smtps", protocol_version, 42}));
     put(out / "record", "ta_commit", encode(ta, 7));
     TaCommit in_segment = ta;
-    in_segment.cdb_id = "6B05B3564B3E00001+1A28";
+    in_segment.content_id = "6B05B3564B3E00001+1A28";
     put(out / "record", "ta_commit_segment", encode(in_segment, 8));
     put(out / "record", "ta_ack", encode(TaAck{ta.ta_id, AckStatus::tempfail, "4.3.0 x"}, 7));
     put(out / "record", "smtps_load", encode(SmtpsLoad{1, 1000, 100, 7}));
     put(out / "record", "deliver",
-        encode(Deliver{9, ta.ta_id, ta.cdb_id, ta.sender, ta.size,
+        encode(Deliver{9, ta.ta_id, ta.content_id, ta.sender, ta.size,
                        {{0, "a@example.net", ""}, {1, "b@example.net", ""}}, {"[127.0.0.1]:25", "mx"}, ""}));
     put(out / "record", "result",
         encode(Result{9, "mx[192.0.2.2]:25", {{0, 250, "2.0.0", "Ok"}, {1, 550, "5.1.1", "no"}}}, 9));

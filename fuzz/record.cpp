@@ -1,6 +1,6 @@
 // The record decoder: a frame header, then the body decoded as every record
 // type. Oracles: what decodes re-encodes to something that decodes again;
-// a TA_COMMIT's cdb-id that parses as a content segment reference has that
+// a TA_COMMIT's content-id that parses as a content segment reference has that
 // one spelling.
 #include "content_segment.hpp"
 #include "messages.hpp"
@@ -42,8 +42,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     round_trip<sm::msg::CtlReply>(f);
     std::string err;
     if (auto ta = sm::msg::decode<sm::msg::TaCommit>(f, err))
-        if (auto ref = sm::content::parse_segment_ref(ta->cdb_id))
-            if (sm::content::segment_ref(ref->segment, ref->offset) != ta->cdb_id) std::abort();
+        if (auto ref = sm::content::parse_segment_ref(ta->content_id))
+            if (sm::content::segment_ref(ref->segment, ref->offset) != ta->content_id) std::abort();
     if (auto env = sm::msg::envelope_from_bytes(f.body, err))
         if (!sm::msg::envelope_from_bytes(sm::msg::envelope_bytes(*env), err)) std::abort();
     return 0;

@@ -1,4 +1,4 @@
-// Transaction ids, the CDB file layout, and the clock.
+// Transaction ids and the clock.
 #pragma once
 
 #include <cstdint>
@@ -30,10 +30,6 @@ bool valid_ta_id(std::string_view id);
 std::uint64_t ta_id_time_us(std::string_view id);
 // The stream a valid id was made in (set_id_stream).
 unsigned ta_id_stream(std::string_view id);
-
-// <content_dir>/XX/<id> (hashed: XX = two hex digits of a hash of the id)
-// or <content_dir>/<id>; content_dir is Config::content_dir_abs().
-std::string cdb_path(const std::string& content_dir, std::string_view id, bool hashed);
 
 std::uint64_t now_us();
 

@@ -53,8 +53,8 @@ struct TaCommit {
     std::string sender;       // empty for the null sender <>
     std::string params;       // ESMTP MAIL parameters
     std::vector<Recipient> rcpts;
-    std::string cdb_id;
-    std::uint64_t size = 0;        // bytes in the CDB file
+    std::string content_id;
+    std::uint64_t size = 0;        // bytes in the content file
     std::uint64_t arrival_us = 0;  // unix time in microseconds
 };
 
@@ -91,7 +91,7 @@ struct DeliverRcpt {
 struct Deliver {
     std::uint64_t da_id = 0;
     std::string ta_id;
-    std::string cdb_id;
+    std::string content_id;
     std::string sender;
     std::uint64_t size = 0;
     std::vector<DeliverRcpt> rcpts;

@@ -55,7 +55,7 @@ std::vector<gid_t> own_groups(const RunAs& r) {
     return groups;
 }
 
-// <content_dir>/00 .. FF: the same upper-case hex names as sm::cdb_path().
+// <content_dir>/00 .. FF: the same upper-case hex names as sm::content::file_path().
 std::string hashed_dir(int i) {
     static const char hex[] = "0123456789ABCDEF";
     return {hex[i >> 4], hex[i & 15]};
@@ -209,17 +209,17 @@ bool make_dirs_as_root(const sm::Config& cfg, const Accounts& a, std::string& er
     // Content: QMGR owns it (bounces, unlinks); SMTPS creates files through
     // its own group, and the sticky bit keeps it from removing QMGR's;
     // SMTPC may only pass through (other: x) and read (files 0640, group smx).
-    const Layout cdb{a.qmgr.uid, a.smtps_group, 01771, a.group, 0640};
+    const Layout content_layout{a.qmgr.uid, a.smtps_group, 01771, a.group, 0640};
     const std::string content = cfg.content_dir_abs();
     Fd c = open_store(top.get(), spool, content, err);
-    if (c.get() < 0 || !lay_out(c.get(), content, cdb, err)) return false;
+    if (c.get() < 0 || !lay_out(c.get(), content, content_layout, err)) return false;
     // The content segments' directory is laid out as the hashed ones.
     std::vector<std::string> subdirs{"segments"};
     if (cfg.queue.cdb_hashed)
         for (int i = 0; i < 256; ++i) subdirs.push_back(hashed_dir(i));
     for (const auto& name : subdirs) {
         Fd d = open_dir(c.get(), name, content + "/" + name, err);
-        if (d.get() < 0 || !lay_out(d.get(), content + "/" + name, cdb, err)) return false;
+        if (d.get() < 0 || !lay_out(d.get(), content + "/" + name, content_layout, err)) return false;
     }
     // The maildrop is smx-pickup's (it runs as SMTPS's account), which takes
     // files out of it; smx-postdrop's group may create files in it but not

@@ -85,7 +85,7 @@ public:
     }
     ~FileStore() { ::close(dirfd_); }
     void write(long id, const std::string& data) {
-        const std::string path = sm::cdb_path(dir_, ta_id(id), true);
+        const std::string path = sm::content::file_path(dir_, ta_id(id), true);
         int fd = -1;
         int err = sm::content::create(path, fd);
         if (!err) err = sm::content::write_all(fd, data);

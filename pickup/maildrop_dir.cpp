@@ -155,7 +155,7 @@ std::string MaildropDir::received(const Taken& t) const {
 }
 
 MaildropDir::Copy MaildropDir::copy(int fd, const Checked& c, Taken& t, std::string& why) const {
-    const std::string path = sm::cdb_path(content_, t.id, cfg_.queue.cdb_hashed);
+    const std::string path = sm::content::file_path(content_, t.id, cfg_.queue.cdb_hashed);
     int out = -1;
     int err = sm::content::create(path, out);
     if (err) {

@@ -132,7 +132,7 @@ asio::awaitable<std::optional<sm::msg::TaAck>> Pickup::commit(const Taken& t) {
     ta.sender = t.env.sender;
     ta.params = t.eight_bit ? "BODY=8BITMIME" : "";
     for (const auto& r : t.env.rcpts) ta.rcpts.push_back({r, {}});
-    ta.cdb_id = t.id;
+    ta.content_id = t.id;
     ta.size = t.size;
     ta.arrival_us = t.env.arrival_us;
     const std::uint64_t req = ++next_req_;

@@ -167,11 +167,11 @@ asio::awaitable<std::pair<int, std::uint64_t>> Bouncer::write_dsn(
     const bool full = kind == Kind::failure && sm::dsn::ret_full(env->params) &&
                       cfg_.server.in_relay_networks(env->client_addr);
     auto job = [env, rcpts = std::move(rcpts), rep = std::move(rep), full, sync_name = sync_names_,
-                store = store_, path = sm::cdb_path(store_.dir, dsn_id, store_.hashed)]() mutable {
+                store = store_, path = sm::content::file_path(store_.dir, dsn_id, store_.hashed)]() mutable {
         std::string err;
         sm::content::Body body;
         // Without the original headers the report still says what failed.
-        if (body.open(store, env->cdb_id, env->ta_id, env->size) == 0) {
+        if (body.open(store, env->content_id, env->ta_id, env->size) == 0) {
             // Over max_returned_message only the headers go back.
             if (auto m = full ? dsn::read_message(body, err) : std::nullopt) rep.original_message = *m;
             else if (auto h = dsn::read_header_section(body, err)) rep.original_headers = *h;
@@ -187,7 +187,7 @@ asio::awaitable<std::pair<int, std::uint64_t>> Bouncer::write_dsn(
 sm::msg::TaCommit Bouncer::dsn_commit(const std::string& dsn_id, const std::string& to,
                                       std::uint64_t size) {
     sm::msg::TaCommit d;
-    d.ta_id = d.cdb_id = dsn_id;
+    d.ta_id = d.content_id = dsn_id;
     d.client_addr = "127.0.0.1";
     d.client_name = "localhost";
     d.helo = cfg_.server.hostname;

@@ -187,11 +187,11 @@ asio::awaitable<std::optional<std::size_t>> Qmgr::hold_ta(std::string id, bool h
 // is marked deleted, its deferrals not yet handed to DEFEDB are not written,
 // its recipients waiting here are dropped (one in flight has its result
 // dropped). Returns how many open recipients memory held that DEFEDB does
-// not count; cdb: its content file, if any.
-std::size_t Qmgr::forget(Ta& ta, std::string& cdb) {
+// not count; content: its content file, if any.
+std::size_t Qmgr::forget(Ta& ta, std::string& content) {
     std::size_t here = 0;
     queue_.mark_deleted(ta);
-    cdb = Reaper::file_of(ta, true);
+    content = Reaper::file_of(ta, true);
     std::vector<bool> unparked(ta.rcpts().size());
     for (auto i : deferred_.cancel_parks(ta.id)) unparked[i] = true;
     for (std::uint32_t i = 0; i < ta.rcpts().size(); ++i) {
@@ -209,12 +209,12 @@ std::size_t Qmgr::forget(Ta& ta, std::string& cdb) {
 // error.
 asio::awaitable<std::optional<std::size_t>> Qmgr::delete_ta(std::string id) {
     std::size_t here = 0;
-    std::string cdb = id;
-    if (Ta* ta = queue_.find(id); ta && !ta->deleted()) here = forget(*ta, cdb);
+    std::string content = id;
+    if (Ta* ta = queue_.find(id); ta && !ta->deleted()) here = forget(*ta, content);
     const auto n = co_await deferred_.remove_ta(id);
     if (!n) co_return std::nullopt;
     if (here + *n == 0) co_return 0;
-    reaper_.drop(id, cdb);
+    reaper_.drop(id, content);
     spdlog::info("{}: removed (deleted by operator, {} recipients)", id, here + *n);
     co_return here + *n;
 }

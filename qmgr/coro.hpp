@@ -1,5 +1,5 @@
 // QMGR's coroutine plumbing: blocking work on the worker pool awaited from
-// the event loop (SMTPS's CdbWriter::commit does the same), and the group of
+// the event loop (SMTPS's ContentWriter::commit does the same), and the group of
 // coroutines a component runs, so that shutdown can wait until each has
 // exited before the pool and the io_context go (qmgr/main.cpp).
 #pragma once

@@ -49,19 +49,19 @@ int write_copy(const sm::content::Body& body, const std::string& path) {
 // the envelope names the missing copy, to be quarantined when due.
 bool copy_out(const sm::content::Store& store, sm::msg::TaCommit& env) {
     if (has_defedb_copy(store, env)) {
-        env.cdb_id = env.ta_id;  // copied for an earlier batch
+        env.content_id = env.ta_id;  // copied for an earlier batch
         return true;
     }
     sm::content::Body body;
-    const int err = body.open(store, env.cdb_id, env.ta_id, env.size, nullptr, true);
-    const std::string from = std::exchange(env.cdb_id, env.ta_id);
+    const int err = body.open(store, env.content_id, env.ta_id, env.size, nullptr, true);
+    const std::string from = std::exchange(env.content_id, env.ta_id);
     if (err) {
         spdlog::error("{}: content segment record {} unusable ({}): not copied for DEFEDB; "
                       "the transaction is quarantined",
                       env.ta_id, from, err == ENOENT ? "missing" : body.why());
         return false;
     }
-    if (const int e = write_copy(body, sm::cdb_path(store.dir, env.ta_id, store.hashed)))
+    if (const int e = write_copy(body, sm::content::file_path(store.dir, env.ta_id, store.hashed)))
         throw DefedbError(env.ta_id + ": copy of its content for DEFEDB: " + std::strerror(e),
                           false);
     return true;
@@ -123,8 +123,8 @@ void DeferredQueue::remove(const std::string& ta_id, std::uint32_t idx) {
     kick();
 }
 
-void DeferredQueue::check(const std::string& ta_id, const std::string& cdb_id) {
-    checks_.push_back(Check{ta_id, cdb_id});
+void DeferredQueue::check(const std::string& ta_id, const std::string& content_id) {
+    checks_.push_back(Check{ta_id, content_id});
     kick();
 }
 
@@ -184,7 +184,7 @@ asio::awaitable<void> DeferredQueue::writer() {
                 if (added) {
                     fresh.push_back(DeferredTa{*p.env, {}});
                     auto& env = fresh.back().envelope;
-                    if (sm::content::parse_segment_ref(env.cdb_id) && !copy_out(store, env))
+                    if (sm::content::parse_segment_ref(env.content_id) && !copy_out(store, env))
                         unusable.insert(env.ta_id);
                 }
                 fresh[it->second].rcpts.push_back(p.rec);
@@ -287,7 +287,7 @@ asio::awaitable<void> DeferredQueue::fetch() {
             std::erase_if(out.tas, [&](const DeferredTa& t) {
                 std::string why;
                 // The content its due recipients need.
-                if (sm::content::check_read(store.dir, t.envelope.cdb_id, store.hashed,
+                if (sm::content::check_read(store.dir, t.envelope.content_id, store.hashed,
                                             sm::content::message_file(store.writers, t.envelope.size),
                                             why) == 0)
                     return false;
@@ -297,10 +297,10 @@ asio::awaitable<void> DeferredQueue::fetch() {
                 db.remove_ta(t.envelope.ta_id);
                 if (err.empty())
                     spdlog::error("{}: content {} {}; deferred envelope saved as {}/{}",
-                                  t.envelope.ta_id, t.envelope.cdb_id, why, qdir, name);
+                                  t.envelope.ta_id, t.envelope.content_id, why, qdir, name);
                 else
                     spdlog::error("{}: content {} {}; deferred envelope not saved ({})",
-                                  t.envelope.ta_id, t.envelope.cdb_id, why, err);
+                                  t.envelope.ta_id, t.envelope.content_id, why, err);
                 ++out.quarantined;
                 return true;
             });

@@ -47,7 +47,7 @@ public:
     };
     // A transaction that left memory: does DEFEDB still hold some of it?
     struct Check {
-        std::string ta_id, cdb_id;
+        std::string ta_id, content_id;
     };
     struct Hooks {
         // These parks are durable in DEFEDB; DEFEDB holds nothing of `gone`.
@@ -74,7 +74,7 @@ public:
     // Queued for the next batch.
     void park(const Ta& ta, std::uint32_t idx, std::uint64_t until_us);
     void remove(const std::string& ta_id, std::uint32_t idx);
-    void check(const std::string& ta_id, const std::string& cdb_id);
+    void check(const std::string& ta_id, const std::string& content_id);
     // `smx delete`: parks of ta_id not yet written are not written; returns
     // their recipient indexes.
     std::vector<std::uint32_t> cancel_parks(const std::string& ta_id);

@@ -121,7 +121,7 @@ std::string DiskSpace::admit(const sm::msg::TaCommit& env) {
     if (!content_) return {};
     // The content is on disk already; a segment's record is copied out
     // when it is first deferred.
-    const std::uint64_t copy = sm::content::parse_segment_ref(env.cdb_id) ? env.size : 0;
+    const std::uint64_t copy = sm::content::parse_segment_ref(env.content_id) ? env.size : 0;
     auto claim = content_->account->claim(0, copy);
     if (!claim) return content_->dir;
     claim->written();

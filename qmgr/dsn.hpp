@@ -48,7 +48,7 @@ struct Report {
     std::string reporting_mta;    // cfg.server.hostname
     std::string dsn_id;           // ta-id of the DSN transaction (Message-ID, boundary)
     std::uint64_t now_us = 0;     // Date:
-    std::string original_headers; // read_header_section() of the original CDB file
+    std::string original_headers; // read_header_section() of the original content file
     std::string original_message; // not empty: the whole original, returned instead of its headers
 };
 

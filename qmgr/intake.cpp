@@ -70,7 +70,7 @@ void Qmgr::intake(sm::msg::TaCommit env, std::uint64_t req_id, Send reply, From 
         reply(sm::msg::encode(sm::msg::TaAck{env.ta_id, st, std::move(text)}, req_id));
     };
     std::string why;
-    const auto ref = sm::content::parse_segment_ref(env.cdb_id);
+    const auto ref = sm::content::parse_segment_ref(env.content_id);
     if (!sm::valid_ta_id(env.ta_id)) {
         why = "invalid transaction id";
     } else if (const unsigned stream = sm::ta_id_stream(env.ta_id);
@@ -79,9 +79,9 @@ void Qmgr::intake(sm::msg::TaCommit env, std::uint64_t req_id, Send reply, From 
         // Our own ids (DSNs), and pickup's: SMTPS and smx-pickup may only
         // ever name transactions they made.
         why = "transaction id of another stream";
-    } else if (!sm::content::valid_content_id(env.cdb_id)) {
+    } else if (!sm::content::valid_content_id(env.content_id)) {
         why = "invalid content id";
-    } else if (!ref && env.cdb_id != env.ta_id) {
+    } else if (!ref && env.content_id != env.ta_id) {
         // A content file is named by its transaction: never another's.
         why = "content file of another transaction";
     } else if (ref && env.size > sm::content::segment_record_max) {
@@ -107,7 +107,7 @@ void Qmgr::intake(sm::msg::TaCommit env, std::uint64_t req_id, Send reply, From 
             std::string bad;
             const sm::content::Expect smtps_file{store_.writers.smtps, store_.writers.smtps,
                                                  env.size, true};
-            if (const int err = sm::content::check_read(store_.dir, env.cdb_id, store_.hashed,
+            if (const int err = sm::content::check_read(store_.dir, env.content_id, store_.hashed,
                                                         smtps_file, bad))
                 gone = (err == ENOENT ? "Content file missing: " : "Content file: ") + bad;
         }
@@ -157,7 +157,7 @@ void Qmgr::committed(const std::string& id, std::uint64_t req_id, const Send& re
         // Nothing will ever name the content: it goes now (SMTPS removes
         // it too on a tempfail; whoever comes second finds nothing).
         spdlog::error("{}: envelope log write failed: {}", id, error);
-        if (ta) reaper_.discard(ta->cdb_id());
+        if (ta) reaper_.discard(ta->content_id());
         queue_.abandon(id);
         ++counters_.tempfailed;
         reply(sm::msg::encode(sm::msg::TaAck{id, AckStatus::tempfail, no_storage}, req_id));

@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     }
 
     asio::io_context io(1);
-    // IBDB's commits (two may sync side by side on a slow device), the CDB
+    // IBDB's commits (two may sync side by side on a slow device), the content store
     // unlinks and DEFEDB: three threads, so that the rest does not wait for
     // two slow syncs. It outlives IBDB, whose destructor may wait for a
     // write out on it.

@@ -140,14 +140,14 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
 // held some of it.
 void Qmgr::check_ta(Ta& ta) {
     if (ta.open() > 0) return;
-    const std::string id = ta.id, cdb = Reaper::file_of(ta);
+    const std::string id = ta.id, content = Reaper::file_of(ta);
     const auto verdict = Reaper::verdict(ta);
     sched_.forget(ta);
     queue_.retire(ta);
     switch (verdict) {
     case Reaper::Verdict::keep: return;
-    case Reaper::Verdict::now: return reaper_.finish(id, cdb);
-    case Reaper::Verdict::ask_defedb: return deferred_.check(id, cdb);
+    case Reaper::Verdict::now: return reaper_.finish(id, content);
+    case Reaper::Verdict::ask_defedb: return deferred_.check(id, content);
     }
 }
 
@@ -165,7 +165,7 @@ void Qmgr::parked(std::vector<DeferredQueue::Park> parks, std::vector<DeferredQu
         if (Ta* ta = queue_.find(id)) check_ta(*ta);
     // A transaction DEFEDB no longer holds and memory does not either: done.
     for (const auto& c : gone)
-        if (!queue_.find(c.ta_id)) reaper_.finish(c.ta_id, c.cdb_id);
+        if (!queue_.find(c.ta_id)) reaper_.finish(c.ta_id, c.content_id);
 }
 
 void Qmgr::got_due(std::vector<DeferredTa> tas) {

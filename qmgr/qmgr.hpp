@@ -93,7 +93,7 @@ public:
          Defedb& defedb, const sm::Clock& clock = sm::system_clock());
 
     // Start-up: puts the transactions IBDB recovered back in the queue,
-    // starts the DEFEDB timer and checkpoints, and the orphan CDB sweep
+    // starts the DEFEDB timer and checkpoints, and the orphan content sweep
     // (every orphan_age / 2, in the background).
     void restore(std::vector<RecoveredTa> tas);
 
@@ -180,13 +180,13 @@ private:
     // A transaction whose content SMTPC found unusable: its envelope to
     // quarantine/, and it leaves memory at once and DEFEDB after.
     void quarantine(Ta& ta, const std::string& why);
-    asio::awaitable<void> drop_deferred(std::string id, std::string cdb, std::size_t here);
+    asio::awaitable<void> drop_deferred(std::string id, std::string content, std::size_t here);
     // control.cpp
     asio::awaitable<void> ctl_flush(CtlDone done);
     asio::awaitable<void> ctl_ids(sm::msg::CtlRequest req, CtlDone done);
     asio::awaitable<std::optional<std::size_t>> hold_ta(std::string id, bool hold);
     asio::awaitable<std::optional<std::size_t>> delete_ta(std::string id);
-    std::size_t forget(Ta& ta, std::string& cdb);
+    std::size_t forget(Ta& ta, std::string& content);
     // metrics.cpp: counts DEFEDB's recipients by domain for deferred_by_domain.
     asio::awaitable<void> scan_deferred_domains(std::uint64_t now);
     // queue_report.cpp: queue, qshape, show; requeue

@@ -120,7 +120,7 @@ public:
     bool deleted() const { return deleted_; }  // `smx delete`: results are dropped
 
     const std::string& sender() const { return env->sender; }
-    const std::string& cdb_id() const { return env->cdb_id; }
+    const std::string& content_id() const { return env->content_id; }
     std::uint64_t size() const { return env->size; }
     std::uint64_t arrival_us() const { return env->arrival_us; }
     // When it came into memory this time (intake, recovery, due from DEFEDB).

@@ -45,7 +45,7 @@ struct Line {
 };
 struct Entry {
     std::uint64_t size = 0, arrival_us = 0;
-    std::string sender, cdb_id, client;
+    std::string sender, content_id, client;
     std::map<std::uint32_t, Line> rcpts;
 };
 using Listing = std::map<std::string, Entry>;
@@ -247,10 +247,10 @@ std::string render_qshape(const Listing& all, std::uint64_t now_us) {
 std::string read_headers(const sm::content::Store& store, const std::string& id, const Entry& e) {
     sm::content::Body body;
     std::string buf;
-    int err = body.open(store, e.cdb_id, id, e.size);
-    if (err) return fmt::format("(content {}: {})\n", e.cdb_id, err == ENOENT ? "missing" : body.why());
+    int err = body.open(store, e.content_id, id, e.size);
+    if (err) return fmt::format("(content {}: {})\n", e.content_id, err == ENOENT ? "missing" : body.why());
     if ((err = body.read_at(0, max_header, buf)))
-        return fmt::format("(content {}: {})\n", e.cdb_id, std::strerror(err));
+        return fmt::format("(content {}: {})\n", e.content_id, std::strerror(err));
     std::string out;
     bool cut = true;
     for (std::size_t pos = 0; pos < buf.size();) {
@@ -294,10 +294,10 @@ sm::msg::CtlReply render_show(const sm::content::Store& store, const Options& o,
     }
     sm::content::Body body;
     std::string page;
-    if (int err = body.open(store, e.cdb_id, o.id, e.size))
-        return {1, fmt::format("content {}: {}", e.cdb_id, err == ENOENT ? "missing" : body.why())};
+    if (int err = body.open(store, e.content_id, o.id, e.size))
+        return {1, fmt::format("content {}: {}", e.content_id, err == ENOENT ? "missing" : body.why())};
     if (int err = body.read_at(*o.content_from, content_page, page))
-        return {1, fmt::format("content {}: {}", e.cdb_id, std::strerror(err))};
+        return {1, fmt::format("content {}: {}", e.content_id, std::strerror(err))};
     return {0, std::move(page)};
 }
 
@@ -306,7 +306,7 @@ void merge(Listing& all, const DeferredTa& t) {
     e.size = t.envelope.size;
     e.arrival_us = t.envelope.arrival_us;
     e.sender = t.envelope.sender;
-    e.cdb_id = t.envelope.cdb_id;
+    e.content_id = t.envelope.content_id;
     if (!t.envelope.client_addr.empty())
         e.client = t.envelope.client_name + "[" + t.envelope.client_addr + "]";
     for (const auto& r : t.rcpts)
@@ -324,7 +324,7 @@ std::shared_ptr<Listing> copy_active(const ActiveQueue& queue, const std::string
         e.size = ta.size();
         e.arrival_us = ta.arrival_us();
         e.sender = ta.sender();
-        e.cdb_id = ta.cdb_id();
+        e.content_id = ta.content_id();
         e.client = ta.env->client_name + "[" + ta.env->client_addr + "]";
         for (std::uint32_t i = 0; i < ta.rcpts().size(); ++i) {
             const Rcpt& r = ta.rcpt(i);

@@ -1,4 +1,4 @@
-// The content reaper: the one place that decides a content (CDB) file may
+// The content reaper: the one place that decides a content file may
 // go, and the only code that removes one (postfix's qmgr removes a queue
 // file only from qmgr_message.c, once no recipient needs it).
 //
@@ -43,17 +43,17 @@ public:
     static std::string file_of(const Ta& ta, bool any_copy = false);
 
     // Every recipient is final: IBDB ta_done, then the unlink; logs "removed".
-    void finish(const std::string& id, const std::string& cdb_id);
+    void finish(const std::string& id, const std::string& content_id);
     // The same without the log line (`smx delete` logs its own).
-    void drop(const std::string& id, const std::string& cdb_id);
+    void drop(const std::string& id, const std::string& content_id);
     // Content that no envelope will ever name (its IBDB record was never
     // written): unlinked now. An empty id or a segment reference: nothing.
-    void discard(const std::string& cdb_id);
+    void discard(const std::string& content_id);
 
     // The orphan sweep: a file unlinked while it runs is not an orphan,
     // whatever the sweep listed when it started.
     void sweep_begin();
-    bool unlinked_during_sweep(const std::string& cdb_id) const;
+    bool unlinked_during_sweep(const std::string& content_id) const;
     void sweep_end();
 
 private:

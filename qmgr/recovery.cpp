@@ -3,6 +3,7 @@
 // timer starts reading the index head. Then the orphan sweeper starts.
 #include "qmgr.hpp"
 
+#include "content_file.hpp"
 #include "content_segment.hpp"
 #include "ids.hpp"
 #include "quarantine.hpp"
@@ -26,7 +27,7 @@ struct Content {
     bool found = true;   // something of it is there to keep beside the envelope
     std::string where;   // for the log: the file, or the segment record
     std::string what;    // why it is not whole
-    std::string cdb_id;  // what names it (a DEFEDB copy may stand in for a record)
+    std::string content_id;  // what names it (a DEFEDB copy may stand in for a record)
 };
 
 // A segment record must be whole and match its CRC: a power cut during a
@@ -40,19 +41,19 @@ struct Content {
 // message, or one SMTPS's account swapped for a link since.
 Content content_of(const sm::content::Store& store, const sm::msg::TaCommit& env, bool segment) {
     Content c;
-    c.where = segment ? "segment record " + env.cdb_id
-              : sm::valid_ta_id(env.cdb_id) ? sm::cdb_path(store.dir, env.cdb_id, store.hashed)
+    c.where = segment ? "segment record " + env.content_id
+              : sm::valid_ta_id(env.content_id) ? sm::content::file_path(store.dir, env.content_id, store.hashed)
                                              : std::string("(invalid id)");
     sm::content::Body body;
-    const int err = body.open(store, env.cdb_id, env.ta_id, env.size, nullptr, segment);
+    const int err = body.open(store, env.content_id, env.ta_id, env.size, nullptr, segment);
     if (!err) {
         c.whole = true;
-        c.cdb_id = env.cdb_id;
+        c.content_id = env.content_id;
         return c;
     }
     if (segment && has_defedb_copy(store, env)) {
         c.whole = true;
-        c.cdb_id = env.ta_id;
+        c.content_id = env.ta_id;
         return c;
     }
     c.found = err != ENOENT && err != EINVAL;
@@ -65,12 +66,12 @@ Content content_of(const sm::content::Store& store, const sm::msg::TaCommit& env
 void quarantine_content(const sm::content::Store& store, const sm::msg::TaCommit& env,
                         const std::string& qdir) {
     const std::string name = "cdb-" + env.ta_id;
-    const auto ref = sm::content::parse_segment_ref(env.cdb_id);
+    const auto ref = sm::content::parse_segment_ref(env.content_id);
     int err = 0;
     std::string why;
     if (!ref) {
         const sm::content::Expect upto{store.writers.smtps, store.writers.qmgr, env.size, false};
-        err = quarantine_move(sm::cdb_path(store.dir, env.cdb_id, store.hashed), qdir, name, upto,
+        err = quarantine_move(sm::content::file_path(store.dir, env.content_id, store.hashed), qdir, name, upto,
                               why);
     } else {
         int fd = -1;
@@ -90,7 +91,7 @@ void quarantine_content(const sm::content::Store& store, const sm::msg::TaCommit
         }
     }
     if (err)
-        spdlog::error("{}: its content {} not kept in {}/{}: {}", env.ta_id, env.cdb_id, qdir,
+        spdlog::error("{}: its content {} not kept in {}/{}: {}", env.ta_id, env.content_id, qdir,
                       name, why);
 }
 
@@ -100,7 +101,7 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
     std::size_t restored = 0;
     for (auto& rt : tas) {
         auto& env = rt.envelope;
-        const bool segment = sm::content::parse_segment_ref(env.cdb_id).has_value();
+        const bool segment = sm::content::parse_segment_ref(env.content_id).has_value();
         Content c = content_of(store_, env, segment);
         // With every recipient done nothing needs a segment record (it may
         // have gone once the transaction left memory before the crash).
@@ -128,10 +129,10 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
             ibdb_.ta_done(env.ta_id);
             continue;
         }
-        if (c.whole && c.cdb_id != env.cdb_id) {
+        if (c.whole && c.content_id != env.content_id) {
             spdlog::info("{}: content segment record {} gone; its DEFEDB copy stands in",
-                         env.ta_id, env.cdb_id);
-            env.cdb_id = c.cdb_id;
+                         env.ta_id, env.content_id);
+            env.content_id = c.content_id;
         }
         // Those IBDB marks deferred stay closed: DEFEDB's timer brings them back.
         Ta* ta = queue_.admit_recovered(env, rt.rcpt_done, rt.rcpt_deferred);

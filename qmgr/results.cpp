@@ -84,8 +84,8 @@ void Qmgr::quarantine(Ta& ta, const std::string& why) {
     // forget() may take ta out of memory: what is needed of it is copied first.
     const std::string id = ta.id, qdir = cfg_.quarantine_dir_abs(), name = id + ".envelope";
     const std::string err = quarantine_write(qdir, name, sm::msg::envelope_bytes(*ta.env));
-    std::string cdb = id;
-    const std::size_t here = forget(ta, cdb);
+    std::string content = id;
+    const std::size_t here = forget(ta, content);
     ++counters_.quarantined;
     if (err.empty())
         spdlog::error("{}: content unusable ({}): quarantined, envelope saved as {}/{}", id, why,
@@ -93,14 +93,14 @@ void Qmgr::quarantine(Ta& ta, const std::string& why) {
     else
         spdlog::error("{}: content unusable ({}): quarantined, envelope not saved ({})", id, why,
                       err);
-    tasks_.spawn(ex_, drop_deferred(id, cdb, here), "quarantine");
+    tasks_.spawn(ex_, drop_deferred(id, content, here), "quarantine");
 }
 
 // DEFEDB's part and the content file: the rest of a quarantine.
-asio::awaitable<void> Qmgr::drop_deferred(std::string id, std::string cdb, std::size_t here) {
+asio::awaitable<void> Qmgr::drop_deferred(std::string id, std::string content, std::size_t here) {
     const auto n = co_await deferred_.remove_ta(id);
     if (!n) spdlog::error("{}: not removed from DEFEDB after its quarantine (see above)", id);
-    reaper_.drop(id, cdb);
+    reaper_.drop(id, content);
     spdlog::info("{}: removed (quarantined, {} recipients)", id, here + n.value_or(0));
 }
 

@@ -219,7 +219,7 @@ void Scheduler::dispatch(Dest& d, Link& l, std::uint64_t now) {
     sm::msg::Deliver m;
     m.da_id = next_da_++;
     m.ta_id = ta.id;
-    m.cdb_id = ta.cdb_id();
+    m.content_id = ta.content_id();
     m.sender = ta.sender();
     m.size = ta.size();
     m.params = ta.env->params;

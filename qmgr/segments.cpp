@@ -71,7 +71,7 @@ asio::awaitable<void> Segments::sweep() {
     fds_.close_before(cutoff);
     std::unordered_set<std::string> named;
     queue_.for_each([&](const Ta& ta) {
-        if (auto ref = sm::content::parse_segment_ref(ta.cdb_id())) named.insert(ref->segment);
+        if (auto ref = sm::content::parse_segment_ref(ta.content_id())) named.insert(ref->segment);
     });
     co_await asio::async_initiate<const asio::use_awaitable_t<>, void()>(
         [this](auto handler) {

@@ -30,12 +30,12 @@ std::vector<std::string> old_content_files(const std::string& content,
     return ids;
 }
 
-// The content files the active queue may name: a CDB id is the id of the
+// The content files the active queue may name: a content id is the id of the
 // transaction that wrote it; one in a content segment may have a DEFEDB copy.
-std::unordered_set<std::string> queued_cdb_ids(const ActiveQueue& queue) {
+std::unordered_set<std::string> queued_content_ids(const ActiveQueue& queue) {
     std::unordered_set<std::string> ids;
     queue.for_each([&](const Ta& ta) {
-        ids.insert(ta.cdb_id());
+        ids.insert(ta.content_id());
         ids.insert(ta.id);
     });
     return ids;
@@ -86,7 +86,7 @@ asio::awaitable<void> OrphanSweeper::sweep() {
     auto list = [content = content_, cutoff] { return old_content_files(content, cutoff); };
     auto old = co_await run_on(workers_.get_executor(), std::move(list));
     if (!stopped_) {
-        std::erase_if(old, [known = queued_cdb_ids(queue_)](const std::string& id) {
+        std::erase_if(old, [known = queued_content_ids(queue_)](const std::string& id) {
             return known.count(id) > 0;
         });
         auto unknown = [old = std::move(old)](Defedb& db) mutable {
@@ -101,13 +101,13 @@ asio::awaitable<void> OrphanSweeper::sweep() {
 
 void OrphanSweeper::quarantine(const std::vector<std::string>& ids) {
     if (ids.empty()) return;
-    const auto known = queued_cdb_ids(queue_);
+    const auto known = queued_content_ids(queue_);
     for (const auto& id : ids) {
         if (reaper_.unlinked_during_sweep(id) || known.count(id)) continue;
         // On the event loop, like the checks above: no TA_COMMIT can name
         // the file between them and the move (a copy only when content_dir
         // is on another file system, for a rare crash leftover).
-        const auto from = sm::cdb_path(content_, id, cfg_.queue.cdb_hashed);
+        const auto from = sm::content::file_path(content_, id, cfg_.queue.cdb_hashed);
         const std::string name = "cdb-" + id;
         std::string why;
         if (const int err = quarantine_move(from, quarantine_, name, orphan_, why)) {

@@ -1,4 +1,4 @@
-// The message body as SMTPC sends it: the CDB file read in large blocks and
+// The message body as SMTPC sends it: the content file read in large blocks and
 // dot-stuffed and with over-long lines broken on the way out (RFC 5321
 // 4.5.2, 4.5.3.1.6).
 #pragma once
@@ -34,12 +34,12 @@ void encode_body(std::string_view in, BodyState& st, std::string& out);
 // starts from the beginning again.
 class MessageFile {
 public:
-    // Opens the content cdb_id names, of transaction ta_id, of the
+    // Opens the content content_id names, of transaction ta_id, of the
     // envelope's `size` (a segment from segments when given: a small message
     // is then read in one pread of just its bytes). Empty string on success,
     // else the reason ("queue file missing"); unusable() then says whether
     // the content is there but not what the envelope says.
-    std::string open(const sm::content::Store& store, std::string_view cdb_id,
+    std::string open(const sm::content::Store& store, std::string_view content_id,
                      std::string_view ta_id, std::uint64_t size,
                      sm::content::SegmentFds* segments = nullptr);
     bool unusable() const { return unusable_; }

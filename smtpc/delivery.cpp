@@ -101,7 +101,7 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     const std::uint64_t now = sm::now_us();
     segments_.close_before(now > keep_us ? now - keep_us : 0);
     MessageFile file;
-    if (auto err = file.open(store_, d.cdb_id, d.ta_id, d.size, &segments_); !err.empty()) {
+    if (auto err = file.open(store_, d.content_id, d.ta_id, d.size, &segments_); !err.empty()) {
         spdlog::warn("{}: {}", d.ta_id, err);
         r = fail_all(d, {451, "4.3.0", err});
         if (file.unusable()) r.content_error = err;

@@ -1,4 +1,4 @@
-// One DELIVER from QMGR → one RESULT: reads the CDB file, finds or opens a
+// One DELIVER from QMGR → one RESULT: reads the content file, finds or opens a
 // session to the destination, runs the transaction, returns the session to
 // the cache.
 #pragma once

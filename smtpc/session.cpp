@@ -541,7 +541,7 @@ asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const Message
     co_return true;
 }
 
-// Streams the CDB file in large blocks, dot-stuffed and with long lines
+// Streams the content file in large blocks, dot-stuffed and with long lines
 // broken (encode_body), and ends with CRLF.CRLF
 // in the same write as the last block.
 asio::awaitable<bool> Session::send_body(const MessageFile& f) {

@@ -11,7 +11,7 @@
 // first loop runs on the main thread and also owns the signals, the reload
 // and the shutdown.
 #include "await.hpp"
-#include "cdb_writer.hpp"
+#include "content_writer.hpp"
 #include "channel.hpp"
 #include "child_start.hpp"
 #include "config.hpp"
@@ -161,7 +161,7 @@ std::vector<std::unique_ptr<Loop>> make_loops(const ListenFds& lf) {
 
 struct Process {
     const sm::Config& cfg;
-    smtps::CdbStore& cdb;
+    smtps::ContentStore& store;
     std::shared_ptr<smtps::Shared> shared;
     std::vector<std::unique_ptr<Loop>> loops;  // loops[0] runs on the main thread
     const sm::McpLink& mcp;
@@ -194,7 +194,7 @@ struct Process {
             stop_from_any(exit_tempfail);
         });
         l.qmgr->start();
-        l.server = std::make_unique<smtps::Server>(l.io.get_executor(), shared, *l.qmgr, cdb,
+        l.server = std::make_unique<smtps::Server>(l.io.get_executor(), shared, *l.qmgr, store,
                                                   static_cast<unsigned>(loops.size()));
         for (auto& a : l.listeners) l.server->listen(std::move(a));
         l.listeners.clear();
@@ -277,22 +277,22 @@ int main(int argc, char** argv) {
     const unsigned own_max = take_share(cfg.server, place, lf.loops);
     std::signal(SIGPIPE, SIG_IGN);
 
-    // fdatasync of CDB files (content_sync = "file"): a sync of a new file
+    // fdatasync of content files (content_sync = "file"): a sync of a new file
     // takes milliseconds, the threads mostly sleep in the kernel, and
     // concurrent syncs share journal commits, so throughput grows with the
     // number in flight. With "batch" QMGR syncs content; the pool only
-    // creates, writes and renames, which can still wait for the journal.
+    // creates and writes, which can still wait for the journal.
     const bool sync_each = cfg.queue.content_sync == sm::QueueConfig::ContentSync::file &&
                            !cfg.queue.test_no_sync;
     asio::thread_pool sync_pool(sync_each ? 32 : 4);
-    smtps::CdbStore cdb(cfg.content_dir_abs(), cfg.queue.cdb_hashed, sync_pool,
-                        cfg.queue.min_free_space, sync_each, sm::content::sync_names(cfg),
-                        cfg.queue.content_segments
+    smtps::ContentStore store(cfg.content_dir_abs(), cfg.queue.cdb_hashed, sync_pool,
+                              cfg.queue.min_free_space, sync_each, sm::content::sync_names(cfg),
+                              cfg.queue.content_segments
                             ? std::chrono::duration_cast<std::chrono::milliseconds>(
                                   cfg.queue.segment_age) / 6
                             : std::chrono::milliseconds(0));
-    if (const auto n = cdb.remove_stale_tmp())
-        spdlog::info("removed {} unfinished CDB files of an earlier run", n);
+    if (const auto n = store.remove_stale_tmp())
+        spdlog::info("removed {} unfinished content files of an earlier run", n);
     // One TLS context for all sessions of all loops (its session cache and
     // ticket keys are then shared), built before anything listens.
     std::unique_ptr<asio::ssl::context> tls;
@@ -303,7 +303,7 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
         return cannot_start(2, std::string("TLS: ") + e.what());
     }
-    Process p{cfg, cdb, std::make_shared<smtps::Shared>(cfg, tls.get()), std::move(loops), mcp};
+    Process p{cfg, store, std::make_shared<smtps::Shared>(cfg, tls.get()), std::move(loops), mcp};
     p.shared->limit_process(own_max, place.counts.get(), place.index);
     const auto n_loops = static_cast<unsigned>(p.loops.size());
 

@@ -1,7 +1,7 @@
 // The content segment of one event loop (libsm/content_segment.hpp): the
 // loop reserves each small message's place in it; the file is made on a
 // pool thread by the first write, and later records are written on the loop
-// (smtps/cdb_writer.cpp says why). A
+// (smtps/content_writer.cpp says why). A
 // segment is used for [queue] segment_age / 6 or up to segment_max_size,
 // then the next one starts; QMGR removes old ones once nothing names them.
 #pragma once

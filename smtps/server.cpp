@@ -88,11 +88,11 @@ std::size_t Shared::sessions() const {
 }
 
 Server::Server(asio::any_io_executor ex, std::shared_ptr<Shared> shared, QmgrClient& qmgr,
-               CdbStore& cdb, unsigned loops)
-    : ex_(std::move(ex)), shared_(std::move(shared)), qmgr_(qmgr), cdb_(cdb),
-      segment_(cdb.segment_for().count() > 0
-                   ? std::make_shared<SegmentWriter>(ex_, cdb.content_dir(), cdb.sync_names(),
-                                                     cdb.segment_for())
+               ContentStore& store, unsigned loops)
+    : ex_(std::move(ex)), shared_(std::move(shared)), qmgr_(qmgr), store_(store),
+      segment_(store.segment_for().count() > 0
+                   ? std::make_shared<SegmentWriter>(ex_, store.content_dir(), store.sync_names(),
+                                                     store.segment_for())
                    : nullptr),
       loops_(loops) {
     if (loops_ == 0) sm::panic("smtps: a Server of 0 event loops");

@@ -4,7 +4,7 @@
 // per connection on its own io thread.
 #pragma once
 
-#include "cdb_writer.hpp"
+#include "content_writer.hpp"
 #include "config.hpp"
 #include "policy.hpp"
 #include "qmgr_client.hpp"
@@ -111,7 +111,7 @@ public:
     // its coroutine is destroyed with the io_context at exit. loops: how
     // many Servers (event loops) share server.max_transactions.
     Server(asio::any_io_executor ex, std::shared_ptr<Shared> shared, QmgrClient& qmgr,
-           CdbStore& cdb, unsigned loops);
+           ContentStore& store, unsigned loops);
 
     // Serves an already listening socket.
     void listen(tcp::acceptor acceptor);
@@ -130,7 +130,7 @@ public:
     std::shared_ptr<const Settings> settings() const { return shared_->settings(); }
     Shared& shared() { return *shared_; }
     QmgrClient& qmgr() { return qmgr_; }
-    CdbStore& cdb() { return cdb_; }
+    ContentStore& store() { return store_; }
     // This loop's content segment (null with queue.content_segments off).
     const std::shared_ptr<SegmentWriter>& segment() const { return segment_; }
     const std::shared_ptr<TransactionGate>& gate() { return gate_; }
@@ -146,7 +146,7 @@ private:
     asio::any_io_executor ex_;
     std::shared_ptr<Shared> shared_;
     QmgrClient& qmgr_;
-    CdbStore& cdb_;
+    ContentStore& store_;
     const std::shared_ptr<SegmentWriter> segment_;
     const unsigned loops_;
     const std::shared_ptr<TransactionGate> gate_ = std::make_shared<TransactionGate>();

@@ -66,10 +66,10 @@ private:
 
 // A BDAT transaction under way: the content so far, across commands.
 struct Chunking {
-    Chunking(CdbStore& store, const std::string& ta_id, std::shared_ptr<SegmentWriter> segment,
+    Chunking(ContentStore& store, const std::string& ta_id, std::shared_ptr<SegmentWriter> segment,
              bool normalize, std::uint64_t max)
         : w(store, ta_id, std::move(segment)), content(normalize, max) {}
-    CdbWriter w;
+    ContentWriter w;
     BdatContent content;
     std::uint64_t header_size = 0;
 };
@@ -162,7 +162,7 @@ private:
     void mail(std::string_view arg);
     void rcpt(std::string_view arg);
     asio::awaitable<bool> data(std::string_view arg);
-    asio::awaitable<DataOutcome> read_content(CdbWriter& w);
+    asio::awaitable<DataOutcome> read_content(ContentWriter& w);
     // BDAT: false when the connection must close (timeout, lost client).
     asio::awaitable<bool> bdat(std::string_view arg);
     // Why a BDAT chunk is refused; nullopt when it is taken.
@@ -175,8 +175,8 @@ private:
     // is refused (and the refusal logged and replied).
     bool content_accepted(const Content& c);
     // message_id: the Message-ID header's value, or empty.
-    asio::awaitable<void> queue(CdbWriter& w, const std::string& message_id);
-    asio::awaitable<std::string> commit(CdbWriter& w, const std::string& message_id);
+    asio::awaitable<void> queue(ContentWriter& w, const std::string& message_id);
+    asio::awaitable<std::string> commit(ContentWriter& w, const std::string& message_id);
     void reset() {
         in_mail_ = false;
         smtputf8_ = false;
@@ -471,7 +471,7 @@ void Session::mail(std::string_view arg) {
     if (!valid_address(p->addr, true, utf8))
         return error(Rejection::bad_syntax, "501 5.1.7 Bad sender address syntax");
     // The free space of the content file system is below min_free_space.
-    if (!srv_.cdb().has_room(size))
+    if (!srv_.store().has_room(size))
         return reject(Rejection::insufficient_storage, "452 4.3.1 Insufficient system storage");
     in_mail_ = true;
     smtputf8_ = utf8;
@@ -597,7 +597,7 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
         co_return true;
     }
     reply("354 End data with <CR><LF>.<CR><LF>");
-    CdbWriter w(srv_.cdb(), ta_id_, srv_.segment());
+    ContentWriter w(srv_.store(), ta_id_, srv_.segment());
     w.append(received_header());
     const std::uint64_t header_size = w.size();
     reader_.set_max_line(data_chunk);
@@ -616,7 +616,7 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
     co_return true;
 }
 
-asio::awaitable<DataOutcome> Session::read_content(CdbWriter& w) {
+asio::awaitable<DataOutcome> Session::read_content(ContentWriter& w) {
     DataOutcome d;
     DataClock clock(cfg_);  // one bound for the whole DATA phase
     ContentReader reader(!cfg_.reject_bare_lf, cfg_.max_message_size);
@@ -645,7 +645,7 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
     }
     const std::optional<Refusal> refused = bdat_refusal();
     if (!refused && !chunking_) {
-        chunking_ = std::make_unique<Chunking>(srv_.cdb(), ta_id_, srv_.segment(), !cfg_.reject_bare_lf,
+        chunking_ = std::make_unique<Chunking>(srv_.store(), ta_id_, srv_.segment(), !cfg_.reject_bare_lf,
                                                cfg_.max_message_size);
         chunking_->w.append(received_header());
         chunking_->header_size = chunking_->w.size();
@@ -720,14 +720,14 @@ bool Session::content_accepted(const Content& c) {
     return false;
 }
 
-asio::awaitable<void> Session::queue(CdbWriter& w, const std::string& message_id) {
+asio::awaitable<void> Session::queue(ContentWriter& w, const std::string& message_id) {
     Shared::CommitGuard guard(srv_.shared());
     reply(co_await commit(w, message_id));
     // The reply is out before the guard releases a shutdown waiting for it.
     if (write_now() == Sent::rest) co_await flush();
 }
 
-asio::awaitable<std::string> Session::commit(CdbWriter& w, const std::string& message_id) {
+asio::awaitable<std::string> Session::commit(ContentWriter& w, const std::string& message_id) {
     using sm::Rejection;
     // Arrival is the end of DATA: QMGR's ack latency histogram measures
     // from here, so it covers the content file's write (and fsync) too.
@@ -759,7 +759,7 @@ asio::awaitable<std::string> Session::commit(CdbWriter& w, const std::string& me
     ta.sender = std::move(sender_);
     ta.params = std::move(mail_params_);
     ta.rcpts = std::move(rcpts_);
-    ta.cdb_id = w.cdb_id();
+    ta.content_id = w.content_id();
     ta.size = w.size();
     ta.arrival_us = arrival_us;
     const auto ack = co_await srv_.qmgr().commit(ta);

@@ -43,7 +43,7 @@ std::string ta_id(unsigned n) {
 sm::msg::TaCommit envelope(const std::string& id, unsigned nrcpt) {
     sm::msg::TaCommit ta;
     ta.ta_id = id;
-    ta.cdb_id = id;
+    ta.content_id = id;
     ta.client_addr = "127.0.0.1";
     ta.client_name = "localhost";
     ta.helo = "client.example";

@@ -196,7 +196,7 @@ TEST_CASE("dsn: delay warning and the null sender") {
     CHECK(msg.find("Remote-MTA") == std::string::npos);
 }
 
-TEST_CASE("dsn: header section of a CDB file") {
+TEST_CASE("dsn: header section of a content file") {
     auto dir = std::filesystem::temp_directory_path() / ("dsn-test-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
     // A content file (id) of data, opened.

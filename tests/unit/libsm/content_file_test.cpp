@@ -113,7 +113,7 @@ TEST_CASE("content files: open, remove and list by id; bad ids refused") {
         CHECK(ids.empty());
 
         const std::string id = sm::new_ta_id();
-        const std::string path = sm::cdb_path(dir, id, hashed);
+        const std::string path = sm::content::file_path(dir, id, hashed);
         REQUIRE(sm::content::write_durable(path, "message") == 0);
 
         int fd = -1;
@@ -139,17 +139,17 @@ TEST_CASE("content files: open, remove and list by id; bad ids refused") {
         // not an id, a directory named like an id, a file beside the content
         // directory. A link named like an id is listed (by its own time): the
         // sweep removes what is no file.
-        const fs::path cdb_dir = fs::path(path).parent_path();
-        std::ofstream(cdb_dir / (sm::new_ta_id() + ".tmp")) << "x";
-        std::ofstream(cdb_dir / "README") << "x";
-        fs::create_directories(cdb_dir / sm::new_ta_id());
+        const fs::path file_dir = fs::path(path).parent_path();
+        std::ofstream(file_dir / (sm::new_ta_id() + ".tmp")) << "x";
+        std::ofstream(file_dir / "README") << "x";
+        fs::create_directories(file_dir / sm::new_ta_id());
         std::ofstream(fs::path(dir).parent_path() / sm::new_ta_id()) << "x";
         const std::string link = sm::new_ta_id();
-        fs::create_symlink("/nonexistent", cdb_dir / link);
+        fs::create_symlink("/nonexistent", file_dir / link);
         REQUIRE(sm::content::list(dir, later, ids) == 0);
         std::sort(ids.begin(), ids.end());
         CHECK(ids == std::vector<std::string>{id, link});
-        fs::remove(cdb_dir / link);
+        fs::remove(file_dir / link);
         ids.clear();
 
         // The cutoff: a file written after it is not old.

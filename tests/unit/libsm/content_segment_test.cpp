@@ -203,7 +203,7 @@ TEST_CASE("a content file's body is the whole file, of the envelope's size") {
     Dir d;
     const Store st = store_of(d);
     const std::string id = sm::new_ta_id();
-    REQUIRE(write_durable(sm::cdb_path(d.p.string(), id, true), "hello\r\n") == 0);
+    REQUIRE(write_durable(sm::content::file_path(d.p.string(), id, true), "hello\r\n") == 0);
     Body b;
     REQUIRE(b.open(st, id, id, 7) == 0);
     CHECK(b.size() == 7);

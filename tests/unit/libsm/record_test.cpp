@@ -24,7 +24,7 @@ msg::TaCommit sample_commit() {
     t.sender = "a@example.org";
     t.params = "SIZE=100 BODY=8BITMIME";
     t.rcpts = {{"x@example.net", ""}, {"y@example.net", "NOTIFY=NEVER"}};
-    t.cdb_id = t.ta_id;
+    t.content_id = t.ta_id;
     t.size = 1234;
     t.arrival_us = 1700000000123456ull;
     return t;

@@ -57,7 +57,7 @@ struct Bounces {
                 ++scheduled;
                 CHECK(dsn.sender().empty());
                 REQUIRE(dsn.rcpts().size() == 1);
-                dsns[dsn.rcpt(0).addr()].push_back(Spool::read(s.path(dsn.cdb_id())));
+                dsns[dsn.rcpt(0).addr()].push_back(Spool::read(s.path(dsn.content_id())));
             }};
         b = std::make_unique<Bouncer>(s.cfg, s.io.get_executor(), pool, queue, *ibdb, reaper,
                                       std::move(hooks), clock);

@@ -72,7 +72,7 @@ TEST_CASE("defedb strand: a presence check sees every removal made before it", "
     asio::thread_pool pool(2);
     DefedbStrand strand(pool, s.defedb);
     sm::msg::TaCommit e;
-    e.ta_id = e.cdb_id = sm::new_ta_id();
+    e.ta_id = e.content_id = sm::new_ta_id();
     e.sender = "s@example.org";
     e.rcpts = {{"a@example.net", ""}, {"b@example.net", ""}};
     s.park(e);

@@ -106,7 +106,7 @@ std::vector<std::string> names(const Parks& parks) {
 sm::msg::TaCommit in_segment(Spool& s, std::vector<std::string> rcpts,
                              const std::string& data = "Subject: seg\r\n\r\nsegment body\r\n") {
     auto e = envelope(std::move(rcpts));
-    e.cdb_id = s.record(sm::new_ta_id(), e.ta_id, data);
+    e.content_id = s.record(sm::new_ta_id(), e.ta_id, data);
     e.size = data.size();
     return e;
 }
@@ -148,7 +148,7 @@ TEST_CASE("deferred: the parks of one turn are one batch; those made while it is
     d.defer(c, 0, 1h);
     const std::string unknown = sm::new_ta_id();
     d.dq->check(unknown, unknown);  // DEFEDB never held it
-    d.dq->check(a.id, a.cdb_id());  // it holds a
+    d.dq->check(a.id, a.content_id());  // it holds a
     g.open();
     REQUIRE(d.s.run_until([&] { return d.written.size() == 2; }));
     CHECK(names(d.written[0]) == std::vector<std::string>{a.id + "/0", a.id + "/1"});
@@ -182,12 +182,12 @@ TEST_CASE("deferred: a segment message is copied to a file of its own before DEF
     CHECK(has_defedb_copy({d.s.cfg.content_dir_abs(), true, w}, e));
     const auto stored = d.s.defedb.get(e.ta_id);
     REQUIRE(stored);
-    CHECK(stored->envelope.cdb_id == e.ta_id);  // the copy, never the segment
-    CHECK(ta.cdb_id() == e.cdb_id);             // memory still reads the segment
+    CHECK(stored->envelope.content_id == e.ta_id);  // the copy, never the segment
+    CHECK(ta.content_id() == e.content_id);             // memory still reads the segment
     // The next deferral of the message uses that copy: the segment may be
     // gone by then.
     fs::remove(sm::content::segment_path(d.s.cfg.content_dir_abs(),
-                                         sm::content::parse_segment_ref(e.cdb_id)->segment));
+                                         sm::content::parse_segment_ref(e.content_id)->segment));
     d.defer(ta, 1, 2h);
     REQUIRE(d.s.run_until([&] { return d.written.size() == 2; }));
     const auto both = d.s.defedb.get(e.ta_id);
@@ -213,7 +213,7 @@ TEST_CASE("deferred: a file SMTPS's account put under the copy's name is replace
     d.defer(ta, 0, 1h);
     REQUIRE(d.s.run_until([&] { return d.written.size() == 1; }));
     CHECK(Spool::read(copy) == data);
-    CHECK(d.s.defedb.get(e.ta_id)->envelope.cdb_id == e.ta_id);
+    CHECK(d.s.defedb.get(e.ta_id)->envelope.content_id == e.ta_id);
 }
 
 TEST_CASE("deferred: a segment record that cannot be copied is due at once and quarantined",
@@ -223,7 +223,7 @@ TEST_CASE("deferred: a segment record that cannot be copied is due at once and q
     auto e = envelope({"a@example.net", "b@example.net"});
     // The record of another transaction: not this message.
     const std::string data = "Subject: x\r\n\r\nx\r\n";
-    e.cdb_id = d.s.record(sm::new_ta_id(), sm::new_ta_id(), data);
+    e.content_id = d.s.record(sm::new_ta_id(), sm::new_ta_id(), data);
     e.size = data.size();
     Ta& ta = d.admit(e);
     d.defer(ta, 0, 1h);

@@ -53,13 +53,13 @@ TEST_CASE("disk space: TA_COMMIT must leave min_free_space, with a segment's cop
     DiskSpace space(h.cfg);
     sm::msg::TaCommit env;
     env.ta_id = sm::new_ta_id();
-    env.cdb_id = env.ta_id;
+    env.content_id = env.ta_id;
     env.size = free / 3;
     CHECK(space.admit(env).empty());
     CHECK(space.admit(env).empty());  // a content file: nothing more to come
     // In a segment its deferral copy is counted: a third of the free space
     // fits once, not twice, until the segments are listed again.
-    env.cdb_id = sm::content::segment_ref(env.ta_id, 0);
+    env.content_id = sm::content::segment_ref(env.ta_id, 0);
     CHECK(space.admit(env).empty());
     CHECK(space.admit(env) == h.cfg.content_dir_abs());
     space.watch();  // no segment is there

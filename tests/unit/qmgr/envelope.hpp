@@ -11,7 +11,7 @@
 inline sm::msg::TaCommit envelope(std::vector<std::string> rcpts) {
     sm::msg::TaCommit e;
     e.ta_id = sm::new_ta_id();
-    e.cdb_id = e.ta_id;
+    e.content_id = e.ta_id;
     e.sender = "a@example.org";
     e.size = 100;
     e.arrival_us = sm::now_us();

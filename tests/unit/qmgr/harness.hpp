@@ -4,6 +4,7 @@
 
 #include "qmgr.hpp"
 
+#include "content_file.hpp"
 #include "fake_clock.hpp"
 #include "ids.hpp"
 
@@ -113,22 +114,22 @@ struct Harness {
         }
         return p();
     }
-    std::string cdb(const std::string& id) {
-        return sm::cdb_path(cfg.content_dir_abs(), id, cfg.queue.cdb_hashed);
+    std::string content_path(const std::string& id) {
+        return sm::content::file_path(cfg.content_dir_abs(), id, cfg.queue.cdb_hashed);
     }
     sm::msg::TaCommit commit(std::vector<std::string> rcpts, bool with_file = true,
                              const std::string& content = "Subject: x\r\n\r\nbody\r\n") {
         sm::msg::TaCommit e;
         e.ta_id = sm::new_ta_id();
-        e.cdb_id = e.ta_id;
+        e.content_id = e.ta_id;
         e.sender = "s@example.org";
         e.client_addr = "127.0.0.1";
         e.arrival_us = clock().now_us();
         for (auto& r : rcpts) e.rcpts.push_back({r, ""});
         if (with_file) {
-            fs::create_directories(fs::path(cdb(e.ta_id)).parent_path());
-            std::ofstream(cdb(e.ta_id)) << content;
-            e.size = fs::file_size(cdb(e.ta_id));
+            fs::create_directories(fs::path(content_path(e.ta_id)).parent_path());
+            std::ofstream(content_path(e.ta_id)) << content;
+            e.size = fs::file_size(content_path(e.ta_id));
         }
         const std::size_t before = acks.size();
         q->on_commit(e, 7, [this](std::string f) { acks.push_back(decode_frame<sm::msg::TaAck>(f)); });

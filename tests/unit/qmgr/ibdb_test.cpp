@@ -43,7 +43,7 @@ sm::msg::TaCommit make_ta(std::size_t nrcpt, std::size_t helo_size = 10) {
     ta.sender = "a@example.org";
     for (std::size_t i = 0; i < nrcpt; ++i)
         ta.rcpts.push_back({"r" + std::to_string(i) + "@example.net", ""});
-    ta.cdb_id = ta.ta_id;
+    ta.content_id = ta.ta_id;
     ta.size = 1234;
     ta.arrival_us = sm::now_us();
     return ta;

@@ -1,5 +1,5 @@
 // Qmgr end to end without sockets: TA_COMMIT → IBDB (real files, no fsync)
-// → TA_ACK → DELIVER → RESULT → CDB file removed; deferrals through a real
+// → TA_ACK → DELIVER → RESULT → content file removed; deferrals through a real
 // DEFEDB, bounces with DSNs, boundary checks, recovery and control.
 #include "harness.hpp"
 
@@ -28,7 +28,7 @@ TEST_CASE("a committed transaction is acked, delivered and removed") {
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
     const auto& d = h.delivers[0];
     CHECK(d.ta_id == e.ta_id);
-    CHECK(d.cdb_id == e.ta_id);
+    CHECK(d.content_id == e.ta_id);
     CHECK(d.size == e.size);
     CHECK(d.rcpts.size() == 2);
     CHECK(d.nexthops == std::vector<std::string>{"[127.0.0.1]:2600"});
@@ -37,7 +37,7 @@ TEST_CASE("a committed transaction is acked, delivered and removed") {
     CHECK(h.stat("delivered") == 2);
     CHECK(h.stat("queue_size") == 0);
     CHECK(h.stat("queue_transactions") == 0);
-    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)); }));
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(e.ta_id)); }));
     CHECK(h.stat("ibdb_transactions") == 1);
 }
 
@@ -58,14 +58,14 @@ TEST_CASE("4xx moves to DEFEDB and comes back after retry_min; 5xx bounces with 
     REQUIRE(dsn.rcpts.size() == 1);
     CHECK(dsn.rcpts[0].addr == "s@example.org");
     CHECK(h.stat("dsn_sent") == 1);
-    std::ifstream in(h.cdb(dsn.cdb_id), std::ios::binary);
+    std::ifstream in(h.content_path(dsn.content_id), std::ios::binary);
     const std::string body((std::istreambuf_iterator<char>(in)), {});
     CHECK(body.find("Final-Recipient: rfc822; b@example.net") != std::string::npos);
     CHECK(body.find("Final-Recipient: rfc822; c@example.net") != std::string::npos);
     CHECK(body.find("a@example.net") == std::string::npos);
     // a left memory for DEFEDB; the content stays for it.
     CHECK(h.stat("queue_size") == 1);  // the DSN's recipient
-    CHECK(fs::exists(h.cdb(e.ta_id)));
+    CHECK(fs::exists(h.content_path(e.ta_id)));
     auto listing = h.ctl("queue");
     CHECK(listing.text.find("a@example.net (deferred, attempts=1") != std::string::npos);
     CHECK(listing.text.find("(451 reply)") != std::string::npos);
@@ -79,7 +79,7 @@ TEST_CASE("4xx moves to DEFEDB and comes back after retry_min; 5xx bounces with 
     REQUIRE(h.run_until([&] { return h.delivers.size() == 4; }, 1000ms));
     h.result(h.delivers[3], {250});
     h.result(h.delivers[1], {250});
-    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)) && !fs::exists(h.cdb(dsn.cdb_id)); }));
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(e.ta_id)) && !fs::exists(h.content_path(dsn.content_id)); }));
     CHECK(h.stat("queue_deferred") == 0);
     CHECK(h.ctl("queue").text.find("-- 0 Kbytes in 0 requests.") != std::string::npos);
 }
@@ -88,16 +88,16 @@ TEST_CASE("a null-sender message is never bounced") {
     Harness h;
     h.connect_smtpc();
     sm::msg::TaCommit e;
-    e.ta_id = e.cdb_id = sm::new_ta_id();
+    e.ta_id = e.content_id = sm::new_ta_id();
     e.arrival_us = sm::now_us();
     e.rcpts.push_back({"a@example.net", ""});
-    fs::create_directories(fs::path(h.cdb(e.ta_id)).parent_path());
-    std::ofstream(h.cdb(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
-    e.size = fs::file_size(h.cdb(e.ta_id));
+    fs::create_directories(fs::path(h.content_path(e.ta_id)).parent_path());
+    std::ofstream(h.content_path(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
+    e.size = fs::file_size(h.content_path(e.ta_id));
     h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
     h.result(h.delivers[0], {550});
-    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)); }));
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(e.ta_id)); }));
     CHECK(h.stat("bounced") == 1);
     CHECK(h.stat("dsn_sent") == 0);
     CHECK(h.delivers.size() == 1);
@@ -114,7 +114,7 @@ TEST_CASE("past max_queue_lifetime a temporary failure bounces") {
     REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }));
     CHECK(h.delivers[1].sender.empty());
     CHECK(h.stat("deferred") == 0);
-    std::ifstream in(h.cdb(h.delivers[1].cdb_id), std::ios::binary);
+    std::ifstream in(h.content_path(h.delivers[1].content_id), std::ios::binary);
     const std::string body((std::istreambuf_iterator<char>(in)), {});
     CHECK(body.find("Status: 4.4.7") != std::string::npos);
 }
@@ -136,7 +136,7 @@ TEST_CASE("deferred recipients survive a restart and come back when due") {
     REQUIRE(h.delivers[0].rcpts.size() == 1);
     CHECK(h.delivers[0].rcpts[0].addr == "a@example.net");
     h.result(h.delivers[0], {250});
-    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)); }));
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(e.ta_id)); }));
 }
 
 TEST_CASE("control: hold, release and delete work on the active queue and DEFEDB") {
@@ -158,14 +158,14 @@ TEST_CASE("control: hold, release and delete work on the active queue and DEFEDB
     CHECK(r.text.find("deleted (1 recipients)") != std::string::npos);
     h.result(h.delivers[0], {250});
     CHECK(h.stat("delivered") == 0);
-    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(held.ta_id)); }));
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(held.ta_id)); }));
     // delete of a deferred one
     auto d = h.commit({"b@example.net"});
     REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }));
     h.result(h.delivers[1], {451});
     REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1; }));
     CHECK(h.ctl("delete", {d.ta_id}).text.find("deleted (1 recipients)") != std::string::npos);
-    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(d.ta_id)) && h.stat("queue_deferred") == 0; }));
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(d.ta_id)) && h.stat("queue_deferred") == 0; }));
     CHECK(h.ctl("queue").text.find(d.ta_id) == std::string::npos);
     auto none = h.ctl("delete", {d.ta_id});
     CHECK(none.status == 1);
@@ -269,18 +269,18 @@ TEST_CASE("orphan content files older than orphan_age go to quarantine at start-
     h.stop();
     const std::string old_id = sm::new_ta_id(), new_id = sm::new_ta_id();
     for (const auto& id : {old_id, new_id}) {
-        fs::create_directories(fs::path(h.cdb(id)).parent_path());
-        std::ofstream(h.cdb(id)) << "x";
+        fs::create_directories(fs::path(h.content_path(id)).parent_path());
+        std::ofstream(h.content_path(id)) << "x";
     }
-    std::ofstream(h.cdb(old_id) + ".tmp") << "x";
+    std::ofstream(h.content_path(old_id) + ".tmp") << "x";
     const auto past = fs::file_time_type::clock::now() - h.cfg.queue.orphan_age - 1s;
-    fs::last_write_time(h.cdb(old_id), past);
-    fs::last_write_time(h.cdb(old_id) + ".tmp", past);
+    fs::last_write_time(h.content_path(old_id), past);
+    fs::last_write_time(h.content_path(old_id) + ".tmp", past);
     h.start();
     REQUIRE(h.run_until([&] { return h.stat("quarantined") == 1; }));
     CHECK(fs::exists(h.dir / "quarantine" / ("cdb-" + old_id)));
-    CHECK(fs::exists(h.cdb(new_id)));
-    CHECK(fs::exists(h.cdb(old_id) + ".tmp"));  // SMTPS's own leftovers
+    CHECK(fs::exists(h.content_path(new_id)));
+    CHECK(fs::exists(h.content_path(old_id) + ".tmp"));  // SMTPS's own leftovers
 }
 
 TEST_CASE("the periodic sweep takes orphans, never the content of queued or deferred mail") {
@@ -296,15 +296,15 @@ TEST_CASE("the periodic sweep takes orphans, never the content of queued or defe
     h.result(d, {451});
     REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1; }));
     const std::string orphan = sm::new_ta_id();
-    fs::create_directories(fs::path(h.cdb(orphan)).parent_path());
-    std::ofstream(h.cdb(orphan)) << "x";
+    fs::create_directories(fs::path(h.content_path(orphan)).parent_path());
+    std::ofstream(h.content_path(orphan)) << "x";
     const auto past = fs::file_time_type::clock::now() - 60s;
     for (const auto& id : {active.ta_id, deferred.ta_id, orphan})
-        fs::last_write_time(h.cdb(id), past);
+        fs::last_write_time(h.content_path(id), past);
     REQUIRE(h.run_until([&] { return h.stat("quarantined") == 1; }, 5000ms));
     CHECK(fs::exists(h.dir / "quarantine" / ("cdb-" + orphan)));
-    CHECK(fs::exists(h.cdb(active.ta_id)));
-    CHECK(fs::exists(h.cdb(deferred.ta_id)));
+    CHECK(fs::exists(h.content_path(active.ta_id)));
+    CHECK(fs::exists(h.content_path(deferred.ta_id)));
 }
 
 TEST_CASE("one delay warning after delay_warning_time; the message is still delivered") {
@@ -372,11 +372,11 @@ TEST_CASE("TA_COMMIT is checked at the boundary") {
     };
     sm::msg::TaCommit e;
     e.ta_id = "../../etc/passwd";
-    e.cdb_id = e.ta_id;
+    e.content_id = e.ta_id;
     e.rcpts = {{"a@example.net", ""}};
     CHECK(reject(e).status == sm::msg::AckStatus::reject);
-    e.ta_id = e.cdb_id = sm::new_ta_id();
-    const auto missing = reject(e);  // no CDB file: the client may try again
+    e.ta_id = e.content_id = sm::new_ta_id();
+    const auto missing = reject(e);  // no content file: the client may try again
     CHECK(missing.status == sm::msg::AckStatus::tempfail);
     CHECK(missing.text.find("Content file missing") != std::string::npos);
     e.rcpts.clear();
@@ -399,7 +399,7 @@ TEST_CASE("a TA_COMMIT may name only its own content, as SMTPS made it") {
     e.ta_id = sm::new_ta_id();
     e.rcpts = {{"a@example.net", ""}};
     // Another transaction's content file: refused, not even looked at.
-    e.cdb_id = other.ta_id;
+    e.content_id = other.ta_id;
     e.size = other.size;
     auto r = answer(e);
     CHECK(r.status == sm::msg::AckStatus::reject);
@@ -408,27 +408,27 @@ TEST_CASE("a TA_COMMIT may name only its own content, as SMTPS made it") {
     sm::set_id_stream(sm::qmgr_id_stream);
     const std::string ours = sm::new_ta_id();
     sm::set_id_stream(0);
-    e.ta_id = e.cdb_id = ours;
+    e.ta_id = e.content_id = ours;
     CHECK(answer(e).text.find("transaction id of another stream") != std::string::npos);
     // A file under its own name that is no message of the right size: a
     // link to another's file, a FIFO, a hard link, another size.
-    e.ta_id = e.cdb_id = sm::new_ta_id();
-    fs::create_directories(fs::path(h.cdb(e.ta_id)).parent_path());
-    fs::create_symlink(h.cdb(other.ta_id), h.cdb(e.ta_id));
+    e.ta_id = e.content_id = sm::new_ta_id();
+    fs::create_directories(fs::path(h.content_path(e.ta_id)).parent_path());
+    fs::create_symlink(h.content_path(other.ta_id), h.content_path(e.ta_id));
     r = answer(e);
     CHECK(r.status == sm::msg::AckStatus::tempfail);
     CHECK(r.text.find("a symbolic link") != std::string::npos);
-    fs::remove(h.cdb(e.ta_id));
-    REQUIRE(::mkfifo(h.cdb(e.ta_id).c_str(), 0600) == 0);
+    fs::remove(h.content_path(e.ta_id));
+    REQUIRE(::mkfifo(h.content_path(e.ta_id).c_str(), 0600) == 0);
     CHECK(answer(e).text.find("a FIFO") != std::string::npos);  // and nothing blocked
-    fs::remove(h.cdb(e.ta_id));
-    fs::create_hard_link(h.cdb(other.ta_id), h.cdb(e.ta_id));
+    fs::remove(h.content_path(e.ta_id));
+    fs::create_hard_link(h.content_path(other.ta_id), h.content_path(e.ta_id));
     CHECK(answer(e).text.find("2 hard links") != std::string::npos);
-    fs::remove(h.cdb(e.ta_id));
-    std::ofstream(h.cdb(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
+    fs::remove(h.content_path(e.ta_id));
+    std::ofstream(h.content_path(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
     e.size = 1u << 30;
     CHECK(answer(e).text.find("bytes, 1073741824 expected") != std::string::npos);
-    e.size = fs::file_size(h.cdb(e.ta_id));
+    e.size = fs::file_size(h.content_path(e.ta_id));
     CHECK(answer(e).status == sm::msg::AckStatus::ok);
     CHECK(h.stat("ibdb_records") >= 2);
 }
@@ -437,9 +437,9 @@ TEST_CASE("a deferral copy is QMGR's own: a file SMTPS's account planted does no
     Harness h;
     sm::msg::TaCommit e;
     e.ta_id = sm::new_ta_id();
-    e.cdb_id = sm::content::segment_ref(sm::new_ta_id(), 0);
-    fs::create_directories(fs::path(h.cdb(e.ta_id)).parent_path());
-    std::ofstream(h.cdb(e.ta_id)) << "planted";
+    e.content_id = sm::content::segment_ref(sm::new_ta_id(), 0);
+    fs::create_directories(fs::path(h.content_path(e.ta_id)).parent_path());
+    std::ofstream(h.content_path(e.ta_id)) << "planted";
     e.size = 7;
     const uid_t me = ::geteuid();
     // Here one account is both writers; as the MCP runs them they are two.
@@ -460,7 +460,7 @@ TEST_CASE("content SMTPC finds unusable quarantines its transaction at once") {
     r.content_error = "queue file " + e.ta_id + ": a symbolic link";
     h.q->on_result(h.link, r);
     const std::string saved = h.cfg.quarantine_dir_abs() + "/" + e.ta_id + ".envelope";
-    REQUIRE(h.run_until([&] { return fs::exists(saved) && !fs::exists(h.cdb(e.ta_id)); }));
+    REQUIRE(h.run_until([&] { return fs::exists(saved) && !fs::exists(h.content_path(e.ta_id)); }));
     CHECK(h.stat("quarantined") == 1);
     CHECK(h.stat("queue_transactions") == 0);
     CHECK(h.stat("deferred") == 0);
@@ -480,10 +480,10 @@ TEST_CASE("a TA_COMMIT naming a content segment record is checked against the re
     REQUIRE(sm::content::write_segment_record(fd, 0, a, ma) == 0);
     REQUIRE(sm::content::write_segment_record(fd, off_b, b, mb) == 0);
     ::close(fd);
-    auto ack = [&](const std::string& ta, const std::string& cdb, std::uint64_t size) {
+    auto ack = [&](const std::string& ta, const std::string& content, std::uint64_t size) {
         sm::msg::TaCommit e;
         e.ta_id = ta;
-        e.cdb_id = cdb;
+        e.content_id = content;
         e.size = size;
         e.rcpts = {{"a@example.net", ""}};
         h.acks.clear();
@@ -535,7 +535,7 @@ TEST_CASE("recovery puts open recipients back and drops a transaction without co
     Harness h;
     auto keep = h.commit({"a@example.net", "b@example.net", "c@example.net"});
     auto lost = h.commit({"c@example.net"});
-    fs::remove(h.cdb(lost.ta_id));
+    fs::remove(h.content_path(lost.ta_id));
     h.connect_smtpc();
     REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }));
     for (const auto& d : h.delivers)
@@ -562,12 +562,12 @@ TEST_CASE("recovery quarantines a transaction whose content file is shorter than
     auto whole = h.commit({"a@example.net"});
     auto cut = h.commit({"b@example.net"});
     h.stop();
-    fs::resize_file(h.cdb(cut.ta_id), cut.size - 3);
+    fs::resize_file(h.content_path(cut.ta_id), cut.size - 3);
     h.start();
     CHECK(h.stat("quarantined") == 1);
     CHECK(fs::exists(h.dir / "quarantine" / (cut.ta_id + ".envelope")));
     CHECK(fs::file_size(h.dir / "quarantine" / ("cdb-" + cut.ta_id)) == cut.size - 3);
-    CHECK_FALSE(fs::exists(h.cdb(cut.ta_id)));
+    CHECK_FALSE(fs::exists(h.content_path(cut.ta_id)));
     h.connect_smtpc();
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
     CHECK(h.delivers[0].ta_id == whole.ta_id);
@@ -591,7 +591,7 @@ TEST_CASE("a recipient in DEFEDB that IBDB still has open is delivered once, and
     h.connect_smtpc();
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
     h.result(h.delivers[0], {250});
-    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)); }));
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(e.ta_id)); }));
     h.run_until([&] { return false; }, 200ms);
     CHECK(h.delivers.size() == 1);
     CHECK(h.defedb->count() == 0);
@@ -647,7 +647,7 @@ TEST_CASE("clock: a temporary failure past max_queue_lifetime bounces, before it
         CHECK(h.stat("deferred") == 0);
         CHECK(h.stat("bounced") == 1);
         CHECK(h.delivers[1].sender.empty());
-        std::ifstream in(h.cdb(h.delivers[1].cdb_id), std::ios::binary);
+        std::ifstream in(h.content_path(h.delivers[1].content_id), std::ios::binary);
         const std::string body((std::istreambuf_iterator<char>(in)), {});
         CHECK(body.find("Status: 4.4.7") != std::string::npos);
     }
@@ -729,7 +729,7 @@ TEST_CASE("content_dir and ibdb_dir outside the spool: delivery, bounce, recover
     h.cfg.queue.ibdb_dir = (h.dir.parent_path() / (h.dir.filename().string() + "-ibdb")).string();
     h.cfg.routes["example.org"] = h.cfg.routes["example.net"];
     h.start();
-    REQUIRE(h.cdb("X").rfind(content.string() + "/", 0) == 0);
+    REQUIRE(h.content_path("X").rfind(content.string() + "/", 0) == 0);
     h.connect_smtpc();
     const auto ok = h.commit({"a@example.net"});
     const auto failed = h.commit({"b@example.net"});
@@ -744,8 +744,8 @@ TEST_CASE("content_dir and ibdb_dir outside the spool: delivery, bounce, recover
     }
     // The DSN's content goes to content_dir too; the finished ones are gone.
     REQUIRE(h.run_until([&] {
-        return h.stat("dsn_sent") == 1 && !fs::exists(h.cdb(ok.ta_id)) &&
-               !fs::exists(h.cdb(failed.ta_id));
+        return h.stat("dsn_sent") == 1 && !fs::exists(h.content_path(ok.ta_id)) &&
+               !fs::exists(h.content_path(failed.ta_id));
     }));
     std::size_t files = 0;
     for (const auto& f : fs::recursive_directory_iterator(content))
@@ -754,19 +754,19 @@ TEST_CASE("content_dir and ibdb_dir outside the spool: delivery, bounce, recover
     h.stop();
 
     // cut is short after a power cut; an orphan lies beside it.
-    fs::resize_file(h.cdb(cut.ta_id), cut.size - 1);
+    fs::resize_file(h.content_path(cut.ta_id), cut.size - 1);
     const std::string orphan = sm::new_ta_id();
-    fs::create_directories(fs::path(h.cdb(orphan)).parent_path());
-    std::ofstream(h.cdb(orphan)) << "orphan";
-    fs::last_write_time(h.cdb(orphan), fs::file_time_type::clock::now() - h.cfg.queue.orphan_age - 1s);
+    fs::create_directories(fs::path(h.content_path(orphan)).parent_path());
+    std::ofstream(h.content_path(orphan)) << "orphan";
+    fs::last_write_time(h.content_path(orphan), fs::file_time_type::clock::now() - h.cfg.queue.orphan_age - 1s);
     h.delivers.clear();
     h.start();
     REQUIRE(h.run_until([&] { return h.stat("quarantined") == 2; }));
     CHECK(fs::file_size(h.dir / "quarantine" / ("cdb-" + cut.ta_id)) == cut.size - 1);
     CHECK(fs::exists(h.dir / "quarantine" / (cut.ta_id + ".envelope")));
     CHECK(fs::file_size(h.dir / "quarantine" / ("cdb-" + orphan)) == 6);
-    CHECK_FALSE(fs::exists(h.cdb(cut.ta_id)));
-    CHECK_FALSE(fs::exists(h.cdb(orphan)));
+    CHECK_FALSE(fs::exists(h.content_path(cut.ta_id)));
+    CHECK_FALSE(fs::exists(h.content_path(orphan)));
     CHECK(h.stat("quarantine_write_failures") == 0);
     // The DSN, recovered from the other IBDB directory, is still there to go.
     CHECK(h.stat("queue_transactions") == 1);
@@ -788,14 +788,14 @@ TEST_CASE("smx-pickup names ids of its own stream only, and a commit it repeats 
     };
     auto with_file = [&](const std::string& id) {
         sm::msg::TaCommit e;
-        e.ta_id = e.cdb_id = id;
+        e.ta_id = e.content_id = id;
         e.sender = "alice@host.example";
         e.client_addr = "127.0.0.1";
         e.arrival_us = h.clock().now_us();
         e.rcpts = {{"a@example.net", ""}};
-        fs::create_directories(fs::path(h.cdb(id)).parent_path());
-        std::ofstream(h.cdb(id)) << "Subject: local\r\n\r\nbody\r\n";
-        e.size = fs::file_size(h.cdb(id));
+        fs::create_directories(fs::path(h.content_path(id)).parent_path());
+        std::ofstream(h.content_path(id)) << "Subject: local\r\n\r\nbody\r\n";
+        e.size = fs::file_size(h.content_path(id));
         return e;
     };
     sm::set_id_stream(sm::pickup_id_stream);

@@ -47,8 +47,8 @@ struct Segmenting {
     }
 };
 
-sm::content::SegmentRef ref_of(const std::string& cdb_id) {
-    const auto r = sm::content::parse_segment_ref(cdb_id);
+sm::content::SegmentRef ref_of(const std::string& content_id) {
+    const auto r = sm::content::parse_segment_ref(content_id);
     REQUIRE(r);
     return *r;
 }
@@ -109,7 +109,7 @@ TEST_CASE("segments: the sweep removes the old segments nothing in memory names,
     const std::string old_unnamed = t.segment(60s), young = t.segment(0s);
     auto e = envelope({"a@example.net"});
     const std::string old_named = id_at(sm::now_us() - 60'000'000);
-    e.cdb_id = t.s.record(old_named, e.ta_id, data);
+    e.content_id = t.s.record(old_named, e.ta_id, data);
     t.queue.admit(e);
     const fs::path segs = sm::content::segments_dir(t.s.cfg.content_dir_abs());
     std::ofstream(segs / "notes") << "not a segment";

@@ -12,6 +12,7 @@
 #include "ibdb.hpp"
 
 #include "config.hpp"
+#include "content_file.hpp"
 #include "content_segment.hpp"
 #include "ids.hpp"
 #include "panic.hpp"
@@ -186,7 +187,7 @@ struct Spool {
     }
 
     std::string path(const std::string& id) const {
-        return sm::cdb_path(cfg.content_dir_abs(), id, cfg.queue.cdb_hashed);
+        return sm::content::file_path(cfg.content_dir_abs(), id, cfg.queue.cdb_hashed);
     }
     // A content file with these bytes under id.
     std::string file(const std::string& id, const std::string& bytes) {
@@ -227,7 +228,7 @@ struct Spool {
 inline sm::msg::TaCommit message(Spool& s, std::vector<std::string> rcpts,
                                  const std::string& bytes = "Subject: test\r\n\r\nbody\r\n") {
     sm::msg::TaCommit e;
-    e.ta_id = e.cdb_id = sm::new_ta_id();
+    e.ta_id = e.content_id = sm::new_ta_id();
     e.sender = "s@example.org";
     e.client_addr = "127.0.0.1";
     e.arrival_us = sm::now_us();

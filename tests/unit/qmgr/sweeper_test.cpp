@@ -66,15 +66,15 @@ TEST_CASE("orphan sweep: old files nobody names go to quarantine, the queue's an
     // Named by a transaction in memory: by its content id, and (a segment
     // message's DEFEDB copy) by its own id.
     auto queued = envelope({"a@example.net"});
-    queued.cdb_id = w.old_file();
+    queued.content_id = w.old_file();
     w.queue.admit(queued);
     auto in_segment = envelope({"a@example.net"});
-    in_segment.cdb_id = sm::content::segment_ref(sm::new_ta_id(), 0);
+    in_segment.content_id = sm::content::segment_ref(sm::new_ta_id(), 0);
     w.queue.admit(in_segment);
     Spool::age(w.s.file(in_segment.ta_id, "copy"), 1h);
     // Named by DEFEDB only.
     auto parked = envelope({"a@example.net"});
-    parked.cdb_id = parked.ta_id;
+    parked.content_id = parked.ta_id;
     Spool::age(w.s.file(parked.ta_id, "x"), 1h);
     w.s.park(parked);
     // Too new, or not durable yet (SMTPS's own).
@@ -91,7 +91,7 @@ TEST_CASE("orphan sweep: old files nobody names go to quarantine, the queue's an
     CHECK(Spool::read(w.s.cfg.quarantine_dir_abs() + "/cdb-" + orphan) ==
           "Subject: lost\r\n\r\nlost\r\n");
     CHECK_FALSE(w.in_content(orphan));
-    for (const auto& id : {queued.cdb_id, in_segment.ta_id, parked.ta_id, young}) {
+    for (const auto& id : {queued.content_id, in_segment.ta_id, parked.ta_id, young}) {
         INFO(id);
         CHECK(w.in_content(id));
         CHECK_FALSE(w.quarantined(id));
@@ -146,9 +146,9 @@ TEST_CASE("orphan sweep: what the reaper unlinks, the queue takes or DEFEDB gets
     Sweeping w;
     const std::string orphan = w.old_file(), unlinked = w.old_file();
     auto taken = envelope({"a@example.net"});
-    taken.cdb_id = w.old_file();
+    taken.content_id = w.old_file();
     auto parked = envelope({"a@example.net"});
-    parked.cdb_id = parked.ta_id;
+    parked.content_id = parked.ta_id;
     Spool::age(w.s.file(parked.ta_id, "x"), 1h);
     // The sweep lists the old files, then waits for DEFEDB behind the gate.
     Gate defedb;
@@ -167,7 +167,7 @@ TEST_CASE("orphan sweep: what the reaper unlinks, the queue takes or DEFEDB gets
     REQUIRE(w.s.run_until([&] { return w.sweeper.quarantined() > 0; }));
     CHECK(w.sweeper.quarantined() == 1);
     CHECK(w.quarantined(orphan));
-    for (const auto& id : {unlinked, taken.cdb_id, parked.ta_id}) {
+    for (const auto& id : {unlinked, taken.content_id, parked.ta_id}) {
         INFO(id);
         CHECK(w.in_content(id));
         CHECK_FALSE(w.quarantined(id));

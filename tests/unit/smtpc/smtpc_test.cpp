@@ -8,6 +8,7 @@
 #include "test_sink.hpp"
 
 #include "channel.hpp"
+#include "content_file.hpp"
 #include "ids.hpp"
 #include "panic.hpp"
 
@@ -47,16 +48,16 @@ sm::Config test_config(const fs::path& spool) {
 
 struct Harness {
 
-    // Writes a CDB file and returns a DELIVER for it.
+    // Writes a content file and returns a DELIVER for it.
     sm::msg::Deliver message(const std::string& body, std::vector<std::string> rcpts,
                              const std::string& nexthop) {
         sm::msg::Deliver d;
         d.da_id = ++da;
-        d.ta_id = d.cdb_id = sm::new_ta_id();
+        d.ta_id = d.content_id = sm::new_ta_id();
         d.sender = "sender@example.org";
         for (std::uint32_t i = 0; i < rcpts.size(); ++i) d.rcpts.push_back({i, rcpts[i], ""});
         d.nexthops = {nexthop};
-        const fs::path p = sm::cdb_path(cfg.content_dir_abs(), d.cdb_id, cfg.queue.cdb_hashed);
+        const fs::path p = sm::content::file_path(cfg.content_dir_abs(), d.content_id, cfg.queue.cdb_hashed);
         fs::create_directories(p.parent_path());
         std::ofstream(p, std::ios::binary) << body;
         d.size = body.size();
@@ -372,7 +373,7 @@ TEST_CASE("missing queue file gives 4xx without connecting") {
     Harness h;
     Sink sink(h.io);
     auto d = h.message(simple, {"a@x.test"}, sink.nexthop());
-    fs::remove(sm::cdb_path(h.cfg.content_dir_abs(), d.cdb_id, true));
+    fs::remove(sm::content::file_path(h.cfg.content_dir_abs(), d.content_id, true));
     auto r = h.deliver(d);
     CHECK(r.rcpts[0].code == 451);
     CHECK(r.rcpts[0].enhanced == "4.3.0");
@@ -384,7 +385,7 @@ TEST_CASE("a queue file id that is not an id gives 4xx without connecting") {
     Harness h;
     Sink sink(h.io);
     auto d = h.message(simple, {"a@x.test"}, sink.nexthop());
-    d.cdb_id = "../" + d.cdb_id.substr(3);
+    d.content_id = "../" + d.content_id.substr(3);
     auto r = h.deliver(d);
     CHECK(r.rcpts[0].code == 451);
     CHECK(r.rcpts[0].text == "bad queue file id");

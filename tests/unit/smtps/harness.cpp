@@ -26,7 +26,7 @@ Harness::Harness(const std::function<void(sm::Config&)>& tweak) {
     cfg_.queue.run_dir = (dir_ / "run").string();
     cfg_.server.hostname = "mx.test";
     if (tweak) tweak(cfg_);
-    cdb_ = std::make_unique<smtps::CdbStore>(
+    store_ = std::make_unique<smtps::ContentStore>(
         cfg_.content_dir_abs(), cfg_.queue.cdb_hashed, pool_, 0,
         cfg_.queue.content_sync == sm::QueueConfig::ContentSync::file, sm::content::sync_names(cfg_));
     qmgr_acceptor_ = std::make_unique<asio::local::stream_protocol::acceptor>(
@@ -57,7 +57,7 @@ asio::awaitable<void> Harness::start(std::promise<void>& ready) {
                                                 [this] { qmgr_lost = true; });
     qmgr_->start();
     server_ = std::make_unique<smtps::Server>(
-        io_.get_executor(), std::make_shared<smtps::Shared>(cfg_, nullptr), *qmgr_, *cdb_, 1);
+        io_.get_executor(), std::make_shared<smtps::Shared>(cfg_, nullptr), *qmgr_, *store_, 1);
     tcp::acceptor a(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
     port_ = a.local_endpoint().port();
     server_->listen(std::move(a));
@@ -99,7 +99,7 @@ asio::awaitable<void> Harness::fake_qmgr() {
     }
 }
 
-std::vector<std::string> Harness::cdb_files() const {
+std::vector<std::string> Harness::content_files() const {
     std::vector<std::string> out;
     std::error_code ec;
     for (auto it = std::filesystem::recursive_directory_iterator(cfg_.content_dir_abs(), ec);

@@ -2,7 +2,7 @@
 // Unix socket, run on a background io thread, plus a blocking SMTP client.
 #pragma once
 
-#include "cdb_writer.hpp"
+#include "content_writer.hpp"
 #include "config.hpp"
 #include "messages.hpp"
 #include "qmgr_client.hpp"
@@ -33,9 +33,9 @@ public:
 
     std::uint16_t port() const { return port_; }
     const sm::Config& cfg() const { return cfg_; }
-    std::string cdb_path(const std::string& ta_id) const { return cdb_->path_for(ta_id); }
+    std::string content_path(const std::string& ta_id) const { return store_->path_for(ta_id); }
     // Files under the content directory, temporary ones included.
-    std::vector<std::string> cdb_files() const;
+    std::vector<std::string> content_files() const;
     std::vector<sm::msg::TaCommit> commits();
     std::atomic<QmgrMode> mode{QmgrMode::ok};
     std::atomic<bool> qmgr_lost{false};
@@ -48,7 +48,7 @@ private:
     sm::Config cfg_;
     asio::io_context io_;
     asio::thread_pool pool_{2};
-    std::unique_ptr<smtps::CdbStore> cdb_;
+    std::unique_ptr<smtps::ContentStore> store_;
     std::unique_ptr<asio::local::stream_protocol::acceptor> qmgr_acceptor_;
     std::unique_ptr<smtps::QmgrClient> qmgr_;
     std::unique_ptr<smtps::Server> server_;

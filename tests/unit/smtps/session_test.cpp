@@ -30,17 +30,17 @@ void ehlo(Client& c) {
 
 } // namespace
 
-TEST_CASE("stale temporary CDB files are removed at start-up") {
+TEST_CASE("stale temporary content files are removed at start-up") {
     Harness h;
     const std::string id = "0123456789ABCDEF0";
-    const std::string tmp = h.cdb_path(id) + ".tmp";
+    const std::string tmp = h.content_path(id) + ".tmp";
     std::filesystem::create_directories(std::filesystem::path(tmp).parent_path());
     { std::ofstream(tmp) << "partial"; }
-    { std::ofstream(h.cdb_path(id)) << "complete"; }
+    { std::ofstream(h.content_path(id)) << "complete"; }
     asio::thread_pool pool(1);
-    smtps::CdbStore store(h.cfg().content_dir_abs(), true, pool);
+    smtps::ContentStore store(h.cfg().content_dir_abs(), true, pool);
     CHECK(store.remove_stale_tmp() == 1);
-    CHECK(h.cdb_files() == std::vector<std::string>{h.cdb_path(id)});
+    CHECK(h.content_files() == std::vector<std::string>{h.content_path(id)});
 }
 
 // The account's arithmetic is tested with its own gauges (libsm
@@ -53,11 +53,11 @@ TEST_CASE("the free-space reserve: a declared SIZE must fit above it") {
     REQUIRE(::statvfs(h.cfg().spool_dir_abs().c_str(), &vfs) == 0);
     const std::uint64_t free = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
     REQUIRE(free > (64u << 20));
-    smtps::CdbStore none(h.cfg().spool_dir_abs(), true, pool, 0);
+    smtps::ContentStore none(h.cfg().spool_dir_abs(), true, pool, 0);
     CHECK(none.has_room(UINT64_MAX / 2));  // 0: no check
     // Half the free space as reserve leaves room for a quarter of it but
     // not for three quarters (slack for other writers on this machine).
-    smtps::CdbStore half(h.cfg().spool_dir_abs(), true, pool, free / 2);
+    smtps::ContentStore half(h.cfg().spool_dir_abs(), true, pool, free / 2);
     CHECK(half.has_room(0));
     CHECK(half.has_room(free / 4));
     CHECK_FALSE(half.has_room(free / 4 * 3));
@@ -67,7 +67,7 @@ TEST_CASE("the free-space reserve: a declared SIZE must fit above it") {
     CHECK_FALSE(half.has_room(free / 3));
     claim.reset();
     CHECK(half.has_room(free / 3));
-    smtps::CdbStore all(h.cfg().spool_dir_abs(), true, pool, free * 2);
+    smtps::ContentStore all(h.cfg().spool_dir_abs(), true, pool, free * 2);
     CHECK_FALSE(all.has_room(0));
 }
 
@@ -82,10 +82,10 @@ TEST_CASE("queue.content_dir: content files go there, not into the spool") {
     ehlo(c);
     const std::string r = send_message(c, "sender@a.test", {"rcpt@b.test"}, "Subject: x\r\n\r\nbody\r\n.\r\n");
     REQUIRE(starts(r, "250 2.0.0 Ok: queued as "));
-    const std::string path = h.cdb_path(queued_id(r));
+    const std::string path = h.content_path(queued_id(r));
     CHECK(starts(path, content.string() + "/"));
     CHECK(read_file(path).find("\r\nbody\r\n") != std::string::npos);
-    CHECK(h.cdb_files() == std::vector<std::string>{path});
+    CHECK(h.content_files() == std::vector<std::string>{path});
     CHECK_FALSE(std::filesystem::exists(std::filesystem::path(h.cfg().spool_dir_abs()) / "cdb"));
     std::filesystem::remove_all(content);
 }
@@ -120,7 +120,7 @@ TEST_CASE("a message is stored byte-exact with dot-unstuffing and committed") {
     const std::string r = send_message(c, "sender@a.test", {"rcpt@b.test"}, sent);
     REQUIRE(starts(r, "250 2.0.0 Ok: queued as "));
     const std::string id = queued_id(r);
-    const std::string file = read_file(h.cdb_path(id));
+    const std::string file = read_file(h.content_path(id));
     const auto [received, content] = split_received(file);
     CHECK(content == stored);
     CHECK(starts(received, "Received: from client.test (unknown [127.0.0.1])\r\n"
@@ -131,14 +131,14 @@ TEST_CASE("a message is stored byte-exact with dot-unstuffing and committed") {
     REQUIRE(commits.size() == 1);
     const auto& ta = commits[0];
     CHECK(ta.ta_id == id);
-    CHECK(ta.cdb_id == id);
+    CHECK(ta.content_id == id);
     CHECK(ta.sender == "sender@a.test");
     REQUIRE(ta.rcpts.size() == 1);
     CHECK(ta.rcpts[0].addr == "rcpt@b.test");
     CHECK(ta.helo == "client.test");
     CHECK(ta.client_addr == "127.0.0.1");
     CHECK(ta.size == file.size());
-    CHECK(h.cdb_files().size() == 1);  // no temporary file left
+    CHECK(h.content_files().size() == 1);  // no temporary file left
     CHECK(starts(c.cmd("QUIT"), "221"));
 }
 
@@ -148,7 +148,7 @@ TEST_CASE("an empty message and a message without final CRLF before the dot") {
     ehlo(c);
     std::string r = send_message(c, "", {"x@b.test"}, ".\r\n");  // null sender, empty body
     REQUIRE(starts(r, "250 2.0.0"));
-    CHECK(split_received(read_file(h.cdb_path(queued_id(r)))).second.empty());
+    CHECK(split_received(read_file(h.content_path(queued_id(r)))).second.empty());
     CHECK(h.commits().back().sender.empty());
 }
 
@@ -174,7 +174,7 @@ TEST_CASE("pipelined commands get their replies in one batch") {
     const std::string r2 = c.reply();
     CHECK(starts(r2, "250 2.0.0"));
     // Two recipients: no "for" clause.
-    const std::string f1 = read_file(h.cdb_path(queued_id(r1)));
+    const std::string f1 = read_file(h.content_path(queued_id(r1)));
     CHECK(f1.find("\tfor ") == std::string::npos);
     CHECK(f1.find("id " + queued_id(r1) + ";\r\n\t") != std::string::npos);
     CHECK(f1.substr(f1.size() - 7) == "hello\r\n");
@@ -197,7 +197,7 @@ TEST_CASE("bare LF and bare CR in DATA are rejected") {
                  "550 5.6.11"));
     CHECK(starts(c.cmd("NOOP"), "250"));
     CHECK(h.commits().empty());
-    CHECK(h.cdb_files().empty());
+    CHECK(h.content_files().empty());
 }
 
 TEST_CASE("bare LF and CR are normalised when configured") {
@@ -208,7 +208,7 @@ TEST_CASE("bare LF and CR are normalised when configured") {
         send_message(c, "a@a.test", {"b@b.test"}, "one\ntwo\rthree\r\n\n.\nsmuggled\r\n.\r\n");
     REQUIRE(starts(r, "250 2.0.0"));
     // ".<LF>" is not the end of data; as a dot line it is unstuffed.
-    CHECK(split_received(read_file(h.cdb_path(queued_id(r)))).second ==
+    CHECK(split_received(read_file(h.content_path(queued_id(r)))).second ==
           "one\r\ntwo\r\nthree\r\n\r\n\r\nsmuggled\r\n");
     CHECK(h.commits().size() == 1);
 }
@@ -226,7 +226,7 @@ TEST_CASE("over-long lines: commands are refused, DATA passes them through") {
     const std::string content = "X: y\r\n\r\n" + long_line + "\r\n.." + long_line + "\r\nend\r\n";
     const std::string r = send_message(c, "a@a.test", {"b@b.test"}, content + ".\r\n");
     REQUIRE(starts(r, "250 2.0.0"));
-    CHECK(split_received(read_file(h.cdb_path(queued_id(r)))).second ==
+    CHECK(split_received(read_file(h.content_path(queued_id(r)))).second ==
           "X: y\r\n\r\n" + long_line + "\r\n." + long_line + "\r\nend\r\n");
 }
 
@@ -239,7 +239,7 @@ TEST_CASE("message size limit") {
     CHECK(starts(c.cmd("MAIL FROM:<a@a.test> FOO=1"), "555 5.5.4"));
     const std::string big(2000, 'x');
     CHECK(starts(send_message(c, "a@a.test", {"b@b.test"}, big + "\r\n.\r\n"), "552 5.3.4"));
-    CHECK(h.cdb_files().empty());
+    CHECK(h.content_files().empty());
     // The session goes on, and a small message passes.
     CHECK(starts(send_message(c, "a@a.test", {"b@b.test"}, "small\r\n.\r\n"), "250 2.0.0"));
 }
@@ -364,7 +364,7 @@ TEST_CASE("command and data timeouts") {
         CHECK(c.reply() == "421 4.4.2 mx.test Error: timeout exceeded");
         CHECK(c.closed());
     }
-    CHECK(h.cdb_files().empty());
+    CHECK(h.content_files().empty());
 }
 
 TEST_CASE("a message past the spill size is written under its final name and removed when lost") {
@@ -379,13 +379,13 @@ TEST_CASE("a message past the spill size is written under its final name and rem
     std::vector<std::string> during;
     for (int i = 0; i < 200 && during.empty(); ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        during = h.cdb_files();
+        during = h.content_files();
     }
     REQUIRE(during.size() == 1);
     CHECK_FALSE(during[0].ends_with(".tmp"));  // no temporary name
     CHECK(c.reply() == "421 4.4.2 mx.test Error: timeout exceeded");
     CHECK(c.closed());
-    CHECK(h.cdb_files().empty());
+    CHECK(h.content_files().empty());
     CHECK(h.commits().empty());
 }
 
@@ -410,7 +410,7 @@ TEST_CASE("QMGR answers: tempfail, reject, no answer") {
     CHECK(send_message(c, "a@a.test", {"b@b.test"}, "x\r\n.\r\n") == "451 4.3.2 Queue full");
     h.mode = QmgrMode::reject;
     CHECK(send_message(c, "a@a.test", {"b@b.test"}, "x\r\n.\r\n") == "554 5.3.0 Go away");
-    CHECK(h.cdb_files().empty());  // refused transactions leave no file
+    CHECK(h.content_files().empty());  // refused transactions leave no file
     h.mode = QmgrMode::silent;     // the harness waits 2 s for an ack
     CHECK(starts(send_message(c, "a@a.test", {"b@b.test"}, "x\r\n.\r\n"), "451 4.3.0"));
     CHECK(h.commits().size() == 3);

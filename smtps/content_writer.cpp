@@ -1,4 +1,4 @@
-#include "cdb_writer.hpp"
+#include "content_writer.hpp"
 
 #include "content_file.hpp"
 #include "content_segment.hpp"
@@ -11,27 +11,27 @@
 
 namespace smtps {
 
-std::string CdbStore::path_for(std::string_view ta_id) const {
-    return sm::cdb_path(content_, ta_id, hashed_);
+std::string ContentStore::path_for(std::string_view ta_id) const {
+    return sm::content::file_path(content_, ta_id, hashed_);
 }
 
-bool CdbStore::has_room(std::uint64_t size) {
+bool ContentStore::has_room(std::uint64_t size) {
     recount_if_due();
     // A message that will not spill goes to a segment (when there are any),
     // and is copied out if it is deferred.
     return space_.has_room(size, segment_for_.count() > 0 && size < spill_size ? size : 0);
 }
 
-std::optional<sm::SpaceAccount::Claim> CdbStore::claim(std::uint64_t now, std::uint64_t copy) {
+std::optional<sm::SpaceAccount::Claim> ContentStore::claim(std::uint64_t now, std::uint64_t copy) {
     recount_if_due();
     return space_.claim(now, copy);
 }
 
-void CdbStore::recount_if_due() {
+void ContentStore::recount_if_due() {
     if (space_.recount_due()) asio::post(pool_, [this] { space_.recount_segments(); });
 }
 
-std::size_t CdbStore::remove_stale_tmp() const {
+std::size_t ContentStore::remove_stale_tmp() const {
     namespace fs = std::filesystem;
     std::size_t n = 0;
     std::error_code ec;
@@ -44,18 +44,18 @@ std::size_t CdbStore::remove_stale_tmp() const {
     return n;
 }
 
-CdbWriter::CdbWriter(CdbStore& store, std::string_view ta_id,
-                     std::shared_ptr<SegmentWriter> segment)
-    : store_(store), segment_(std::move(segment)), ta_id_(ta_id), cdb_id_(ta_id) {
+ContentWriter::ContentWriter(ContentStore& store, std::string_view ta_id,
+                             std::shared_ptr<SegmentWriter> segment)
+    : store_(store), segment_(std::move(segment)), ta_id_(ta_id), content_id_(ta_id) {
     buf_.reserve(4096);
 }
 
-CdbWriter::~CdbWriter() {
+ContentWriter::~ContentWriter() {
     if (fd_ >= 0) ::close(fd_);
     if (created_) ::unlink(path_.c_str());
 }
 
-void CdbWriter::append(std::string_view bytes) {
+void ContentWriter::append(std::string_view bytes) {
     size_ += bytes.size();
     if (err_) return;
     buf_.append(bytes);
@@ -63,12 +63,12 @@ void CdbWriter::append(std::string_view bytes) {
 }
 
 // Made when a file is: a message that goes into a segment never needs it.
-const std::string& CdbWriter::path() {
+const std::string& ContentWriter::path() {
     if (path_.empty()) path_ = store_.path_for(ta_id_);
     return path_;
 }
 
-void CdbWriter::spill() {
+void ContentWriter::spill() {
     // Written now, on the loop: held only while it is written.
     const auto room = store_.claim(buf_.size(), 0);
     if (!room) return refuse();
@@ -82,7 +82,7 @@ void CdbWriter::spill() {
 
 // The rest of the message would cross the reserve: what was spilled goes
 // now (the client gets 452 at its end of data), the rest is only counted.
-void CdbWriter::refuse() {
+void ContentWriter::refuse() {
     short_ = true;
     err_ = ENOSPC;
     buf_ = std::string();
@@ -96,7 +96,7 @@ void CdbWriter::refuse() {
     }
 }
 
-asio::awaitable<int> CdbWriter::commit() {
+asio::awaitable<int> ContentWriter::commit() {
     if (err_) co_return err_;
     if (segment_ && fd_ < 0) co_return co_await commit_to_segment();
     // Held until the write is back: other sessions see it meanwhile.
@@ -137,7 +137,7 @@ asio::awaitable<int> CdbWriter::commit() {
 // the pool. Durable as a file is: QMGR's batch syncfs, or with
 // content_sync = "file" that fdatasync (which makes the segment's other
 // records durable too).
-asio::awaitable<int> CdbWriter::commit_to_segment() {
+asio::awaitable<int> ContentWriter::commit_to_segment() {
     const std::uint64_t record = sm::content::segment_header_size + buf_.size();
     // The record, and the content file it is copied to if it is deferred.
     auto room = store_.claim(record, buf_.size());
@@ -163,12 +163,12 @@ asio::awaitable<int> CdbWriter::commit_to_segment() {
     }
     if (!err_) {
         room->written();
-        cdb_id_ = sm::content::segment_ref(place.file->id(), place.offset);
+        content_id_ = sm::content::segment_ref(place.file->id(), place.offset);
     }
     co_return err_;
 }
 
-void CdbWriter::remove_committed() {
+void ContentWriter::remove_committed() {
     if (committed_) ::unlink(path_.c_str());
 }
 

@@ -35,18 +35,18 @@ namespace asio = boost::asio;
 // segment when the loop has one, else to disk in one write at commit.
 inline constexpr std::size_t spill_size = 256 * 1024;
 
-// Where CDB files go, the pool that syncs them, and the free-space reserve.
-class CdbStore {
+// Where content files go, the pool that syncs them, and the free-space reserve.
+class ContentStore {
 public:
     // content_dir: Config::content_dir_abs(). sync_names: also fsync a
-    // file's directory after the rename (content_sync = "file" with the
+    // file's directory after creating it (content_sync = "file" with the
     // IBDB on another file system, whose fdatasync then no longer commits
-    // the rename with it).
+    // the new name with it).
     // segment_for: small messages go to content segments, each taking
     // messages for that long (0: a file each). reserve: queue.min_free_space.
-    CdbStore(std::string content_dir, bool hashed, asio::thread_pool& pool,
-             std::uint64_t reserve = 0, bool sync_each = true, bool sync_names = false,
-             std::chrono::milliseconds segment_for = {})
+    ContentStore(std::string content_dir, bool hashed, asio::thread_pool& pool,
+                 std::uint64_t reserve = 0, bool sync_each = true, bool sync_names = false,
+                 std::chrono::milliseconds segment_for = {})
         : content_(std::move(content_dir)), hashed_(hashed), pool_(pool),
           sync_each_(sync_each), sync_names_(sync_names), segment_for_(segment_for),
           space_(reserve, sm::SpaceAccount::measure(content_, content_)) {}
@@ -87,20 +87,21 @@ private:
     sm::SpaceAccount space_;
 };
 
-class CdbWriter {
+class ContentWriter {
 public:
     // segment: the event loop's segment (null: a content file always).
-    CdbWriter(CdbStore& store, std::string_view ta_id, std::shared_ptr<SegmentWriter> segment);
-    ~CdbWriter();
-    CdbWriter(const CdbWriter&) = delete;
-    CdbWriter& operator=(const CdbWriter&) = delete;
+    ContentWriter(ContentStore& store, std::string_view ta_id,
+                  std::shared_ptr<SegmentWriter> segment);
+    ~ContentWriter();
+    ContentWriter(const ContentWriter&) = delete;
+    ContentWriter& operator=(const ContentWriter&) = delete;
 
     // Buffers bytes; large messages are written out in big chunks. A write
     // error is kept and reported by commit().
     void append(std::string_view bytes);
     std::uint64_t size() const { return size_; }
-    // What names the content once commit() succeeded: the TA_COMMIT's cdb_id.
-    const std::string& cdb_id() const { return cdb_id_; }
+    // What names the content once commit() succeeded: the TA_COMMIT's content_id.
+    const std::string& content_id() const { return content_id_; }
 
     // Writes the rest, fdatasyncs (content_sync = "file"), closes. Returns 0
     // or the errno of the first failure (the file is then removed).
@@ -119,9 +120,9 @@ private:
     void refuse();
     asio::awaitable<int> commit_to_segment();
 
-    CdbStore& store_;
+    ContentStore& store_;
     std::shared_ptr<SegmentWriter> segment_;
-    std::string ta_id_, cdb_id_, path_;
+    std::string ta_id_, content_id_, path_;
     std::string buf_;
     std::uint64_t size_ = 0;
     int fd_ = -1;
