@@ -12,7 +12,7 @@
 #include <iostream>
 
 namespace fs = std::filesystem;
-using namespace sm::msg;
+using namespace smx::msg;
 
 namespace {
 
@@ -58,18 +58,18 @@ int main(int argc, char** argv) {
         encode(Result{9, "mx[192.0.2.2]:25", {{0, 250, "2.0.0", "Ok"}, {1, 550, "5.1.1", "no"}}}, 9));
     put(out / "record", "ctl", encode(CtlRequest{"hold", {ta.ta_id}}, 3));
 
-    sm::maildrop::Envelope drop;
+    smx::maildrop::Envelope drop;
     drop.uid = 1000;
     drop.arrival_us = ta.arrival_us;
     drop.sender = "alice@example.org";
     drop.rcpts = {"a@example.net", "b@example.net"};
     const std::string content = "Subject: hi\r\n\r\nhello\r\n";
     drop.content_size = content.size();
-    put(out / "maildrop_file", "file", sm::maildrop::encode(drop, sm::maildrop::Kind::file) + content);
+    put(out / "maildrop_file", "file", smx::maildrop::encode(drop, smx::maildrop::Kind::file) + content);
     put(out / "maildrop_file", "submission",
-        sm::maildrop::encode(drop, sm::maildrop::Kind::submission) + content);
+        smx::maildrop::encode(drop, smx::maildrop::Kind::submission) + content);
     put(out / "maildrop_file", "bare_lf",
-        sm::maildrop::encode(drop, sm::maildrop::Kind::file) + "Subject: hi\n\nhello\r\n\r\n");
+        smx::maildrop::encode(drop, smx::maildrop::Kind::file) + "Subject: hi\n\nhello\r\n\r\n");
 
     namespace ibdb = smx::qmgr::ibdb;
     std::string log;

@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace sm {
+namespace smx {
 
 // The outcome comes back as a tuple (expected errors are values), and the
 // awaiting coroutine starts the operation itself. With use_awaitable asio
@@ -36,4 +36,4 @@ boost::asio::awaitable<std::invoke_result_t<F&>> run_on(Executor ex, F f) {
                                              boost::asio::use_awaitable);
 }
 
-} // namespace sm
+} // namespace smx

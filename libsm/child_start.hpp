@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-namespace sm {
+namespace smx {
 
 struct ChildStart {
     std::string config_path;  // empty: the built-in defaults
@@ -24,4 +24,4 @@ struct ChildStart {
 // process exits 2 (a usage or config error).
 std::optional<ChildStart> start_child(std::string_view program, int argc, char** argv);
 
-} // namespace sm
+} // namespace smx

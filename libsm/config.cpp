@@ -16,7 +16,7 @@
 #include <filesystem>
 #include <set>
 
-namespace sm {
+namespace smx {
 namespace {
 
 Route parse_route(const std::string& key, const std::vector<std::string>& vals) {
@@ -427,4 +427,4 @@ Config load_config(const std::string& path) {
     return c;
 }
 
-} // namespace sm
+} // namespace smx

@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <filesystem>
 
-namespace sm::content {
+namespace smx::content {
 
 namespace {
 
@@ -174,4 +174,4 @@ int list(const std::string& content_dir, std::chrono::system_clock::time_point c
     return ec && ec != std::errc::no_such_file_or_directory ? ec.value() : 0;
 }
 
-} // namespace sm::content
+} // namespace smx::content

@@ -6,7 +6,7 @@
 // file nothing reads before its writer names it to QMGR (SMTPS: TA_COMMIT
 // follows the close); write_durable() writes <path>.tmp, fdatasyncs and
 // renames, so that a partial file never carries the final name. Either
-// removes the file on an error. Names: sm::valid_ta_id (ids.hpp); paths:
+// removes the file on an error. Names: smx::valid_ta_id (ids.hpp); paths:
 // file_path below, the one place that lays them out; every operation that
 // takes an id refuses one valid_ta_id rejects (EINVAL), since ids become
 // file names. Every function returns 0 or an errno value.
@@ -23,7 +23,7 @@
 #include <sys/types.h>
 #include <vector>
 
-namespace sm::content {
+namespace smx::content {
 
 // Group read: SMTPC and QMGR read content files through a shared group when
 // the MCP runs each process as its own user.
@@ -95,4 +95,4 @@ int remove(const std::string& content_dir, std::string_view id, bool hashed);
 int list(const std::string& content_dir, std::chrono::system_clock::time_point cutoff,
          std::vector<std::string>& ids);
 
-} // namespace sm::content
+} // namespace smx::content

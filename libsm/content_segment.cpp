@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <cstring>
 
-namespace sm::content {
+namespace smx::content {
 
 namespace {
 
@@ -281,4 +281,4 @@ int Body::read_at(std::uint64_t offset, std::size_t max, std::string& buf) const
     return err;
 }
 
-} // namespace sm::content
+} // namespace smx::content

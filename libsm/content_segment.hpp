@@ -25,7 +25,7 @@
 #include <string>
 #include <string_view>
 
-namespace sm::content {
+namespace smx::content {
 
 inline constexpr std::size_t segment_header_size = 40;
 // Where a segment ends: the writer starts a new one at this size, or after
@@ -138,4 +138,4 @@ private:
     std::string why_;
 };
 
-} // namespace sm::content
+} // namespace smx::content

@@ -5,7 +5,7 @@
 #include <array>
 #include <cstring>
 
-namespace sm {
+namespace smx {
 namespace {
 
 constexpr std::uint32_t poly = 0x82F63B78u;  // reflected Castagnoli polynomial
@@ -55,4 +55,4 @@ std::uint32_t crc32c(std::string_view data, std::uint32_t crc) {
     return ~crc_table(p, data.size(), c);
 }
 
-} // namespace sm
+} // namespace smx

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-namespace sm {
+namespace smx {
 
 struct Credentials {
     std::string user;
@@ -32,4 +32,4 @@ CredentialMap parse_credentials(const std::string& path, std::string_view data);
 // (Secret::sasl_password_file); none when the key is empty.
 CredentialMap credentials(const ClientConfig& cfg, const Secrets& secrets);
 
-} // namespace sm
+} // namespace smx

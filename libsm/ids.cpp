@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <ctime>
 
-namespace sm {
+namespace smx {
 
 // SMTPS process i takes stream i: none may reach the streams of others.
 static_assert(max_smtps_processes <= pickup_id_stream);
@@ -73,4 +73,4 @@ std::uint64_t ta_id_time_us(std::string_view id) {
 
 unsigned ta_id_stream(std::string_view id) { return static_cast<unsigned>(hex(id.substr(13, 4)) >> 11); }
 
-} // namespace sm
+} // namespace smx

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-namespace sm {
+namespace smx {
 
 // A new transaction id: 17 upper-case hex digits (unix seconds, microseconds,
 // and 16 bits of this process's stream and counter), unique across restarts
@@ -36,4 +36,4 @@ std::uint64_t now_us();
 // RFC 5322 date-time in UTC, in any locale: "Sun, 22 Nov 2026 19:00:22 +0000".
 std::string rfc5322_date(std::uint64_t unix_us);
 
-} // namespace sm
+} // namespace smx

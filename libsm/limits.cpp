@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-namespace sm {
+namespace smx {
 
 namespace {
 constexpr unsigned long reserve = 64;
@@ -87,4 +87,4 @@ SmtpsLayout smtps_layout(const ServerConfig& s, unsigned long limit, std::string
     return {p, one.threads};
 }
 
-} // namespace sm
+} // namespace smx

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace sm::maildrop {
+namespace smx::maildrop {
 namespace {
 
 enum Tag : std::uint16_t {
@@ -162,4 +162,4 @@ std::string random_part() {
     return out;
 }
 
-} // namespace sm::maildrop
+} // namespace smx::maildrop

@@ -13,7 +13,7 @@
 
 #include <string_view>
 
-namespace sm {
+namespace smx {
 
 // The text of the MCP's messages, which carry the memfd.
 inline constexpr std::string_view link_secrets = "secrets";
@@ -51,4 +51,4 @@ private:
     Secrets secrets_;
 };
 
-} // namespace sm
+} // namespace smx

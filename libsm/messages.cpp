@@ -5,7 +5,7 @@
 #include <array>
 #include <initializer_list>
 
-namespace sm::msg {
+namespace smx::msg {
 namespace {
 
 enum Tag : std::uint16_t {
@@ -357,4 +357,4 @@ std::optional<TaCommit> envelope_from_bytes(std::string_view body, std::string& 
     return commit_from(body, err);
 }
 
-} // namespace sm::msg
+} // namespace smx::msg

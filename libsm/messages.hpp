@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sm::msg {
+namespace smx::msg {
 
 // 2: SMTPS_LOAD. 4: its rejection counts, and RESULT's setup time.
 inline constexpr std::uint32_t protocol_version = 4;
@@ -174,4 +174,4 @@ inline constexpr std::size_t rcpt_overhead = 3 * 6;
 std::string envelope_bytes(const TaCommit&);
 std::optional<TaCommit> envelope_from_bytes(std::string_view body, std::string& err);
 
-} // namespace sm::msg
+} // namespace smx::msg

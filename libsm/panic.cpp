@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-namespace sm {
+namespace smx {
 namespace {
 
 std::string process_name = "smx";
@@ -77,4 +77,4 @@ void test_panic_point([[maybe_unused]] std::string_view point) {
 #endif
 }
 
-} // namespace sm
+} // namespace smx

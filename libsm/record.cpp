@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-namespace sm::rec {
+namespace smx::rec {
 
 std::uint16_t get_u16(const char* p) {
     const auto* u = reinterpret_cast<const unsigned char*>(p);
@@ -142,4 +142,4 @@ std::optional<std::vector<Field>> parse_fields(std::string_view b) {
     }
 }
 
-} // namespace sm::rec
+} // namespace smx::rec

@@ -6,7 +6,7 @@
 
 #include <stdexcept>
 
-namespace sm {
+namespace smx {
 namespace {
 
 constexpr std::string_view magic = "SMXS";
@@ -72,4 +72,4 @@ Secrets Secrets::decode(std::string_view bundle) {
     }
 }
 
-} // namespace sm
+} // namespace smx

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-namespace sm {
+namespace smx {
 
 class SessionCounts {
 public:
@@ -40,4 +40,4 @@ private:
     Slot* slots_ = nullptr;
 };
 
-} // namespace sm
+} // namespace smx

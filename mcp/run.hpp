@@ -4,8 +4,8 @@
 
 #include "cli.hpp"
 
-namespace smx {
+namespace smx::mcp {
 
 int run(const Args& args);
 
-} // namespace smx
+} // namespace smx::mcp

@@ -35,13 +35,13 @@ namespace asio = boost::asio;
 // and of the envelope's size (written whole, then renamed).
 // Ours alone (QMGR's account wrote it): SMTPS's may plant a file of its own
 // under that name.
-bool has_defedb_copy(const sm::content::Store& store, const sm::msg::TaCommit& env);
+bool has_defedb_copy(const smx::content::Store& store, const smx::msg::TaCommit& env);
 
 class DeferredQueue {
 public:
     // A DEFEDB write waiting for the next batch.
     struct Park {
-        std::shared_ptr<const sm::msg::TaCommit> env;
+        std::shared_ptr<const smx::msg::TaCommit> env;
         DeferredRcpt rec;
         bool fresh = false;  // not in DEFEDB yet: put, then IBDB rcpt_deferred
     };
@@ -60,8 +60,8 @@ public:
 
     // retry_after: how long a DEFEDB batch or due read that failed (e.g.
     // ENOSPC) waits before it is tried again; a unit test shortens it.
-    DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, DefedbStrand& db, Hooks hooks,
-                  const sm::Clock& clock = sm::system_clock(),
+    DeferredQueue(const smx::Config& cfg, asio::any_io_executor ex, DefedbStrand& db, Hooks hooks,
+                  const smx::Clock& clock = smx::system_clock(),
                   std::chrono::milliseconds retry_after = std::chrono::seconds(5));
 
     // Start-up: the due loop and the once-a-minute maintenance. After
@@ -97,13 +97,13 @@ private:
     asio::awaitable<void> fetch();
     asio::awaitable<void> maintenance();
 
-    const sm::Config& cfg_;
-    const sm::Clock& clock_;
+    const smx::Config& cfg_;
+    const smx::Clock& clock_;
     const std::chrono::milliseconds retry_after_;
     asio::any_io_executor ex_;
     DefedbStrand& db_;
     Hooks hooks_;
-    sm::content::Store store_;  // where content is read, and who wrote it
+    smx::content::Store store_;  // where content is read, and who wrote it
     std::string quarantine_;    // Config::quarantine_dir_abs()
     // The next batch, and whether the writer coroutine runs.
     std::vector<Park> parks_;

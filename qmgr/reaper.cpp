@@ -11,7 +11,7 @@
 
 namespace smx::qmgr {
 
-Reaper::Reaper(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
+Reaper::Reaper(const smx::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
                Ibdb& ibdb)
     : cfg_(cfg), ex_(std::move(ex)), workers_(workers), ibdb_(ibdb),
       content_(cfg.content_dir_abs()) {}
@@ -25,7 +25,7 @@ Reaper::Verdict Reaper::verdict(const Ta& ta) {
 }
 
 std::string Reaper::file_of(const Ta& ta, bool any_copy) {
-    if (!sm::content::parse_segment_ref(ta.content_id())) return ta.content_id();
+    if (!smx::content::parse_segment_ref(ta.content_id())) return ta.content_id();
     return any_copy || ta.touched_defedb() ? ta.id : std::string();
 }
 
@@ -42,7 +42,7 @@ void Reaper::drop(const std::string& id, const std::string& content_id) {
 // Unlinks run on the worker pool: removing the files cost as much as the
 // whole run in the sendmail X measurements.
 void Reaper::discard(const std::string& content_id) {
-    if (content_id.empty() || sm::content::parse_segment_ref(content_id)) return;
+    if (content_id.empty() || smx::content::parse_segment_ref(content_id)) return;
     if (sweeping_) unlinked_in_sweep_.insert(content_id);
     unlinks_.push_back(content_id);
     if (unlinks_.size() > 1) return;
@@ -50,7 +50,7 @@ void Reaper::discard(const std::string& content_id) {
         asio::post(workers_, [content = content_, hashed = cfg_.queue.cdb_hashed,
                               ids = std::move(unlinks_)] {
             for (const auto& id : ids)
-                if (const int err = sm::content::remove(content, id, hashed); err && err != ENOENT)
+                if (const int err = smx::content::remove(content, id, hashed); err && err != ENOENT)
                     spdlog::error("{}: remove content file: {}", id, std::strerror(err));
         });
         unlinks_.clear();

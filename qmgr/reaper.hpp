@@ -32,7 +32,7 @@ public:
         ask_defedb,  // DEFEDB held some of it: goes once DEFEDB says it holds none
     };
 
-    Reaper(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers, Ibdb& ibdb);
+    Reaper(const smx::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers, Ibdb& ibdb);
 
     // For a transaction leaving memory with no open recipient.
     static Verdict verdict(const Ta& ta);
@@ -57,7 +57,7 @@ public:
     void sweep_end();
 
 private:
-    const sm::Config& cfg_;
+    const smx::Config& cfg_;
     asio::any_io_executor ex_;
     asio::thread_pool& workers_;
     Ibdb& ibdb_;

@@ -4,7 +4,7 @@
 
 #include <utility>
 
-namespace smtps {
+namespace smx::smtps {
 
 namespace {
 constexpr std::pair<std::string_view, Verb> verbs[] = {
@@ -47,4 +47,4 @@ std::optional<Bdat> parse_bdat(std::string_view arg) {
     return b;
 }
 
-} // namespace smtps
+} // namespace smx::smtps

@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <unistd.h>
 
-namespace smtps {
+namespace smx::smtps {
 
 std::string ContentStore::path_for(std::string_view ta_id) const {
-    return sm::content::file_path(content_, ta_id, hashed_);
+    return smx::content::file_path(content_, ta_id, hashed_);
 }
 
 bool ContentStore::has_room(std::uint64_t size) {
@@ -22,7 +22,7 @@ bool ContentStore::has_room(std::uint64_t size) {
     return space_.has_room(size, segment_for_.count() > 0 && size < spill_size ? size : 0);
 }
 
-std::optional<sm::SpaceAccount::Claim> ContentStore::claim(std::uint64_t now, std::uint64_t copy) {
+std::optional<smx::SpaceAccount::Claim> ContentStore::claim(std::uint64_t now, std::uint64_t copy) {
     recount_if_due();
     return space_.claim(now, copy);
 }
@@ -73,10 +73,10 @@ void ContentWriter::spill() {
     const auto room = store_.claim(buf_.size(), 0);
     if (!room) return refuse();
     if (fd_ < 0) {
-        if ((err_ = sm::content::create(path(), fd_)) != 0) return;
+        if ((err_ = smx::content::create(path(), fd_)) != 0) return;
         created_ = true;
     }
-    err_ = sm::content::write_all(fd_, buf_);
+    err_ = smx::content::write_all(fd_, buf_);
     buf_.clear();
 }
 
@@ -114,14 +114,14 @@ asio::awaitable<int> ContentWriter::commit() {
     auto job = [fd, buf = std::move(buf_), path = path(), sync = store_.sync_each(),
                 sync_name = store_.sync_names()]() mutable -> asio::awaitable<int> {
         int err = 0;
-        if (fd < 0) err = sm::content::create(path, fd);
-        if (!err) err = sm::content::write_all(fd, buf);
+        if (fd < 0) err = smx::content::create(path, fd);
+        if (!err) err = smx::content::write_all(fd, buf);
         // With sync (content_sync = "file") the data is durable before
         // TA_COMMIT; either way QMGR's group commit (its syncfs of this file
         // system, or the journal commit of its IBDB fdatasync, or with the
         // IBDB elsewhere our sync_name) makes data and directory entry
         // durable before any 250.
-        co_return sm::content::close_created(fd, err, path, sync, sync_name);
+        co_return smx::content::close_created(fd, err, path, sync, sync_name);
     };
     err_ = co_await asio::co_spawn(store_.pool(), std::move(job), asio::use_awaitable);
     committed_ = err_ == 0;
@@ -138,7 +138,7 @@ asio::awaitable<int> ContentWriter::commit() {
 // content_sync = "file" that fdatasync (which makes the segment's other
 // records durable too).
 asio::awaitable<int> ContentWriter::commit_to_segment() {
-    const std::uint64_t record = sm::content::segment_header_size + buf_.size();
+    const std::uint64_t record = smx::content::segment_header_size + buf_.size();
     // The record, and the content file it is copied to if it is deferred.
     auto room = store_.claim(record, buf_.size());
     if (!room) {
@@ -148,14 +148,14 @@ asio::awaitable<int> ContentWriter::commit_to_segment() {
     auto place = segment_->reserve(record);
     const bool sync = store_.sync_each();
     if (const int fd = place.file->made_fd(); fd >= 0 && !sync) {
-        err_ = sm::content::write_segment_record(fd, place.offset, ta_id_, buf_);
+        err_ = smx::content::write_segment_record(fd, place.offset, ta_id_, buf_);
         buf_.clear();
     } else {
         auto job = [file = place.file, offset = place.offset, id = ta_id_, buf = std::move(buf_),
                     sync]() -> asio::awaitable<int> {
             const int fd = file->fd();
             if (fd < 0) co_return -fd;
-            int err = sm::content::write_segment_record(fd, offset, id, buf);
+            int err = smx::content::write_segment_record(fd, offset, id, buf);
             if (!err && sync && ::fdatasync(fd) != 0) err = errno;
             co_return err;
         };
@@ -163,7 +163,7 @@ asio::awaitable<int> ContentWriter::commit_to_segment() {
     }
     if (!err_) {
         room->written();
-        content_id_ = sm::content::segment_ref(place.file->id(), place.offset);
+        content_id_ = smx::content::segment_ref(place.file->id(), place.offset);
     }
     co_return err_;
 }
@@ -172,4 +172,4 @@ void ContentWriter::remove_committed() {
     if (committed_) ::unlink(path_.c_str());
 }
 
-} // namespace smtps
+} // namespace smx::smtps

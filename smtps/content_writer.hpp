@@ -26,7 +26,7 @@
 #include <string>
 #include <string_view>
 
-namespace smtps {
+namespace smx::smtps {
 
 namespace asio = boost::asio;
 
@@ -49,7 +49,7 @@ public:
                  std::chrono::milliseconds segment_for = {})
         : content_(std::move(content_dir)), hashed_(hashed), pool_(pool),
           sync_each_(sync_each), sync_names_(sync_names), segment_for_(segment_for),
-          space_(reserve, sm::SpaceAccount::measure(content_, content_)) {}
+          space_(reserve, smx::SpaceAccount::measure(content_, content_)) {}
     const std::string& content_dir() const { return content_; }
     std::chrono::milliseconds segment_for() const { return segment_for_; }
     std::string path_for(std::string_view ta_id) const;
@@ -65,13 +65,13 @@ public:
     // At MAIL: false when a message of `size` bytes (a declared SIZE, or 0),
     // with the copy a segment's message needs when deferred, would leave
     // less than the reserve (queue.min_free_space) free on the content file
-    // system (sm::SpaceAccount), so that a client hears 452 before it sends
+    // system (smx::SpaceAccount), so that a client hears 452 before it sends
     // its data. Any thread may call it, and claim().
     bool has_room(std::uint64_t size);
     // Before content is written: holds `now` bytes (and a later copy of
     // them) against the reserve until the claim ends; nullopt when they do
     // not fit.
-    std::optional<sm::SpaceAccount::Claim> claim(std::uint64_t now, std::uint64_t copy);
+    std::optional<smx::SpaceAccount::Claim> claim(std::uint64_t now, std::uint64_t copy);
 
 private:
     // The segments are listed again on the pool when the last list is a
@@ -84,7 +84,7 @@ private:
     bool sync_each_;
     bool sync_names_;
     std::chrono::milliseconds segment_for_;
-    sm::SpaceAccount space_;
+    smx::SpaceAccount space_;
 };
 
 class ContentWriter {
@@ -132,4 +132,4 @@ private:
     bool short_ = false;
 };
 
-} // namespace smtps
+} // namespace smx::smtps

@@ -15,7 +15,7 @@
 #include <mutex>
 #include <string>
 
-namespace smtps {
+namespace smx::smtps {
 
 namespace asio = boost::asio;
 
@@ -49,7 +49,7 @@ private:
 
 class SegmentWriter {
 public:
-    // sync_name: as sm::content::sync_names(cfg); a segment takes messages
+    // sync_name: as smx::content::sync_names(cfg); a segment takes messages
     // for append_for, and is let go then even if no message comes to start
     // the next (QMGR removes it later: an open descriptor would keep its
     // space); ex: the event loop's.
@@ -75,4 +75,4 @@ private:
     asio::steady_timer retire_;  // lets cur_ go once its time is up
 };
 
-} // namespace smtps
+} // namespace smx::smtps

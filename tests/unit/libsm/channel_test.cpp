@@ -9,7 +9,7 @@
 
 #include <csignal>
 
-using namespace sm;
+using namespace smx;
 namespace asio = boost::asio;
 
 namespace {

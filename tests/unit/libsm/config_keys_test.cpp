@@ -14,7 +14,7 @@
 #include <sstream>
 #include <unistd.h>
 
-using namespace sm;
+using namespace smx;
 
 namespace {
 

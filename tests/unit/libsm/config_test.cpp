@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-using namespace sm;
+using namespace smx;
 
 namespace {
 std::string write_temp(const std::string& text) {

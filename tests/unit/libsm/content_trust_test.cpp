@@ -20,12 +20,12 @@
 #include <fstream>
 
 namespace fs = std::filesystem;
-using namespace sm::content;
+using namespace smx::content;
 
 namespace {
 
 struct Dir {
-    fs::path p = fs::temp_directory_path() / ("smx-trust-" + sm::new_ta_id());
+    fs::path p = fs::temp_directory_path() / ("smx-trust-" + smx::new_ta_id());
     Dir() { fs::create_directories(p); }
     ~Dir() { fs::remove_all(p); }
 };

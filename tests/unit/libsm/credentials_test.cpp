@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-using namespace sm;
+using namespace smx;
 
 namespace {
 std::string error_of(const std::string& text) {

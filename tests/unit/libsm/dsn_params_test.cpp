@@ -3,7 +3,7 @@
 
 #include <catch2/catch.hpp>
 
-namespace dsn = sm::dsn;
+namespace dsn = smx::dsn;
 
 TEST_CASE("dsn params: xtext") {
     CHECK(dsn::valid_xtext(""));

@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-using namespace sm;
+using namespace smx;
 
 TEST_CASE("fitting_connections counts each event loop's descriptors") {
     ServerConfig s;

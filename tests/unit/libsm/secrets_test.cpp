@@ -5,7 +5,7 @@
 
 #include <catch2/catch.hpp>
 
-using namespace sm;
+using namespace smx;
 
 namespace {
 std::string decode_error(const std::string& bundle) {

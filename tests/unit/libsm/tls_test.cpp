@@ -15,7 +15,7 @@
 #include <functional>
 #include <memory>
 
-using namespace sm;
+using namespace smx;
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <unistd.h>
 
-using namespace smx;
+using namespace smx::mcp;
 
 namespace {
 

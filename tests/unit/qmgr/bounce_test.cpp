@@ -69,7 +69,7 @@ struct Bounces {
     }
 
     // Arrived now, by the test's clock.
-    Ta& admit(sm::msg::TaCommit e) {
+    Ta& admit(smx::msg::TaCommit e) {
         e.arrival_us = clock.now_us();
         Ta* ta = queue.admit(e);
         REQUIRE(ta);
@@ -89,7 +89,7 @@ struct Bounces {
     }
 };
 
-sm::msg::TaCommit from(Spool& s, const std::string& sender, std::vector<std::string> rcpts,
+smx::msg::TaCommit from(Spool& s, const std::string& sender, std::vector<std::string> rcpts,
                        const std::string& bytes = "Subject: original\r\n\r\nthe body\r\n") {
     auto e = message(s, std::move(rcpts), bytes);
     e.sender = sender;
@@ -321,7 +321,7 @@ TEST_CASE("bouncer: NOTIFY=SUCCESS relayed to a next hop without DSN gets a noti
     e.rcpts[0].params = "NOTIFY=SUCCESS,FAILURE";
     e.rcpts[1].params = "NOTIFY=SUCCESS";
     Ta& a = t.admit(e);
-    const sm::msg::Reply ok{250, "2.0.0", "queued"};
+    const smx::msg::Reply ok{250, "2.0.0", "queued"};
     t.b->relayed(a, 0, "mx.example.net[192.0.2.1]:25", ok, false);
     t.b->relayed(a, 1, "mx.example.net[192.0.2.1]:25", ok, true);   // the next hop reports
     t.b->relayed(a, 2, "mx.example.net[192.0.2.1]:25", ok, false);  // no NOTIFY=SUCCESS

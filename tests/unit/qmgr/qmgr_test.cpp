@@ -22,7 +22,7 @@ TEST_CASE("a committed transaction is acked, delivered and removed") {
     Harness h;
     h.connect_smtpc();
     auto e = h.commit({"a@example.net", "b@Example.NET"});
-    REQUIRE(h.acks.back().status == sm::msg::AckStatus::ok);
+    REQUIRE(h.acks.back().status == smx::msg::AckStatus::ok);
     CHECK(h.acks.back().ta_id == e.ta_id);
     CHECK(h.stat("received") == 1);
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
@@ -87,14 +87,14 @@ TEST_CASE("4xx moves to DEFEDB and comes back after retry_min; 5xx bounces with 
 TEST_CASE("a null-sender message is never bounced") {
     Harness h;
     h.connect_smtpc();
-    sm::msg::TaCommit e;
-    e.ta_id = e.content_id = sm::new_ta_id();
-    e.arrival_us = sm::now_us();
+    smx::msg::TaCommit e;
+    e.ta_id = e.content_id = smx::new_ta_id();
+    e.arrival_us = smx::now_us();
     e.rcpts.push_back({"a@example.net", ""});
     fs::create_directories(fs::path(h.content_path(e.ta_id)).parent_path());
     std::ofstream(h.content_path(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
     e.size = fs::file_size(h.content_path(e.ta_id));
-    h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
+    h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<smx::msg::TaAck>(f)); });
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
     h.result(h.delivers[0], {550});
     REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(e.ta_id)); }));
@@ -170,7 +170,7 @@ TEST_CASE("control: hold, release and delete work on the active queue and DEFEDB
     auto none = h.ctl("delete", {d.ta_id});
     CHECK(none.status == 1);
     CHECK(none.text == d.ta_id + ": no such queue id\n");
-    const std::string unknown = sm::new_ta_id();
+    const std::string unknown = smx::new_ta_id();
     CHECK(h.ctl("hold", {unknown}).text == unknown + ": no such queue id\n");
 }
 
@@ -188,7 +188,7 @@ TEST_CASE("control: several ids a request, ALL and ALL QUEUE, as postsuper") {
     // a and b wait in DEFEDB, c is in flight (QMGR's "active").
 
     // An unknown id among others: reported, status 1, the others done.
-    const std::string gone = sm::new_ta_id();
+    const std::string gone = smx::new_ta_id();
     auto r = h.ctl("hold", {a.ta_id, gone, b.ta_id});
     CHECK(r.status == 1);
     CHECK(r.text == a.ta_id + ": held (1 recipients)\n" + gone + ": no such queue id\n" +
@@ -212,12 +212,12 @@ TEST_CASE("control: several ids a request, ALL and ALL QUEUE, as postsuper") {
     // What a request may hold: ids (at most max_ctl_ids), or ALL [QUEUE].
     for (const std::vector<std::string>& bad :
          {std::vector<std::string>{}, {"ALL", "incoming"}, {"ALL", "hold", "x"}, {"nonsense"},
-          {a.ta_id, "ALL"}, std::vector<std::string>(sm::msg::max_ctl_ids + 1, gone)}) {
+          {a.ta_id, "ALL"}, std::vector<std::string>(smx::msg::max_ctl_ids + 1, gone)}) {
         r = h.ctl("delete", bad);
         CHECK(r.status == 1);
         CHECK(r.text.rfind("usage: delete QUEUE-ID... (at most 1000) | delete ALL", 0) == 0);
     }
-    r = h.ctl("release", std::vector<std::string>(sm::msg::max_ctl_ids, gone));
+    r = h.ctl("release", std::vector<std::string>(smx::msg::max_ctl_ids, gone));
     CHECK(r.status == 1);
     CHECK(std::count(r.text.begin(), r.text.end(), '\n') == 1000);
 }
@@ -267,7 +267,7 @@ TEST_CASE("control: show's envelope, the content page by page, queue --json line
 TEST_CASE("orphan content files older than orphan_age go to quarantine at start-up") {
     Harness h;
     h.stop();
-    const std::string old_id = sm::new_ta_id(), new_id = sm::new_ta_id();
+    const std::string old_id = smx::new_ta_id(), new_id = smx::new_ta_id();
     for (const auto& id : {old_id, new_id}) {
         fs::create_directories(fs::path(h.content_path(id)).parent_path());
         std::ofstream(h.content_path(id)) << "x";
@@ -295,7 +295,7 @@ TEST_CASE("the periodic sweep takes orphans, never the content of queued or defe
     const auto& d = h.delivers[0].ta_id == deferred.ta_id ? h.delivers[0] : h.delivers[1];
     h.result(d, {451});
     REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1; }));
-    const std::string orphan = sm::new_ta_id();
+    const std::string orphan = smx::new_ta_id();
     fs::create_directories(fs::path(h.content_path(orphan)).parent_path());
     std::ofstream(h.content_path(orphan)) << "x";
     const auto past = fs::file_time_type::clock::now() - 60s;
@@ -364,20 +364,20 @@ TEST_CASE("no route defers with a clear reason") {
 
 TEST_CASE("TA_COMMIT is checked at the boundary") {
     Harness h;
-    auto reject = [&](sm::msg::TaCommit e) {
+    auto reject = [&](smx::msg::TaCommit e) {
         h.acks.clear();
-        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
+        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<smx::msg::TaAck>(f)); });
         REQUIRE(h.acks.size() == 1);  // answered at once, nothing logged
         return h.acks[0];
     };
-    sm::msg::TaCommit e;
+    smx::msg::TaCommit e;
     e.ta_id = "../../etc/passwd";
     e.content_id = e.ta_id;
     e.rcpts = {{"a@example.net", ""}};
-    CHECK(reject(e).status == sm::msg::AckStatus::reject);
-    e.ta_id = e.content_id = sm::new_ta_id();
+    CHECK(reject(e).status == smx::msg::AckStatus::reject);
+    e.ta_id = e.content_id = smx::new_ta_id();
     const auto missing = reject(e);  // no content file: the client may try again
-    CHECK(missing.status == sm::msg::AckStatus::tempfail);
+    CHECK(missing.status == smx::msg::AckStatus::tempfail);
     CHECK(missing.text.find("Content file missing") != std::string::npos);
     e.rcpts.clear();
     CHECK(reject(e).text.find("no recipients") != std::string::npos);
@@ -387,36 +387,36 @@ TEST_CASE("TA_COMMIT is checked at the boundary") {
 
 TEST_CASE("a TA_COMMIT may name only its own content, as SMTPS made it") {
     Harness h;
-    auto answer = [&](const sm::msg::TaCommit& e) {
+    auto answer = [&](const smx::msg::TaCommit& e) {
         h.acks.clear();
-        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
+        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<smx::msg::TaAck>(f)); });
         REQUIRE(h.run_until([&] { return !h.acks.empty(); }));
         return h.acks[0];
     };
     const auto other = h.commit({"a@example.net"});  // a transaction with its file
-    REQUIRE(h.acks.back().status == sm::msg::AckStatus::ok);
-    sm::msg::TaCommit e;
-    e.ta_id = sm::new_ta_id();
+    REQUIRE(h.acks.back().status == smx::msg::AckStatus::ok);
+    smx::msg::TaCommit e;
+    e.ta_id = smx::new_ta_id();
     e.rcpts = {{"a@example.net", ""}};
     // Another transaction's content file: refused, not even looked at.
     e.content_id = other.ta_id;
     e.size = other.size;
     auto r = answer(e);
-    CHECK(r.status == sm::msg::AckStatus::reject);
+    CHECK(r.status == smx::msg::AckStatus::reject);
     CHECK(r.text.find("content file of another transaction") != std::string::npos);
     // An id of the queue manager's stream (its DSNs): never SMTPS's.
-    sm::set_id_stream(sm::qmgr_id_stream);
-    const std::string ours = sm::new_ta_id();
-    sm::set_id_stream(0);
+    smx::set_id_stream(smx::qmgr_id_stream);
+    const std::string ours = smx::new_ta_id();
+    smx::set_id_stream(0);
     e.ta_id = e.content_id = ours;
     CHECK(answer(e).text.find("transaction id of another stream") != std::string::npos);
     // A file under its own name that is no message of the right size: a
     // link to another's file, a FIFO, a hard link, another size.
-    e.ta_id = e.content_id = sm::new_ta_id();
+    e.ta_id = e.content_id = smx::new_ta_id();
     fs::create_directories(fs::path(h.content_path(e.ta_id)).parent_path());
     fs::create_symlink(h.content_path(other.ta_id), h.content_path(e.ta_id));
     r = answer(e);
-    CHECK(r.status == sm::msg::AckStatus::tempfail);
+    CHECK(r.status == smx::msg::AckStatus::tempfail);
     CHECK(r.text.find("a symbolic link") != std::string::npos);
     fs::remove(h.content_path(e.ta_id));
     REQUIRE(::mkfifo(h.content_path(e.ta_id).c_str(), 0600) == 0);
@@ -429,15 +429,15 @@ TEST_CASE("a TA_COMMIT may name only its own content, as SMTPS made it") {
     e.size = 1u << 30;
     CHECK(answer(e).text.find("bytes, 1073741824 expected") != std::string::npos);
     e.size = fs::file_size(h.content_path(e.ta_id));
-    CHECK(answer(e).status == sm::msg::AckStatus::ok);
+    CHECK(answer(e).status == smx::msg::AckStatus::ok);
     CHECK(h.stat("ibdb_records") >= 2);
 }
 
 TEST_CASE("a deferral copy is QMGR's own: a file SMTPS's account planted does not stand in") {
     Harness h;
-    sm::msg::TaCommit e;
-    e.ta_id = sm::new_ta_id();
-    e.content_id = sm::content::segment_ref(sm::new_ta_id(), 0);
+    smx::msg::TaCommit e;
+    e.ta_id = smx::new_ta_id();
+    e.content_id = smx::content::segment_ref(smx::new_ta_id(), 0);
     fs::create_directories(fs::path(h.content_path(e.ta_id)).parent_path());
     std::ofstream(h.content_path(e.ta_id)) << "planted";
     e.size = 7;
@@ -454,7 +454,7 @@ TEST_CASE("content SMTPC finds unusable quarantines its transaction at once") {
     h.connect_smtpc();
     const auto e = h.commit({"a@example.net", "b@example.net"});
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
-    sm::msg::Result r;
+    smx::msg::Result r;
     r.da_id = h.delivers[0].da_id;
     for (const auto& rc : h.delivers[0].rcpts) r.rcpts.push_back({rc.idx, 451, "4.3.0", "queue file"});
     r.content_error = "queue file " + e.ta_id + ": a symbolic link";
@@ -471,64 +471,64 @@ TEST_CASE("content SMTPC finds unusable quarantines its transaction at once") {
 TEST_CASE("a TA_COMMIT naming a content segment record is checked against the record") {
     Harness h;
     const std::string content = h.cfg.content_dir_abs();
-    fs::create_directories(sm::content::segments_dir(content));
-    const std::string seg = sm::new_ta_id(), a = sm::new_ta_id(), b = sm::new_ta_id();
+    fs::create_directories(smx::content::segments_dir(content));
+    const std::string seg = smx::new_ta_id(), a = smx::new_ta_id(), b = smx::new_ta_id();
     const std::string ma = "Subject: a\r\n\r\nbody a\r\n", mb = "Subject: b\r\n\r\nbody b, longer\r\n";
-    const int fd = ::open(sm::content::segment_path(content, seg).c_str(), O_RDWR | O_CREAT, 0640);
+    const int fd = ::open(smx::content::segment_path(content, seg).c_str(), O_RDWR | O_CREAT, 0640);
     REQUIRE(fd >= 0);
-    const std::uint64_t off_b = sm::content::segment_header_size + ma.size();
-    REQUIRE(sm::content::write_segment_record(fd, 0, a, ma) == 0);
-    REQUIRE(sm::content::write_segment_record(fd, off_b, b, mb) == 0);
+    const std::uint64_t off_b = smx::content::segment_header_size + ma.size();
+    REQUIRE(smx::content::write_segment_record(fd, 0, a, ma) == 0);
+    REQUIRE(smx::content::write_segment_record(fd, off_b, b, mb) == 0);
     ::close(fd);
     auto ack = [&](const std::string& ta, const std::string& content, std::uint64_t size) {
-        sm::msg::TaCommit e;
+        smx::msg::TaCommit e;
         e.ta_id = ta;
         e.content_id = content;
         e.size = size;
         e.rcpts = {{"a@example.net", ""}};
         h.acks.clear();
-        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
+        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<smx::msg::TaAck>(f)); });
         REQUIRE(h.run_until([&] { return !h.acks.empty(); }));
         return h.acks[0];
     };
-    using sm::msg::AckStatus;
+    using smx::msg::AckStatus;
     // Another transaction's record, the wrong size, no record there.
-    auto r = ack(sm::new_ta_id(), sm::content::segment_ref(seg, 0), ma.size());
+    auto r = ack(smx::new_ta_id(), smx::content::segment_ref(seg, 0), ma.size());
     CHECK(r.status == AckStatus::tempfail);
     CHECK(r.text.find("the record of another transaction") != std::string::npos);
-    r = ack(b, sm::content::segment_ref(seg, off_b), mb.size() + 1);
+    r = ack(b, smx::content::segment_ref(seg, off_b), mb.size() + 1);
     CHECK(r.text.find("expected") != std::string::npos);
     // A size over what any record can be is refused outright.
-    CHECK(ack(b, sm::content::segment_ref(seg, off_b), std::uint64_t{1} << 40).status ==
+    CHECK(ack(b, smx::content::segment_ref(seg, off_b), std::uint64_t{1} << 40).status ==
           AckStatus::reject);
-    r = ack(b, sm::content::segment_ref(seg, 5), mb.size());
+    r = ack(b, smx::content::segment_ref(seg, 5), mb.size());
     CHECK(r.status == AckStatus::tempfail);
     CHECK(r.text.find("Content record") != std::string::npos);
     // A segment that is not there; one made longer ago than segment_age.
-    r = ack(b, sm::content::segment_ref(sm::new_ta_id(), 0), mb.size());
+    r = ack(b, smx::content::segment_ref(smx::new_ta_id(), 0), mb.size());
     CHECK(r.text.find("Content record: No such file") != std::string::npos);
     char old[32];
     std::snprintf(old, sizeof old, "%08llX%05X%04X",
-                  static_cast<unsigned long long>(sm::now_us() / 1000000 - 3600), 0, 1);
-    r = ack(b, sm::content::segment_ref(old, 0), mb.size());
+                  static_cast<unsigned long long>(smx::now_us() / 1000000 - 3600), 0, 1);
+    r = ack(b, smx::content::segment_ref(old, 0), mb.size());
     CHECK(r.text.find("too old") != std::string::npos);
-    CHECK(ack(b, sm::content::segment_ref(seg, 0) + "0", mb.size()).status == AckStatus::reject);
+    CHECK(ack(b, smx::content::segment_ref(seg, 0) + "0", mb.size()).status == AckStatus::reject);
     CHECK(h.stat("ibdb_records") == 0);
     // Its own record: taken.
-    CHECK(ack(a, sm::content::segment_ref(seg, 0), ma.size()).status == AckStatus::ok);
-    CHECK(ack(b, sm::content::segment_ref(seg, off_b), mb.size()).status == AckStatus::ok);
+    CHECK(ack(a, smx::content::segment_ref(seg, 0), ma.size()).status == AckStatus::ok);
+    CHECK(ack(b, smx::content::segment_ref(seg, off_b), mb.size()).status == AckStatus::ok);
 }
 
 TEST_CASE("a full active queue tempfails intake") {
     Harness h;
     h.cfg.queue.aq_max_entries = 3;
     h.commit({"a@example.net", "b@example.net"});
-    CHECK(h.acks.back().status == sm::msg::AckStatus::ok);
+    CHECK(h.acks.back().status == smx::msg::AckStatus::ok);
     h.commit({"a@example.net", "b@example.net"});
-    CHECK(h.acks.back().status == sm::msg::AckStatus::tempfail);
+    CHECK(h.acks.back().status == smx::msg::AckStatus::tempfail);
     CHECK(h.acks.back().text == "4.3.1 Insufficient system storage");
     h.commit({"c@example.net"});
-    CHECK(h.acks.back().status == sm::msg::AckStatus::ok);
+    CHECK(h.acks.back().status == smx::msg::AckStatus::ok);
 }
 
 TEST_CASE("recovery puts open recipients back and drops a transaction without content") {
@@ -584,7 +584,7 @@ TEST_CASE("a recipient in DEFEDB that IBDB still has open is delivered once, and
     r.addr = "a@example.net";
     r.attempts = 1;
     r.first_arrival_us = e.arrival_us;
-    r.next_try_us = sm::now_us();
+    r.next_try_us = smx::now_us();
     h.defedb->put_deferred(e, r);
     h.stop();
     h.start();
@@ -617,7 +617,7 @@ TEST_CASE("control: stats and unknown commands") {
 namespace {
 // A harness on a test clock with one message delivered once (not answered).
 struct Timed : Harness {
-    explicit Timed(std::function<void(sm::QueueConfig&)> set) {
+    explicit Timed(std::function<void(smx::QueueConfig&)> set) {
         stop();
         fake_time = true;
         set(cfg.queue);
@@ -631,7 +631,7 @@ struct Timed : Harness {
 } // namespace
 
 TEST_CASE("clock: a temporary failure past max_queue_lifetime bounces, before it defers") {
-    Timed h([](sm::QueueConfig& q) { q.max_queue_lifetime = std::chrono::hours(24); });
+    Timed h([](smx::QueueConfig& q) { q.max_queue_lifetime = std::chrono::hours(24); });
     h.cfg.routes["example.org"] = h.cfg.routes["example.net"];
     SECTION("a minute before the lifetime ends: deferred") {
         h.fake_clock.advance(std::chrono::hours(24) - std::chrono::minutes(1));
@@ -654,7 +654,7 @@ TEST_CASE("clock: a temporary failure past max_queue_lifetime bounces, before it
 }
 
 TEST_CASE("clock: a clock stepped back since arrival does not make a temporary failure expire") {
-    Timed h([](sm::QueueConfig& q) { q.max_queue_lifetime = std::chrono::hours(24); });
+    Timed h([](smx::QueueConfig& q) { q.max_queue_lifetime = std::chrono::hours(24); });
     h.fake_clock.advance(-std::chrono::minutes(1));  // an NTP step back
     h.result(h.delivers[0], {451});
     REQUIRE(h.run_until([&] { return h.stat("deferred") == 1; }));
@@ -662,7 +662,7 @@ TEST_CASE("clock: a clock stepped back since arrival does not make a temporary f
 }
 
 TEST_CASE("clock: a delay warning only once delay_warning_time has passed") {
-    Timed h([](sm::QueueConfig& q) { q.delay_warning_time = std::chrono::hours(4); });
+    Timed h([](smx::QueueConfig& q) { q.delay_warning_time = std::chrono::hours(4); });
     SECTION("deferred before delay_warning_time: no warning") {
         h.fake_clock.advance(std::chrono::hours(3));
         h.result(h.delivers[0], {451});
@@ -679,7 +679,7 @@ TEST_CASE("clock: a delay warning only once delay_warning_time has passed") {
 }
 
 TEST_CASE("clock: a deferred recipient comes back when its backoff has passed, not before") {
-    Timed h([](sm::QueueConfig& q) {
+    Timed h([](smx::QueueConfig& q) {
         q.retry_min = std::chrono::hours(1);
         q.retry_max = std::chrono::hours(8);
     });
@@ -722,7 +722,7 @@ TEST_CASE("content_dir and ibdb_dir outside the spool: delivery, bounce, recover
         WARN("no second file system: content and quarantine share one (rename, not copy)");
         other = fs::temp_directory_path();
     }
-    const fs::path content = other / ("smx-content-" + sm::new_ta_id());
+    const fs::path content = other / ("smx-content-" + smx::new_ta_id());
     Harness h;
     h.stop();
     h.cfg.queue.content_dir = content.string();
@@ -755,7 +755,7 @@ TEST_CASE("content_dir and ibdb_dir outside the spool: delivery, bounce, recover
 
     // cut is short after a power cut; an orphan lies beside it.
     fs::resize_file(h.content_path(cut.ta_id), cut.size - 1);
-    const std::string orphan = sm::new_ta_id();
+    const std::string orphan = smx::new_ta_id();
     fs::create_directories(fs::path(h.content_path(orphan)).parent_path());
     std::ofstream(h.content_path(orphan)) << "orphan";
     fs::last_write_time(h.content_path(orphan), fs::file_time_type::clock::now() - h.cfg.queue.orphan_age - 1s);
@@ -779,15 +779,15 @@ TEST_CASE("smx-pickup names ids of its own stream only, and a commit it repeats 
           "memory or DEFEDB holds the transaction") {
     Harness h;
     h.connect_smtpc();
-    auto answer = [&](const sm::msg::TaCommit& e, Qmgr::From from) {
+    auto answer = [&](const smx::msg::TaCommit& e, Qmgr::From from) {
         h.acks.clear();
-        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); },
+        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<smx::msg::TaAck>(f)); },
                        from);
         REQUIRE(h.run_until([&] { return !h.acks.empty(); }));
         return h.acks[0];
     };
     auto with_file = [&](const std::string& id) {
-        sm::msg::TaCommit e;
+        smx::msg::TaCommit e;
         e.ta_id = e.content_id = id;
         e.sender = "alice@host.example";
         e.client_addr = "127.0.0.1";
@@ -798,28 +798,28 @@ TEST_CASE("smx-pickup names ids of its own stream only, and a commit it repeats 
         e.size = fs::file_size(h.content_path(id));
         return e;
     };
-    sm::set_id_stream(sm::pickup_id_stream);
-    const auto local = with_file(sm::new_ta_id());
-    sm::set_id_stream(0);
+    smx::set_id_stream(smx::pickup_id_stream);
+    const auto local = with_file(smx::new_ta_id());
+    smx::set_id_stream(0);
     // SMTPS may not name pickup's ids, nor pickup SMTPS's.
     auto r = answer(local, Qmgr::From::smtps);
-    CHECK(r.status == sm::msg::AckStatus::reject);
+    CHECK(r.status == smx::msg::AckStatus::reject);
     CHECK(r.text.find("transaction id of another stream") != std::string::npos);
-    r = answer(with_file(sm::new_ta_id()), Qmgr::From::pickup);
-    CHECK(r.status == sm::msg::AckStatus::reject);
+    r = answer(with_file(smx::new_ta_id()), Qmgr::From::pickup);
+    CHECK(r.status == smx::msg::AckStatus::reject);
     CHECK(r.text.find("transaction id of another stream") != std::string::npos);
     // Its own: taken; the same again (pickup restarted before it read the
     // ack) is a duplicate while the transaction is in memory...
-    CHECK(answer(local, Qmgr::From::pickup).status == sm::msg::AckStatus::ok);
+    CHECK(answer(local, Qmgr::From::pickup).status == smx::msg::AckStatus::ok);
     r = answer(local, Qmgr::From::pickup);
-    CHECK(r.status == sm::msg::AckStatus::reject);
-    CHECK(r.text.find(sm::msg::duplicate_ta) != std::string::npos);
+    CHECK(r.status == smx::msg::AckStatus::reject);
+    CHECK(r.text.find(smx::msg::duplicate_ta) != std::string::npos);
     // ...and once only DEFEDB holds it.
     REQUIRE(h.run_until([&] { return !h.delivers.empty(); }));
     h.result(h.delivers.back(), {451});
     REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1 && h.stat("queue_transactions") == 0; }));
     r = answer(local, Qmgr::From::pickup);
-    CHECK(r.status == sm::msg::AckStatus::reject);
-    CHECK(r.text.find(sm::msg::duplicate_ta) != std::string::npos);
+    CHECK(r.status == smx::msg::AckStatus::reject);
+    CHECK(r.text.find(smx::msg::duplicate_ta) != std::string::npos);
     CHECK(h.stat("received") == 1);
 }

@@ -11,7 +11,7 @@ using namespace parts_test;
 
 namespace {
 
-const sm::msg::Reply later{451, "4.3.0", "try later"};
+const smx::msg::Reply later{451, "4.3.0", "try later"};
 
 // A reaper with the IBDB on a pool of its own, so that a test can hold the
 // IBDB's writes and not the unlinks.
@@ -60,7 +60,7 @@ TEST_CASE("reaper: a transaction's content goes once nothing names it, its copy 
     CHECK(Reaper::verdict(deleted) == Reaper::Verdict::keep);
     // In a segment: no file of its own, unless DEFEDB got a copy.
     auto e = envelope({"a@example.net"});
-    e.content_id = sm::content::segment_ref(sm::new_ta_id(), 40);
+    e.content_id = smx::content::segment_ref(smx::new_ta_id(), 40);
     Ta& seg = *q.admit(e);
     CHECK(Reaper::file_of(seg).empty());
     CHECK(Reaper::file_of(seg, true) == seg.id);
@@ -97,7 +97,7 @@ TEST_CASE("reaper: a content segment is never its to unlink", "[reaper]") {
     Reaping r;
     Spool& s = r.s;
     Reaper& reaper = r.reaper;
-    const std::string seg = sm::new_ta_id();
+    const std::string seg = smx::new_ta_id();
     auto e = envelope({"a@example.net"});
     e.content_id = s.record(seg, e.ta_id, "Subject: x\r\n\r\nx\r\n");
     s.log(*r.ibdb, e);
@@ -110,7 +110,7 @@ TEST_CASE("reaper: a content segment is never its to unlink", "[reaper]") {
     reaper.finish(last.ta_id, last.content_id);
     REQUIRE(s.run_until([&] { return !fs::exists(s.path(last.ta_id)); }));
     s.drain(r.pool);
-    CHECK(fs::exists(sm::content::segment_path(s.cfg.content_dir_abs(), seg)));
+    CHECK(fs::exists(smx::content::segment_path(s.cfg.content_dir_abs(), seg)));
 }
 
 TEST_CASE("reaper: what it unlinks while an orphan sweep runs, the sweep hears of", "[reaper]") {

@@ -37,14 +37,14 @@ struct Sweeping {
     // A content file under a new id, last changed an hour ago (orphan_age
     // is ten minutes).
     std::string old_file(const std::string& bytes = "x") {
-        const std::string id = sm::new_ta_id();
+        const std::string id = smx::new_ta_id();
         Spool::age(s.file(id, bytes), 1h);
         return id;
     }
     // A new id whose path's directory is there: for something else than a
     // file under it.
     std::string slot() {
-        const std::string id = sm::new_ta_id();
+        const std::string id = smx::new_ta_id();
         fs::create_directories(fs::path(s.path(id)).parent_path());
         return id;
     }
@@ -69,7 +69,7 @@ TEST_CASE("orphan sweep: old files nobody names go to quarantine, the queue's an
     queued.content_id = w.old_file();
     w.queue.admit(queued);
     auto in_segment = envelope({"a@example.net"});
-    in_segment.content_id = sm::content::segment_ref(sm::new_ta_id(), 0);
+    in_segment.content_id = smx::content::segment_ref(smx::new_ta_id(), 0);
     w.queue.admit(in_segment);
     Spool::age(w.s.file(in_segment.ta_id, "copy"), 1h);
     // Named by DEFEDB only.
@@ -78,7 +78,7 @@ TEST_CASE("orphan sweep: old files nobody names go to quarantine, the queue's an
     Spool::age(w.s.file(parked.ta_id, "x"), 1h);
     w.s.park(parked);
     // Too new, or not durable yet (SMTPS's own).
-    const std::string young = sm::new_ta_id();
+    const std::string young = smx::new_ta_id();
     w.s.file(young, "x");
     const std::string tmp = w.s.path(orphan) + ".tmp";
     std::ofstream(tmp) << "x";

@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-using namespace sendmail;
+using namespace smx::sendmail;
 
 namespace {
 

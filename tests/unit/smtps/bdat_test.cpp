@@ -100,7 +100,7 @@ TEST_CASE("BDAT out of order is refused and its octets still read") {
 }
 
 TEST_CASE("BDAT: the size limit, and the chunk past it is read to its end") {
-    Harness h([](sm::Config& c) { c.server.max_message_size = 100; });
+    Harness h([](smx::Config& c) { c.server.max_message_size = 100; });
     Client c(h.port());
     envelope(c);
     CHECK(starts(chunk(c, "BDAT 60", std::string(60, 'a')), "250 "));
@@ -129,7 +129,7 @@ TEST_CASE("BDAT: bare LF is rejected, also across chunks (no smuggling)") {
 }
 
 TEST_CASE("BDAT: a chunk that stops coming meets data_timeout") {
-    Harness h([](sm::Config& c) { c.server.data_timeout = std::chrono::seconds(1); });
+    Harness h([](smx::Config& c) { c.server.data_timeout = std::chrono::seconds(1); });
     Client c(h.port());
     envelope(c);
     c.send("BDAT 100 LAST\r\nonly a few bytes");

@@ -38,7 +38,7 @@ TEST_CASE("stale temporary content files are removed at start-up") {
     { std::ofstream(tmp) << "partial"; }
     { std::ofstream(h.content_path(id)) << "complete"; }
     asio::thread_pool pool(1);
-    smtps::ContentStore store(h.cfg().content_dir_abs(), true, pool);
+    smx::smtps::ContentStore store(h.cfg().content_dir_abs(), true, pool);
     CHECK(store.remove_stale_tmp() == 1);
     CHECK(h.content_files() == std::vector<std::string>{h.content_path(id)});
 }
@@ -53,11 +53,11 @@ TEST_CASE("the free-space reserve: a declared SIZE must fit above it") {
     REQUIRE(::statvfs(h.cfg().spool_dir_abs().c_str(), &vfs) == 0);
     const std::uint64_t free = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
     REQUIRE(free > (64u << 20));
-    smtps::ContentStore none(h.cfg().spool_dir_abs(), true, pool, 0);
+    smx::smtps::ContentStore none(h.cfg().spool_dir_abs(), true, pool, 0);
     CHECK(none.has_room(UINT64_MAX / 2));  // 0: no check
     // Half the free space as reserve leaves room for a quarter of it but
     // not for three quarters (slack for other writers on this machine).
-    smtps::ContentStore half(h.cfg().spool_dir_abs(), true, pool, free / 2);
+    smx::smtps::ContentStore half(h.cfg().spool_dir_abs(), true, pool, free / 2);
     CHECK(half.has_room(0));
     CHECK(half.has_room(free / 4));
     CHECK_FALSE(half.has_room(free / 4 * 3));
@@ -67,16 +67,16 @@ TEST_CASE("the free-space reserve: a declared SIZE must fit above it") {
     CHECK_FALSE(half.has_room(free / 3));
     claim.reset();
     CHECK(half.has_room(free / 3));
-    smtps::ContentStore all(h.cfg().spool_dir_abs(), true, pool, free * 2);
+    smx::smtps::ContentStore all(h.cfg().spool_dir_abs(), true, pool, free * 2);
     CHECK_FALSE(all.has_room(0));
 }
 
 TEST_CASE("queue.content_dir: content files go there, not into the spool") {
     const auto content = std::filesystem::temp_directory_path() /
                          ("smtps-content-" + std::to_string(::getpid()));
-    Harness h([&](sm::Config& c) {
+    Harness h([&](smx::Config& c) {
         c.queue.content_dir = content.string();
-        c.queue.content_sync = sm::QueueConfig::ContentSync::file;
+        c.queue.content_sync = smx::QueueConfig::ContentSync::file;
     });
     Client c(h.port());
     ehlo(c);
@@ -91,7 +91,7 @@ TEST_CASE("queue.content_dir: content files go there, not into the spool") {
 }
 
 TEST_CASE("greeting and EHLO keywords") {
-    Harness h([](sm::Config& c) { c.server.max_message_size = 12345; });
+    Harness h([](smx::Config& c) { c.server.max_message_size = 12345; });
     Client c(h.port());
     CHECK(c.reply() == "220 mx.test ESMTP smx");
     const std::string e = c.cmd("EHLO client.test");
@@ -201,7 +201,7 @@ TEST_CASE("bare LF and bare CR in DATA are rejected") {
 }
 
 TEST_CASE("bare LF and CR are normalised when configured") {
-    Harness h([](sm::Config& c) { c.server.reject_bare_lf = false; });
+    Harness h([](smx::Config& c) { c.server.reject_bare_lf = false; });
     Client c(h.port());
     ehlo(c);
     const std::string r =
@@ -231,7 +231,7 @@ TEST_CASE("over-long lines: commands are refused, DATA passes them through") {
 }
 
 TEST_CASE("message size limit") {
-    Harness h([](sm::Config& c) { c.server.max_message_size = 1000; });
+    Harness h([](smx::Config& c) { c.server.max_message_size = 1000; });
     Client c(h.port());
     ehlo(c);
     CHECK(starts(c.cmd("MAIL FROM:<a@a.test> SIZE=1001"), "552 5.3.4"));
@@ -245,7 +245,7 @@ TEST_CASE("message size limit") {
 }
 
 TEST_CASE("relay access is denied outside relay_networks and relay_domains") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.relay_networks.clear();
         c.server.relay_domains = {"ok.test", ".sub.test"};
     });
@@ -264,7 +264,7 @@ TEST_CASE("relay access is denied outside relay_networks and relay_domains") {
 }
 
 TEST_CASE("too many recipients") {
-    Harness h([](sm::Config& c) { c.server.max_recipients = 2; });
+    Harness h([](smx::Config& c) { c.server.max_recipients = 2; });
     Client c(h.port());
     ehlo(c);
     CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
@@ -274,7 +274,7 @@ TEST_CASE("too many recipients") {
 }
 
 TEST_CASE("command sequence and syntax errors") {
-    Harness h([](sm::Config& c) { c.server.max_errors = 100; });
+    Harness h([](smx::Config& c) { c.server.max_errors = 100; });
     Client c(h.port());
     REQUIRE(starts(c.reply(), "220"));
     CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "503 5.5.1"));
@@ -294,7 +294,7 @@ TEST_CASE("command sequence and syntax errors") {
 }
 
 TEST_CASE("too many errors close the session") {
-    Harness h([](sm::Config& c) { c.server.max_errors = 3; });
+    Harness h([](smx::Config& c) { c.server.max_errors = 3; });
     Client c(h.port());
     REQUIRE(starts(c.reply(), "220"));
     CHECK(starts(c.cmd("FOO"), "500"));
@@ -306,7 +306,7 @@ TEST_CASE("too many errors close the session") {
 }
 
 TEST_CASE("past max_junk_commands NOOP, VRFY, RSET and HELP count as errors; a queued message forgives them") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.max_junk_commands = 3;
         c.server.max_errors = 2;
     });
@@ -330,7 +330,7 @@ TEST_CASE("past max_junk_commands NOOP, VRFY, RSET and HELP count as errors; a q
 }
 
 TEST_CASE("max_junk_commands = 0: every NOOP counts as an error") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.max_junk_commands = 0;
         c.server.max_errors = 2;
     });
@@ -344,7 +344,7 @@ TEST_CASE("max_junk_commands = 0: every NOOP counts as an error") {
 }
 
 TEST_CASE("command and data timeouts") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.command_timeout = std::chrono::seconds(1);
         c.server.data_timeout = std::chrono::seconds(1);
     });
@@ -368,7 +368,7 @@ TEST_CASE("command and data timeouts") {
 }
 
 TEST_CASE("a message past the spill size is written under its final name and removed when lost") {
-    Harness h([](sm::Config& c) { c.server.data_timeout = std::chrono::seconds(3); });
+    Harness h([](smx::Config& c) { c.server.data_timeout = std::chrono::seconds(3); });
     Client c(h.port());
     ehlo(c);
     CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
@@ -390,7 +390,7 @@ TEST_CASE("a message past the spill size is written under its final name and rem
 }
 
 TEST_CASE("hop count limit") {
-    Harness h([](sm::Config& c) { c.server.max_hops = 2; });
+    Harness h([](smx::Config& c) { c.server.max_hops = 2; });
     Client c(h.port());
     ehlo(c);
     const std::string hdr = "Received: from a\r\nreceived: from b\r\nRECEIVED: from c\r\n";
@@ -431,7 +431,7 @@ TEST_CASE("QMGR going away answers 451 and is reported") {
 }
 
 TEST_CASE("connection limits per client and in total") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.relay_networks.clear();
         c.server.max_connections_per_client = 2;
         c.server.max_connections = 3;
@@ -456,7 +456,7 @@ TEST_CASE("connection limits per client and in total") {
 }
 
 TEST_CASE("trusted clients are exempt from the per-client limit") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.max_connections_per_client = 1;
         c.server.max_connections = 2;
     });
@@ -467,7 +467,7 @@ TEST_CASE("trusted clients are exempt from the per-client limit") {
 }
 
 TEST_CASE("routing in the local part is refused from untrusted clients") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.relay_networks.clear();
         c.server.relay_domains = {"ok.test"};
     });
@@ -486,7 +486,7 @@ TEST_CASE("routing in the local part: trusted clients and allow_untrusted_routin
     ehlo(c);
     CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
     CHECK(starts(c.cmd("RCPT TO:<u%evil.test@ok.test>"), "250"));
-    Harness allowed([](sm::Config& cfg) {
+    Harness allowed([](smx::Config& cfg) {
         cfg.server.relay_networks.clear();
         cfg.server.relay_domains = {"ok.test"};
         cfg.server.allow_untrusted_routing = true;
@@ -499,7 +499,7 @@ TEST_CASE("routing in the local part: trusted clients and allow_untrusted_routin
 
 TEST_CASE("the envelope stays within its encoded size: 452 beyond it") {
     // A limit a config file could not have (check-config refuses it).
-    Harness h([](sm::Config& c) { c.server.max_recipients = 100000; });
+    Harness h([](smx::Config& c) { c.server.max_recipients = 100000; });
     Client c(h.port());
     ehlo(c);
     CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
@@ -528,7 +528,7 @@ TEST_CASE("the envelope stays within its encoded size: 452 beyond it") {
     }
     writer.join();
     CHECK(refused > 0);
-    CHECK(accepted * (254 + sm::msg::rcpt_overhead) <= sm::msg::max_envelope);
+    CHECK(accepted * (254 + smx::msg::rcpt_overhead) <= smx::msg::max_envelope);
     CHECK(starts(c.cmd("DATA"), "354"));
     c.send("hi\r\n.\r\n");
     CHECK(starts(c.reply(), "250"));  // what was accepted is committed
@@ -538,7 +538,7 @@ TEST_CASE("the envelope stays within its encoded size: 452 beyond it") {
 
 TEST_CASE("no reply is lost while a client pipelines without reading") {
     // NOOPs here test the replies, not server.max_junk_commands.
-    Harness h([](sm::Config& c) { c.server.max_junk_commands = 1000000; });
+    Harness h([](smx::Config& c) { c.server.max_junk_commands = 1000000; });
     Client c(h.port());
     ehlo(c);
     // 40,000 NOOPs in writes that each end mid-line, read back concurrently:
@@ -561,7 +561,7 @@ TEST_CASE("no reply is lost while a client pipelines without reading") {
 }
 
 TEST_CASE("DATA must go on at min_data_rate") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.data_timeout = std::chrono::seconds(2);
         c.server.min_data_rate = 100;
     });
@@ -583,7 +583,7 @@ TEST_CASE("DATA must go on at min_data_rate") {
 }
 
 TEST_CASE("a command line dripped byte by byte ends at command_timeout") {
-    Harness h([](sm::Config& c) { c.server.command_timeout = std::chrono::seconds(2); });
+    Harness h([](smx::Config& c) { c.server.command_timeout = std::chrono::seconds(2); });
     Client c(h.port());
     ehlo(c);
     const auto t0 = std::chrono::steady_clock::now();
@@ -598,7 +598,7 @@ TEST_CASE("a command line dripped byte by byte ends at command_timeout") {
 }
 
 TEST_CASE("a recipient named twice is stored once, the domain in any case") {
-    Harness h([](sm::Config& c) { c.server.max_recipients = 2; });
+    Harness h([](smx::Config& c) { c.server.max_recipients = 2; });
     Client c(h.port());
     ehlo(c);
     REQUIRE(starts(c.cmd("MAIL FROM:<a@a.test>"), "250 "));
