@@ -9,7 +9,7 @@
 // KEY=STRING sets a string key too. Every other key follows at its default,
 // commented out, so that a later change of a default reaches a relay whose
 // administrator never set it. The file is loaded back before it is kept.
-#include "config_keys.hpp"
+#include "libsm/config_keys.hpp"
 
 #include <algorithm>
 #include <cstdio>

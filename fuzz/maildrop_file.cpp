@@ -4,7 +4,7 @@
 // decode to the same envelope; every address it gives is one SMTPS would
 // take (no CR, LF, NUL, '<' or '>', at most 254 bytes); content that
 // ContentCheck passes has CRLF line ends only and ends in one.
-#include "maildrop_file.hpp"
+#include "libsm/maildrop_file.hpp"
 
 #include <cstdlib>
 

@@ -2,9 +2,9 @@
 // type. Oracles: what decodes re-encodes to something that decodes again;
 // a TA_COMMIT's content-id that parses as a content segment reference has that
 // one spelling.
-#include "content_segment.hpp"
-#include "messages.hpp"
-#include "record.hpp"
+#include "libsm/content_segment.hpp"
+#include "libsm/messages.hpp"
+#include "libsm/record.hpp"
 
 #include <cstdlib>
 

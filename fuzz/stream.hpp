@@ -3,7 +3,7 @@
 // reads through the same LineReader as in the daemons.
 #pragma once
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <boost/asio.hpp>
 #include <sys/socket.h>

@@ -1,4 +1,4 @@
-#include "accept.hpp"
+#include "libsm/accept.hpp"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>

@@ -12,8 +12,8 @@
 // on about every fourth connection at 2 loops).
 #pragma once
 
-#include "await.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/panic.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>

@@ -1,6 +1,6 @@
-#include "address.hpp"
+#include "libsm/address.hpp"
 
-#include "domain.hpp"
+#include "libsm/domain.hpp"
 
 #include <arpa/inet.h>
 

@@ -1,8 +1,8 @@
-#include "channel.hpp"
+#include "libsm/channel.hpp"
 
-#include "await.hpp"
+#include "libsm/await.hpp"
 #include <boost/asio/experimental/awaitable_operators.hpp>
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>

@@ -3,8 +3,8 @@
 // queue, so many records leave in one write.
 #pragma once
 
-#include "messages.hpp"
-#include "record.hpp"
+#include "libsm/messages.hpp"
+#include "libsm/record.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>

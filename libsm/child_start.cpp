@@ -1,4 +1,4 @@
-#include "child_start.hpp"
+#include "libsm/child_start.hpp"
 
 #include <iostream>
 

@@ -5,8 +5,8 @@
 // a child that cannot start (docs/mcp.md, Supervision).
 #pragma once
 
-#include "config.hpp"
-#include "mcp_link.hpp"
+#include "libsm/config.hpp"
+#include "libsm/mcp_link.hpp"
 
 #include <optional>
 #include <string>

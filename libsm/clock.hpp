@@ -5,7 +5,7 @@
 // DEFEDB. now_us() may be called from pool threads.
 #pragma once
 
-#include "ids.hpp"
+#include "libsm/ids.hpp"
 
 #include <cstdint>
 

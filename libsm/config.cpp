@@ -1,9 +1,9 @@
-#include "config.hpp"
+#include "libsm/config.hpp"
 
-#include "config_keys.hpp"
-#include "domain.hpp"
-#include "fd.hpp"
-#include "messages.hpp"
+#include "libsm/config_keys.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/fd.hpp"
+#include "libsm/messages.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

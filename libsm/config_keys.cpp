@@ -1,10 +1,10 @@
-#include "config_keys.hpp"
+#include "libsm/config_keys.hpp"
 
-#include "build_options.hpp"
+#include "libsm/build_options.hpp"
 
-#include "domain.hpp"
-#include "json.hpp"
-#include "panic.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/json.hpp"
+#include "libsm/panic.hpp"
 
 #include <unistd.h>
 

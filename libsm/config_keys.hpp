@@ -11,7 +11,7 @@
 // docs/config.md (and so smx.toml(5)) to them.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <toml++/toml.h>
 

@@ -1,6 +1,6 @@
-#include "config_reload.hpp"
+#include "libsm/config_reload.hpp"
 
-#include "config_keys.hpp"
+#include "libsm/config_keys.hpp"
 
 #include <spdlog/spdlog.h>
 

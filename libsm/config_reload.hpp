@@ -10,7 +10,7 @@
 // and deliveries under way finish with the config they started with.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>

@@ -1,7 +1,7 @@
-#include "content_file.hpp"
+#include "libsm/content_file.hpp"
 
-#include "content_trust.hpp"
-#include "ids.hpp"
+#include "libsm/content_trust.hpp"
+#include "libsm/ids.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

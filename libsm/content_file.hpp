@@ -12,8 +12,8 @@
 // file names. Every function returns 0 or an errno value.
 #pragma once
 
-#include "config.hpp"
-#include "content_trust.hpp"
+#include "libsm/config.hpp"
+#include "libsm/content_trust.hpp"
 
 #include <chrono>
 #include <cstdint>

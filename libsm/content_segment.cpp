@@ -1,8 +1,8 @@
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
-#include "content_file.hpp"
-#include "crc32c.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/crc32c.hpp"
+#include "libsm/ids.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

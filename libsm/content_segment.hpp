@@ -16,7 +16,7 @@
 // a deferred message is copied to a content file of its own first.
 #pragma once
 
-#include "content_trust.hpp"
+#include "libsm/content_trust.hpp"
 
 #include <cstdint>
 #include <map>

@@ -1,4 +1,4 @@
-#include "content_trust.hpp"
+#include "libsm/content_trust.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

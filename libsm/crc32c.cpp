@@ -1,6 +1,6 @@
 // CRC32C with the SSE4.2 crc32 instruction when the CPU has it (checked once
 // at run time, so the binary still runs on any x86-64), else a byte table.
-#include "crc32c.hpp"
+#include "libsm/crc32c.hpp"
 
 #include <array>
 #include <cstring>

@@ -1,6 +1,6 @@
-#include "credentials.hpp"
+#include "libsm/credentials.hpp"
 
-#include "domain.hpp"
+#include "libsm/domain.hpp"
 
 #include <algorithm>
 

@@ -4,8 +4,8 @@
 // (libsm/secrets.hpp); both parse them here.
 #pragma once
 
-#include "config.hpp"
-#include "secrets.hpp"
+#include "libsm/config.hpp"
+#include "libsm/secrets.hpp"
 
 #include <map>
 #include <string>

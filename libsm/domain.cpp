@@ -1,4 +1,4 @@
-#include "domain.hpp"
+#include "libsm/domain.hpp"
 
 namespace smx {
 

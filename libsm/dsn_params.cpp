@@ -1,7 +1,7 @@
-#include "dsn_params.hpp"
+#include "libsm/dsn_params.hpp"
 
-#include "domain.hpp"
-#include "smtp_io.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/smtp_io.hpp"
 
 #include <cctype>
 #include <vector>

@@ -1,6 +1,6 @@
-#include "ids.hpp"
-#include "config.hpp"
-#include "panic.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/config.hpp"
+#include "libsm/panic.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "json.hpp"
+#include "libsm/json.hpp"
 
 namespace smx {
 

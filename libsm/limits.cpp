@@ -1,6 +1,6 @@
-#include "limits.hpp"
+#include "libsm/limits.hpp"
 
-#include "listen.hpp"
+#include "libsm/listen.hpp"
 
 #include <sys/resource.h>
 

@@ -3,7 +3,7 @@
 // of 1024 would not even cover the default max_connections.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "listen.hpp"
+#include "libsm/listen.hpp"
 
 #include <netdb.h>
 #include <netinet/in.h>

@@ -7,7 +7,7 @@
 // queued on it; smx-smtps started alone binds its own.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <string>
 #include <vector>

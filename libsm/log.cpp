@@ -1,4 +1,4 @@
-#include "log.hpp"
+#include "libsm/log.hpp"
 
 #include <fcntl.h>
 #include <sys/socket.h>

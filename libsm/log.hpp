@@ -15,7 +15,7 @@
 // "fatal: " (smx::panic's with "panic: "), as postfix's do.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <spdlog/spdlog.h>
 #include <string>

@@ -1,6 +1,6 @@
-#include "mcp_link.hpp"
+#include "libsm/mcp_link.hpp"
 
-#include "fd.hpp"
+#include "libsm/fd.hpp"
 
 #include <fcntl.h>
 #include <sys/socket.h>

@@ -9,7 +9,7 @@
 // `smx run` stop (docs/mcp.md, Supervision).
 #pragma once
 
-#include "secrets.hpp"
+#include "libsm/secrets.hpp"
 
 #include <string_view>
 

@@ -1,6 +1,6 @@
-#include "messages.hpp"
+#include "libsm/messages.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <array>
 #include <initializer_list>

@@ -3,8 +3,8 @@
 // nullopt with a reason when the record is malformed.
 #pragma once
 
-#include "record.hpp"
-#include "rejections.hpp"
+#include "libsm/record.hpp"
+#include "libsm/rejections.hpp"
 
 #include <cstdint>
 #include <optional>

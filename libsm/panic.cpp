@@ -1,7 +1,7 @@
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
-#include "build_options.hpp"
-#include "log.hpp"
+#include "libsm/build_options.hpp"
+#include "libsm/log.hpp"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>

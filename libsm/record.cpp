@@ -1,6 +1,6 @@
-#include "record.hpp"
+#include "libsm/record.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <cstring>
 

@@ -1,6 +1,6 @@
-#include "rejections.hpp"
+#include "libsm/rejections.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <string>
 

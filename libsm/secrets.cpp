@@ -1,8 +1,8 @@
-#include "secrets.hpp"
+#include "libsm/secrets.hpp"
 
-#include "config.hpp"
-#include "panic.hpp"
-#include "record.hpp"
+#include "libsm/config.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/record.hpp"
 
 #include <stdexcept>
 

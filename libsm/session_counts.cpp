@@ -1,6 +1,6 @@
-#include "session_counts.hpp"
+#include "libsm/session_counts.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <sys/mman.h>
 #include <sys/stat.h>

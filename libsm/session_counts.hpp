@@ -7,7 +7,7 @@
 // count: the total can pass max_connections by at most processes - 1.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <atomic>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "smtp_io.hpp"
+#include "libsm/smtp_io.hpp"
 
 #include <algorithm>
 

@@ -161,4 +161,4 @@ asio::awaitable<bool> write_all(Stream& s, std::string_view data,
 
 } // namespace smx::smtp
 
-#include "smtp_io_impl.hpp"
+#include "libsm/smtp_io_impl.hpp"

@@ -1,7 +1,7 @@
 // Template definitions for smtp_io.hpp; included from there only.
 #pragma once
 
-#include "await.hpp"
+#include "libsm/await.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <algorithm>

@@ -1,7 +1,7 @@
-#include "smtp_stream.hpp"
+#include "libsm/smtp_stream.hpp"
 
-#include "await.hpp"
-#include "tls.hpp"
+#include "libsm/await.hpp"
+#include "libsm/tls.hpp"
 
 namespace smx::smtp {
 namespace {

@@ -1,6 +1,6 @@
-#include "space_account.hpp"
+#include "libsm/space_account.hpp"
 
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "tls.hpp"
+#include "libsm/tls.hpp"
 
 #include <openssl/err.h>
 #include <openssl/pem.h>

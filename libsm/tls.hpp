@@ -5,8 +5,8 @@
 // described in logs and Received: headers.
 #pragma once
 
-#include "config.hpp"
-#include "secrets.hpp"
+#include "libsm/config.hpp"
+#include "libsm/secrets.hpp"
 
 #include <boost/asio/ssl.hpp>
 #include <boost/system/error_code.hpp>

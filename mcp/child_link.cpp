@@ -1,6 +1,6 @@
-#include "child_link.hpp"
+#include "mcp/child_link.hpp"
 
-#include "mcp_link.hpp"
+#include "libsm/mcp_link.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

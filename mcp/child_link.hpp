@@ -3,8 +3,8 @@
 // One per start of a child that takes secrets (smx-smtps, smx-smtpc).
 #pragma once
 
-#include "fd.hpp"
-#include "secrets.hpp"
+#include "libsm/fd.hpp"
+#include "libsm/secrets.hpp"
 
 #include <string>
 #include <string_view>

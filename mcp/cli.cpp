@@ -1,7 +1,7 @@
-#include "cli.hpp"
+#include "mcp/cli.hpp"
 
-#include "ids.hpp"
-#include "json.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/json.hpp"
 
 #include <grp.h>
 #include <pwd.h>

@@ -2,7 +2,7 @@
 // to QMGR or read the config (everything except `smx run`).
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <optional>
 #include <ostream>

@@ -1,10 +1,10 @@
-#include "cli_config.hpp"
+#include "mcp/cli_config.hpp"
 
-#include "privsep.hpp"
-#include "secret_files.hpp"
+#include "mcp/privsep.hpp"
+#include "mcp/secret_files.hpp"
 
-#include "config_keys.hpp"
-#include "limits.hpp"
+#include "libsm/config_keys.hpp"
+#include "libsm/limits.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>

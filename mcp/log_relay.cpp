@@ -1,7 +1,7 @@
-#include "log_relay.hpp"
+#include "mcp/log_relay.hpp"
 
-#include "log.hpp"
-#include "panic.hpp"
+#include "libsm/log.hpp"
+#include "libsm/panic.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

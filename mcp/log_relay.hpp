@@ -6,7 +6,7 @@
 // replace it, and one restarted after a rotation logs where the rest do.
 #pragma once
 
-#include "fd.hpp"
+#include "libsm/fd.hpp"
 
 #include <string>
 #include <thread>

@@ -1,9 +1,9 @@
 // smx: `smx run` (the MCP) and the operator commands.
-#include "cli.hpp"
-#include "cli_config.hpp"
-#include "queue_commands.hpp"
-#include "reload.hpp"
-#include "run.hpp"
+#include "mcp/cli.hpp"
+#include "mcp/cli_config.hpp"
+#include "mcp/queue_commands.hpp"
+#include "mcp/reload.hpp"
+#include "mcp/run.hpp"
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>

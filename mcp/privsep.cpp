@@ -1,6 +1,6 @@
-#include "privsep.hpp"
+#include "mcp/privsep.hpp"
 
-#include "fd.hpp"
+#include "libsm/fd.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -12,7 +12,7 @@
 // symbolic links, and the MCP changes owners and modes only through fds.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <sys/types.h>
 

@@ -1,7 +1,7 @@
-#include "queue_commands.hpp"
+#include "mcp/queue_commands.hpp"
 
-#include "channel.hpp"
-#include "ids.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/ids.hpp"
 
 #include <cstdint>
 #include <utility>

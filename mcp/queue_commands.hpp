@@ -5,7 +5,7 @@
 // gets the content a page at a time.
 #pragma once
 
-#include "cli.hpp"
+#include "mcp/cli.hpp"
 
 #include <istream>
 #include <optional>

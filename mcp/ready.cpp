@@ -1,8 +1,8 @@
-#include "ready.hpp"
+#include "mcp/ready.hpp"
 
-#include "await.hpp"
-#include "channel.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/panic.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

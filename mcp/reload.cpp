@@ -1,6 +1,6 @@
-#include "reload.hpp"
+#include "mcp/reload.hpp"
 
-#include "config_reload.hpp"
+#include "libsm/config_reload.hpp"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -9,9 +9,9 @@
 // outcome goes to <run_dir>/reload.status, where `smx reload` waits for it.
 #pragma once
 
-#include "cli.hpp"
-#include "config.hpp"
-#include "secret_files.hpp"
+#include "mcp/cli.hpp"
+#include "libsm/config.hpp"
+#include "mcp/secret_files.hpp"
 
 #include <chrono>
 #include <optional>

@@ -1,17 +1,17 @@
-#include "run.hpp"
+#include "mcp/run.hpp"
 
-#include "cli_config.hpp"
+#include "mcp/cli_config.hpp"
 
-#include "content_trust.hpp"
-#include "limits.hpp"
-#include "session_counts.hpp"
-#include "listen.hpp"
-#include "log.hpp"
-#include "log_relay.hpp"
-#include "panic.hpp"
-#include "privsep.hpp"
-#include "startup.hpp"
-#include "supervisor.hpp"
+#include "libsm/content_trust.hpp"
+#include "libsm/limits.hpp"
+#include "libsm/session_counts.hpp"
+#include "libsm/listen.hpp"
+#include "libsm/log.hpp"
+#include "mcp/log_relay.hpp"
+#include "libsm/panic.hpp"
+#include "mcp/privsep.hpp"
+#include "mcp/startup.hpp"
+#include "mcp/supervisor.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>

@@ -2,7 +2,7 @@
 // listeners, then hand over to the Supervisor.
 #pragma once
 
-#include "cli.hpp"
+#include "mcp/cli.hpp"
 
 namespace smx::mcp {
 

@@ -1,8 +1,8 @@
-#include "secret_files.hpp"
+#include "mcp/secret_files.hpp"
 
-#include "credentials.hpp"
-#include "fd.hpp"
-#include "tls.hpp"
+#include "libsm/credentials.hpp"
+#include "libsm/fd.hpp"
+#include "libsm/tls.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -7,8 +7,8 @@
 // passwords, QMGR nothing.
 #pragma once
 
-#include "config.hpp"
-#include "secrets.hpp"
+#include "libsm/config.hpp"
+#include "libsm/secrets.hpp"
 
 #include <optional>
 #include <string>

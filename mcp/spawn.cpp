@@ -1,7 +1,7 @@
-#include "spawn.hpp"
+#include "mcp/spawn.hpp"
 
-#include "config_reload.hpp"
-#include "log.hpp"
+#include "libsm/config_reload.hpp"
+#include "libsm/log.hpp"
 
 #include <fcntl.h>
 #include <grp.h>

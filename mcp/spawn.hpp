@@ -3,7 +3,7 @@
 // because between fork and exec only async-signal-safe calls are allowed.
 #pragma once
 
-#include "privsep.hpp"
+#include "mcp/privsep.hpp"
 
 #include <sys/types.h>
 

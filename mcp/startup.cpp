@@ -1,6 +1,6 @@
-#include "startup.hpp"
+#include "mcp/startup.hpp"
 
-#include "listen.hpp"
+#include "libsm/listen.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>

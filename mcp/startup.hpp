@@ -3,7 +3,7 @@
 // Each step returns false with a message for the operator in err.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <sys/types.h>
 

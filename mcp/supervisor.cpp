@@ -1,11 +1,11 @@
-#include "supervisor.hpp"
-#include "cli.hpp"
-#include "panic.hpp"
-#include "ready.hpp"
-#include "reload.hpp"
+#include "mcp/supervisor.hpp"
+#include "mcp/cli.hpp"
+#include "libsm/panic.hpp"
+#include "mcp/ready.hpp"
+#include "mcp/reload.hpp"
 
-#include "channel.hpp"
-#include "log.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/log.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>

@@ -23,12 +23,12 @@
 // whatever the supervisor is doing (starting QMGR, stopping the workers).
 #pragma once
 
-#include "child_link.hpp"
-#include "secret_files.hpp"
-#include "spawn.hpp"
+#include "mcp/child_link.hpp"
+#include "mcp/secret_files.hpp"
+#include "mcp/spawn.hpp"
 
-#include "config.hpp"
-#include "session_counts.hpp"
+#include "libsm/config.hpp"
+#include "libsm/session_counts.hpp"
 
 #include <chrono>
 #include <memory>

@@ -1,13 +1,13 @@
 // smx-sink: SMTP sink for benchmarks and tests. Accepts and discards, or
 // with -C DIR writes every message (envelope + data) to a file; can refuse
 // a deterministic share of recipients; reports when it has N messages.
-#include "common.hpp"
-#include "sink_session.hpp"
+#include "perf/common.hpp"
+#include "perf/sink_session.hpp"
 
-#include <await.hpp>
-#include <panic.hpp>
-#include <smtp_io.hpp>
-#include <tls.hpp>
+#include "libsm/await.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/smtp_io.hpp"
+#include "libsm/tls.hpp"
 
 #include <unistd.h>
 

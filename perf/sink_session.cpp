@@ -1,10 +1,10 @@
-#include "sink_session.hpp"
+#include "perf/sink_session.hpp"
 
-#include "common.hpp"
+#include "perf/common.hpp"
 
-#include <domain.hpp>
-#include <smtp_io.hpp>
-#include <smtp_stream.hpp>
+#include "libsm/domain.hpp"
+#include "libsm/smtp_io.hpp"
+#include "libsm/smtp_stream.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -2,14 +2,14 @@
 // io_context, N messages of a size (or size mix), R recipients each, M
 // messages per connection, optional PIPELINING. Measures the end-of-DATA to
 // 250 latency of every message and prints one JSON line at the end.
-#include "common.hpp"
-#include "message.hpp"
-#include "source_run.hpp"
+#include "perf/common.hpp"
+#include "perf/message.hpp"
+#include "perf/source_run.hpp"
 
-#include <await.hpp>
-#include <panic.hpp>
-#include <smtp_io.hpp>
-#include <smtp_stream.hpp>
+#include "libsm/await.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/smtp_io.hpp"
+#include "libsm/smtp_stream.hpp"
 
 #include <algorithm>
 #include <cctype>

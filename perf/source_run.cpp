@@ -1,6 +1,6 @@
-#include "source_run.hpp"
+#include "perf/source_run.hpp"
 
-#include "common.hpp"
+#include "perf/common.hpp"
 
 #include <algorithm>
 #include <cmath>

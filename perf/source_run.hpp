@@ -2,9 +2,9 @@
 // next, outcomes, latencies, error counts, and the overall deadline.
 #pragma once
 
-#include "message.hpp"
+#include "perf/message.hpp"
 
-#include <smtp_io.hpp>
+#include "libsm/smtp_io.hpp"
 
 #include <boost/asio.hpp>
 

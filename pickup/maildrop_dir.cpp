@@ -1,8 +1,8 @@
-#include "maildrop_dir.hpp"
+#include "pickup/maildrop_dir.hpp"
 
-#include "content_file.hpp"
-#include "content_trust.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/content_trust.hpp"
+#include "libsm/ids.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

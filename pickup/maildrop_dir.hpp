@@ -16,9 +16,9 @@
 // smx-pickup calls these on its worker thread.
 #pragma once
 
-#include "config.hpp"
-#include "fd.hpp"
-#include "maildrop_file.hpp"
+#include "libsm/config.hpp"
+#include "libsm/fd.hpp"
+#include "libsm/maildrop_file.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -5,18 +5,18 @@
 // writes its message into the content store and commits it to QMGR
 // (pickup/pickup.hpp), in an id stream of its own (smx::pickup_id_stream).
 // Over its link to the MCP it says when it serves, or why it cannot start.
-#include "maildrop_dir.hpp"
-#include "pickup.hpp"
+#include "pickup/maildrop_dir.hpp"
+#include "pickup/pickup.hpp"
 
-#include "await.hpp"
-#include "channel.hpp"
-#include "child_start.hpp"
-#include "config.hpp"
-#include "config_reload.hpp"
-#include "ids.hpp"
-#include "log.hpp"
-#include "mcp_link.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/child_start.hpp"
+#include "libsm/config.hpp"
+#include "libsm/config_reload.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/log.hpp"
+#include "libsm/mcp_link.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 

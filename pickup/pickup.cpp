@@ -1,8 +1,8 @@
-#include "pickup.hpp"
+#include "pickup/pickup.hpp"
 
-#include "await.hpp"
-#include "messages.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/messages.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/inotify.h>

@@ -7,9 +7,9 @@
 // thread; the event loop only waits.
 #pragma once
 
-#include "maildrop_dir.hpp"
+#include "pickup/maildrop_dir.hpp"
 
-#include "channel.hpp"
+#include "libsm/channel.hpp"
 
 #include <boost/asio.hpp>
 #include <memory>

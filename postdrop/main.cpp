@@ -13,9 +13,9 @@
 // the group may (docs/design.md, "Local submission").
 //
 // Exit status: sysexits.h, with one line on standard error saying why.
-#include "config.hpp"
-#include "maildrop_file.hpp"
-#include "ids.hpp"
+#include "libsm/config.hpp"
+#include "libsm/maildrop_file.hpp"
+#include "libsm/ids.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

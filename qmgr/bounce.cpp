@@ -1,10 +1,10 @@
 // The bouncer (see bounce.hpp).
-#include "bounce.hpp"
+#include "qmgr/bounce.hpp"
 
-#include "content_file.hpp"
-#include "dsn_params.hpp"
-#include "ids.hpp"
-#include "log.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/dsn_params.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/log.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -11,18 +11,18 @@
 // hooks, once the DSN is durable or could not be written).
 #pragma once
 
-#include "coro.hpp"
-#include "delivery_log.hpp"
-#include "dsn.hpp"
-#include "dsn_params.hpp"
-#include "ibdb.hpp"
-#include "queue.hpp"
-#include "reaper.hpp"
+#include "qmgr/coro.hpp"
+#include "qmgr/delivery_log.hpp"
+#include "qmgr/dsn.hpp"
+#include "libsm/dsn_params.hpp"
+#include "qmgr/ibdb.hpp"
+#include "qmgr/queue.hpp"
+#include "qmgr/reaper.hpp"
 
-#include "config.hpp"
-#include "content_trust.hpp"
+#include "libsm/config.hpp"
+#include "libsm/content_trust.hpp"
 
-#include "clock.hpp"
+#include "libsm/clock.hpp"
 
 #include <boost/asio.hpp>
 #include <cstdint>

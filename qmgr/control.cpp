@@ -3,10 +3,10 @@
 // and the counters behind `smx stats` and the Prometheus endpoint. Requests are taken on the
 // event loop; each that needs DEFEDB is a coroutine that awaits its work on
 // the DEFEDB strand, then replies.
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "ids.hpp"
-#include "quarantine.hpp"
+#include "libsm/ids.hpp"
+#include "qmgr/quarantine.hpp"
 
 #include <spdlog/spdlog.h>
 

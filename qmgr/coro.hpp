@@ -4,8 +4,8 @@
 // exited before the pool and the io_context go (qmgr/main.cpp).
 #pragma once
 
-#include "await.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/panic.hpp"
 
 #include <boost/asio.hpp>
 #include <cstddef>

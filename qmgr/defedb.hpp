@@ -20,7 +20,7 @@
 // and let the MCP restart it.
 #pragma once
 
-#include "messages.hpp"
+#include "libsm/messages.hpp"
 
 #include <cstdint>
 #include <functional>

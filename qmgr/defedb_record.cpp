@@ -1,6 +1,6 @@
-#include "defedb_record.hpp"
+#include "qmgr/defedb_record.hpp"
 
-#include "ids.hpp"
+#include "libsm/ids.hpp"
 
 #include <db_cxx.h>
 

@@ -2,7 +2,7 @@
 // records, and the key of the next-try index.
 #pragma once
 
-#include "defedb.hpp"
+#include "qmgr/defedb.hpp"
 
 #include <cstdint>
 #include <optional>

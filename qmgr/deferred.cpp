@@ -1,13 +1,13 @@
 // The deferred queue: recipients that failed for now move to DEFEDB and leave
 // memory; a timer on DEFEDB's next-try index feeds them back when due.
 // Every DEFEDB call runs on the DEFEDB strand of the worker pool.
-#include "deferred.hpp"
+#include "qmgr/deferred.hpp"
 
-#include "await.hpp"
-#include "content_file.hpp"
-#include "content_segment.hpp"
-#include "ids.hpp"
-#include "quarantine.hpp"
+#include "libsm/await.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/content_segment.hpp"
+#include "libsm/ids.hpp"
+#include "qmgr/quarantine.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -7,14 +7,14 @@
 // its owner (Qmgr) changes from the hooks.
 #pragma once
 
-#include "coro.hpp"
-#include "defedb_strand.hpp"
-#include "queue.hpp"
+#include "qmgr/coro.hpp"
+#include "qmgr/defedb_strand.hpp"
+#include "qmgr/queue.hpp"
 
-#include "config.hpp"
-#include "content_trust.hpp"
+#include "libsm/config.hpp"
+#include "libsm/content_trust.hpp"
 
-#include "clock.hpp"
+#include "libsm/clock.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>

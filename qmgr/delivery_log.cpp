@@ -1,4 +1,4 @@
-#include "delivery_log.hpp"
+#include "qmgr/delivery_log.hpp"
 
 #include <spdlog/spdlog.h>
 

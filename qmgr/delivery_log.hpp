@@ -12,8 +12,8 @@
 // suspended) c = d = 0 and b runs to now.
 #pragma once
 
-#include "messages.hpp"
-#include "queue.hpp"
+#include "libsm/messages.hpp"
+#include "qmgr/queue.hpp"
 
 #include <cstdint>
 #include <string>

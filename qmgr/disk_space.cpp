@@ -1,6 +1,6 @@
-#include "disk_space.hpp"
+#include "qmgr/disk_space.hpp"
 
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
 #include <spdlog/spdlog.h>
 

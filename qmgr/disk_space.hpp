@@ -19,10 +19,10 @@
 // there, so that it comes back before new mail does.
 #pragma once
 
-#include "messages.hpp"
+#include "libsm/messages.hpp"
 
-#include "config.hpp"
-#include "space_account.hpp"
+#include "libsm/config.hpp"
+#include "libsm/space_account.hpp"
 
 #include <sys/types.h>
 

@@ -1,8 +1,8 @@
-#include "dsn.hpp"
+#include "qmgr/dsn.hpp"
 
-#include "dsn_params.hpp"
-#include "ids.hpp"
-#include "smtp_io.hpp"
+#include "libsm/dsn_params.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/smtp_io.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -19,8 +19,8 @@
 // caller gives it (RET=FULL from a trusted client, failures only).
 #pragma once
 
-#include "content_segment.hpp"
-#include "messages.hpp"
+#include "libsm/content_segment.hpp"
+#include "libsm/messages.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -15,14 +15,14 @@
 //                  it wrote, its transactions placed in it, the counters; then
 //                  the pipeline acks its transactions and runs the callbacks of
 //                  its completion records
-#include "ibdb.hpp"
+#include "qmgr/ibdb.hpp"
 
-#include "ibdb_batcher.hpp"
-#include "ibdb_files.hpp"
-#include "ibdb_pipeline.hpp"
-#include "ibdb_record.hpp"
+#include "qmgr/ibdb_batcher.hpp"
+#include "qmgr/ibdb_files.hpp"
+#include "qmgr/ibdb_pipeline.hpp"
+#include "qmgr/ibdb_record.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -10,10 +10,10 @@
 // retried delivery, never a lost message).
 #pragma once
 
-#include "commit_policy.hpp"
-#include "histogram.hpp"
+#include "qmgr/commit_policy.hpp"
+#include "qmgr/histogram.hpp"
 
-#include "messages.hpp"
+#include "libsm/messages.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>

@@ -1,6 +1,6 @@
-#include "ibdb_files.hpp"
+#include "qmgr/ibdb_files.hpp"
 
-#include "content_file.hpp"
+#include "libsm/content_file.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,9 +1,9 @@
-#include "ibdb_pipeline.hpp"
+#include "qmgr/ibdb_pipeline.hpp"
 
-#include "ibdb_record.hpp"
+#include "qmgr/ibdb_record.hpp"
 
-#include "content_file.hpp"
-#include "panic.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/panic.hpp"
 
 #include <cerrno>
 #include <fcntl.h>

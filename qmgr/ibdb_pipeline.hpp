@@ -18,7 +18,7 @@
 //   failed  --refuse-->  refused
 #pragma once
 
-#include "ibdb.hpp"
+#include "qmgr/ibdb.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>

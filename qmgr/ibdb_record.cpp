@@ -1,10 +1,10 @@
 // IBDB record codec and the start-up reader: replays the log files in order,
 // skips a torn tail, quarantines corrupt records and resyncs on the next
 // valid one. Never throws on bad data: a broken log must not stop QMGR.
-#include "ibdb_record.hpp"
-#include "quarantine.hpp"
+#include "qmgr/ibdb_record.hpp"
+#include "qmgr/quarantine.hpp"
 
-#include "crc32c.hpp"
+#include "libsm/crc32c.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -6,7 +6,7 @@
 // = u8 id length | ta-id | u32 index; transaction done = u8 id length | ta-id.
 #pragma once
 
-#include "ibdb.hpp"
+#include "qmgr/ibdb.hpp"
 
 #include <cstdint>
 #include <optional>

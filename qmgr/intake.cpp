@@ -1,11 +1,11 @@
 // Intake: TA_COMMIT from SMTPS, checked at the boundary, logged in IBDB and
 // acked once durable; and start-up recovery, which is intake from the log.
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "await.hpp"
-#include "content_file.hpp"
-#include "content_segment.hpp"
-#include "ids.hpp"
+#include "libsm/await.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/content_segment.hpp"
+#include "libsm/ids.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,19 +1,19 @@
 // smx-qmgr [-c FILE]: the queue manager. Opens DEFEDB, recovers the active
 // queue from IBDB, then serves SMTPS, SMTPC and the CLI on
 // <run_dir>/qmgr.sock until SIGTERM.
-#include "defedb.hpp"
-#include "disk_space.hpp"
-#include "ibdb.hpp"
-#include "metrics_http.hpp"
-#include "qmgr.hpp"
-#include "server.hpp"
+#include "qmgr/defedb.hpp"
+#include "qmgr/disk_space.hpp"
+#include "qmgr/ibdb.hpp"
+#include "qmgr/metrics_http.hpp"
+#include "qmgr/qmgr.hpp"
+#include "qmgr/server.hpp"
 
-#include "config.hpp"
-#include "config_reload.hpp"
-#include "ids.hpp"
-#include "limits.hpp"
-#include "log.hpp"
-#include "panic.hpp"
+#include "libsm/config.hpp"
+#include "libsm/config_reload.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/limits.hpp"
+#include "libsm/log.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 

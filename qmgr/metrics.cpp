@@ -1,8 +1,8 @@
 // What the Prometheus endpoint shows beside the counters: the histograms of
 // QMGR's components and the per-destination gauges (docs/operation.md).
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "domain.hpp"
+#include "libsm/domain.hpp"
 
 #include <unordered_map>
 

@@ -1,9 +1,9 @@
-#include "metrics_http.hpp"
+#include "qmgr/metrics_http.hpp"
 
-#include "accept.hpp"
-#include "build_info.hpp"
-#include "server.hpp"
-#include "smtp_io.hpp"
+#include "libsm/accept.hpp"
+#include "qmgr/build_info.hpp"
+#include "qmgr/server.hpp"
+#include "libsm/smtp_io.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>

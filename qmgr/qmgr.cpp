@@ -1,10 +1,10 @@
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "await.hpp"
-#include "content_file.hpp"
-#include "domain.hpp"
-#include "ids.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>

@@ -20,27 +20,27 @@
 // the loop go.
 #pragma once
 
-#include "bounce.hpp"
-#include "coro.hpp"
-#include "defedb.hpp"
-#include "defedb_strand.hpp"
-#include "deferred.hpp"
-#include "disk_space.hpp"
-#include "dsn.hpp"
-#include "ibdb.hpp"
-#include "queue.hpp"
-#include "reaper.hpp"
-#include "segments.hpp"
-#include "routing.hpp"
-#include "scheduler.hpp"
-#include "smtps_loads.hpp"
-#include "sweeper.hpp"
+#include "qmgr/bounce.hpp"
+#include "qmgr/coro.hpp"
+#include "qmgr/defedb.hpp"
+#include "qmgr/defedb_strand.hpp"
+#include "qmgr/deferred.hpp"
+#include "qmgr/disk_space.hpp"
+#include "qmgr/dsn.hpp"
+#include "qmgr/ibdb.hpp"
+#include "qmgr/queue.hpp"
+#include "qmgr/reaper.hpp"
+#include "qmgr/segments.hpp"
+#include "qmgr/routing.hpp"
+#include "qmgr/scheduler.hpp"
+#include "qmgr/smtps_loads.hpp"
+#include "qmgr/sweeper.hpp"
 
-#include "config.hpp"
-#include "content_trust.hpp"
-#include "messages.hpp"
+#include "libsm/config.hpp"
+#include "libsm/content_trust.hpp"
+#include "libsm/messages.hpp"
 
-#include "clock.hpp"
+#include "libsm/clock.hpp"
 
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>

@@ -1,6 +1,6 @@
-#include "quarantine.hpp"
+#include "qmgr/quarantine.hpp"
 
-#include "content_file.hpp"
+#include "libsm/content_file.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

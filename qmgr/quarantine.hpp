@@ -4,7 +4,7 @@
 // a partial copy is not left behind.
 #pragma once
 
-#include "content_trust.hpp"
+#include "libsm/content_trust.hpp"
 
 #include <cstdint>
 #include <string>

@@ -1,6 +1,6 @@
-#include "queue.hpp"
+#include "qmgr/queue.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <string>
 

@@ -35,9 +35,9 @@
 // on them; a transaction with no open recipient may be retired.
 #pragma once
 
-#include "clock.hpp"
-#include "defedb.hpp"
-#include "messages.hpp"
+#include "libsm/clock.hpp"
+#include "qmgr/defedb.hpp"
+#include "libsm/messages.hpp"
 
 #include <cstdint>
 #include <memory>

@@ -6,13 +6,13 @@
 // event loop; DEFEDB is read on its strand and merged in (a recipient memory
 // is working on shows memory's state); filtering, rendering and reading a
 // content file happen there too, off the event loop.
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
-#include "domain.hpp"
-#include "ids.hpp"
-#include "json.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/json.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,7 +1,7 @@
-#include "reaper.hpp"
+#include "qmgr/reaper.hpp"
 
-#include "content_file.hpp"
-#include "content_segment.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/content_segment.hpp"
 
 #include <spdlog/spdlog.h>
 

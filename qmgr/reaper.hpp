@@ -10,10 +10,10 @@
 // Unlinks are batched to the worker pool once per event-loop turn.
 #pragma once
 
-#include "ibdb.hpp"
-#include "queue.hpp"
+#include "qmgr/ibdb.hpp"
+#include "qmgr/queue.hpp"
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <boost/asio.hpp>
 #include <string>

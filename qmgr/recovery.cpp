@@ -1,12 +1,12 @@
 // Start-up: the transactions IBDB recovered go back into the active queue;
 // envelopes without their whole content go to quarantine. DEFEDB needs no replay: its
 // timer starts reading the index head. Then the orphan sweeper starts.
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "content_file.hpp"
-#include "content_segment.hpp"
-#include "ids.hpp"
-#include "quarantine.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/content_segment.hpp"
+#include "libsm/ids.hpp"
+#include "qmgr/quarantine.hpp"
 
 #include <spdlog/spdlog.h>
 #include <fcntl.h>

@@ -1,10 +1,10 @@
 // RESULT handling: each recipient is sent, bounced (5xx, or too old), or
 // deferred to DEFEDB (4xx, connection failure, no answer).
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "ids.hpp"
-#include "quarantine.hpp"
-#include "panic.hpp"
+#include "libsm/ids.hpp"
+#include "qmgr/quarantine.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,4 +1,4 @@
-#include "routing.hpp"
+#include "qmgr/routing.hpp"
 
 namespace smx::qmgr {
 

@@ -4,7 +4,7 @@
 // up the MX of the recipient's domain.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <memory>
 #include <string>

@@ -1,6 +1,6 @@
-#include "scheduler.hpp"
+#include "qmgr/scheduler.hpp"
 
-#include "ids.hpp"
+#include "libsm/ids.hpp"
 
 #include <algorithm>
 #include <spdlog/spdlog.h>

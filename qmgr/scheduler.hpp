@@ -11,11 +11,11 @@
 // paced list for the pace timer.
 #pragma once
 
-#include "histogram.hpp"
-#include "queue.hpp"
-#include "routing.hpp"
+#include "qmgr/histogram.hpp"
+#include "qmgr/queue.hpp"
+#include "qmgr/routing.hpp"
 
-#include "clock.hpp"
+#include "libsm/clock.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>

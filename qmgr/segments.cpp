@@ -1,8 +1,8 @@
-#include "segments.hpp"
+#include "qmgr/segments.hpp"
 
-#include "await.hpp"
-#include "content_file.hpp"
-#include "ids.hpp"
+#include "libsm/await.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/ids.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -13,12 +13,12 @@
 // first), so memory is all that counts.
 #pragma once
 
-#include "coro.hpp"
-#include "ibdb.hpp"
-#include "queue.hpp"
+#include "qmgr/coro.hpp"
+#include "qmgr/ibdb.hpp"
+#include "qmgr/queue.hpp"
 
-#include "config.hpp"
-#include "content_segment.hpp"
+#include "libsm/config.hpp"
+#include "libsm/content_segment.hpp"
 
 #include <boost/asio.hpp>
 #include <cstdint>

@@ -1,8 +1,8 @@
-#include "server.hpp"
+#include "qmgr/server.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
-#include "accept.hpp"
-#include "panic.hpp"
+#include "libsm/accept.hpp"
+#include "libsm/panic.hpp"
 
 #include <grp.h>
 #include <pwd.h>

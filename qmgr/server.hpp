@@ -3,10 +3,10 @@
 // one coroutine per peer that feeds its records into Qmgr.
 #pragma once
 
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "channel.hpp"
-#include "config.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/config.hpp"
 
 #include <boost/asio.hpp>
 #include <sys/types.h>

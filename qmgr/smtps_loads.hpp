@@ -4,9 +4,9 @@
 // report counts since the one before are added up for as long as QMGR runs.
 #pragma once
 
-#include "histogram.hpp"
-#include "messages.hpp"
-#include "panic.hpp"
+#include "qmgr/histogram.hpp"
+#include "libsm/messages.hpp"
+#include "libsm/panic.hpp"
 
 #include <cstdint>
 #include <map>

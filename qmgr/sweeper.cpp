@@ -1,10 +1,10 @@
-#include "sweeper.hpp"
+#include "qmgr/sweeper.hpp"
 
-#include "await.hpp"
-#include "quarantine.hpp"
+#include "libsm/await.hpp"
+#include "qmgr/quarantine.hpp"
 
-#include "content_file.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/ids.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -5,13 +5,13 @@
 // queue, asks DEFEDB on its strand and the reaper what was unlinked meanwhile.
 #pragma once
 
-#include "coro.hpp"
-#include "defedb_strand.hpp"
-#include "queue.hpp"
-#include "reaper.hpp"
+#include "qmgr/coro.hpp"
+#include "qmgr/defedb_strand.hpp"
+#include "qmgr/queue.hpp"
+#include "qmgr/reaper.hpp"
 
-#include "config.hpp"
-#include "content_trust.hpp"
+#include "libsm/config.hpp"
+#include "libsm/content_trust.hpp"
 
 #include <boost/asio.hpp>
 #include <cstdint>

@@ -6,14 +6,14 @@
 // the maildrop, whether or not the relay runs. `mailq` (-bp) and -q are
 // `smx queue` and `smx flush`; newaliases (-bi) says that there is no alias
 // table yet. Exit status: sysexits.h, with a line on standard error.
-#include "message.hpp"
-#include "options.hpp"
-#include "smtp_session.hpp"
+#include "sendmail/message.hpp"
+#include "sendmail/options.hpp"
+#include "sendmail/smtp_session.hpp"
 
-#include "address.hpp"
-#include "config.hpp"
-#include "ids.hpp"
-#include "maildrop_file.hpp"
+#include "libsm/address.hpp"
+#include "libsm/config.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/maildrop_file.hpp"
 
 #include <fcntl.h>
 #include <pwd.h>

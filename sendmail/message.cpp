@@ -1,7 +1,7 @@
-#include "message.hpp"
+#include "sendmail/message.hpp"
 
-#include "domain.hpp"
-#include "ids.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/ids.hpp"
 
 #include <cstdio>
 #include <ctime>

@@ -1,4 +1,4 @@
-#include "options.hpp"
+#include "sendmail/options.hpp"
 
 namespace smx::sendmail {
 namespace {

@@ -1,9 +1,9 @@
-#include "smtp_session.hpp"
+#include "sendmail/smtp_session.hpp"
 
-#include "address.hpp"
-#include "domain.hpp"
-#include "ids.hpp"
-#include "maildrop_file.hpp"
+#include "libsm/address.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/maildrop_file.hpp"
 
 #include <poll.h>
 #include <sysexits.h>

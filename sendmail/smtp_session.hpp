@@ -6,9 +6,9 @@
 // with server.command_timeout or data_timeout.
 #pragma once
 
-#include "message.hpp"
+#include "sendmail/message.hpp"
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <functional>
 #include <string>

@@ -1,6 +1,6 @@
-#include "agent.hpp"
+#include "smtpc/agent.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -3,9 +3,9 @@
 // decides how many per destination.
 #pragma once
 
-#include "delivery.hpp"
+#include "smtpc/delivery.hpp"
 
-#include "channel.hpp"
+#include "libsm/channel.hpp"
 
 #include <memory>
 

@@ -1,4 +1,4 @@
-#include "body.hpp"
+#include "smtpc/body.hpp"
 
 #include <cerrno>
 #include <cstring>

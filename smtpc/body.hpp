@@ -3,7 +3,7 @@
 // 4.5.2, 4.5.3.1.6).
 #pragma once
 
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
 #include <cstddef>
 #include <cstdint>

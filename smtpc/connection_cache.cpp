@@ -1,6 +1,6 @@
-#include "connection_cache.hpp"
+#include "smtpc/connection_cache.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 

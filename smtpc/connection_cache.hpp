@@ -4,7 +4,7 @@
 // client.max_msgs_per_connection transactions.
 #pragma once
 
-#include "session.hpp"
+#include "smtpc/session.hpp"
 
 #include <memory>
 #include <string>

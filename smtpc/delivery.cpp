@@ -1,8 +1,8 @@
-#include "delivery.hpp"
+#include "smtpc/delivery.hpp"
 
-#include "content_file.hpp"
-#include "domain.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/ids.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>

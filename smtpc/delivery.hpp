@@ -3,13 +3,13 @@
 // the cache.
 #pragma once
 
-#include "connection_cache.hpp"
-#include "nexthop.hpp"
-#include "tls_sessions.hpp"
+#include "smtpc/connection_cache.hpp"
+#include "smtpc/nexthop.hpp"
+#include "smtpc/tls_sessions.hpp"
 
-#include "config.hpp"
-#include "credentials.hpp"
-#include "messages.hpp"
+#include "libsm/config.hpp"
+#include "libsm/credentials.hpp"
+#include "libsm/messages.hpp"
 
 namespace smx::smtpc {
 

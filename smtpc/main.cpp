@@ -4,22 +4,22 @@
 // configuration. The CA bundle and the SASL passwords come from the MCP as
 // bytes (SMX_MCP_FD, libsm/mcp_link.hpp), never from their files; over the
 // same link the process says when it serves, or why it cannot start.
-#include "agent.hpp"
-#include "await.hpp"
-#include "connection_cache.hpp"
-#include "delivery.hpp"
-#include "nexthop.hpp"
-#include "tls_sessions.hpp"
+#include "smtpc/agent.hpp"
+#include "libsm/await.hpp"
+#include "smtpc/connection_cache.hpp"
+#include "smtpc/delivery.hpp"
+#include "smtpc/nexthop.hpp"
+#include "smtpc/tls_sessions.hpp"
 
-#include "channel.hpp"
-#include "config.hpp"
-#include "credentials.hpp"
-#include "config_reload.hpp"
-#include "limits.hpp"
-#include "log.hpp"
-#include "mcp_link.hpp"
-#include "panic.hpp"
-#include "tls.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/config.hpp"
+#include "libsm/credentials.hpp"
+#include "libsm/config_reload.hpp"
+#include "libsm/limits.hpp"
+#include "libsm/log.hpp"
+#include "libsm/mcp_link.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/tls.hpp"
 
 #include <ares.h>
 #include <csignal>

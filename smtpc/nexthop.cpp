@@ -1,9 +1,9 @@
-#include "nexthop.hpp"
+#include "smtpc/nexthop.hpp"
 
-#include "await.hpp"
-#include "config.hpp"
-#include "domain.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/config.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/panic.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

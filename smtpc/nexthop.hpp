@@ -4,7 +4,7 @@
 // lookups of one name share a single query.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <ares.h>
 #include <boost/asio.hpp>

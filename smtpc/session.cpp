@@ -1,11 +1,11 @@
-#include "session.hpp"
+#include "smtpc/session.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>
 
-#include "domain.hpp"
-#include "dsn_params.hpp"
-#include "tls.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/dsn_params.hpp"
+#include "libsm/tls.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

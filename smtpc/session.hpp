@@ -4,14 +4,14 @@
 // it has exactly one reader and one writer.
 #pragma once
 
-#include "body.hpp"
-#include "config.hpp"
-#include "credentials.hpp"
-#include "messages.hpp"
-#include "nexthop.hpp"
-#include "smtp_io.hpp"
-#include "smtp_stream.hpp"
-#include "tls_sessions.hpp"
+#include "smtpc/body.hpp"
+#include "libsm/config.hpp"
+#include "libsm/credentials.hpp"
+#include "libsm/messages.hpp"
+#include "smtpc/nexthop.hpp"
+#include "libsm/smtp_io.hpp"
+#include "libsm/smtp_stream.hpp"
+#include "smtpc/tls_sessions.hpp"
 
 #include <boost/asio.hpp>
 #include <array>

@@ -1,6 +1,6 @@
-#include "tls_sessions.hpp"
+#include "smtpc/tls_sessions.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <algorithm>
 

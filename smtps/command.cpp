@@ -1,6 +1,6 @@
-#include "command.hpp"
+#include "smtps/command.hpp"
 
-#include "policy.hpp"
+#include "smtps/policy.hpp"
 
 #include <utility>
 

@@ -1,8 +1,8 @@
-#include "content_writer.hpp"
+#include "smtps/content_writer.hpp"
 
-#include "content_file.hpp"
-#include "content_segment.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/content_segment.hpp"
+#include "libsm/ids.hpp"
 
 #include <cerrno>
 #include <cstdint>

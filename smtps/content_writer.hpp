@@ -14,9 +14,9 @@
 // envelope, before the ack. Anything not committed is unlinked.
 #pragma once
 
-#include "segment_writer.hpp"
+#include "smtps/segment_writer.hpp"
 
-#include "space_account.hpp"
+#include "libsm/space_account.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>

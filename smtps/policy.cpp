@@ -1,4 +1,4 @@
-#include "policy.hpp"
+#include "smtps/policy.hpp"
 
 #include <string>
 

@@ -1,9 +1,9 @@
 // What SMTPS accepts: the relay decision (address syntax: libsm/address.hpp).
 #pragma once
 
-#include "address.hpp"
-#include "config.hpp"
-#include "domain.hpp"
+#include "libsm/address.hpp"
+#include "libsm/config.hpp"
+#include "libsm/domain.hpp"
 
 #include <optional>
 #include <string>

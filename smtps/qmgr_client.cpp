@@ -1,7 +1,7 @@
-#include "qmgr_client.hpp"
+#include "smtps/qmgr_client.hpp"
 
-#include "await.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 

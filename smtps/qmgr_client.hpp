@@ -3,8 +3,8 @@
 // waiting sessions.
 #pragma once
 
-#include "channel.hpp"
-#include "messages.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/messages.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>

@@ -1,8 +1,8 @@
-#include "segment_writer.hpp"
+#include "smtps/segment_writer.hpp"
 
-#include "content_file.hpp"
-#include "content_segment.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/content_segment.hpp"
+#include "libsm/ids.hpp"
 
 #include <unistd.h>
 

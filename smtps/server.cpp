@@ -1,10 +1,10 @@
-#include "server.hpp"
+#include "smtps/server.hpp"
 
-#include "await.hpp"
-#include "session.hpp"
-#include "accept.hpp"
-#include "panic.hpp"
-#include "smtp_io.hpp"
+#include "libsm/await.hpp"
+#include "smtps/session.hpp"
+#include "libsm/accept.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/smtp_io.hpp"
 
 #include <spdlog/spdlog.h>
 

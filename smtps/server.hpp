@@ -4,13 +4,13 @@
 // per connection on its own io thread.
 #pragma once
 
-#include "content_writer.hpp"
-#include "config.hpp"
-#include "policy.hpp"
-#include "qmgr_client.hpp"
-#include "rejections.hpp"
-#include "session_counts.hpp"
-#include "transaction_gate.hpp"
+#include "smtps/content_writer.hpp"
+#include "libsm/config.hpp"
+#include "smtps/policy.hpp"
+#include "smtps/qmgr_client.hpp"
+#include "libsm/rejections.hpp"
+#include "libsm/session_counts.hpp"
+#include "smtps/transaction_gate.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl/context.hpp>

@@ -1,4 +1,4 @@
-#include "session_log.hpp"
+#include "smtps/session_log.hpp"
 
 #include <spdlog/spdlog.h>
 

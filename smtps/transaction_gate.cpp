@@ -1,7 +1,7 @@
-#include "transaction_gate.hpp"
+#include "smtps/transaction_gate.hpp"
 
-#include "await.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,6 +1,6 @@
 // DEFEDB against a real Berkeley DB environment in a temporary directory.
-#include "defedb.hpp"
-#include "defedb_record.hpp"
+#include "qmgr/defedb.hpp"
+#include "qmgr/defedb_record.hpp"
 
 #include <catch2/catch.hpp>
 

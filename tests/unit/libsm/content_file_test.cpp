@@ -1,8 +1,8 @@
 // Content files: durable writes appear whole under their final name or not
 // at all.
-#include "content_file.hpp"
+#include "libsm/content_file.hpp"
 
-#include "ids.hpp"
+#include "libsm/ids.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,9 +1,9 @@
 // Content segments: references are checked strictly, a record reads back
 // only whole, for its own transaction and (verified) with its CRC.
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
-#include "content_file.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/ids.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,9 +1,9 @@
 // open_checked: what another account may put under a content file's name is
 // refused by what it is (a link, a FIFO, a socket, a directory, a hard link,
 // another owner, another size), without blocking and without reading.
-#include "content_trust.hpp"
+#include "libsm/content_trust.hpp"
 
-#include "ids.hpp"
+#include "libsm/ids.hpp"
 
 #include <catch2/catch.hpp>
 

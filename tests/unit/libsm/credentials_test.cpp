@@ -1,6 +1,6 @@
-#include "credentials.hpp"
+#include "libsm/credentials.hpp"
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <catch2/catch.hpp>
 

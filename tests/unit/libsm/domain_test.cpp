@@ -1,6 +1,6 @@
 // Domains: ASCII lower-casing, whatever the locale, and the part after the
 // last '@'.
-#include "domain.hpp"
+#include "libsm/domain.hpp"
 
 #include <catch2/catch.hpp>
 

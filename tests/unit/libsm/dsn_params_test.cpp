@@ -1,5 +1,5 @@
 // The RFC 3461 parameter parser (libsm/dsn_params).
-#include "dsn_params.hpp"
+#include "libsm/dsn_params.hpp"
 
 #include <catch2/catch.hpp>
 

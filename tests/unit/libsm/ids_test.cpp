@@ -1,5 +1,5 @@
 // Queue ids: several processes make them at once, each in its own stream.
-#include "ids.hpp"
+#include "libsm/ids.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,8 +1,8 @@
 // max_connections against the descriptor limit: two descriptors a session,
 // a fixed reserve, and each event loop's own.
-#include "limits.hpp"
+#include "libsm/limits.hpp"
 
-#include "listen.hpp"
+#include "libsm/listen.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -2,7 +2,7 @@
 // loop, every socket of an address is in one SO_REUSEPORT group that the
 // kernel spreads connections over, and an address someone already listens
 // on is refused instead of joined.
-#include "listen.hpp"
+#include "libsm/listen.hpp"
 
 #include <catch2/catch.hpp>
 #include <arpa/inet.h>

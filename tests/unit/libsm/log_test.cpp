@@ -1,4 +1,4 @@
-#include "log.hpp"
+#include "libsm/log.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,8 +1,8 @@
 // The maildrop file codec (libsm/maildrop_file.hpp): what smx-postdrop and
 // smx-pickup accept of what a local user wrote.
-#include "maildrop_file.hpp"
-#include "messages.hpp"
-#include "record.hpp"
+#include "libsm/maildrop_file.hpp"
+#include "libsm/messages.hpp"
+#include "libsm/record.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
-#include "ids.hpp"
-#include "messages.hpp"
-#include "record.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/messages.hpp"
+#include "libsm/record.hpp"
 
 #include <catch2/catch.hpp>
 #include <random>

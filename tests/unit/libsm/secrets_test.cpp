@@ -1,7 +1,7 @@
-#include "secrets.hpp"
+#include "libsm/secrets.hpp"
 
-#include "config.hpp"
-#include "record.hpp"
+#include "libsm/config.hpp"
+#include "libsm/record.hpp"
 
 #include <catch2/catch.hpp>
 

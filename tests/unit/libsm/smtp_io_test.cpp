@@ -1,6 +1,6 @@
-#include "panic.hpp"
-#include "smtp_io.hpp"
-#include "smtp_stream.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/smtp_io.hpp"
+#include "libsm/smtp_stream.hpp"
 
 #include <catch2/catch.hpp>
 

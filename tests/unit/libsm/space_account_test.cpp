@@ -1,9 +1,9 @@
 // The free-space account: a write and the copy it may need must leave the
 // reserve; claims, segment copies and owed bytes count until they show up
 // in what the gauges read, and never twice less than they should.
-#include "space_account.hpp"
+#include "libsm/space_account.hpp"
 
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,8 +1,8 @@
 // The link between the MCP and a child, both ends in one process: secrets
 // one way (the newest wins), start reports the other.
-#include "child_link.hpp"
+#include "mcp/child_link.hpp"
 
-#include "mcp_link.hpp"
+#include "libsm/mcp_link.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

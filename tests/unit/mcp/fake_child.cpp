@@ -9,11 +9,11 @@
 // FAKE_EXIT=N makes a child exit N at once, FAKE_IGNORE_TERM=1 makes it
 // ignore SIGTERM, FAKE_CANNOT_START=NAME makes child NAME tell the MCP why it
 // cannot start and exit 2, as a real one does on a config error.
-#include "await.hpp"
-#include "channel.hpp"
-#include "config.hpp"
-#include "mcp_link.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/config.hpp"
+#include "libsm/mcp_link.hpp"
+#include "libsm/panic.hpp"
 
 #include <sys/socket.h>
 #include <unistd.h>

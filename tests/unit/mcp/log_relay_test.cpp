@@ -1,6 +1,6 @@
-#include "log_relay.hpp"
+#include "mcp/log_relay.hpp"
 
-#include "log.hpp"
+#include "libsm/log.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -2,7 +2,7 @@
 // the directories it makes are passable whatever the umask, and one it did
 // not make that an account cannot pass (or a config file it cannot read)
 // stops the start, named.
-#include "privsep.hpp"
+#include "mcp/privsep.hpp"
 
 #include <catch2/catch.hpp>
 #include <sys/stat.h>

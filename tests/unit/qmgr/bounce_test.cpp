@@ -4,10 +4,10 @@
 // clients and within max_returned_message, delay warnings once, no DSN to
 // the null sender, and a content file that is not what its envelope says
 // gives a DSN without the original.
-#include "bounce.hpp"
+#include "qmgr/bounce.hpp"
 
-#include "fake_clock.hpp"
-#include "spool.hpp"
+#include "tests/unit/qmgr/fake_clock.hpp"
+#include "tests/unit/qmgr/spool.hpp"
 
 #include <sys/stat.h>
 

@@ -1,7 +1,7 @@
 // The DEFEDB strand on its own (defedb_strand.hpp), over a real DEFEDB: calls
 // run on the pool, never on the event loop, one at a time and in the order
 // QMGR made them; a DefedbError comes back as nullopt, not as an exception.
-#include "spool.hpp"
+#include "tests/unit/qmgr/spool.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -4,13 +4,13 @@
 // batch, the copy a segment message gets first, the due loop with its
 // leases, `smx delete` while recipients are due, a failed batch tried again,
 // and stop() with a batch out.
-#include "deferred.hpp"
+#include "qmgr/deferred.hpp"
 
-#include "envelope.hpp"
-#include "fake_clock.hpp"
-#include "spool.hpp"
+#include "tests/unit/qmgr/envelope.hpp"
+#include "tests/unit/qmgr/fake_clock.hpp"
+#include "tests/unit/qmgr/spool.hpp"
 
-#include "content_file.hpp"
+#include "libsm/content_file.hpp"
 
 #include <sys/stat.h>
 

@@ -1,8 +1,8 @@
 // QMGR's disk: the emergency reserve file is made, kept and made again;
 // TA_COMMIT must leave min_free_space free, a segment's message twice.
-#include "harness.hpp"
+#include "tests/unit/qmgr/harness.hpp"
 
-#include "disk_space.hpp"
+#include "qmgr/disk_space.hpp"
 
 #include <sys/statvfs.h>
 

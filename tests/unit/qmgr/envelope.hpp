@@ -2,8 +2,8 @@
 // own content id, one recipient per address.
 #pragma once
 
-#include "ids.hpp"
-#include "messages.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/messages.hpp"
 
 #include <string>
 #include <vector>

@@ -2,7 +2,7 @@
 // waiting. Starts at the real time, so arrival times from smx::now_us() fit.
 #pragma once
 
-#include "clock.hpp"
+#include "libsm/clock.hpp"
 
 #include <atomic>
 #include <chrono>

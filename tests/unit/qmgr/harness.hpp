@@ -2,11 +2,11 @@
 // the test's thread (no sockets): for QMGR's unit tests.
 #pragma once
 
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "content_file.hpp"
-#include "fake_clock.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "tests/unit/qmgr/fake_clock.hpp"
+#include "libsm/ids.hpp"
 
 #include <catch2/catch.hpp>
 

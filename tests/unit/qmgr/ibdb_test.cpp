@@ -1,8 +1,8 @@
 // IBDB: real files in a temp dir under /tmp, real fdatasync.
-#include "crc32c.hpp"
-#include "ibdb.hpp"
-#include "ibdb_record.hpp"
-#include "ids.hpp"
+#include "libsm/crc32c.hpp"
+#include "qmgr/ibdb.hpp"
+#include "qmgr/ibdb_record.hpp"
+#include "libsm/ids.hpp"
 
 #include <catch2/catch.hpp>
 

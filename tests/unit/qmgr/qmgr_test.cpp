@@ -1,9 +1,9 @@
 // Qmgr end to end without sockets: TA_COMMIT → IBDB (real files, no fsync)
 // → TA_ACK → DELIVER → RESULT → content file removed; deferrals through a real
 // DEFEDB, bounces with DSNs, boundary checks, recovery and control.
-#include "harness.hpp"
+#include "tests/unit/qmgr/harness.hpp"
 
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
 #include <catch2/catch.hpp>
 

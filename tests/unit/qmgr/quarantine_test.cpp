@@ -1,8 +1,8 @@
 // The quarantine writer: the whole copy, 0600, or an error naming the path.
-#include "quarantine.hpp"
+#include "qmgr/quarantine.hpp"
 
-#include "content_file.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/ids.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,9 +1,9 @@
 // The active queue as the owner of recipient state: the transition table,
 // the open counts it keeps, and a panic (abort) on an impossible transition.
-#include "queue.hpp"
+#include "qmgr/queue.hpp"
 
-#include "envelope.hpp"
-#include "ids.hpp"
+#include "tests/unit/qmgr/envelope.hpp"
+#include "libsm/ids.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -2,10 +2,10 @@
 // content files: which transactions' content goes and when (its verdict), the
 // IBDB's ta_done written before the unlink, what it notes for the orphan
 // sweep, and content segments, which it never unlinks.
-#include "reaper.hpp"
+#include "qmgr/reaper.hpp"
 
-#include "envelope.hpp"
-#include "spool.hpp"
+#include "tests/unit/qmgr/envelope.hpp"
+#include "tests/unit/qmgr/spool.hpp"
 
 using namespace parts_test;
 

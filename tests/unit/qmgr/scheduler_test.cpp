@@ -1,13 +1,13 @@
 // Scheduler, routing and backoff: the parts of QMGR that decide what goes
 // where and when, driven without sockets.
-#include "qmgr.hpp"
-#include "queue.hpp"
-#include "routing.hpp"
-#include "scheduler.hpp"
+#include "qmgr/qmgr.hpp"
+#include "qmgr/queue.hpp"
+#include "qmgr/routing.hpp"
+#include "qmgr/scheduler.hpp"
 
-#include "envelope.hpp"
-#include "fake_clock.hpp"
-#include "ids.hpp"
+#include "tests/unit/qmgr/envelope.hpp"
+#include "tests/unit/qmgr/fake_clock.hpp"
+#include "libsm/ids.hpp"
 
 #include <catch2/catch.hpp>
 

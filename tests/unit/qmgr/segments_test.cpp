@@ -4,10 +4,10 @@
 // size, a FIFO or a link in place of a segment), and the sweep that removes
 // only the old segments nothing in memory names, and only once the IBDB has
 // written every completion asked for before it.
-#include "segments.hpp"
+#include "qmgr/segments.hpp"
 
-#include "envelope.hpp"
-#include "spool.hpp"
+#include "tests/unit/qmgr/envelope.hpp"
+#include "tests/unit/qmgr/spool.hpp"
 
 #include <sys/stat.h>
 

@@ -7,15 +7,15 @@
 // the test makes, never a race it hopes to win.
 #pragma once
 
-#include "defedb.hpp"
-#include "defedb_strand.hpp"
-#include "ibdb.hpp"
+#include "qmgr/defedb.hpp"
+#include "qmgr/defedb_strand.hpp"
+#include "qmgr/ibdb.hpp"
 
-#include "config.hpp"
-#include "content_file.hpp"
-#include "content_segment.hpp"
-#include "ids.hpp"
-#include "panic.hpp"
+#include "libsm/config.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/content_segment.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/panic.hpp"
 
 #include <catch2/catch.hpp>
 

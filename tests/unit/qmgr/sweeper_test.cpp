@@ -4,10 +4,10 @@
 // reaper unlinks or the queue takes while the sweep runs; a link, a FIFO, a
 // directory or an oversized file under an id is removed or skipped, never
 // followed or read (docs/design.md, "Trust").
-#include "sweeper.hpp"
+#include "qmgr/sweeper.hpp"
 
-#include "envelope.hpp"
-#include "spool.hpp"
+#include "tests/unit/qmgr/envelope.hpp"
+#include "tests/unit/qmgr/spool.hpp"
 
 #include <sys/stat.h>
 

@@ -1,6 +1,6 @@
 // A local message as the sendmail command makes it (sendmail/message.hpp):
 // line ends, the end of input, the headers added and removed, -t.
-#include "message.hpp"
+#include "sendmail/message.hpp"
 
 #include <catch2/catch.hpp>
 

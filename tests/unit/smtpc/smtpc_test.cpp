@@ -1,16 +1,16 @@
 // SMTPC unit tests: deliveries against a scripted SMTP sink on 127.0.0.1,
 // and the QMGR side against a fake QMGR on a Unix socket.
-#include "agent.hpp"
-#include "body.hpp"
-#include "connection_cache.hpp"
-#include "delivery.hpp"
-#include "nexthop.hpp"
-#include "test_sink.hpp"
+#include "smtpc/agent.hpp"
+#include "smtpc/body.hpp"
+#include "smtpc/connection_cache.hpp"
+#include "smtpc/delivery.hpp"
+#include "smtpc/nexthop.hpp"
+#include "tests/unit/smtpc/test_sink.hpp"
 
-#include "channel.hpp"
-#include "content_file.hpp"
-#include "ids.hpp"
-#include "panic.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/panic.hpp"
 
 #include <catch2/catch.hpp>
 #include <filesystem>

@@ -1,5 +1,5 @@
 // BDAT (RFC 3030) sessions over real TCP against a fake QMGR.
-#include "harness.hpp"
+#include "tests/unit/smtps/harness.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,5 +1,5 @@
 // ContentReader on its own: what it stores and what it reports.
-#include "content.hpp"
+#include "smtps/content.hpp"
 
 #include <catch2/catch.hpp>
 

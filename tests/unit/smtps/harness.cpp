@@ -1,8 +1,8 @@
-#include "harness.hpp"
+#include "tests/unit/smtps/harness.hpp"
 
-#include "channel.hpp"
-#include "content_file.hpp"
-#include "panic.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/panic.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

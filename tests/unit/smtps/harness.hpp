@@ -2,11 +2,11 @@
 // Unix socket, run on a background io thread, plus a blocking SMTP client.
 #pragma once
 
-#include "content_writer.hpp"
-#include "config.hpp"
-#include "messages.hpp"
-#include "qmgr_client.hpp"
-#include "server.hpp"
+#include "smtps/content_writer.hpp"
+#include "libsm/config.hpp"
+#include "libsm/messages.hpp"
+#include "smtps/qmgr_client.hpp"
+#include "smtps/server.hpp"
 
 #include <boost/asio.hpp>
 #include <atomic>

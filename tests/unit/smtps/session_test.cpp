@@ -1,5 +1,5 @@
 // SMTPS sessions over real TCP against a fake QMGR.
-#include "harness.hpp"
+#include "tests/unit/smtps/harness.hpp"
 
 #include <catch2/catch.hpp>
 

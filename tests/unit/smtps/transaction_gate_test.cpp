@@ -1,5 +1,5 @@
 // server.max_transactions and server.transaction_wait, through real sessions.
-#include "harness.hpp"
+#include "tests/unit/smtps/harness.hpp"
 
 #include <catch2/catch.hpp>
 
