@@ -1,8 +1,8 @@
 // The DATA reader: LineReader pieces through ContentReader (end of data,
 // dot-unstuffing, bare CR/LF, size limit). The first byte picks the mode.
 // Oracle: what is stored has CRLF line ends only, within the size limit.
-#include "smtps/content.hpp"
 #include "fuzz/stream.hpp"
+#include "smtps/content.hpp"
 
 #include <cstdlib>
 #include <string>

@@ -2,10 +2,10 @@
 //   fuzz-make-seeds DIR   (DIR/record, DIR/maildrop_file, DIR/ibdb_recovery,
 //                          DIR/defedb_record)
 // The committed corpus was made with it; rerun it after a format change.
-#include "qmgr/defedb_record.hpp"
-#include "qmgr/ibdb_record.hpp"
 #include "libsm/maildrop_file.hpp"
 #include "libsm/messages.hpp"
+#include "qmgr/defedb_record.hpp"
+#include "qmgr/ibdb_record.hpp"
 
 #include <filesystem>
 #include <fstream>

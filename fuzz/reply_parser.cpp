@@ -1,8 +1,8 @@
 // The SMTP reply parser (SMTPC's view of a next hop): replies until the
 // stream ends or breaks. Oracle: codes in range, kept text within its caps
 // and printable.
-#include "libsm/smtp_io.hpp"
 #include "fuzz/stream.hpp"
+#include "libsm/smtp_io.hpp"
 
 #include <cstdlib>
 

@@ -1,8 +1,8 @@
 // The SMTP command parser: verb, BDAT size, MAIL/RCPT path and parameters, address
 // syntax (ASCII and SMTPUTF8), routing in the local part, the DSN parameters. Every line of the input is a command.
-#include "smtps/command.hpp"
 #include "libsm/domain.hpp"
 #include "libsm/dsn_params.hpp"
+#include "smtps/command.hpp"
 #include "smtps/policy.hpp"
 
 #include <cstdint>

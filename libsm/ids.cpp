@@ -1,5 +1,5 @@
-#include "libsm/ids.hpp"
 #include "libsm/config.hpp"
+#include "libsm/ids.hpp"
 #include "libsm/panic.hpp"
 
 #include <atomic>

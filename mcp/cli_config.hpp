@@ -3,8 +3,8 @@
 // what differs from the defaults, or the defaults, as postconf prints them).
 #pragma once
 
-#include "mcp/cli.hpp"
 #include "libsm/config.hpp"
+#include "mcp/cli.hpp"
 
 #include <ostream>
 #include <string>

@@ -9,8 +9,8 @@
 // outcome goes to <run_dir>/reload.status, where `smx reload` waits for it.
 #pragma once
 
-#include "mcp/cli.hpp"
 #include "libsm/config.hpp"
+#include "mcp/cli.hpp"
 #include "mcp/secret_files.hpp"
 
 #include <chrono>

@@ -4,11 +4,11 @@
 
 #include "libsm/content_trust.hpp"
 #include "libsm/limits.hpp"
-#include "libsm/session_counts.hpp"
 #include "libsm/listen.hpp"
 #include "libsm/log.hpp"
-#include "mcp/log_relay.hpp"
 #include "libsm/panic.hpp"
+#include "libsm/session_counts.hpp"
+#include "mcp/log_relay.hpp"
 #include "mcp/privsep.hpp"
 #include "mcp/startup.hpp"
 #include "mcp/supervisor.hpp"

@@ -1,8 +1,8 @@
-#include "mcp/supervisor.hpp"
-#include "mcp/cli.hpp"
 #include "libsm/panic.hpp"
+#include "mcp/cli.hpp"
 #include "mcp/ready.hpp"
 #include "mcp/reload.hpp"
+#include "mcp/supervisor.hpp"
 
 #include "libsm/channel.hpp"
 #include "libsm/log.hpp"

@@ -13,9 +13,9 @@
 // journal threads work for us too) and for this process (getrusage), per
 // message. Run it on the file system of the spool, on a quiet machine,
 // with both designs in one run: docs/benchmarks.md.
-#include "perf/common.hpp"
 #include "libsm/content_file.hpp"
 #include "libsm/ids.hpp"
+#include "perf/common.hpp"
 
 #include <fcntl.h>
 #include <sys/resource.h>

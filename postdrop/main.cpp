@@ -14,8 +14,8 @@
 //
 // Exit status: sysexits.h, with one line on standard error saying why.
 #include "libsm/config.hpp"
-#include "libsm/maildrop_file.hpp"
 #include "libsm/ids.hpp"
+#include "libsm/maildrop_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -11,10 +11,10 @@
 // hooks, once the DSN is durable or could not be written).
 #pragma once
 
+#include "libsm/dsn_params.hpp"
 #include "qmgr/coro.hpp"
 #include "qmgr/delivery_log.hpp"
 #include "qmgr/dsn.hpp"
-#include "libsm/dsn_params.hpp"
 #include "qmgr/ibdb.hpp"
 #include "qmgr/queue.hpp"
 #include "qmgr/reaper.hpp"

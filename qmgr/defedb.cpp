@@ -1,8 +1,8 @@
 #include "qmgr/defedb.hpp"
 #include "qmgr/quarantine.hpp"
 
-#include "qmgr/defedb_record.hpp"
 #include "libsm/ids.hpp"
+#include "qmgr/defedb_record.hpp"
 
 #include <db_cxx.h>
 #include <spdlog/spdlog.h>

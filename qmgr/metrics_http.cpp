@@ -1,9 +1,9 @@
 #include "qmgr/metrics_http.hpp"
 
 #include "libsm/accept.hpp"
+#include "libsm/smtp_io.hpp"
 #include "qmgr/build_info.hpp"
 #include "qmgr/server.hpp"
-#include "libsm/smtp_io.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>

@@ -30,9 +30,9 @@
 #include "qmgr/ibdb.hpp"
 #include "qmgr/queue.hpp"
 #include "qmgr/reaper.hpp"
-#include "qmgr/segments.hpp"
 #include "qmgr/routing.hpp"
 #include "qmgr/scheduler.hpp"
+#include "qmgr/segments.hpp"
 #include "qmgr/smtps_loads.hpp"
 #include "qmgr/sweeper.hpp"
 

@@ -36,8 +36,8 @@
 #pragma once
 
 #include "libsm/clock.hpp"
-#include "qmgr/defedb.hpp"
 #include "libsm/messages.hpp"
+#include "qmgr/defedb.hpp"
 
 #include <cstdint>
 #include <memory>

@@ -3,8 +3,8 @@
 #include "qmgr/qmgr.hpp"
 
 #include "libsm/ids.hpp"
-#include "qmgr/quarantine.hpp"
 #include "libsm/panic.hpp"
+#include "qmgr/quarantine.hpp"
 
 #include <spdlog/spdlog.h>
 

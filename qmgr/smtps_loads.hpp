@@ -4,9 +4,9 @@
 // report counts since the one before are added up for as long as QMGR runs.
 #pragma once
 
-#include "qmgr/histogram.hpp"
 #include "libsm/messages.hpp"
 #include "libsm/panic.hpp"
+#include "qmgr/histogram.hpp"
 
 #include <cstdint>
 #include <map>

@@ -4,8 +4,8 @@
 // configuration. The CA bundle and the SASL passwords come from the MCP as
 // bytes (SMX_MCP_FD, libsm/mcp_link.hpp), never from their files; over the
 // same link the process says when it serves, or why it cannot start.
-#include "smtpc/agent.hpp"
 #include "libsm/await.hpp"
+#include "smtpc/agent.hpp"
 #include "smtpc/connection_cache.hpp"
 #include "smtpc/delivery.hpp"
 #include "smtpc/nexthop.hpp"
@@ -13,8 +13,8 @@
 
 #include "libsm/channel.hpp"
 #include "libsm/config.hpp"
-#include "libsm/credentials.hpp"
 #include "libsm/config_reload.hpp"
+#include "libsm/credentials.hpp"
 #include "libsm/limits.hpp"
 #include "libsm/log.hpp"
 #include "libsm/mcp_link.hpp"

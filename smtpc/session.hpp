@@ -4,13 +4,13 @@
 // it has exactly one reader and one writer.
 #pragma once
 
-#include "smtpc/body.hpp"
 #include "libsm/config.hpp"
 #include "libsm/credentials.hpp"
 #include "libsm/messages.hpp"
-#include "smtpc/nexthop.hpp"
 #include "libsm/smtp_io.hpp"
 #include "libsm/smtp_stream.hpp"
+#include "smtpc/body.hpp"
+#include "smtpc/nexthop.hpp"
 #include "smtpc/tls_sessions.hpp"
 
 #include <boost/asio.hpp>

@@ -7,8 +7,8 @@
 // and fuzzed on its own.
 #pragma once
 
-#include "smtps/policy.hpp"
 #include "libsm/smtp_io.hpp"
+#include "smtps/policy.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -11,7 +11,6 @@
 // first loop runs on the main thread and also owns the signals, the reload
 // and the shutdown.
 #include "libsm/await.hpp"
-#include "smtps/content_writer.hpp"
 #include "libsm/channel.hpp"
 #include "libsm/child_start.hpp"
 #include "libsm/config.hpp"
@@ -23,10 +22,11 @@
 #include "libsm/log.hpp"
 #include "libsm/mcp_link.hpp"
 #include "libsm/panic.hpp"
-#include "smtps/qmgr_client.hpp"
-#include "smtps/server.hpp"
 #include "libsm/session_counts.hpp"
 #include "libsm/tls.hpp"
+#include "smtps/content_writer.hpp"
+#include "smtps/qmgr_client.hpp"
+#include "smtps/server.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>

@@ -1,10 +1,10 @@
 #include "smtps/server.hpp"
 
-#include "libsm/await.hpp"
-#include "smtps/session.hpp"
 #include "libsm/accept.hpp"
+#include "libsm/await.hpp"
 #include "libsm/panic.hpp"
 #include "libsm/smtp_io.hpp"
+#include "smtps/session.hpp"
 
 #include <spdlog/spdlog.h>
 

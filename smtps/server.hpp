@@ -4,12 +4,12 @@
 // per connection on its own io thread.
 #pragma once
 
-#include "smtps/content_writer.hpp"
 #include "libsm/config.hpp"
-#include "smtps/policy.hpp"
-#include "smtps/qmgr_client.hpp"
 #include "libsm/rejections.hpp"
 #include "libsm/session_counts.hpp"
+#include "smtps/content_writer.hpp"
+#include "smtps/policy.hpp"
+#include "smtps/qmgr_client.hpp"
 #include "smtps/transaction_gate.hpp"
 
 #include <boost/asio.hpp>

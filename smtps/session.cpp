@@ -1,17 +1,17 @@
 #include "smtps/session.hpp"
 
-#include "smtps/command.hpp"
-#include "smtps/content.hpp"
 #include "libsm/dsn_params.hpp"
 #include "libsm/ids.hpp"
 #include "libsm/log.hpp"
 #include "libsm/messages.hpp"
-#include "smtps/policy.hpp"
-#include "smtps/server.hpp"
-#include "smtps/session_log.hpp"
 #include "libsm/smtp_io.hpp"
 #include "libsm/smtp_stream.hpp"
 #include "libsm/tls.hpp"
+#include "smtps/command.hpp"
+#include "smtps/content.hpp"
+#include "smtps/policy.hpp"
+#include "smtps/server.hpp"
+#include "smtps/session_log.hpp"
 
 #include <spdlog/spdlog.h>
 

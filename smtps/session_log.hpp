@@ -15,8 +15,8 @@
 // and reply class for the metrics (libsm/rejections.hpp).
 #pragma once
 
-#include "smtps/command.hpp"
 #include "libsm/rejections.hpp"
+#include "smtps/command.hpp"
 
 #include <array>
 #include <memory>

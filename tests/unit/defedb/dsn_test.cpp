@@ -1,6 +1,6 @@
 // The RFC 3464 DSN builder: structure, fields, line rules.
-#include "qmgr/dsn.hpp"
 #include "libsm/ids.hpp"
+#include "qmgr/dsn.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -5,8 +5,8 @@
 #include "qmgr/qmgr.hpp"
 
 #include "libsm/content_file.hpp"
-#include "tests/unit/qmgr/fake_clock.hpp"
 #include "libsm/ids.hpp"
+#include "tests/unit/qmgr/fake_clock.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,8 +1,8 @@
 // IBDB: real files in a temp dir under /tmp, real fdatasync.
 #include "libsm/crc32c.hpp"
+#include "libsm/ids.hpp"
 #include "qmgr/ibdb.hpp"
 #include "qmgr/ibdb_record.hpp"
-#include "libsm/ids.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -2,8 +2,8 @@
 // the open counts it keeps, and a panic (abort) on an impossible transition.
 #include "qmgr/queue.hpp"
 
-#include "tests/unit/qmgr/envelope.hpp"
 #include "libsm/ids.hpp"
+#include "tests/unit/qmgr/envelope.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -5,9 +5,9 @@
 #include "qmgr/routing.hpp"
 #include "qmgr/scheduler.hpp"
 
+#include "libsm/ids.hpp"
 #include "tests/unit/qmgr/envelope.hpp"
 #include "tests/unit/qmgr/fake_clock.hpp"
-#include "libsm/ids.hpp"
 
 #include <catch2/catch.hpp>
 

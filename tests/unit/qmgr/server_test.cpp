@@ -1,8 +1,8 @@
 // QMGR's socket server over its real Unix socket: a peer that breaks the
 // HELLO rules is refused (HELLO_ACK with the reason, then closed) or dropped,
 // and the server goes on serving the next peer.
-#include "tests/unit/qmgr/harness.hpp"
 #include "qmgr/server.hpp"
+#include "tests/unit/qmgr/harness.hpp"
 
 #include <catch2/catch.hpp>
 #include <sys/socket.h>

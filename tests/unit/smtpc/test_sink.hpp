@@ -3,8 +3,8 @@
 // told to reject, hang or close at chosen points.
 #pragma once
 
-#include "libsm/smtp_io.hpp"
 #include "libsm/panic.hpp"
+#include "libsm/smtp_io.hpp"
 
 #include <boost/asio.hpp>
 #include <map>

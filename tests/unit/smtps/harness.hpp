@@ -2,9 +2,9 @@
 // Unix socket, run on a background io thread, plus a blocking SMTP client.
 #pragma once
 
-#include "smtps/content_writer.hpp"
 #include "libsm/config.hpp"
 #include "libsm/messages.hpp"
+#include "smtps/content_writer.hpp"
 #include "smtps/qmgr_client.hpp"
 #include "smtps/server.hpp"
 
