@@ -9,7 +9,7 @@
 // KEY=STRING sets a string key too. Every other key follows at its default,
 // commented out, so that a later change of a default reaches a relay whose
 // administrator never set it. The file is loaded back before it is kept.
-#include "config_keys.hpp"
+#include "libsm/config_keys.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -70,13 +70,13 @@ void comment(std::ostream& out, const std::string& text) {
     out << line << '\n';
 }
 
-void key_lines(std::ostream& out, const sm::ConfigKey& k, const sm::Config& defaults,
+void key_lines(std::ostream& out, const smx::ConfigKey& k, const smx::Config& defaults,
                const std::map<std::string, std::string>& set) {
     comment(out, k.description + " (" + k.member.type +
                      (k.computed_default.empty() ? "" : "; default: " + k.computed_default) +
-                     (k.reload == sm::Reload::restart ? "; restart)" : ")"));
+                     (k.reload == smx::Reload::restart ? "; restart)" : ")"));
     if (auto v = set.find(k.name); v != set.end())
-        out << k.key() << " = " << sm::toml_string(v->second) << '\n';
+        out << k.key() << " = " << smx::toml_string(v->second) << '\n';
     else if (!k.example.empty())
         out << '#' << k.key() << " = " << k.example << '\n';
     else
@@ -86,18 +86,18 @@ void key_lines(std::ostream& out, const sm::ConfigKey& k, const sm::Config& defa
 std::string config_text(const std::map<std::string, std::string>& set) {
     // The members' initial values: the same on every build machine (a key
     // whose default follows the machine, the host name, shows an example).
-    const sm::Config defaults;
+    const smx::Config defaults;
     std::ostringstream out;
     out << head;
     std::string_view section;
-    const auto& keys = sm::config_keys();
+    const auto& keys = smx::config_keys();
     for (auto k = keys.begin(); k != keys.end(); ++k) {
         if (k->member.section == section) continue;
         section = k->member.section;
         out << "\n[" << section << "]\n";
         const auto end = std::find_if(k, keys.end(),
                                       [&](const auto& r) { return r.member.section != section; });
-        auto decided = [&](const sm::ConfigKey& r) { return r.decide || set.count(r.name); };
+        auto decided = [&](const smx::ConfigKey& r) { return r.decide || set.count(r.name); };
         if (std::any_of(k, end, decided)) {
             for (auto r = k; r != end; ++r)
                 if (decided(*r)) key_lines(out, *r, defaults, set);
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     for (int i = 2; i < argc; ++i) {
         const std::string arg = argv[i];
         const auto eq = arg.find('=');
-        if (eq == std::string::npos || !sm::find_config_key(arg.substr(0, eq))) {
+        if (eq == std::string::npos || !smx::find_config_key(arg.substr(0, eq))) {
             std::cerr << "make-config: '" << arg << "' is not KEY=STRING of a known key\n";
             return 64;
         }
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     const std::string out = argv[1];
     std::ofstream(out) << config_text(set);
     try {
-        sm::load_config(out);
+        smx::load_config(out);
     } catch (const std::exception& e) {
         std::cerr << "make-config: " << out << " does not load: " << e.what() << '\n';
         std::remove(out.c_str());

@@ -1,8 +1,8 @@
 // The DATA reader: LineReader pieces through ContentReader (end of data,
 // dot-unstuffing, bare CR/LF, size limit). The first byte picks the mode.
 // Oracle: what is stored has CRLF line ends only, within the size limit.
-#include "content.hpp"
-#include "stream.hpp"
+#include "fuzz/stream.hpp"
+#include "smtps/content.hpp"
 
 #include <cstdlib>
 #include <string>
@@ -14,12 +14,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::size_t max_line = data[0] & 2 ? 64 * 1024 : 16;  // short: long-line pieces
     std::string_view input(reinterpret_cast<const char*>(data + 1), size - 1);
     fuzz::with_stream(input, [&](fuzz::unix_socket& s) -> boost::asio::awaitable<void> {
-        sm::smtp::LineReader<fuzz::unix_socket> r(s, max_line);
-        smtps::ContentReader c(normalize, max_size);
+        smx::smtp::LineReader<fuzz::unix_socket> r(s, max_line);
+        smx::smtps::ContentReader c(normalize, max_size);
         std::string out;
         for (;;) {
             const auto l = co_await r.read_line(std::chrono::seconds(5));
-            if (l.status != sm::smtp::ReadStatus::ok) break;
+            if (l.status != smx::smtp::ReadStatus::ok) break;
             if (c.feed(l, [&](std::string_view b) { out.append(b); })) break;
         }
         const auto& res = c.result();

@@ -2,7 +2,7 @@
 // first byte), the stored envelope and the index key. Oracle: a decoded
 // current-version recipient re-encodes to the same bytes; an older one
 // re-encodes to a current record that decodes to the same recipient.
-#include "defedb_record.hpp"
+#include "qmgr/defedb_record.hpp"
 
 #include <cstdlib>
 

@@ -1,7 +1,7 @@
 // IBDB recovery of a crafted log file: the input is written as the only log
 // file of a fresh directory and replayed as QMGR does at start-up.
 // Oracle: every recovered transaction has per-recipient flags that fit it.
-#include "ibdb_record.hpp"
+#include "qmgr/ibdb_record.hpp"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>

@@ -2,17 +2,17 @@
 //   fuzz-make-seeds DIR   (DIR/record, DIR/maildrop_file, DIR/ibdb_recovery,
 //                          DIR/defedb_record)
 // The committed corpus was made with it; rerun it after a format change.
-#include "defedb_record.hpp"
-#include "ibdb_record.hpp"
-#include "maildrop_file.hpp"
-#include "messages.hpp"
+#include "libsm/maildrop_file.hpp"
+#include "libsm/messages.hpp"
+#include "qmgr/defedb_record.hpp"
+#include "qmgr/ibdb_record.hpp"
 
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
 namespace fs = std::filesystem;
-using namespace sm::msg;
+using namespace smx::msg;
 
 namespace {
 
@@ -23,7 +23,7 @@ void put(const fs::path& dir, const std::string& name, const std::string& bytes)
 
 TaCommit sample() {
     TaCommit t;
-    t.ta_id = t.cdb_id = "6B05B3564B3F00000";
+    t.ta_id = t.content_id = "6B05B3564B3F00000";
     t.client_addr = "192.0.2.1";
     t.client_name = "unknown";
     t.helo = "client.example";
@@ -47,29 +47,29 @@ int main(int argc, char** argv) {
     put(out / "record", "hello", encode(Hello{"smtps", protocol_version, 42}));
     put(out / "record", "ta_commit", encode(ta, 7));
     TaCommit in_segment = ta;
-    in_segment.cdb_id = "6B05B3564B3E00001+1A28";
+    in_segment.content_id = "6B05B3564B3E00001+1A28";
     put(out / "record", "ta_commit_segment", encode(in_segment, 8));
     put(out / "record", "ta_ack", encode(TaAck{ta.ta_id, AckStatus::tempfail, "4.3.0 x"}, 7));
     put(out / "record", "smtps_load", encode(SmtpsLoad{1, 1000, 100, 7}));
     put(out / "record", "deliver",
-        encode(Deliver{9, ta.ta_id, ta.cdb_id, ta.sender, ta.size,
+        encode(Deliver{9, ta.ta_id, ta.content_id, ta.sender, ta.size,
                        {{0, "a@example.net", ""}, {1, "b@example.net", ""}}, {"[127.0.0.1]:25", "mx"}, ""}));
     put(out / "record", "result",
         encode(Result{9, "mx[192.0.2.2]:25", {{0, 250, "2.0.0", "Ok"}, {1, 550, "5.1.1", "no"}}}, 9));
     put(out / "record", "ctl", encode(CtlRequest{"hold", {ta.ta_id}}, 3));
 
-    sm::maildrop::Envelope drop;
+    smx::maildrop::Envelope drop;
     drop.uid = 1000;
     drop.arrival_us = ta.arrival_us;
     drop.sender = "alice@example.org";
     drop.rcpts = {"a@example.net", "b@example.net"};
     const std::string content = "Subject: hi\r\n\r\nhello\r\n";
     drop.content_size = content.size();
-    put(out / "maildrop_file", "file", sm::maildrop::encode(drop, sm::maildrop::Kind::file) + content);
+    put(out / "maildrop_file", "file", smx::maildrop::encode(drop, smx::maildrop::Kind::file) + content);
     put(out / "maildrop_file", "submission",
-        sm::maildrop::encode(drop, sm::maildrop::Kind::submission) + content);
+        smx::maildrop::encode(drop, smx::maildrop::Kind::submission) + content);
     put(out / "maildrop_file", "bare_lf",
-        sm::maildrop::encode(drop, sm::maildrop::Kind::file) + "Subject: hi\n\nhello\r\n\r\n");
+        smx::maildrop::encode(drop, smx::maildrop::Kind::file) + "Subject: hi\n\nhello\r\n\r\n");
 
     namespace ibdb = smx::qmgr::ibdb;
     std::string log;

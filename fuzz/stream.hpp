@@ -3,7 +3,7 @@
 // reads through the same LineReader as in the daemons.
 #pragma once
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <boost/asio.hpp>
 #include <sys/socket.h>
@@ -30,7 +30,7 @@ void with_stream(std::string_view input, F body) {
     ::setsockopt(b.native_handle(), SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
     asio::write(a, asio::buffer(input.substr(0, max_input)));
     a.shutdown(unix_socket::shutdown_send);
-    asio::co_spawn(io, body(b), sm::crash_on_exception("fuzz body"));
+    asio::co_spawn(io, body(b), smx::crash_on_exception("fuzz body"));
     io.run();
 }
 

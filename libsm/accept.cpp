@@ -1,4 +1,4 @@
-#include "accept.hpp"
+#include "libsm/accept.hpp"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -7,7 +7,7 @@
 
 #include <cerrno>
 
-namespace sm {
+namespace smx {
 
 namespace {
 constexpr auto warn_every = std::chrono::seconds(10);
@@ -63,4 +63,4 @@ void AcceptGuard::warn(const boost::system::error_code& ec) {
     errors_since_warn_ = 0;
 }
 
-} // namespace sm
+} // namespace smx

@@ -12,8 +12,8 @@
 // on about every fourth connection at 2 loops).
 #pragma once
 
-#include "await.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/panic.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>
@@ -22,7 +22,7 @@
 #include <optional>
 #include <string>
 
-namespace sm {
+namespace smx {
 
 namespace asio = boost::asio;
 
@@ -89,7 +89,7 @@ asio::awaitable<std::optional<typename Acceptor::protocol_type::socket>> AcceptG
         if (ec == asio::error::would_block || ec == asio::error::try_again) {
             lock.unlock();
             auto [wec] =
-                co_await a.async_wait(Acceptor::wait_read, sm::await_tuple);
+                co_await a.async_wait(Acceptor::wait_read, smx::await_tuple);
             if (wec == asio::error::operation_aborted) co_return std::nullopt;
             continue;
         }
@@ -100,9 +100,9 @@ asio::awaitable<std::optional<typename Acceptor::protocol_type::socket>> AcceptG
         alone.unlock();
         if (refused) continue;
         asio::steady_timer t(co_await asio::this_coro::executor, pause());
-        co_await t.async_wait(sm::await_tuple);
+        co_await t.async_wait(smx::await_tuple);
         if (!a.is_open()) co_return std::nullopt;
     }
 }
 
-} // namespace sm
+} // namespace smx

@@ -1,6 +1,6 @@
-#include "address.hpp"
+#include "libsm/address.hpp"
 
-#include "domain.hpp"
+#include "libsm/domain.hpp"
 
 #include <arpa/inet.h>
 
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-namespace sm {
+namespace smx {
 namespace {
 
 void trim(std::string_view& s) {
@@ -166,4 +166,4 @@ std::string address_key(std::string_view addr) {
     return key;
 }
 
-} // namespace sm
+} // namespace smx

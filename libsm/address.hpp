@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace sm {
+namespace smx {
 
 // "FROM:<addr> params" split into its parts; views into the command line.
 struct PathArg {
@@ -30,4 +30,4 @@ bool valid_utf8(std::string_view s);
 // domain lower-cased (DNS names compare without case; local parts may not).
 std::string address_key(std::string_view addr);
 
-} // namespace sm
+} // namespace smx

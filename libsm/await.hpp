@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace sm {
+namespace smx {
 
 // The outcome comes back as a tuple (expected errors are values), and the
 // awaiting coroutine starts the operation itself. With use_awaitable asio
@@ -27,7 +27,7 @@ inline constexpr auto await_tuple = boost::asio::as_tuple(boost::asio::deferred)
 //
 // GCC 12 destroys the captures of a lambda made inside a co_await
 // expression twice (asio issue 858): name the lambda first, then
-// co_await run_on(ex, std::move(job)), as here and in SMTPS's CdbWriter.
+// co_await run_on(ex, std::move(job)), as here and in SMTPS's ContentWriter.
 template <class Executor, class F>
 boost::asio::awaitable<std::invoke_result_t<F&>> run_on(Executor ex, F f) {
     using R = std::invoke_result_t<F&>;
@@ -36,4 +36,4 @@ boost::asio::awaitable<std::invoke_result_t<F&>> run_on(Executor ex, F f) {
                                              boost::asio::use_awaitable);
 }
 
-} // namespace sm
+} // namespace smx

@@ -1,15 +1,15 @@
-#include "channel.hpp"
+#include "libsm/channel.hpp"
 
-#include "await.hpp"
+#include "libsm/await.hpp"
 #include <boost/asio/experimental/awaitable_operators.hpp>
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cstring>
 
-namespace sm {
+namespace smx {
 
 Channel::Channel(unix_socket s, std::string peer)
     : sock_(std::move(s)), peer_(std::move(peer)), wake_(sock_.get_executor()), rbuf_(65536, '\0') {
@@ -67,7 +67,7 @@ asio::awaitable<std::optional<rec::Frame>> Channel::read() {
         if (rend_ == rbuf_.size()) rbuf_.resize(2 * rbuf_.size());
         auto [ec, n] = co_await sock_.async_read_some(
             asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
-            sm::await_tuple);
+            smx::await_tuple);
         const bool partial = rend_ > 0;
         rend_ += n;
         if (ec) {
@@ -102,7 +102,7 @@ asio::awaitable<void> Channel::writer() {
     std::string batch;
     while (open_) {
         if (outq_.empty()) {
-            co_await wake_.async_wait(sm::await_tuple);
+            co_await wake_.async_wait(smx::await_tuple);
             continue;
         }
         batch.clear();
@@ -112,7 +112,7 @@ asio::awaitable<void> Channel::writer() {
             outq_.pop_front();
         }
         auto [ec, n] = co_await asio::async_write(sock_, asio::buffer(batch),
-                                                  sm::await_tuple);
+                                                  smx::await_tuple);
         if (ec) {
             if (open_) spdlog::warn("{}: write: {}", peer_, ec.message());
             close();
@@ -125,7 +125,7 @@ asio::awaitable<std::shared_ptr<Channel>> connect_qmgr(const std::string& path,
                                                        std::string& err) {
     unix_socket s(co_await asio::this_coro::executor);
     auto [ec] = co_await s.async_connect(asio::local::stream_protocol::endpoint(path),
-                                         sm::await_tuple);
+                                         smx::await_tuple);
     if (ec) {
         err = "connect " + path + ": " + ec.message();
         co_return nullptr;
@@ -180,4 +180,4 @@ std::optional<msg::CtlReply> ctl_call(const std::string& path,
     return out;
 }
 
-} // namespace sm
+} // namespace smx

@@ -3,8 +3,8 @@
 // queue, so many records leave in one write.
 #pragma once
 
-#include "messages.hpp"
-#include "record.hpp"
+#include "libsm/messages.hpp"
+#include "libsm/record.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>
@@ -13,7 +13,7 @@
 #include <optional>
 #include <string>
 
-namespace sm {
+namespace smx {
 
 namespace asio = boost::asio;
 using unix_socket = asio::local::stream_protocol::socket;
@@ -70,4 +70,4 @@ asio::awaitable<std::shared_ptr<Channel>> connect_qmgr(const std::string& path,
 std::optional<msg::CtlReply> ctl_call(const std::string& path,
                                       const msg::CtlRequest& req, std::string& err);
 
-} // namespace sm
+} // namespace smx

@@ -1,8 +1,8 @@
-#include "child_start.hpp"
+#include "libsm/child_start.hpp"
 
 #include <iostream>
 
-namespace sm {
+namespace smx {
 
 std::optional<ChildStart> start_child(std::string_view program, int argc, char** argv) {
     ChildStart s;
@@ -34,4 +34,4 @@ std::optional<ChildStart> start_child(std::string_view program, int argc, char**
     return s;
 }
 
-} // namespace sm
+} // namespace smx

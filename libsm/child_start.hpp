@@ -5,14 +5,14 @@
 // a child that cannot start (docs/mcp.md, Supervision).
 #pragma once
 
-#include "config.hpp"
-#include "mcp_link.hpp"
+#include "libsm/config.hpp"
+#include "libsm/mcp_link.hpp"
 
 #include <optional>
 #include <string>
 #include <string_view>
 
-namespace sm {
+namespace smx {
 
 struct ChildStart {
     std::string config_path;  // empty: the built-in defaults
@@ -24,4 +24,4 @@ struct ChildStart {
 // process exits 2 (a usage or config error).
 std::optional<ChildStart> start_child(std::string_view program, int argc, char** argv);
 
-} // namespace sm
+} // namespace smx

@@ -5,11 +5,11 @@
 // DEFEDB. now_us() may be called from pool threads.
 #pragma once
 
-#include "ids.hpp"
+#include "libsm/ids.hpp"
 
 #include <cstdint>
 
-namespace sm {
+namespace smx {
 
 class Clock {
 public:
@@ -20,7 +20,7 @@ public:
 // The daemon's clock: the system's.
 class SystemClock final : public Clock {
 public:
-    std::uint64_t now_us() const override { return sm::now_us(); }
+    std::uint64_t now_us() const override { return smx::now_us(); }
 };
 
 // Microseconds from since_us to now_us; 0 when now_us is earlier (the wall
@@ -34,4 +34,4 @@ inline const Clock& system_clock() {
     return clock;
 }
 
-} // namespace sm
+} // namespace smx

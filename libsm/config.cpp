@@ -1,9 +1,9 @@
-#include "config.hpp"
+#include "libsm/config.hpp"
 
-#include "config_keys.hpp"
-#include "domain.hpp"
-#include "fd.hpp"
-#include "messages.hpp"
+#include "libsm/config_keys.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/fd.hpp"
+#include "libsm/messages.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include <filesystem>
 #include <set>
 
-namespace sm {
+namespace smx {
 namespace {
 
 Route parse_route(const std::string& key, const std::vector<std::string>& vals) {
@@ -427,4 +427,4 @@ Config load_config(const std::string& path) {
     return c;
 }
 
-} // namespace sm
+} // namespace smx

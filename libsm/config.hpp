@@ -1,6 +1,6 @@
 // smx configuration: one TOML file; every key has a default (docs/config.md).
 // The members below hold the keys' values, their initializers are the
-// defaults; each key is declared once, as a row of sm::config_keys()
+// defaults; each key is declared once, as a row of smx::config_keys()
 // (config_keys.cpp), which names the member it sets.
 #pragma once
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace sm {
+namespace smx {
 
 // A configuration error names the offending key.
 struct ConfigError : std::runtime_error {
@@ -60,7 +60,7 @@ struct Route {
 // encrypt (required before MAIL, RCPT and DATA).
 enum class TlsLevel { none, may, encrypt };
 
-// server.processes at most: each has its own stream of queue ids (sm::new_ta_id).
+// server.processes at most: each has its own stream of queue ids (smx::new_ta_id).
 inline constexpr unsigned max_smtps_processes = 16;
 
 struct ServerConfig {
@@ -103,7 +103,7 @@ struct ServerConfig {
     TlsLevel tls_security_level = TlsLevel::none;  // may when tls_cert is set
     unsigned threads = 0;  // SMTPS event loops; 0: one per CPU it may run on
     // smx-smtps processes; 0: as many as max_connections needs under the
-    // descriptor limit of one process (sm::smtps_layout).
+    // descriptor limit of one process (smx::smtps_layout).
     unsigned processes = 0;
     // Accounts of the children when `smx run` starts as root: each its own
     // user (sendmail X's smxs/smxq/smxc), the primary group of all three
@@ -206,7 +206,7 @@ struct ClientConfig {
     std::string helo_name;  // default: server.hostname
     ClientTls tls_security_level = ClientTls::may;
     std::string tls_ca_file;  // PEM CAs for verify; empty: the system's
-    // Smart-host credentials per next hop (sm::load_credentials); empty: no
+    // Smart-host credentials per next hop (smx::load_credentials); empty: no
     // AUTH. Only SMTPC and check-config read the file.
     std::string sasl_password_file;
     // Name servers for MX and address lookups, "ip" or "ip:port" ("[v6]:port");
@@ -277,4 +277,4 @@ private:
 // Loads and validates; empty path = built-in defaults. Throws ConfigError.
 Config load_config(const std::string& path);
 
-} // namespace sm
+} // namespace smx

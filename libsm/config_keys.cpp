@@ -1,10 +1,10 @@
-#include "config_keys.hpp"
+#include "libsm/config_keys.hpp"
 
-#include "build_options.hpp"
+#include "libsm/build_options.hpp"
 
-#include "domain.hpp"
-#include "json.hpp"
-#include "panic.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/json.hpp"
+#include "libsm/panic.hpp"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 #include <limits>
 #include <type_traits>
 
-namespace sm {
+namespace smx {
 namespace {
 
 // Where each section's struct lives in Config, and its name there.
@@ -523,4 +523,4 @@ std::vector<std::string> config_strings(const std::string& key, const toml::node
 // JSON's string escapes are TOML's.
 std::string toml_string(std::string_view s) { return json_string(s); }
 
-} // namespace sm
+} // namespace smx

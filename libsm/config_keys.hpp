@@ -11,7 +11,7 @@
 // docs/config.md (and so smx.toml(5)) to them.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <toml++/toml.h>
 
@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sm {
+namespace smx {
 
 // When a changed value takes effect: at `smx reload`, or only when smx run
 // starts again (a reload keeps the running value and names the key).
@@ -86,4 +86,4 @@ std::vector<std::string> config_strings(const std::string& key, const toml::node
 // s as a TOML basic string, quotes and escapes included.
 std::string toml_string(std::string_view s);
 
-} // namespace sm
+} // namespace smx

@@ -1,12 +1,12 @@
-#include "config_reload.hpp"
+#include "libsm/config_reload.hpp"
 
-#include "config_keys.hpp"
+#include "libsm/config_keys.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <csignal>
 
-namespace sm {
+namespace smx {
 
 std::vector<std::string> keep_restart_only(const Config& running, Config& next) {
     std::vector<std::string> kept;
@@ -26,7 +26,7 @@ sigset_t reload_signals() {
 }
 
 void set_log_level(const LogConfig& cfg) {
-    // Every registered logger: sm::log_as's too.
+    // Every registered logger: smx::log_as's too.
     spdlog::set_level(spdlog::level::from_str(cfg.level));
 }
 
@@ -72,4 +72,4 @@ void ConfigReloader::reload() {
     else spdlog::info("config reloaded from {}; until a restart keeping {}", from, names);
 }
 
-} // namespace sm
+} // namespace smx

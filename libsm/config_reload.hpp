@@ -6,11 +6,11 @@
 // load is logged and changes nothing. Otherwise the keys a running smx
 // cannot change keep their running values, the log level is set, and the
 // process hands the new config to its owners through a named operation
-// (smtps::Server::reload, Qmgr::reload, smtpc::Deliverer::reload). Sessions
+// (smx::smtps::Server::reload, Qmgr::reload, smx::smtpc::Deliverer::reload). Sessions
 // and deliveries under way finish with the config they started with.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-namespace sm {
+namespace smx {
 
 // The keys that keep their running values until a restart (the rows of
-// sm::config_keys() with Reload::restart): listen addresses, accounts, the
+// smx::config_keys() with Reload::restart): listen addresses, accounts, the
 // [queue] settings QMGR's parts took at start, log sinks, ... Gives next the
 // running value of each such key that differs, and returns their names.
 std::vector<std::string> keep_restart_only(const Config& running, Config& next);
@@ -60,4 +60,4 @@ private:
     Apply apply_;
 };
 
-} // namespace sm
+} // namespace smx

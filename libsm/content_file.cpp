@@ -1,7 +1,7 @@
-#include "content_file.hpp"
+#include "libsm/content_file.hpp"
 
-#include "content_trust.hpp"
-#include "ids.hpp"
+#include "libsm/content_trust.hpp"
+#include "libsm/ids.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <filesystem>
 
-namespace sm::content {
+namespace smx::content {
 
 namespace {
 
@@ -116,6 +116,21 @@ Store store_for(const Config& cfg) {
     return Store{cfg.content_dir_abs(), cfg.queue.cdb_hashed, writers_from_env()};
 }
 
+std::string file_path(const std::string& content_dir, std::string_view id, bool hashed) {
+    std::string p = content_dir + "/";
+    if (hashed) {
+        // FNV-1a: the low id digits alone would cluster by counter.
+        std::uint32_t h = 2166136261u;
+        for (char c : id) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+        static const char hex[] = "0123456789ABCDEF";
+        p += hex[(h >> 4) & 15];
+        p += hex[h & 15];
+        p += '/';
+    }
+    p.append(id);
+    return p;
+}
+
 int open_read(const std::string& content_dir, std::string_view id, bool hashed,
               const Expect& expect, int& fd, std::uint64_t& size, std::string& why) {
     fd = -1;
@@ -123,7 +138,7 @@ int open_read(const std::string& content_dir, std::string_view id, bool hashed,
         why = "not a content file id";
         return EINVAL;
     }
-    return open_checked(cdb_path(content_dir, id, hashed), expect, fd, size, why);
+    return open_checked(file_path(content_dir, id, hashed), expect, fd, size, why);
 }
 
 int check_read(const std::string& content_dir, std::string_view id, bool hashed,
@@ -137,7 +152,7 @@ int check_read(const std::string& content_dir, std::string_view id, bool hashed,
 
 int remove(const std::string& content_dir, std::string_view id, bool hashed) {
     if (!valid_ta_id(id)) return EINVAL;
-    return ::unlink(cdb_path(content_dir, id, hashed).c_str()) == 0 ? 0 : errno;
+    return ::unlink(file_path(content_dir, id, hashed).c_str()) == 0 ? 0 : errno;
 }
 
 int list(const std::string& content_dir, std::chrono::system_clock::time_point cutoff,
@@ -159,4 +174,4 @@ int list(const std::string& content_dir, std::chrono::system_clock::time_point c
     return ec && ec != std::errc::no_such_file_or_directory ? ec.value() : 0;
 }
 
-} // namespace sm::content
+} // namespace smx::content

@@ -1,4 +1,4 @@
-// Content files (the CDB), the one owner of how they are made, read, removed
+// Content files, the one owner of how they are made, read, removed
 // and found, as postfix's mail_queue.c is: SMTPS's writer and QMGR's DSNs
 // create them (and QMGR its quarantine copies), SMTPC reads them, the reaper
 // removes them, the orphan sweeper lists them. Two ways to create one:
@@ -6,14 +6,14 @@
 // file nothing reads before its writer names it to QMGR (SMTPS: TA_COMMIT
 // follows the close); write_durable() writes <path>.tmp, fdatasyncs and
 // renames, so that a partial file never carries the final name. Either
-// removes the file on an error. Names and
-// paths: sm::valid_ta_id and sm::cdb_path (ids.hpp); every operation that
+// removes the file on an error. Names: smx::valid_ta_id (ids.hpp); paths:
+// file_path below, the one place that lays them out; every operation that
 // takes an id refuses one valid_ta_id rejects (EINVAL), since ids become
 // file names. Every function returns 0 or an errno value.
 #pragma once
 
-#include "config.hpp"
-#include "content_trust.hpp"
+#include "libsm/config.hpp"
+#include "libsm/content_trust.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -23,7 +23,7 @@
 #include <sys/types.h>
 #include <vector>
 
-namespace sm::content {
+namespace smx::content {
 
 // Group read: SMTPC and QMGR read content files through a shared group when
 // the MCP runs each process as its own user.
@@ -73,6 +73,9 @@ bool sync_names(const Config& cfg);
 Store store_for(const Config& cfg);
 
 // content_dir below is Config::content_dir_abs().
+// <content_dir>/XX/<id> (hashed: XX = two hex digits of a hash of the id)
+// or <content_dir>/<id>.
+std::string file_path(const std::string& content_dir, std::string_view id, bool hashed);
 // Opens content file id under content_dir for reading, checked against
 // expect (open_checked: fd a new descriptor the caller closes, size its
 // size); ENOENT when it is gone, EINVAL for an id that is not one.
@@ -92,4 +95,4 @@ int remove(const std::string& content_dir, std::string_view id, bool hashed);
 int list(const std::string& content_dir, std::chrono::system_clock::time_point cutoff,
          std::vector<std::string>& ids);
 
-} // namespace sm::content
+} // namespace smx::content

@@ -1,8 +1,8 @@
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
-#include "content_file.hpp"
-#include "crc32c.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/crc32c.hpp"
+#include "libsm/ids.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <cstring>
 
-namespace sm::content {
+namespace smx::content {
 
 namespace {
 
@@ -51,10 +51,10 @@ std::string segment_ref(std::string_view segment, std::uint64_t offset) {
     return std::string(segment) + hex;
 }
 
-std::optional<SegmentRef> parse_segment_ref(std::string_view cdb_id) {
-    const auto plus = cdb_id.find('+');
+std::optional<SegmentRef> parse_segment_ref(std::string_view content_id) {
+    const auto plus = content_id.find('+');
     if (plus == std::string_view::npos) return std::nullopt;
-    const auto seg = cdb_id.substr(0, plus), off = cdb_id.substr(plus + 1);
+    const auto seg = content_id.substr(0, plus), off = content_id.substr(plus + 1);
     if (!valid_ta_id(seg) || off.empty() || off.size() > max_offset_digits) return std::nullopt;
     if (off.size() > 1 && off[0] == '0') return std::nullopt;  // one spelling per offset
     SegmentRef r{std::string(seg), 0};
@@ -68,8 +68,8 @@ std::optional<SegmentRef> parse_segment_ref(std::string_view cdb_id) {
     return r;
 }
 
-bool valid_content_id(std::string_view cdb_id) {
-    return valid_ta_id(cdb_id) || parse_segment_ref(cdb_id).has_value();
+bool valid_content_id(std::string_view content_id) {
+    return valid_ta_id(content_id) || parse_segment_ref(content_id).has_value();
 }
 
 std::string segments_dir(const std::string& content_dir) { return content_dir + "/segments"; }
@@ -197,15 +197,15 @@ int Body::refuse(int err, std::string why) {
     return err;
 }
 
-int Body::open(const Store& store, std::string_view cdb_id, std::string_view ta_id,
+int Body::open(const Store& store, std::string_view content_id, std::string_view ta_id,
                std::uint64_t size, SegmentFds* segments, bool verify) {
     refuse(0, {});
-    const auto ref = parse_segment_ref(cdb_id);
+    const auto ref = parse_segment_ref(content_id);
     int fd = -1;
     std::string why;
     if (!ref) {
         std::uint64_t got = 0;
-        if (const int err = open_read(store.dir, cdb_id, store.hashed,
+        if (const int err = open_read(store.dir, content_id, store.hashed,
                                       message_file(store.writers, size), fd, got, why))
             return refuse(err, std::move(why));
         file_ = std::make_shared<const OpenFile>(fd);
@@ -281,4 +281,4 @@ int Body::read_at(std::uint64_t offset, std::size_t max, std::string& buf) const
     return err;
 }
 
-} // namespace sm::content
+} // namespace smx::content

@@ -7,7 +7,7 @@
 // A segment is <content_dir>/segments/<id>.seg, id a new_ta_id() (so its
 // name says when it was made). A message in it is a record: a header of
 // segment_header_size bytes (magic, data size, CRC32C of the data, the
-// transaction id) and the data. Its reference, the envelope's cdb_id, is
+// transaction id) and the data. Its reference, the envelope's content_id, is
 // "<segment id>+<offset of the record, hex>". QMGR refuses a TA_COMMIT
 // naming a segment made longer than [queue] segment_age ago (30 s), and
 // removes a segment once it is that old and no transaction in memory names
@@ -16,7 +16,7 @@
 // a deferred message is copied to a content file of its own first.
 #pragma once
 
-#include "content_trust.hpp"
+#include "libsm/content_trust.hpp"
 
 #include <cstdint>
 #include <map>
@@ -25,7 +25,7 @@
 #include <string>
 #include <string_view>
 
-namespace sm::content {
+namespace smx::content {
 
 inline constexpr std::size_t segment_header_size = 40;
 // Where a segment ends: the writer starts a new one at this size, or after
@@ -40,9 +40,9 @@ struct SegmentRef {
 // The reference for the record at offset of segment; and back, strictly
 // (nullopt for anything segment_ref could not have made).
 std::string segment_ref(std::string_view segment, std::uint64_t offset);
-std::optional<SegmentRef> parse_segment_ref(std::string_view cdb_id);
+std::optional<SegmentRef> parse_segment_ref(std::string_view content_id);
 // A content file's id (valid_ta_id) or a segment reference.
-bool valid_content_id(std::string_view cdb_id);
+bool valid_content_id(std::string_view content_id);
 
 std::string segments_dir(const std::string& content_dir);
 std::string segment_path(const std::string& content_dir, std::string_view segment);
@@ -107,7 +107,7 @@ public:
     Body(const Body&) = delete;
     Body& operator=(const Body&) = delete;
 
-    // Opens the body cdb_id names in store, the content of transaction
+    // Opens the body content_id names in store, the content of transaction
     // ta_id, of exactly `size` bytes (the envelope's): a content file
     // checked as message_file, or a segment record whose segment is checked
     // as segment_file and whose header is whole, for ta_id and of that size.
@@ -116,7 +116,7 @@ public:
     // descriptor shared). 0, or ENOENT when it is gone, EINVAL for an invalid
     // id, EBADMSG (or ELOOP) for content that is not what the envelope says;
     // why() then says what it is instead.
-    int open(const Store& store, std::string_view cdb_id, std::string_view ta_id,
+    int open(const Store& store, std::string_view content_id, std::string_view ta_id,
              std::uint64_t size, SegmentFds* segments = nullptr, bool verify = false);
     std::uint64_t size() const { return size_; }
     // Why the last open() failed, for the log and the quarantine.
@@ -138,4 +138,4 @@ private:
     std::string why_;
 };
 
-} // namespace sm::content
+} // namespace smx::content

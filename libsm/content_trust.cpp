@@ -1,4 +1,4 @@
-#include "content_trust.hpp"
+#include "libsm/content_trust.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string_view>
 
-namespace sm::content {
+namespace smx::content {
 
 namespace {
 
@@ -90,4 +90,4 @@ int open_checked(const std::string& path, const Expect& e, int& fd, std::uint64_
     return err ? err : EBADMSG;
 }
 
-} // namespace sm::content
+} // namespace smx::content

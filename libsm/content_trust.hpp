@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-namespace sm::content {
+namespace smx::content {
 
 // The accounts that may have written content: SMTPS's messages and
 // segments, QMGR's DSNs and deferral copies. The same uid for both when
@@ -60,4 +60,4 @@ struct Store {
 int open_checked(const std::string& path, const Expect& e, int& fd, std::uint64_t& size,
                  std::string& why);
 
-} // namespace sm::content
+} // namespace smx::content

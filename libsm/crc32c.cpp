@@ -1,11 +1,11 @@
 // CRC32C with the SSE4.2 crc32 instruction when the CPU has it (checked once
 // at run time, so the binary still runs on any x86-64), else a byte table.
-#include "crc32c.hpp"
+#include "libsm/crc32c.hpp"
 
 #include <array>
 #include <cstring>
 
-namespace sm {
+namespace smx {
 namespace {
 
 constexpr std::uint32_t poly = 0x82F63B78u;  // reflected Castagnoli polynomial
@@ -55,4 +55,4 @@ std::uint32_t crc32c(std::string_view data, std::uint32_t crc) {
     return ~crc_table(p, data.size(), c);
 }
 
-} // namespace sm
+} // namespace smx

@@ -4,10 +4,10 @@
 #include <cstdint>
 #include <string_view>
 
-namespace sm {
+namespace smx {
 
 // crc32c(data) over all of data; pass the previous result as crc to continue
 // a running checksum over several pieces.
 std::uint32_t crc32c(std::string_view data, std::uint32_t crc = 0);
 
-} // namespace sm
+} // namespace smx

@@ -1,10 +1,10 @@
-#include "credentials.hpp"
+#include "libsm/credentials.hpp"
 
-#include "domain.hpp"
+#include "libsm/domain.hpp"
 
 #include <algorithm>
 
-namespace sm {
+namespace smx {
 namespace {
 
 bool space(char c) { return c == ' ' || c == '\t'; }
@@ -39,7 +39,7 @@ CredentialMap parse_credentials(const std::string& path, std::string_view data) 
         } catch (const ConfigError& e) {
             throw ConfigError(key, where + "bad next hop '" + nexthop + "'");
         }
-        hp.host = sm::lower(hp.host);
+        hp.host = smx::lower(hp.host);
         Credentials cred{value.substr(0, colon), value.substr(colon + 1)};
         if (!out.emplace(hp.str(), std::move(cred)).second)
             throw ConfigError(key, where + "a second entry for " + hp.str());
@@ -52,4 +52,4 @@ CredentialMap credentials(const ClientConfig& cfg, const Secrets& secrets) {
     return parse_credentials(cfg.sasl_password_file, secrets.at(Secret::sasl_password_file));
 }
 
-} // namespace sm
+} // namespace smx

@@ -4,14 +4,14 @@
 // (libsm/secrets.hpp); both parse them here.
 #pragma once
 
-#include "config.hpp"
-#include "secrets.hpp"
+#include "libsm/config.hpp"
+#include "libsm/secrets.hpp"
 
 #include <map>
 #include <string>
 #include <string_view>
 
-namespace sm {
+namespace smx {
 
 struct Credentials {
     std::string user;
@@ -32,4 +32,4 @@ CredentialMap parse_credentials(const std::string& path, std::string_view data);
 // (Secret::sasl_password_file); none when the key is empty.
 CredentialMap credentials(const ClientConfig& cfg, const Secrets& secrets);
 
-} // namespace sm
+} // namespace smx

@@ -1,6 +1,6 @@
-#include "domain.hpp"
+#include "libsm/domain.hpp"
 
-namespace sm {
+namespace smx {
 
 std::string lower(std::string_view s) {
     std::string out(s);
@@ -33,4 +33,4 @@ bool istarts_with(std::string_view s, std::string_view prefix) {
     return s.size() >= prefix.size() && iequals(s.substr(0, prefix.size()), prefix);
 }
 
-} // namespace sm
+} // namespace smx

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace sm {
+namespace smx {
 
 constexpr char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 std::string lower(std::string_view s);
@@ -24,4 +24,4 @@ std::string_view domain_part(std::string_view addr);
 // domain_part, lower-cased: the key routes and caches use.
 std::string domain_of(std::string_view addr);
 
-} // namespace sm
+} // namespace smx

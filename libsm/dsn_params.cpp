@@ -1,12 +1,12 @@
-#include "dsn_params.hpp"
+#include "libsm/dsn_params.hpp"
 
-#include "domain.hpp"
-#include "smtp_io.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/smtp_io.hpp"
 
 #include <cctype>
 #include <vector>
 
-namespace sm::dsn {
+namespace smx::dsn {
 namespace {
 
 bool is_upper_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'F'); }
@@ -131,7 +131,7 @@ std::string check(std::string_view kv) {
 }
 
 std::string unsupported_option(std::string_view kv) {
-    return "555 5.5.4 Unsupported option: " + sm::smtp::printable(kv);
+    return "555 5.5.4 Unsupported option: " + smx::smtp::printable(kv);
 }
 
 std::string check_params(std::string_view params, bool rcpt) {
@@ -186,4 +186,4 @@ std::string pass_on_rcpt(std::string_view rcpt_params) {
     return out;
 }
 
-} // namespace sm::dsn
+} // namespace smx::dsn

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace sm::dsn {
+namespace smx::dsn {
 
 // RFC 3461 4.4 and 4.2: ENVID at most 100 characters, ORCPT at most 500
 // (both after xtext encoding).
@@ -42,7 +42,7 @@ std::string check(std::string_view kv);
 // parameter string, each at most once: an error reply, or empty.
 std::string check_params(std::string_view params, bool rcpt);
 // The refusal of a MAIL or RCPT parameter nobody here knows, the client's
-// text echoed printable (sm::smtp::printable).
+// text echoed printable (smx::smtp::printable).
 std::string unsupported_option(std::string_view kv);
 
 // NOTIFY as a set; a recipient without NOTIFY gets failure and delay
@@ -63,4 +63,4 @@ bool ret_full(std::string_view mail_params);
 std::string pass_on_mail(std::string_view mail_params);
 std::string pass_on_rcpt(std::string_view rcpt_params);
 
-} // namespace sm::dsn
+} // namespace smx::dsn

@@ -5,7 +5,7 @@
 
 #include <utility>
 
-namespace sm {
+namespace smx {
 
 class Fd {
 public:
@@ -27,4 +27,4 @@ private:
     int fd_;
 };
 
-} // namespace sm
+} // namespace smx

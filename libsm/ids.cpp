@@ -1,13 +1,13 @@
-#include "ids.hpp"
-#include "config.hpp"
-#include "panic.hpp"
+#include "libsm/config.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/panic.hpp"
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 
-namespace sm {
+namespace smx {
 
 // SMTPS process i takes stream i: none may reach the streams of others.
 static_assert(max_smtps_processes <= pickup_id_stream);
@@ -73,19 +73,4 @@ std::uint64_t ta_id_time_us(std::string_view id) {
 
 unsigned ta_id_stream(std::string_view id) { return static_cast<unsigned>(hex(id.substr(13, 4)) >> 11); }
 
-std::string cdb_path(const std::string& content_dir, std::string_view id, bool hashed) {
-    std::string p = content_dir + "/";
-    if (hashed) {
-        // FNV-1a: the low id digits alone would cluster by counter.
-        std::uint32_t h = 2166136261u;
-        for (char c : id) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
-        static const char hex[] = "0123456789ABCDEF";
-        p += hex[(h >> 4) & 15];
-        p += hex[h & 15];
-        p += '/';
-    }
-    p.append(id);
-    return p;
-}
-
-} // namespace sm
+} // namespace smx

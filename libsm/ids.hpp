@@ -1,11 +1,11 @@
-// Transaction ids, the CDB file layout, and the clock.
+// Transaction ids and the clock.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-namespace sm {
+namespace smx {
 
 // A new transaction id: 17 upper-case hex digits (unix seconds, microseconds,
 // and 16 bits of this process's stream and counter), unique across restarts
@@ -31,13 +31,9 @@ std::uint64_t ta_id_time_us(std::string_view id);
 // The stream a valid id was made in (set_id_stream).
 unsigned ta_id_stream(std::string_view id);
 
-// <content_dir>/XX/<id> (hashed: XX = two hex digits of a hash of the id)
-// or <content_dir>/<id>; content_dir is Config::content_dir_abs().
-std::string cdb_path(const std::string& content_dir, std::string_view id, bool hashed);
-
 std::uint64_t now_us();
 
 // RFC 5322 date-time in UTC, in any locale: "Sun, 22 Nov 2026 19:00:22 +0000".
 std::string rfc5322_date(std::uint64_t unix_us);
 
-} // namespace sm
+} // namespace smx

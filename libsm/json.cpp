@@ -1,6 +1,6 @@
-#include "json.hpp"
+#include "libsm/json.hpp"
 
-namespace sm {
+namespace smx {
 
 std::string json_string(std::string_view s) {
     std::string out = "\"";
@@ -13,7 +13,7 @@ std::string json_string(std::string_view s) {
         case '\r': out += "\\r"; break;
         default:
             // DEL too: TOML, whose basic strings are written with this as
-            // well (sm::toml_string), allows it only escaped.
+            // well (smx::toml_string), allows it only escaped.
             if (c < 0x20 || c == 0x7f) {
                 static const char hex[] = "0123456789abcdef";
                 out += "\\u00";
@@ -27,4 +27,4 @@ std::string json_string(std::string_view s) {
     return out + "\"";
 }
 
-} // namespace sm
+} // namespace smx

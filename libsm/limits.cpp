@@ -1,12 +1,12 @@
-#include "limits.hpp"
+#include "libsm/limits.hpp"
 
-#include "listen.hpp"
+#include "libsm/listen.hpp"
 
 #include <sys/resource.h>
 
 #include <algorithm>
 
-namespace sm {
+namespace smx {
 
 namespace {
 constexpr unsigned long reserve = 64;
@@ -87,4 +87,4 @@ SmtpsLayout smtps_layout(const ServerConfig& s, unsigned long limit, std::string
     return {p, one.threads};
 }
 
-} // namespace sm
+} // namespace smx

@@ -3,11 +3,11 @@
 // of 1024 would not even cover the default max_connections.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <string>
 
-namespace sm {
+namespace smx {
 
 // Raises the soft RLIMIT_NOFILE to the hard limit; returns the soft limit now
 // in force (the old one when it cannot be raised).
@@ -47,7 +47,7 @@ SmtpsLayout smtps_layout(const ServerConfig& s, unsigned long limit, std::string
 // max_connections, max_connections_per_client and max_transactions divided
 // among them, rounded up (the kernel spreads connections evenly, by a hash
 // of their addresses). smx-smtps counts max_connections for all of them
-// together (sm::SessionCounts); its share is what the layout must fit.
+// together (smx::SessionCounts); its share is what the layout must fit.
 ServerConfig process_share(const ServerConfig& s, unsigned processes);
 
-} // namespace sm
+} // namespace smx

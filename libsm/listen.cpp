@@ -1,4 +1,4 @@
-#include "listen.hpp"
+#include "libsm/listen.hpp"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -12,7 +12,7 @@
 #include <memory>
 #include <thread>
 
-namespace sm {
+namespace smx {
 
 namespace {
 
@@ -85,4 +85,4 @@ bool listen_all(const std::vector<HostPort>& addrs, unsigned loops, std::vector<
     return true;
 }
 
-} // namespace sm
+} // namespace smx

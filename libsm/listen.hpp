@@ -7,12 +7,12 @@
 // queued on it; smx-smtps started alone binds its own.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <string>
 #include <vector>
 
-namespace sm {
+namespace smx {
 
 // server.threads resolved: 0 is one loop per two CPUs this process may run
 // on (its affinity, so that taskset or a cgroup's cpuset is respected), at
@@ -30,4 +30,4 @@ unsigned event_loops(unsigned configured);
 bool listen_all(const std::vector<HostPort>& addrs, unsigned loops, std::vector<int>& fds,
                 std::string& err);
 
-} // namespace sm
+} // namespace smx

@@ -1,4 +1,4 @@
-#include "log.hpp"
+#include "libsm/log.hpp"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -19,7 +19,7 @@
 #include <spdlog/async.h>
 #include <spdlog/sinks/base_sink.h>
 
-namespace sm {
+namespace smx {
 namespace {
 
 using spdlog::level::level_enum;
@@ -41,7 +41,7 @@ std::string_view level_prefix(const spdlog::details::log_msg& msg) {
     case spdlog::level::warn: return "warning: ";
     case spdlog::level::err: return "error: ";
     case spdlog::level::critical: {
-        // sm::panic and sm::fatal say which they are.
+        // smx::panic and smx::fatal say which they are.
         const std::string_view text(msg.payload.data(), msg.payload.size());
         return text.starts_with("panic: ") || text.starts_with("fatal: ") ? "" : "fatal: ";
     }
@@ -482,4 +482,4 @@ void init_logging(const std::string& process, const LogConfig& cfg, int file) {
     }
 }
 
-} // namespace sm
+} // namespace smx

@@ -12,16 +12,16 @@
 //   our stderr) without time and host, each line prefixed with its
 //   priority as sd-daemon(3) reads it ("<4>smx/qmgr[123]: warning: ...").
 // Warnings, errors and fatal lines begin with "warning: ", "error: " and
-// "fatal: " (sm::panic's with "panic: "), as postfix's do.
+// "fatal: " (smx::panic's with "panic: "), as postfix's do.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <spdlog/spdlog.h>
 #include <string>
 #include <string_view>
 
-namespace sm {
+namespace smx {
 
 // The program names under which postfix's tools expect lines: the process's
 // own (init_logging's process: "smtpd", "qmgr", "smtp", "mcp", "pickup"), and
@@ -65,8 +65,8 @@ bool reopen_log_file(const std::string& path, std::string& err);
 void write_log_lines(std::string_view lines);
 
 // Writes out every line logged so far, synchronously (a log thread writes them):
-// for sm::panic and sm::fatal, just before the process ends. Bounded: it
+// for smx::panic and smx::fatal, just before the process ends. Bounded: it
 // gives up after a second rather than hang a dying process.
 void drain_log();
 
-} // namespace sm
+} // namespace smx

@@ -1,9 +1,9 @@
-#include "maildrop_file.hpp"
+#include "libsm/maildrop_file.hpp"
 
-#include "address.hpp"
-#include "ids.hpp"
-#include "messages.hpp"
-#include "record.hpp"
+#include "libsm/address.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/messages.hpp"
+#include "libsm/record.hpp"
 
 #include <sys/random.h>
 
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace sm::maildrop {
+namespace smx::maildrop {
 namespace {
 
 enum Tag : std::uint16_t {
@@ -162,4 +162,4 @@ std::string random_part() {
     return out;
 }
 
-} // namespace sm::maildrop
+} // namespace smx::maildrop

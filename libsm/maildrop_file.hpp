@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sm::maildrop {
+namespace smx::maildrop {
 
 inline constexpr std::string_view magic = "SMXDROP1";
 inline constexpr std::size_t prefix_size = 12;  // magic and the fields' length
@@ -49,7 +49,7 @@ std::string encode(const Envelope& e, Kind kind);
 std::optional<std::uint32_t> fields_length(std::string_view prefix, std::string& err);
 
 // The fields, checked: each tag known and once (a recipient at least once),
-// integers of their width, every address valid (sm::valid_address; ASCII),
+// integers of their width, every address valid (smx::valid_address; ASCII),
 // the uid and time present exactly in a file. nullopt with err.
 std::optional<Envelope> decode(std::string_view fields, Kind kind, std::string& err);
 
@@ -81,4 +81,4 @@ inline constexpr char committing_prefix = 'p';
 bool valid_name(std::string_view name);
 std::string random_part();  // 32 lower-case hex digits from getrandom(2)
 
-} // namespace sm::maildrop
+} // namespace smx::maildrop

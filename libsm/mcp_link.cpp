@@ -1,6 +1,6 @@
-#include "mcp_link.hpp"
+#include "libsm/mcp_link.hpp"
 
-#include "fd.hpp"
+#include "libsm/fd.hpp"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <utility>
 
-namespace sm {
+namespace smx {
 namespace {
 
 constexpr int required_seals = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
@@ -123,4 +123,4 @@ void McpLink::send(std::string_view msg) const {
     if (fd_ >= 0) ::send(fd_, msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-} // namespace sm
+} // namespace smx

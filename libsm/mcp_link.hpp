@@ -9,11 +9,11 @@
 // `smx run` stop (docs/mcp.md, Supervision).
 #pragma once
 
-#include "secrets.hpp"
+#include "libsm/secrets.hpp"
 
 #include <string_view>
 
-namespace sm {
+namespace smx {
 
 // The text of the MCP's messages, which carry the memfd.
 inline constexpr std::string_view link_secrets = "secrets";
@@ -51,4 +51,4 @@ private:
     Secrets secrets_;
 };
 
-} // namespace sm
+} // namespace smx

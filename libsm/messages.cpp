@@ -1,16 +1,16 @@
-#include "messages.hpp"
+#include "libsm/messages.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <array>
 #include <initializer_list>
 
-namespace sm::msg {
+namespace smx::msg {
 namespace {
 
 enum Tag : std::uint16_t {
     T_ROLE = 1, T_VERSION, T_PID, T_STATUS, T_TEXT, T_TA_ID, T_CLIENT_ADDR,
-    T_CLIENT_NAME, T_HELO, T_SENDER, T_PARAMS, T_RCPT, T_CDB_ID, T_SIZE,
+    T_CLIENT_NAME, T_HELO, T_SENDER, T_PARAMS, T_RCPT, T_CONTENT_ID, T_SIZE,
     T_ARRIVAL, T_DA_ID, T_IDX, T_ADDR, T_NEXTHOP, T_RELAY, T_CODE, T_ENHANCED,
     T_COMMAND, T_ARG, T_PEER_DSN, T_LOOP, T_SESSIONS, T_TRANSACTIONS, T_WAITING,
     T_CONTENT_ERROR, T_REJECTED, T_REASON, T_CLASS, T_COUNT, T_SETUP,
@@ -114,7 +114,7 @@ rec::Writer commit_fields(const TaCommit& m) {
         rw.str(T_ADDR, r.addr).str(T_PARAMS, r.params);
         w.nested(T_RCPT, rw);
     }
-    w.str(T_CDB_ID, m.cdb_id).u64(T_SIZE, m.size).u64(T_ARRIVAL, m.arrival_us);
+    w.str(T_CONTENT_ID, m.content_id).u64(T_SIZE, m.size).u64(T_ARRIVAL, m.arrival_us);
     return w;
 }
 
@@ -135,7 +135,7 @@ std::optional<TaCommit> commit_from(std::string_view body, std::string& err) {
                       {T_SENDER, true, false, str(m.sender)},
                       {T_PARAMS, false, false, str(m.params)},
                       {T_RCPT, true, true, rcpt},
-                      {T_CDB_ID, true, false, str(m.cdb_id)},
+                      {T_CONTENT_ID, true, false, str(m.content_id)},
                       {T_SIZE, true, false, num(m.size)},
                       {T_ARRIVAL, true, false, num(m.arrival_us)}}, err))
         return std::nullopt;
@@ -170,7 +170,7 @@ std::string encode(const SmtpsLoad& m, std::uint64_t id) {
 }
 std::string encode(const Deliver& m, std::uint64_t id) {
     rec::Writer w;
-    w.u64(T_DA_ID, m.da_id).str(T_TA_ID, m.ta_id).str(T_CDB_ID, m.cdb_id)
+    w.u64(T_DA_ID, m.da_id).str(T_TA_ID, m.ta_id).str(T_CONTENT_ID, m.content_id)
         .str(T_SENDER, m.sender).u64(T_SIZE, m.size);
     for (const auto& r : m.rcpts)
         w.nested(T_RCPT, rec::Writer().u32(T_IDX, r.idx).str(T_ADDR, r.addr).str(T_PARAMS, r.params));
@@ -296,7 +296,7 @@ std::optional<Deliver> decode<Deliver>(const rec::Frame& f, std::string& err) {
     if (!type_is(f, DELIVER, err) ||
         !apply(f.body, {{T_DA_ID, true, false, num(m.da_id)},
                         {T_TA_ID, true, false, str(m.ta_id)},
-                        {T_CDB_ID, true, false, str(m.cdb_id)},
+                        {T_CONTENT_ID, true, false, str(m.content_id)},
                         {T_SENDER, true, false, str(m.sender)},
                         {T_SIZE, false, false, num(m.size)},
                         {T_RCPT, true, true, rcpt},
@@ -357,4 +357,4 @@ std::optional<TaCommit> envelope_from_bytes(std::string_view body, std::string& 
     return commit_from(body, err);
 }
 
-} // namespace sm::msg
+} // namespace smx::msg

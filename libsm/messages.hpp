@@ -3,8 +3,8 @@
 // nullopt with a reason when the record is malformed.
 #pragma once
 
-#include "record.hpp"
-#include "rejections.hpp"
+#include "libsm/record.hpp"
+#include "libsm/rejections.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sm::msg {
+namespace smx::msg {
 
 // 2: SMTPS_LOAD. 4: its rejection counts, and RESULT's setup time.
 inline constexpr std::uint32_t protocol_version = 4;
@@ -53,8 +53,8 @@ struct TaCommit {
     std::string sender;       // empty for the null sender <>
     std::string params;       // ESMTP MAIL parameters
     std::vector<Recipient> rcpts;
-    std::string cdb_id;
-    std::uint64_t size = 0;        // bytes in the CDB file
+    std::string content_id;
+    std::uint64_t size = 0;        // bytes in the content file
     std::uint64_t arrival_us = 0;  // unix time in microseconds
 };
 
@@ -91,7 +91,7 @@ struct DeliverRcpt {
 struct Deliver {
     std::uint64_t da_id = 0;
     std::string ta_id;
-    std::string cdb_id;
+    std::string content_id;
     std::string sender;
     std::uint64_t size = 0;
     std::vector<DeliverRcpt> rcpts;
@@ -174,4 +174,4 @@ inline constexpr std::size_t rcpt_overhead = 3 * 6;
 std::string envelope_bytes(const TaCommit&);
 std::optional<TaCommit> envelope_from_bytes(std::string_view body, std::string& err);
 
-} // namespace sm::msg
+} // namespace smx::msg

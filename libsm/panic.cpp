@@ -1,7 +1,7 @@
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
-#include "build_options.hpp"
-#include "log.hpp"
+#include "libsm/build_options.hpp"
+#include "libsm/log.hpp"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-namespace sm {
+namespace smx {
 namespace {
 
 std::string process_name = "smx";
@@ -77,4 +77,4 @@ void test_panic_point([[maybe_unused]] std::string_view point) {
 #endif
 }
 
-} // namespace sm
+} // namespace smx

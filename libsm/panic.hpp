@@ -10,7 +10,7 @@
 #include <exception>
 #include <string_view>
 
-namespace sm {
+namespace smx {
 
 // A bug: logs "panic: what", flushes the log and aborts (core dump).
 [[noreturn]] void panic(std::string_view what);
@@ -56,4 +56,4 @@ void install_crash_handlers(std::string_view process);
 // SMX_TEST_PANIC_ONCE=FILE it fires once only (the file records that).
 void test_panic_point(std::string_view point);
 
-} // namespace sm
+} // namespace smx

@@ -1,10 +1,10 @@
-#include "record.hpp"
+#include "libsm/record.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <cstring>
 
-namespace sm::rec {
+namespace smx::rec {
 
 std::uint16_t get_u16(const char* p) {
     const auto* u = reinterpret_cast<const unsigned char*>(p);
@@ -142,4 +142,4 @@ std::optional<std::vector<Field>> parse_fields(std::string_view b) {
     }
 }
 
-} // namespace sm::rec
+} // namespace smx::rec

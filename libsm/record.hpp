@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sm::rec {
+namespace smx::rec {
 
 inline constexpr std::size_t header_size = 16;
 // Largest frame body we accept: a full envelope of max recipients fits easily.
@@ -105,4 +105,4 @@ std::uint16_t get_u16(const char* p);
 std::uint32_t get_u32(const char* p);
 std::uint64_t get_u64(const char* p);
 
-} // namespace sm::rec
+} // namespace smx::rec

@@ -1,10 +1,10 @@
-#include "rejections.hpp"
+#include "libsm/rejections.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <string>
 
-namespace sm {
+namespace smx {
 
 std::string_view rejection_name(Rejection r) {
     static constexpr std::array<std::string_view, rejection_reasons> names{
@@ -39,4 +39,4 @@ std::vector<RejectionCounts::Entry> RejectionCounts::take() {
     return out;
 }
 
-} // namespace sm
+} // namespace smx

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sm {
+namespace smx {
 
 enum class Rejection : std::uint32_t {
     relay_denied,          // 554 5.7.1 (RCPT to a domain not relayed for this client)
@@ -55,4 +55,4 @@ private:
     std::array<std::array<std::uint64_t, 2>, rejection_reasons> n_{};
 };
 
-} // namespace sm
+} // namespace smx

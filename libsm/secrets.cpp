@@ -1,12 +1,12 @@
-#include "secrets.hpp"
+#include "libsm/secrets.hpp"
 
-#include "config.hpp"
-#include "panic.hpp"
-#include "record.hpp"
+#include "libsm/config.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/record.hpp"
 
 #include <stdexcept>
 
-namespace sm {
+namespace smx {
 namespace {
 
 constexpr std::string_view magic = "SMXS";
@@ -72,4 +72,4 @@ Secrets Secrets::decode(std::string_view bundle) {
     }
 }
 
-} // namespace sm
+} // namespace smx

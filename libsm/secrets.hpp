@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-namespace sm {
+namespace smx {
 
 // A new secret gets a tag here, its reader in mcp/secrets.cpp and its user.
 enum class Secret : std::uint16_t {
@@ -52,4 +52,4 @@ private:
     std::map<Secret, std::string> items_;
 };
 
-} // namespace sm
+} // namespace smx

@@ -1,6 +1,6 @@
-#include "session_counts.hpp"
+#include "libsm/session_counts.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace sm {
+namespace smx {
 
 int SessionCounts::create(std::string& err) {
     const int fd = ::memfd_create("smx-smtps-sessions", MFD_CLOEXEC);
@@ -51,4 +51,4 @@ std::uint64_t SessionCounts::others(unsigned slot) const {
     return n;
 }
 
-} // namespace sm
+} // namespace smx

@@ -7,13 +7,13 @@
 // count: the total can pass max_connections by at most processes - 1.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <atomic>
 #include <cstdint>
 #include <string>
 
-namespace sm {
+namespace smx {
 
 class SessionCounts {
 public:
@@ -40,4 +40,4 @@ private:
     Slot* slots_ = nullptr;
 };
 
-} // namespace sm
+} // namespace smx

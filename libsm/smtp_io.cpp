@@ -1,8 +1,8 @@
-#include "smtp_io.hpp"
+#include "libsm/smtp_io.hpp"
 
 #include <algorithm>
 
-namespace sm::smtp {
+namespace smx::smtp {
 
 bool has_8bit(std::string_view s) {
     return std::any_of(s.begin(), s.end(),
@@ -53,4 +53,4 @@ std::string Reply::summary() const {
     return s;
 }
 
-} // namespace sm::smtp
+} // namespace smx::smtp

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sm::smtp {
+namespace smx::smtp {
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
@@ -159,6 +159,6 @@ template <class Stream>
 asio::awaitable<bool> write_all(Stream& s, std::string_view data,
                                 std::chrono::steady_clock::duration timeout);
 
-} // namespace sm::smtp
+} // namespace smx::smtp
 
-#include "smtp_io_impl.hpp"
+#include "libsm/smtp_io_impl.hpp"

@@ -1,7 +1,7 @@
 // Template definitions for smtp_io.hpp; included from there only.
 #pragma once
 
-#include "await.hpp"
+#include "libsm/await.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include <tuple>
 #include <type_traits>
 
-namespace sm::smtp {
+namespace smx::smtp {
 
 template <class Stream>
 void LineReader<Stream>::Watch::arm(const std::shared_ptr<Watch>& w) {
@@ -42,7 +42,7 @@ LineReader<Stream>::~LineReader() {
     watch_->timer.cancel();
 }
 
-// Streams that may be a plain TCP connection: a socket, or sm::smtp::Stream
+// Streams that may be a plain TCP connection: a socket, or smx::smtp::Stream
 // before STARTTLS.
 template <class Stream>
 concept MaybePlainTcp = std::is_same_v<Stream, asio::ip::tcp::socket> ||
@@ -133,7 +133,7 @@ asio::awaitable<ReadStatus> LineReader<Stream>::fill(
         if (auto* sock = plain_tcp(stream_); sock && pos_ == end_) {
             if (!read_plain_now(*sock, ec, n)) {
                 std::tie(ec, n) = co_await sock->async_receive(
-                    asio::buffer(first_), sm::await_tuple);
+                    asio::buffer(first_), smx::await_tuple);
                 more_ = n == first_.size();
                 // What came is read where it landed: no allocation for a command line.
                 buf_ = first_.data();
@@ -145,7 +145,7 @@ asio::awaitable<ReadStatus> LineReader<Stream>::fill(
     if (!done) {
         reserve_room(read_room);
         std::tie(ec, n) = co_await stream_.async_read_some(
-            asio::buffer(buf_ + end_, cap_ - end_), sm::await_tuple);
+            asio::buffer(buf_ + end_, cap_ - end_), smx::await_tuple);
     }
     w.reading = false;
     end_ += n;
@@ -322,4 +322,4 @@ asio::awaitable<bool> write_all(Stream& s, std::string_view data,
     co_return !std::get<0>(std::get<0>(res));
 }
 
-} // namespace sm::smtp
+} // namespace smx::smtp

@@ -1,9 +1,9 @@
-#include "smtp_stream.hpp"
+#include "libsm/smtp_stream.hpp"
 
-#include "await.hpp"
-#include "tls.hpp"
+#include "libsm/await.hpp"
+#include "libsm/tls.hpp"
 
-namespace sm::smtp {
+namespace smx::smtp {
 namespace {
 
 // Cancels the socket's I/O at `timeout`, which ends a TLS operation under
@@ -51,7 +51,7 @@ asio::awaitable<std::string> Stream::start_tls(asio::ssl::context& ctx,
     }
     if (prepare) prepare(tls_->native_handle());
     Deadline deadline(sock_, timeout);
-    auto [ec] = co_await tls_->async_handshake(type, sm::await_tuple);
+    auto [ec] = co_await tls_->async_handshake(type, smx::await_tuple);
     if (deadline.fired()) co_return "timed out";
     if (ec) co_return tls::reason(ec);
     co_return std::string();
@@ -62,8 +62,8 @@ asio::awaitable<void> Stream::close_tls(std::chrono::steady_clock::duration time
     Deadline deadline(sock_, timeout);
     // An error (the peer closed first, the deadline) changes nothing: ours
     // went out first, and the connection closes either way.
-    auto [ec] = co_await tls_->async_shutdown(sm::await_tuple);
+    auto [ec] = co_await tls_->async_shutdown(smx::await_tuple);
     (void)ec;
 }
 
-} // namespace sm::smtp
+} // namespace smx::smtp

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-namespace sm::smtp {
+namespace smx::smtp {
 
 namespace asio = boost::asio;
 
@@ -73,4 +73,4 @@ private:
     std::unique_ptr<asio::ssl::stream<asio::ip::tcp::socket&>> tls_;
 };
 
-} // namespace sm::smtp
+} // namespace smx::smtp

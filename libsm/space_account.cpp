@@ -1,6 +1,6 @@
-#include "space_account.hpp"
+#include "libsm/space_account.hpp"
 
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <memory>
 #include <utility>
 
-namespace sm {
+namespace smx {
 namespace {
 
 std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) {
@@ -169,4 +169,4 @@ std::optional<std::uint64_t> SpaceAccount::room() {
     return room_locked();
 }
 
-} // namespace sm
+} // namespace smx

@@ -24,7 +24,7 @@
 #include <optional>
 #include <string>
 
-namespace sm {
+namespace smx {
 
 class SpaceAccount {
 public:
@@ -99,4 +99,4 @@ private:
     std::chrono::steady_clock::time_point listed_{};
 };
 
-} // namespace sm
+} // namespace smx

@@ -1,4 +1,4 @@
-#include "tls.hpp"
+#include "libsm/tls.hpp"
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -7,7 +7,7 @@
 
 #include <new>
 
-namespace sm::tls {
+namespace smx::tls {
 namespace {
 
 namespace ssl = boost::asio::ssl;
@@ -162,4 +162,4 @@ std::string reason(const boost::system::error_code& ec) {
     return ec.message();
 }
 
-} // namespace sm::tls
+} // namespace smx::tls

@@ -5,15 +5,15 @@
 // described in logs and Received: headers.
 #pragma once
 
-#include "config.hpp"
-#include "secrets.hpp"
+#include "libsm/config.hpp"
+#include "libsm/secrets.hpp"
 
 #include <boost/asio/ssl.hpp>
 #include <boost/system/error_code.hpp>
 #include <memory>
 #include <string>
 
-namespace sm::tls {
+namespace smx::tls {
 
 // The server context: the certificate chain (server certificate first) and
 // its key from secrets (Secret::tls_cert, tls_key: PEM bytes, which
@@ -38,4 +38,4 @@ std::string describe(SSL* ssl);
 // Why a TLS operation failed, for logs (OpenSSL's reason when it has one).
 std::string reason(const boost::system::error_code& ec);
 
-} // namespace sm::tls
+} // namespace smx::tls

@@ -1,6 +1,6 @@
-#include "child_link.hpp"
+#include "mcp/child_link.hpp"
 
-#include "mcp_link.hpp"
+#include "libsm/mcp_link.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,15 +10,15 @@
 #include <cerrno>
 #include <cstring>
 
-namespace smx {
+namespace smx::mcp {
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
 // A memfd holding bytes, sealed against every change: the child may read it
 // without fearing that it changes underneath. -1 with err.
-sm::Fd sealed(const std::string& bytes, std::string& err) {
-    sm::Fd fd(::memfd_create("smx-secrets", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+smx::Fd sealed(const std::string& bytes, std::string& err) {
+    smx::Fd fd(::memfd_create("smx-secrets", MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (fd.get() < 0) {
         err = "memfd_create: " + errno_text();
         return fd;
@@ -29,14 +29,14 @@ sm::Fd sealed(const std::string& bytes, std::string& err) {
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
             err = "writing the secrets memfd: " + errno_text();
-            return sm::Fd();
+            return smx::Fd();
         }
         done += static_cast<std::size_t>(n);
     }
     if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) !=
         0) {
         err = "sealing the secrets memfd: " + errno_text();
-        return sm::Fd();
+        return smx::Fd();
     }
     return fd;
 }
@@ -49,8 +49,8 @@ bool ChildLink::open(std::string& err) {
         err = "socketpair: " + errno_text();
         return false;
     }
-    mcp_ = sm::Fd(fds[0]);
-    child_ = sm::Fd(fds[1]);
+    mcp_ = smx::Fd(fds[0]);
+    child_ = smx::Fd(fds[1]);
     ready_ = false;
     why_.clear();
     return true;
@@ -76,10 +76,10 @@ ssize_t send_with_fd(int sock, std::string_view text, int fd) {
     return n;
 }
 
-bool ChildLink::send(const sm::Secrets& secrets, std::string& err) {
-    const sm::Fd memfd = sealed(secrets.encode(), err);
+bool ChildLink::send(const smx::Secrets& secrets, std::string& err) {
+    const smx::Fd memfd = sealed(secrets.encode(), err);
     if (memfd.get() < 0) return false;
-    if (send_with_fd(mcp_.get(), sm::link_secrets, memfd.get()) < 0) {
+    if (send_with_fd(mcp_.get(), smx::link_secrets, memfd.get()) < 0) {
         err = "passing the secrets: " + errno_text();
         return false;
     }
@@ -90,7 +90,7 @@ void ChildLink::read_reports() {
     if (!mcp_) return;
     // A child that floods the link gets no more than these looked at.
     for (int i = 0; i < 16; ++i) {
-        char buf[sm::max_link_message];
+        char buf[smx::max_link_message];
         // No room for control data: fds a child tries to pass are closed
         // by the kernel.
         const ssize_t n = ::recv(mcp_.get(), buf, sizeof buf, MSG_DONTWAIT);
@@ -99,14 +99,14 @@ void ChildLink::read_reports() {
         if (n < 0 && (errno == EINTR || errno == ECONNRESET)) continue;
         if (n <= 0) return;
         const std::string_view msg(buf, static_cast<std::size_t>(n));
-        if (msg == sm::link_ready) {
+        if (msg == smx::link_ready) {
             ready_ = true;
-        } else if (msg.substr(0, sm::link_cannot_start.size()) == sm::link_cannot_start) {
-            why_ = msg.substr(sm::link_cannot_start.size());
+        } else if (msg.substr(0, smx::link_cannot_start.size()) == smx::link_cannot_start) {
+            why_ = msg.substr(smx::link_cannot_start.size());
             for (char& ch : why_)
                 if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
         }
     }
 }
 
-} // namespace smx
+} // namespace smx::mcp

@@ -3,14 +3,14 @@
 // One per start of a child that takes secrets (smx-smtps, smx-smtpc).
 #pragma once
 
-#include "fd.hpp"
-#include "secrets.hpp"
+#include "libsm/fd.hpp"
+#include "libsm/secrets.hpp"
 
 #include <string>
 #include <string_view>
 #include <sys/types.h>
 
-namespace smx {
+namespace smx::mcp {
 
 // One message on a SOCK_SEQPACKET socket: text with fd passed along
 // (SCM_RIGHTS); never waits. -1 with errno when it is not sent.
@@ -23,11 +23,11 @@ public:
     // The end the child inherits (Launch::mcp_link); the MCP's copy is
     // closed once the child runs, so that the child's exit ends the link.
     int child_end() const { return child_.get(); }
-    void child_started() { child_ = sm::Fd(); }
+    void child_started() { child_ = smx::Fd(); }
 
     // The secrets in a new sealed memfd, queued for the child; never waits.
     // False with err when the child does not take them (its queue is full).
-    bool send(const sm::Secrets& secrets, std::string& err);
+    bool send(const smx::Secrets& secrets, std::string& err);
 
     // Takes what the child reported so far, without waiting. The child is
     // not trusted: a reason is cut and made one printable line.
@@ -36,9 +36,9 @@ public:
     const std::string& cannot_start() const { return why_; }
 
 private:
-    sm::Fd mcp_, child_;
+    smx::Fd mcp_, child_;
     bool ready_ = false;
     std::string why_;
 };
 
-} // namespace smx
+} // namespace smx::mcp

@@ -1,7 +1,7 @@
-#include "cli.hpp"
+#include "mcp/cli.hpp"
 
-#include "ids.hpp"
-#include "json.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/json.hpp"
 
 #include <grp.h>
 #include <pwd.h>
@@ -10,7 +10,7 @@
 #include <algorithm>
 
 
-namespace smx {
+namespace smx::mcp {
 namespace {
 
 struct CommandRule {
@@ -95,7 +95,7 @@ std::string check_id_operands(const std::vector<std::string>& ops) {
     }
     if (std::count(ops.begin(), ops.end(), "-") > 1) return "- (standard input) given twice";
     for (const auto& op : ops)
-        if (op != "-" && !sm::valid_ta_id(op)) return "'" + op + "' is not a queue id";
+        if (op != "-" && !smx::valid_ta_id(op)) return "'" + op + "' is not a queue id";
     return {};
 }
 
@@ -337,15 +337,15 @@ void resolve_config(Args& a, const std::string& default_file) {
     else a.config_source = "built-in defaults (no " + default_file + ")";
 }
 
-std::optional<sm::Config> load_checked(const std::string& path, std::ostream& err) {
+std::optional<smx::Config> load_checked(const std::string& path, std::ostream& err) {
     try {
-        sm::Config cfg = sm::load_config(path);
+        smx::Config cfg = smx::load_config(path);
         if (!cfg.server.user.empty() && !::getpwnam(cfg.server.user.c_str()))
-            throw sm::ConfigError("server.user", "no such user '" + cfg.server.user + "'");
+            throw smx::ConfigError("server.user", "no such user '" + cfg.server.user + "'");
         for (auto [key, name] : {std::pair{"server.admin_group", &cfg.server.admin_group},
                                  std::pair{"server.stats_group", &cfg.server.stats_group}})
             if (!name->empty() && !::getgrnam(name->c_str()))
-                throw sm::ConfigError(key, "no such group '" + *name + "'");
+                throw smx::ConfigError(key, "no such group '" + *name + "'");
         return cfg;
     } catch (const std::exception& e) {
         err << "smx: config error: " << e.what() << '\n';
@@ -365,11 +365,11 @@ std::string stats_to_json(std::string_view text) {
         const std::string_view name = line.substr(0, space);
         const std::string value(
             space == std::string_view::npos ? std::string_view{} : trim(line.substr(space)));
-        out += sep + sm::json_string(name) + ": " +
-               (is_json_number(value) ? value : sm::json_string(value));
+        out += sep + smx::json_string(name) + ": " +
+               (is_json_number(value) ? value : smx::json_string(value));
         sep = ",\n  ";
     }
     return out + (out.size() > 1 ? "\n}\n" : "}\n");
 }
 
-} // namespace smx
+} // namespace smx::mcp

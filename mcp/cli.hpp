@@ -2,7 +2,7 @@
 // to QMGR or read the config (everything except `smx run`).
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <optional>
 #include <ostream>
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace smx {
+namespace smx::mcp {
 
 // Exit statuses of `smx`.
 inline constexpr int exit_ok = 0;
@@ -62,10 +62,10 @@ void resolve_config(Args& a, const std::string& default_file = default_config);
 // admin who may not read the key can still use the queue commands. On
 // error prints "smx: config error: <key>: <what>" to err. check-config
 // (cli_config.hpp) checks the rest.
-std::optional<sm::Config> load_checked(const std::string& path, std::ostream& err);
+std::optional<smx::Config> load_checked(const std::string& path, std::ostream& err);
 
 // "name value" lines to one JSON object; values that are JSON numbers stay
 // numbers, anything else becomes a string.
 std::string stats_to_json(std::string_view text);
 
-} // namespace smx
+} // namespace smx::mcp

@@ -1,10 +1,10 @@
-#include "cli_config.hpp"
+#include "mcp/cli_config.hpp"
 
-#include "privsep.hpp"
-#include "secret_files.hpp"
+#include "mcp/privsep.hpp"
+#include "mcp/secret_files.hpp"
 
-#include "config_keys.hpp"
-#include "limits.hpp"
+#include "libsm/config_keys.hpp"
+#include "libsm/limits.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <filesystem>
 
-namespace smx {
+namespace smx::mcp {
 namespace fs = std::filesystem;
 
 namespace {
@@ -100,7 +100,7 @@ bool domain_name(std::string_view d) {
 std::optional<std::string> bad_domain_key(const std::string& key, const std::string& d) {
     const std::string_view name = !d.empty() && d[0] == '.' ? std::string_view(d).substr(1) : d;
     const bool literal = d.size() > 2 && d.front() == '[' && d.back() == ']' &&
-                         sm::ip_address(d.substr(1, d.size() - 2));
+                         smx::ip_address(d.substr(1, d.size() - 2));
     if (domain_name(name) || literal) return std::nullopt;
     std::string w = key + ": \"" + d + "\" is not a domain name, so no mail matches it";
     if (d.starts_with("*."))
@@ -109,7 +109,7 @@ std::optional<std::string> bad_domain_key(const std::string& key, const std::str
 }
 
 // The network an address/prefix names: its host bits cleared.
-sm::Cidr network_of(sm::Cidr c) {
+smx::Cidr network_of(smx::Cidr c) {
     const unsigned bytes = c.v6 ? 16 : 4;
     for (unsigned i = 0; i < bytes; ++i) {
         const unsigned bit = i * 8;
@@ -122,7 +122,7 @@ sm::Cidr network_of(sm::Cidr c) {
 
 // An open relay, or most of one: every address, or more than a /8 of IPv4
 // (a v4-mapped IPv6 network counts as the IPv4 one) or a /16 of IPv6.
-std::optional<std::string> too_wide(const sm::Cidr& c) {
+std::optional<std::string> too_wide(const smx::Cidr& c) {
     static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     const bool v4 = !c.v6 || (c.prefix >= 96 && std::memcmp(c.addr, mapped, 12) == 0);
     const unsigned prefix = c.v6 && v4 ? c.prefix - 96 : c.prefix;
@@ -140,11 +140,11 @@ std::optional<std::string> too_wide(const sm::Cidr& c) {
     return std::nullopt;
 }
 
-std::string route_value(const sm::Route& r) {
+std::string route_value(const smx::Route& r) {
     const auto hops = r.nexthops();
-    if (r.mx) return sm::toml_string(hops.front());
+    if (r.mx) return smx::toml_string(hops.front());
     std::string out = "[";
-    for (std::size_t i = 0; i < hops.size(); ++i) out += (i ? ", " : "") + sm::toml_string(hops[i]);
+    for (std::size_t i = 0; i < hops.size(); ++i) out += (i ? ", " : "") + smx::toml_string(hops[i]);
     return out + "]";
 }
 
@@ -156,19 +156,19 @@ std::string toml_key(const std::string& name) {
     const bool bare = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
     });
-    return name.substr(0, dot + 1) + (bare ? part : sm::toml_string(part));
+    return name.substr(0, dot + 1) + (bare ? part : smx::toml_string(part));
 }
 
 // What smx run refuses besides load_checked, checked as smx run by the same
 // user would: a key only root may read passes for root and fails for anyone
 // else; the children's accounts matter only to root.
-bool runnable(const sm::Config& cfg, std::string& why) {
+bool runnable(const smx::Config& cfg, std::string& why) {
     if (!read_secrets(cfg, why)) return false;
     lookup_accounts(cfg, why);
     return why.empty() && check_paths(cfg, why);
 }
 
-void print_summary(const sm::Config& cfg, std::ostream& out) {
+void print_summary(const smx::Config& cfg, std::ostream& out) {
     out << "listen: ";
     for (std::size_t i = 0; i < cfg.server.listen.size(); ++i)
         out << (i ? ", " : "") << cfg.server.listen[i].str();
@@ -197,7 +197,7 @@ void print_summary(const sm::Config& cfg, std::ostream& out) {
 
 } // namespace
 
-bool check_paths(const sm::Config& cfg, std::string& err) {
+bool check_paths(const smx::Config& cfg, std::string& err) {
     const auto& q = cfg.queue;
     // content_dir and ibdb_dir left empty are in the spool.
     if (!can_make_dir("queue.spool_dir", cfg.spool_dir_abs(), err) ||
@@ -209,11 +209,11 @@ bool check_paths(const sm::Config& cfg, std::string& err) {
     return cfg.log.file.empty() || can_open_log(cfg.log.file, err);
 }
 
-std::vector<std::string> config_warnings(const sm::Config& cfg) {
+std::vector<std::string> config_warnings(const smx::Config& cfg) {
     std::vector<std::string> out;
     for (const auto& n : cfg.server.relay_networks) {
         if (auto w = too_wide(n)) out.push_back(*w);
-        const sm::Cidr net = network_of(n);
+        const smx::Cidr net = network_of(n);
         if (net.str() != n.str())
             out.push_back("server.relay_networks: \"" + n.str() +
                           "\" has host bits set: it means " + net.str() +
@@ -223,9 +223,9 @@ std::vector<std::string> config_warnings(const sm::Config& cfg) {
     }
     for (const auto& d : cfg.server.relay_domains)
         if (auto w = bad_domain_key("server.relay_domains", d)) out.push_back(*w);
-    auto hosts = [&](const std::string& key, const sm::Route& route) {
+    auto hosts = [&](const std::string& key, const smx::Route& route) {
         for (const auto& h : route.hosts)
-            if (!domain_name(h.host) && !sm::ip_address(h.host))
+            if (!domain_name(h.host) && !smx::ip_address(h.host))
                 out.push_back(key + ": \"" + h.host + "\" is neither a host name nor an address");
     };
     for (const auto& [domain, route] : cfg.routes) {
@@ -255,34 +255,34 @@ int check_config(const std::string& path, std::ostream& out, std::ostream& err,
     // What `smx run` from this shell would get (a service manager may set
     // another limit: LimitNOFILE=).
     std::string warning;
-    sm::smtps_layout(cfg->server, sm::raise_nofile(), warning);
+    smx::smtps_layout(cfg->server, smx::raise_nofile(), warning);
     if (!warning.empty()) err << "smx: warning: " << warning << '\n';
     return exit_ok;
 }
 
-std::vector<std::pair<std::string, std::string>> config_entries(const sm::Config& cfg) {
+std::vector<std::pair<std::string, std::string>> config_entries(const smx::Config& cfg) {
     std::vector<std::pair<std::string, std::string>> out;
-    for (const auto& k : sm::config_keys())
-        if (sm::accepted(k)) out.emplace_back(k.name, k.member.show(cfg));
+    for (const auto& k : smx::config_keys())
+        if (smx::accepted(k)) out.emplace_back(k.name, k.member.show(cfg));
     for (const auto& [domain, route] : cfg.routes)
         out.emplace_back("routes." + domain, route_value(route));
     if (cfg.default_route) out.emplace_back("routes.default", route_value(*cfg.default_route));
     for (const auto& [domain, level] : cfg.tls_policy) {
-        sm::Config one;
+        smx::Config one;
         one.client.tls_security_level = level;
         out.emplace_back("tls_policy." + domain,
-                         sm::find_config_key("client.tls_security_level")->member.show(one));
+                         smx::find_config_key("client.tls_security_level")->member.show(one));
     }
     return out;
 }
 
-std::vector<std::pair<std::string, std::string>> changed_entries(const sm::Config& cfg) {
-    const auto defaults = config_entries(sm::load_config(""));
+std::vector<std::pair<std::string, std::string>> changed_entries(const smx::Config& cfg) {
+    const auto defaults = config_entries(smx::load_config(""));
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& [name, value] : config_entries(cfg)) {
         std::optional<std::string> def;
-        if (const sm::ConfigKey* k = sm::find_config_key(name); k && k->fill) {
-            sm::Config without = cfg;
+        if (const smx::ConfigKey* k = smx::find_config_key(name); k && k->fill) {
+            smx::Config without = cfg;
             k->fill(without);
             def = k->member.show(without);
         } else if (auto d = std::find_if(defaults.begin(), defaults.end(),
@@ -296,8 +296,8 @@ std::vector<std::pair<std::string, std::string>> changed_entries(const sm::Confi
 }
 
 int config_command(const Args& args, std::ostream& out, std::ostream& err) {
-    std::optional<sm::Config> cfg;
-    if (args.defaults) cfg = sm::load_config("");
+    std::optional<smx::Config> cfg;
+    if (args.defaults) cfg = smx::load_config("");
     else cfg = load_checked(args.config_path, err);
     if (!cfg) return exit_config;
     const auto all = config_entries(*cfg);
@@ -328,4 +328,4 @@ int config_command(const Args& args, std::ostream& out, std::ostream& err) {
     return exit_ok;
 }
 
-} // namespace smx
+} // namespace smx::mcp

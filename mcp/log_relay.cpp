@@ -1,7 +1,7 @@
-#include "log_relay.hpp"
+#include "mcp/log_relay.hpp"
 
-#include "log.hpp"
-#include "panic.hpp"
+#include "libsm/log.hpp"
+#include "libsm/panic.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace smx {
+namespace smx::mcp {
 namespace {
 // Room for bursts of the children's lines while the file is slow: their
 // loggers block (and lose nothing) only once it is full.
@@ -24,9 +24,9 @@ bool LogRelay::start(std::string& err) {
         err = std::string("log pipe: ") + std::strerror(errno);
         return false;
     }
-    read_ = sm::Fd(fds[0]);
-    write_ = sm::Fd(fds[1]);
-    stop_ = sm::Fd(::eventfd(0, EFD_CLOEXEC));
+    read_ = smx::Fd(fds[0]);
+    write_ = smx::Fd(fds[1]);
+    stop_ = smx::Fd(::eventfd(0, EFD_CLOEXEC));
     if (!stop_ || ::fcntl(read_.get(), F_SETFL, O_NONBLOCK) != 0) {
         err = std::string("log pipe: ") + std::strerror(errno);
         return false;
@@ -42,7 +42,7 @@ void LogRelay::stop() {
     if (!thread_.joinable()) return;
     const std::uint64_t one = 1;
     if (::write(stop_.get(), &one, sizeof one) != sizeof one)
-        sm::panic(std::string("log relay: cannot stop its thread: ") + std::strerror(errno));
+        smx::panic(std::string("log relay: cannot stop its thread: ") + std::strerror(errno));
     thread_.join();
 }
 
@@ -52,7 +52,7 @@ void LogRelay::run() {
         pollfd p[2] = {{read_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
         if (::poll(p, 2, -1) < 0) {
             if (errno == EINTR) continue;
-            sm::panic(std::string("log relay: poll: ") + std::strerror(errno));
+            smx::panic(std::string("log relay: poll: ") + std::strerror(errno));
         }
         stopping = p[1].revents != 0;
         // Everything there now; on stop, the last lines too.
@@ -63,7 +63,7 @@ void LogRelay::run() {
             else break;  // EAGAIN: all read (we hold a writer: never EOF)
         }
     }
-    if (!tail_.empty()) sm::write_log_lines(tail_ + "\n");
+    if (!tail_.empty()) smx::write_log_lines(tail_ + "\n");
     tail_.clear();
 }
 
@@ -71,15 +71,15 @@ void LogRelay::pass(const char* data, std::size_t n) {
     tail_.append(data, n);
     const std::size_t end = tail_.rfind('\n');
     if (end != std::string::npos) {
-        sm::write_log_lines(std::string_view(tail_).substr(0, end + 1));
+        smx::write_log_lines(std::string_view(tail_).substr(0, end + 1));
         tail_.erase(0, end + 1);
     }
-    // A child writes whole lines of at most sm::max_log_line; a longer
+    // A child writes whole lines of at most smx::max_log_line; a longer
     // piece without an end is not waited for.
-    if (tail_.size() > sm::max_log_line) {
-        sm::write_log_lines(tail_ + "\n");
+    if (tail_.size() > smx::max_log_line) {
+        smx::write_log_lines(tail_ + "\n");
         tail_.clear();
     }
 }
 
-} // namespace smx
+} // namespace smx::mcp

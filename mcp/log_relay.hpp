@@ -1,17 +1,17 @@
 // The children's log lines when log.file is set: they write them into one
 // pipe (SMX_LOG_FD, libsm/log.hpp), and a thread of `smx run` copies them
-// into the file with its own lines (sm::write_log_lines). Only `smx run`
+// into the file with its own lines (smx::write_log_lines). Only `smx run`
 // opens the file, and opens it again on SIGHUP or SIGUSR1 (logrotate): a
 // child, which runs as another account, can neither reopen, truncate nor
 // replace it, and one restarted after a rotation logs where the rest do.
 #pragma once
 
-#include "fd.hpp"
+#include "libsm/fd.hpp"
 
 #include <string>
 #include <thread>
 
-namespace smx {
+namespace smx::mcp {
 
 class LogRelay {
 public:
@@ -32,9 +32,9 @@ private:
     // Passes the whole lines of what came; keeps an unfinished last one.
     void pass(const char* data, std::size_t n);
 
-    sm::Fd read_, write_, stop_;  // stop_: an eventfd, written once by stop()
+    smx::Fd read_, write_, stop_;  // stop_: an eventfd, written once by stop()
     std::string tail_;            // a line not yet ended
     std::thread thread_;
 };
 
-} // namespace smx
+} // namespace smx::mcp

@@ -1,9 +1,9 @@
 // smx: `smx run` (the MCP) and the operator commands.
-#include "cli.hpp"
-#include "cli_config.hpp"
-#include "queue_commands.hpp"
-#include "reload.hpp"
-#include "run.hpp"
+#include "mcp/cli.hpp"
+#include "mcp/cli_config.hpp"
+#include "mcp/queue_commands.hpp"
+#include "mcp/reload.hpp"
+#include "mcp/run.hpp"
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -12,26 +12,26 @@
 
 int main(int argc, char** argv) {
     std::string err;
-    auto args = smx::parse_args(argc, argv, err);
+    auto args = smx::mcp::parse_args(argc, argv, err);
     if (!args) {
         std::cerr << "smx: " << err << " (smx --help lists the commands)\n";
-        return smx::exit_usage;
+        return smx::mcp::exit_usage;
     }
     if (args->command == "help") {
-        if (args->operands.empty()) smx::print_usage(std::cout);
-        else smx::print_help(std::cout, args->operands.front());
-        return smx::exit_ok;
+        if (args->operands.empty()) smx::mcp::print_usage(std::cout);
+        else smx::mcp::print_help(std::cout, args->operands.front());
+        return smx::mcp::exit_ok;
     }
     if (args->command == "version") {
         std::cout << "smx " SMX_VERSION "\n";
-        return smx::exit_ok;
+        return smx::mcp::exit_ok;
     }
-    smx::resolve_config(*args);
-    if (args->command == "run") return smx::run(*args);
+    smx::mcp::resolve_config(*args);
+    if (args->command == "run") return smx::mcp::run(*args);
     if (args->command == "check-config")
-        return smx::check_config(args->config_path, std::cout, std::cerr, args->config_source);
-    if (args->command == "config") return smx::config_command(*args, std::cout, std::cerr);
-    if (args->command == "reload") return smx::reload_command(*args, std::cout, std::cerr);
+        return smx::mcp::check_config(args->config_path, std::cout, std::cerr, args->config_source);
+    if (args->command == "config") return smx::mcp::config_command(*args, std::cout, std::cerr);
+    if (args->command == "reload") return smx::mcp::reload_command(*args, std::cout, std::cerr);
 
     // libsm's channel logs its warnings; for a command they belong on
     // stderr, never in the output a script parses.
@@ -39,5 +39,5 @@ int main(int argc, char** argv) {
     lg->set_pattern("smx: %v");
     lg->set_level(spdlog::level::warn);
     spdlog::set_default_logger(lg);
-    return smx::ctl_command(*args, std::cin, std::cout, std::cerr);
+    return smx::mcp::ctl_command(*args, std::cin, std::cout, std::cerr);
 }

@@ -1,6 +1,6 @@
-#include "privsep.hpp"
+#include "mcp/privsep.hpp"
 
-#include "fd.hpp"
+#include "libsm/fd.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -20,14 +20,14 @@
 #include <utility>
 #include <vector>
 
-namespace smx {
+namespace smx::mcp {
 namespace fs = std::filesystem;
 
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
-using sm::Fd;
+using smx::Fd;
 
 std::optional<RunAs> lookup_user(const std::string& key, const std::string& name,
                                  std::string& err) {
@@ -55,7 +55,7 @@ std::vector<gid_t> own_groups(const RunAs& r) {
     return groups;
 }
 
-// <content_dir>/00 .. FF: the same upper-case hex names as sm::cdb_path().
+// <content_dir>/00 .. FF: the same upper-case hex names as smx::content::file_path().
 std::string hashed_dir(int i) {
     static const char hex[] = "0123456789ABCDEF";
     return {hex[i >> 4], hex[i & 15]};
@@ -191,7 +191,7 @@ Fd open_store(int spool_fd, const std::string& spool, const std::string& dir, st
     return open_top(dir, err);
 }
 
-bool make_dirs_as_root(const sm::Config& cfg, const Accounts& a, std::string& err) {
+bool make_dirs_as_root(const smx::Config& cfg, const Accounts& a, std::string& err) {
     const uid_t root = 0;
     const std::string spool = cfg.spool_dir_abs();
     // Only the children's group may list the spool. Others may pass through
@@ -209,17 +209,17 @@ bool make_dirs_as_root(const sm::Config& cfg, const Accounts& a, std::string& er
     // Content: QMGR owns it (bounces, unlinks); SMTPS creates files through
     // its own group, and the sticky bit keeps it from removing QMGR's;
     // SMTPC may only pass through (other: x) and read (files 0640, group smx).
-    const Layout cdb{a.qmgr.uid, a.smtps_group, 01771, a.group, 0640};
+    const Layout content_layout{a.qmgr.uid, a.smtps_group, 01771, a.group, 0640};
     const std::string content = cfg.content_dir_abs();
     Fd c = open_store(top.get(), spool, content, err);
-    if (c.get() < 0 || !lay_out(c.get(), content, cdb, err)) return false;
+    if (c.get() < 0 || !lay_out(c.get(), content, content_layout, err)) return false;
     // The content segments' directory is laid out as the hashed ones.
     std::vector<std::string> subdirs{"segments"};
     if (cfg.queue.cdb_hashed)
         for (int i = 0; i < 256; ++i) subdirs.push_back(hashed_dir(i));
     for (const auto& name : subdirs) {
         Fd d = open_dir(c.get(), name, content + "/" + name, err);
-        if (d.get() < 0 || !lay_out(d.get(), content + "/" + name, cdb, err)) return false;
+        if (d.get() < 0 || !lay_out(d.get(), content + "/" + name, content_layout, err)) return false;
     }
     // The maildrop is smx-pickup's (it runs as SMTPS's account), which takes
     // files out of it; smx-postdrop's group may create files in it but not
@@ -258,7 +258,7 @@ std::optional<gid_t> lookup_group(const std::string& key, const std::string& nam
 
 } // namespace
 
-std::optional<Accounts> lookup_accounts(const sm::Config& cfg, std::string& err) {
+std::optional<Accounts> lookup_accounts(const smx::Config& cfg, std::string& err) {
     if (::geteuid() != 0) return std::nullopt;
     const auto& s = cfg.server;
     Accounts a;
@@ -298,7 +298,7 @@ std::optional<Accounts> lookup_accounts(const sm::Config& cfg, std::string& err)
     return a;
 }
 
-bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err) {
+bool make_dirs(const smx::Config& cfg, const Accounts* accounts, std::string& err) {
     if (accounts) return make_dirs_as_root(cfg, *accounts, err);
     const std::string content = cfg.content_dir_abs();
     std::vector<std::string> dirs{cfg.ibdb_dir_abs(), cfg.defedb_dir_abs(),
@@ -366,7 +366,7 @@ std::string unreachable(const RunAs& r, const std::string& child, const fs::path
 
 } // namespace
 
-bool check_reach(const sm::Config& cfg, const std::string& config_path, const Accounts& a,
+bool check_reach(const smx::Config& cfg, const std::string& config_path, const Accounts& a,
                  std::string& err) {
     const std::vector<std::string> everyone{cfg.content_dir_abs(), cfg.run_dir_abs()};
     const std::vector<std::string> qmgr{cfg.spool_dir_abs(),      cfg.ibdb_dir_abs(),
@@ -384,4 +384,4 @@ bool check_reach(const sm::Config& cfg, const std::string& config_path, const Ac
     return true;
 }
 
-} // namespace smx
+} // namespace smx::mcp

@@ -12,7 +12,7 @@
 // symbolic links, and the MCP changes owners and modes only through fds.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <sys/types.h>
 
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace smx {
+namespace smx::mcp {
 
 // One child's account, looked up before fork (the child may only make
 // async-signal-safe calls).
@@ -40,14 +40,14 @@ struct Accounts {
 
 // Set only when we are root. An account or group that does not exist is an
 // error naming the key and how to create it.
-std::optional<Accounts> lookup_accounts(const sm::Config& cfg, std::string& err);
+std::optional<Accounts> lookup_accounts(const smx::Config& cfg, std::string& err);
 
 // Creates the spool (cdb/ with 00..FF when cdb_hashed, ibdb/, defedb/,
 // quarantine/, maildrop/, maildrop-quarantine/; content_dir and ibdb_dir
 // where they are set) and the run
 // directory. With accounts, also gives every
 // directory and the files in it to their owner, with the modes of the table.
-bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err);
+bool make_dirs(const smx::Config& cfg, const Accounts* accounts, std::string& err);
 
 // Started as root: each child's account can reach what it needs (after
 // make_dirs): search on every directory on the way to its stores and the
@@ -55,7 +55,7 @@ bool make_dirs(const sm::Config& cfg, const Accounts* accounts, std::string& err
 // judged by owners and modes (a directory or file with an ACL passes). False
 // with err naming the account, the directory or file, its mode and owner:
 // one smx did not make, such as a home directory of 0700 above ./var.
-bool check_reach(const sm::Config& cfg, const std::string& config_path, const Accounts& accounts,
+bool check_reach(const smx::Config& cfg, const std::string& config_path, const Accounts& accounts,
                  std::string& err);
 
-} // namespace smx
+} // namespace smx::mcp

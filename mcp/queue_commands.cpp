@@ -1,13 +1,13 @@
-#include "queue_commands.hpp"
+#include "mcp/queue_commands.hpp"
 
-#include "channel.hpp"
-#include "ids.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/ids.hpp"
 
 #include <cstdint>
 #include <utility>
 #include <vector>
 
-namespace smx {
+namespace smx::mcp {
 namespace {
 
 constexpr std::size_t max_id_line = 256;
@@ -18,9 +18,9 @@ struct Ctl {
     std::ostream& err;
 
     // nullopt after saying why QMGR cannot be reached.
-    std::optional<sm::msg::CtlReply> call(sm::msg::CtlRequest req) const {
+    std::optional<smx::msg::CtlReply> call(smx::msg::CtlRequest req) const {
         std::string why;
-        auto reply = sm::ctl_call(socket, req, why);
+        auto reply = smx::ctl_call(socket, req, why);
         if (!reply)
             err << "smx: cannot reach qmgr at " << socket << " (config: " << args.config_source
                 << "): " << why << '\n';
@@ -44,7 +44,7 @@ void print_with_newline(std::ostream& out, std::string_view text) {
     if (!text.empty() && text.back() != '\n') out << '\n';
 }
 
-// hold, release, delete with queue ids: sm::msg::max_ctl_ids a request,
+// hold, release, delete with queue ids: smx::msg::max_ctl_ids a request,
 // those of `-` sent as they are read.
 int ids_command(const Ctl& q, std::istream& in, std::ostream& out) {
     int status = exit_ok;
@@ -66,7 +66,7 @@ int ids_command(const Ctl& q, std::istream& in, std::ostream& out) {
             const std::string_view line = text.substr(0, nl);
             text = nl == text.npos ? std::string_view{} : text.substr(nl + 1);
             const auto colon = line.find(": ");
-            if (colon != line.npos && sm::valid_ta_id(line.substr(0, colon)) &&
+            if (colon != line.npos && smx::valid_ta_id(line.substr(0, colon)) &&
                 line.substr(colon + 2) != "no such queue id")
                 out << line << '\n';
             else
@@ -76,7 +76,7 @@ int ids_command(const Ctl& q, std::istream& in, std::ostream& out) {
     };
     auto add = [&](std::string id) {
         batch.push_back(std::move(id));
-        return batch.size() < sm::msg::max_ctl_ids || send();
+        return batch.size() < smx::msg::max_ctl_ids || send();
     };
     for (const auto& op : q.args.operands) {
         if (op != "-") {
@@ -153,7 +153,7 @@ std::optional<std::string> IdReader::next() {
         if (first == line.npos || last == line.npos || last < first) line.clear();
         else line = line.substr(first, last - first + 1);
         if (line.empty() && !long_line) continue;
-        if (!long_line && sm::valid_ta_id(line)) return line;
+        if (!long_line && smx::valid_ta_id(line)) return line;
         warn_ << "smx: " << command_ << ": line " << line_ << ": '"
               << line.substr(0, 40) << (long_line || line.size() > 40 ? "...'" : "'")
               << " is not a queue id; skipped\n";
@@ -181,7 +181,7 @@ int ctl_command(const Args& args, std::istream& in, std::ostream& out, std::ostr
         return ids_command(q, in, out);
     if (c == "show" && args.body) return show_body(q, out);
 
-    sm::msg::CtlRequest req{c, args.filters};
+    smx::msg::CtlRequest req{c, args.filters};
     if (args.json && c == "queue") req.args.push_back("json");
     req.args.insert(req.args.end(), args.operands.begin(), args.operands.end());
     // postqueue -s: QMGR's requeue of a domain.
@@ -198,4 +198,4 @@ int ctl_command(const Args& args, std::istream& in, std::ostream& out, std::ostr
     return exit_ok;
 }
 
-} // namespace smx
+} // namespace smx::mcp

@@ -1,11 +1,11 @@
 // The commands that talk to QMGR: stats, queue, qshape, show, requeue,
 // flush, hold, release, delete. Each is one CTL request, except hold,
 // release and delete with more ids than one request takes
-// (sm::msg::max_ctl_ids) or ids on standard input, and show --body, which
+// (smx::msg::max_ctl_ids) or ids on standard input, and show --body, which
 // gets the content a page at a time.
 #pragma once
 
-#include "cli.hpp"
+#include "mcp/cli.hpp"
 
 #include <istream>
 #include <optional>
@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-namespace smx {
+namespace smx::mcp {
 
 // The commands above; in: where `-` reads queue ids from.
 int ctl_command(const Args& args, std::istream& in, std::ostream& out, std::ostream& err);
@@ -42,4 +42,4 @@ private:
 // that ended the previous page.
 std::string to_lf(std::string_view page, bool& cr);
 
-} // namespace smx
+} // namespace smx::mcp

@@ -1,8 +1,8 @@
-#include "ready.hpp"
+#include "mcp/ready.hpp"
 
-#include "await.hpp"
-#include "channel.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/panic.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -19,7 +19,7 @@
 #include <functional>
 #include <optional>
 
-namespace smx {
+namespace smx::mcp {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using namespace std::chrono_literals;
@@ -53,14 +53,14 @@ void run_probe(asio::io_context& io, const sigset_t& wake, std::string_view what
                std::function<asio::awaitable<void>()> probe) {
     // Readable while such a signal is pending; never read, so it stays so.
     const int sfd = ::signalfd(-1, &wake, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (sfd < 0) sm::panic(std::string("signalfd: ") + std::strerror(errno));
+    if (sfd < 0) smx::panic(std::string("signalfd: ") + std::strerror(errno));
     asio::posix::stream_descriptor signals(io, sfd);
     signals.async_wait(asio::posix::stream_descriptor::wait_read,
                        [&](boost::system::error_code ec) {
                            if (!ec) io.stop();
                        });
     asio::co_spawn(io, std::move(probe), [&, what](std::exception_ptr e) {
-        sm::crash_on_exception(what)(e);
+        smx::crash_on_exception(what)(e);
         io.stop();
     });
     io.run_for(1s);
@@ -73,7 +73,7 @@ bool qmgr_answers(const std::string& path, const sigset_t& wake) {
     bool ok = false;
     run_probe(io, wake, "qmgr probe", [&]() -> asio::awaitable<void> {
         std::string err;
-        if (auto ch = co_await sm::connect_qmgr(path, "cli", err)) {
+        if (auto ch = co_await smx::connect_qmgr(path, "cli", err)) {
             ok = true;
             ch->close();
         }
@@ -88,15 +88,15 @@ bool smtp_greets(int listen_fd, const sigset_t& wake) {
     bool ok = false;
     run_probe(io, wake, "smtp probe", [&]() -> asio::awaitable<void> {
         tcp::socket sock(io);
-        auto [cec] = co_await sock.async_connect(*ep, sm::await_tuple);
+        auto [cec] = co_await sock.async_connect(*ep, smx::await_tuple);
         if (cec) co_return;
         std::string line;
         auto [rec, n] = co_await asio::async_read_until(
-            sock, asio::dynamic_buffer(line, 512), '\n', sm::await_tuple);
+            sock, asio::dynamic_buffer(line, 512), '\n', smx::await_tuple);
         if (rec || line.rfind("220", 0) != 0) co_return;
         ok = true;
         co_await asio::async_write(sock, asio::buffer("QUIT\r\n", 6),
-                                   sm::await_tuple);
+                                   smx::await_tuple);
     });
     return ok;
 }
@@ -109,4 +109,4 @@ void notify_service(const std::string& state) {
                      state.substr(0, state.find('\n')), std::strerror(-rc));
 }
 
-} // namespace smx
+} // namespace smx::mcp

@@ -12,7 +12,7 @@
 
 #include <string>
 
-namespace smx {
+namespace smx::mcp {
 
 // True when QMGR answers a HELLO on its socket at path.
 bool qmgr_answers(const std::string& path, const sigset_t& wake);
@@ -26,4 +26,4 @@ bool smtp_greets(int listen_fd, const sigset_t& wake);
 // not started by a service manager (NOTIFY_SOCKET unset or empty).
 void notify_service(const std::string& state);
 
-} // namespace smx
+} // namespace smx::mcp

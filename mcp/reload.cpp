@@ -1,6 +1,6 @@
-#include "reload.hpp"
+#include "mcp/reload.hpp"
 
-#include "config_reload.hpp"
+#include "libsm/config_reload.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-namespace smx {
+namespace smx::mcp {
 namespace {
 using namespace std::chrono_literals;
 
@@ -52,7 +52,7 @@ long read_pid(const std::string& path) {
 
 } // namespace
 
-ReloadOutcome check_reload(const std::string& path, const sm::Config& running) {
+ReloadOutcome check_reload(const std::string& path, const smx::Config& running) {
     const std::string keeping = "; keeping the running configuration";
     std::ostringstream why;
     auto next = load_checked(path, why);
@@ -65,8 +65,8 @@ ReloadOutcome check_reload(const std::string& path, const sm::Config& running) {
     std::string err;
     auto secrets = read_secrets(*next, err);
     if (!secrets) return {false, "config error: " + err + keeping, {}};
-    const auto kept = sm::keep_restart_only(running, *next);
-    sm::set_log_level(next->log);
+    const auto kept = smx::keep_restart_only(running, *next);
+    smx::set_log_level(next->log);
     std::string text = "config reloaded from " + (path.empty() ? "the built-in defaults" : path);
     if (!kept.empty()) {
         // One line: it is logged as well.
@@ -132,4 +132,4 @@ int reload_command(const Args& args, std::ostream& out, std::ostream& err) {
     return exit_failed;
 }
 
-} // namespace smx
+} // namespace smx::mcp

@@ -9,15 +9,15 @@
 // outcome goes to <run_dir>/reload.status, where `smx reload` waits for it.
 #pragma once
 
-#include "cli.hpp"
-#include "config.hpp"
-#include "secret_files.hpp"
+#include "libsm/config.hpp"
+#include "mcp/cli.hpp"
+#include "mcp/secret_files.hpp"
 
 #include <chrono>
 #include <optional>
 #include <string>
 
-namespace smx {
+namespace smx::mcp {
 
 struct ReloadOutcome {
     bool ok = false;
@@ -28,7 +28,7 @@ struct ReloadOutcome {
 // Checks the file at path (empty: built-in defaults) against the running
 // config and reads its secrets; on success sets the MCP's log level. Does
 // not signal anyone.
-ReloadOutcome check_reload(const std::string& path, const sm::Config& running);
+ReloadOutcome check_reload(const std::string& path, const smx::Config& running);
 
 // "<pid> <taken> ok|error\n<text>\n" to <run_dir>/reload.status, written to
 // a new file and renamed over the old one (never through a link QMGR's
@@ -46,4 +46,4 @@ bool write_reload_status(const std::string& run_dir, std::chrono::steady_clock::
 // running, no answer).
 int reload_command(const Args& args, std::ostream& out, std::ostream& err);
 
-} // namespace smx
+} // namespace smx::mcp

@@ -1,17 +1,17 @@
-#include "run.hpp"
+#include "mcp/run.hpp"
 
-#include "cli_config.hpp"
+#include "mcp/cli_config.hpp"
 
-#include "content_trust.hpp"
-#include "limits.hpp"
-#include "session_counts.hpp"
-#include "listen.hpp"
-#include "log.hpp"
-#include "log_relay.hpp"
-#include "panic.hpp"
-#include "privsep.hpp"
-#include "startup.hpp"
-#include "supervisor.hpp"
+#include "libsm/content_trust.hpp"
+#include "libsm/limits.hpp"
+#include "libsm/listen.hpp"
+#include "libsm/log.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/session_counts.hpp"
+#include "mcp/log_relay.hpp"
+#include "mcp/privsep.hpp"
+#include "mcp/startup.hpp"
+#include "mcp/supervisor.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -20,7 +20,7 @@
 #include <filesystem>
 #include <iostream>
 
-namespace smx {
+namespace smx::mcp {
 namespace {
 namespace fs = std::filesystem;
 
@@ -67,25 +67,25 @@ int run(const Args& args) {
     // Who may have written content, for every reader in the children
     // (libsm/content_trust.hpp); set before any thread runs.
     if (accounts)
-        ::setenv(sm::content::writers_env,
-                 sm::content::writers_env_value({accounts->smtps.uid, accounts->qmgr.uid}).c_str(), 1);
+        ::setenv(smx::content::writers_env,
+                 smx::content::writers_env_value({accounts->smtps.uid, accounts->qmgr.uid}).c_str(), 1);
     else
-        ::unsetenv(sm::content::writers_env);
+        ::unsetenv(smx::content::writers_env);
 
     // log.file is ours alone: the children's lines come through the relay.
     int log_file = -1;
-    if (!cfg->log.file.empty() && (log_file = sm::open_log_file(cfg->log.file, err)) < 0) {
+    if (!cfg->log.file.empty() && (log_file = smx::open_log_file(cfg->log.file, err)) < 0) {
         std::cerr << "smx: " << err << '\n';
         return exit_failed;
     }
-    sm::init_logging("mcp", cfg->log, log_file);
-    sm::install_crash_handlers("mcp");
+    smx::init_logging("mcp", cfg->log, log_file);
+    smx::install_crash_handlers("mcp");
     spdlog::info("config: {}", args.config_source);
     for (const auto& w : config_warnings(*cfg)) spdlog::warn("config: {}", w);
     // The children inherit the raised limit; each SMTPS clamps its share of
     // max_connections to it and says so too.
     std::string warning;
-    const sm::SmtpsLayout layout = sm::smtps_layout(cfg->server, sm::raise_nofile(), warning);
+    const smx::SmtpsLayout layout = smx::smtps_layout(cfg->server, smx::raise_nofile(), warning);
     if (!warning.empty()) spdlog::warn("{}", warning);
     // Few lines, each about a process coming or going: show them at once.
     spdlog::default_logger()->flush_on(spdlog::level::info);
@@ -137,7 +137,7 @@ int run(const Args& args) {
     plan.listen_loops = listeners.loops();
     plan.smtps_processes = layout.processes;
     // Kept open for the MCP's whole life, as the listeners are.
-    if (layout.processes > 1 && (plan.session_counts = sm::SessionCounts::create(err)) < 0)
+    if (layout.processes > 1 && (plan.session_counts = smx::SessionCounts::create(err)) < 0)
         return fatal(err);
     LogRelay relay;
     if (log_file >= 0) {
@@ -153,4 +153,4 @@ int run(const Args& args) {
     return status;
 }
 
-} // namespace smx
+} // namespace smx::mcp

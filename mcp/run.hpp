@@ -2,10 +2,10 @@
 // listeners, then hand over to the Supervisor.
 #pragma once
 
-#include "cli.hpp"
+#include "mcp/cli.hpp"
 
-namespace smx {
+namespace smx::mcp {
 
 int run(const Args& args);
 
-} // namespace smx
+} // namespace smx::mcp

@@ -1,8 +1,8 @@
-#include "secret_files.hpp"
+#include "mcp/secret_files.hpp"
 
-#include "credentials.hpp"
-#include "fd.hpp"
-#include "tls.hpp"
+#include "libsm/credentials.hpp"
+#include "libsm/fd.hpp"
+#include "libsm/tls.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,16 +12,16 @@
 #include <cstdio>
 #include <cstring>
 
-namespace smx {
+namespace smx::mcp {
 namespace {
 
-using sm::ConfigError;
-using sm::Secret;
+using smx::ConfigError;
+using smx::Secret;
 
 std::string read_secret(Secret s, const std::string& path) {
-    const char* key = sm::key_of(s);
+    const char* key = smx::key_of(s);
     // O_NONBLOCK: a FIFO must not hang smx run (it is refused below).
-    sm::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+    smx::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
     if (fd.get() < 0) throw ConfigError(key, "cannot read " + path + ": " + std::strerror(errno));
     struct stat st{};
     if (::fstat(fd.get(), &st) != 0)
@@ -33,8 +33,8 @@ std::string read_secret(Secret s, const std::string& path) {
         throw ConfigError(key, path + " is accessible by group or others (mode " + mode +
                                    "); it holds passwords: chmod 600 it");
     }
-    if (static_cast<std::uint64_t>(st.st_size) > sm::max_size(s))
-        throw ConfigError(key, path + " is larger than " + std::to_string(sm::max_size(s)) +
+    if (static_cast<std::uint64_t>(st.st_size) > smx::max_size(s))
+        throw ConfigError(key, path + " is larger than " + std::to_string(smx::max_size(s)) +
                                    " bytes");
     std::string data(static_cast<std::size_t>(st.st_size), '\0');
     std::size_t got = 0;
@@ -49,27 +49,27 @@ std::string read_secret(Secret s, const std::string& path) {
     return data;
 }
 
-ChildSecrets read_all(const sm::Config& cfg) {
+ChildSecrets read_all(const smx::Config& cfg) {
     ChildSecrets out;
     // A certificate at level none is not used, so not read.
-    if (cfg.server.tls_security_level != sm::TlsLevel::none) {
+    if (cfg.server.tls_security_level != smx::TlsLevel::none) {
         out.smtps.set(Secret::tls_cert, read_secret(Secret::tls_cert, cfg.server.tls_cert));
         out.smtps.set(Secret::tls_key, read_secret(Secret::tls_key, cfg.server.tls_key));
-        sm::tls::server_context(cfg.server, out.smtps);
+        smx::tls::server_context(cfg.server, out.smtps);
     }
     if (!cfg.client.tls_ca_file.empty())
         out.smtpc.set(Secret::tls_ca_file, read_secret(Secret::tls_ca_file, cfg.client.tls_ca_file));
-    sm::tls::client_context(cfg.client, out.smtpc);
+    smx::tls::client_context(cfg.client, out.smtpc);
     if (!cfg.client.sasl_password_file.empty())
         out.smtpc.set(Secret::sasl_password_file,
                       read_secret(Secret::sasl_password_file, cfg.client.sasl_password_file));
-    sm::credentials(cfg.client, out.smtpc);
+    smx::credentials(cfg.client, out.smtpc);
     return out;
 }
 
 } // namespace
 
-std::optional<ChildSecrets> read_secrets(const sm::Config& cfg, std::string& err) {
+std::optional<ChildSecrets> read_secrets(const smx::Config& cfg, std::string& err) {
     try {
         return read_all(cfg);
     } catch (const ConfigError& e) {
@@ -78,4 +78,4 @@ std::optional<ChildSecrets> read_secrets(const sm::Config& cfg, std::string& err
     }
 }
 
-} // namespace smx
+} // namespace smx::mcp

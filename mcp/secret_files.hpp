@@ -7,26 +7,26 @@
 // passwords, QMGR nothing.
 #pragma once
 
-#include "config.hpp"
-#include "secrets.hpp"
+#include "libsm/config.hpp"
+#include "libsm/secrets.hpp"
 
 #include <optional>
 #include <string>
 
-namespace smx {
+namespace smx::mcp {
 
 struct ChildSecrets {
-    sm::Secrets smtps, smtpc;
-    sm::Secrets pickup;  // none: its link carries its start reports only
+    smx::Secrets smtps, smtpc;
+    smx::Secrets pickup;  // none: its link carries its start reports only
 };
 
 // Reads the secrets cfg uses, following symbolic links (the paths are the
 // administrator's: certbot's live/ are links), each a regular file within
-// sm::max_size before a byte is read, the SASL password file private to its
+// smx::max_size before a byte is read, the SASL password file private to its
 // owner (mode 0600 or stricter). Then checks them with the code the children
-// use (sm::tls::server_context, client_context, sm::credentials), so that a
+// use (smx::tls::server_context, client_context, smx::credentials), so that a
 // key that does not match, a bad CA bundle or a malformed password file
 // fails here. nullopt with err "<key>: <what>" naming the file.
-std::optional<ChildSecrets> read_secrets(const sm::Config& cfg, std::string& err);
+std::optional<ChildSecrets> read_secrets(const smx::Config& cfg, std::string& err);
 
-} // namespace smx
+} // namespace smx::mcp

@@ -1,7 +1,7 @@
-#include "spawn.hpp"
+#include "mcp/spawn.hpp"
 
-#include "config_reload.hpp"
-#include "log.hpp"
+#include "libsm/config_reload.hpp"
+#include "libsm/log.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -15,7 +15,7 @@
 
 extern char** environ;
 
-namespace smx {
+namespace smx::mcp {
 namespace {
 
 enum Step { step_fds, step_setgroups, step_setgid, step_setuid, step_exec };
@@ -41,8 +41,8 @@ struct Failure {
     // both would survive exec.
     // A reload's SIGHUP that comes before the child has set up its handler
     // must neither end it nor be lost (it may have read the file before the
-    // change): blocked, it waits until sm::ConfigReloader unblocks it.
-    const sigset_t hup = sm::reload_signals();
+    // change): blocked, it waits until smx::ConfigReloader unblocks it.
+    const sigset_t hup = smx::reload_signals();
     ::sigprocmask(SIG_SETMASK, &hup, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
     // Own process group: Ctrl-C reaches only `smx run`, which stops the
@@ -116,7 +116,7 @@ pid_t spawn(const Launch& l, std::string& err) {
         fds.push_back(l.mcp_link);
     }
     if (l.log_fd >= 0) {
-        env.push_back(std::string(sm::log_fd_env) + "=" + std::to_string(3 + fds.size()));
+        env.push_back(std::string(smx::log_fd_env) + "=" + std::to_string(3 + fds.size()));
         fds.push_back(l.log_fd);
     }
     std::vector<char*> envp;
@@ -160,4 +160,4 @@ pid_t spawn(const Launch& l, std::string& err) {
     return -1;
 }
 
-} // namespace smx
+} // namespace smx::mcp

@@ -3,14 +3,14 @@
 // because between fork and exec only async-signal-safe calls are allowed.
 #pragma once
 
-#include "privsep.hpp"
+#include "mcp/privsep.hpp"
 
 #include <sys/types.h>
 
 #include <string>
 #include <vector>
 
-namespace smx {
+namespace smx::mcp {
 
 struct Launch {
     std::string path;                // the executable
@@ -21,7 +21,7 @@ struct Launch {
                                      // groups, one per event loop of the child
     std::string smtps_process;       // SMX_SMTPS_PROCESS when set: "i/n"
     int session_counts = -1;         // set: inherited after the listeners, named by
-                                     // SMX_SMTPS_COUNTS (sm::SessionCounts)
+                                     // SMX_SMTPS_COUNTS (smx::SessionCounts)
     int mcp_link = -1;               // set: inherited after the counts, named by
                                      // SMX_MCP_FD (ChildLink's child end)
     int log_fd = -1;                 // set: inherited last, named by SMX_LOG_FD
@@ -32,4 +32,4 @@ struct Launch {
 // (it reports the failing step through a close-on-exec pipe).
 pid_t spawn(const Launch& launch, std::string& err);
 
-} // namespace smx
+} // namespace smx::mcp

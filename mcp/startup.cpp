@@ -1,6 +1,6 @@
-#include "startup.hpp"
+#include "mcp/startup.hpp"
 
-#include "listen.hpp"
+#include "libsm/listen.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
-namespace smx {
+namespace smx::mcp {
 namespace fs = std::filesystem;
 
 namespace {
@@ -69,9 +69,9 @@ Listeners::~Listeners() {
     for (int fd : fds_) ::close(fd);
 }
 
-bool Listeners::open(const std::vector<sm::HostPort>& addrs, unsigned loops, std::string& err) {
+bool Listeners::open(const std::vector<smx::HostPort>& addrs, unsigned loops, std::string& err) {
     loops_ = loops;
-    return sm::listen_all(addrs, loops, fds_, err);
+    return smx::listen_all(addrs, loops, fds_, err);
 }
 
-} // namespace smx
+} // namespace smx::mcp

@@ -3,14 +3,14 @@
 // Each step returns false with a message for the operator in err.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <sys/types.h>
 
 #include <string>
 #include <vector>
 
-namespace smx {
+namespace smx::mcp {
 
 // An flock()ed <run_dir>/smx.pid holding our pid: one `smx run` per run
 // directory. The file is removed when the lock is released. QMGR's account
@@ -29,7 +29,7 @@ private:
     int fd_ = -1;
 };
 
-// Every address bound once per SMTPS event loop (sm::listen_all: one
+// Every address bound once per SMTPS event loop (smx::listen_all: one
 // SO_REUSEPORT group per address), held until the MCP exits so that no
 // connection queued on them is lost while SMTPS restarts. The fds are
 // close-on-exec; only smx-smtps gets them, as fds 3, 4, ...
@@ -39,8 +39,8 @@ public:
     Listeners(const Listeners&) = delete;
     Listeners& operator=(const Listeners&) = delete;
     ~Listeners();
-    bool open(const std::vector<sm::HostPort>& addrs, unsigned loops, std::string& err);
-    // Loop by loop, as sm::listen_all orders them.
+    bool open(const std::vector<smx::HostPort>& addrs, unsigned loops, std::string& err);
+    // Loop by loop, as smx::listen_all orders them.
     const std::vector<int>& fds() const { return fds_; }
     unsigned loops() const { return loops_; }
 
@@ -49,4 +49,4 @@ private:
     unsigned loops_ = 0;
 };
 
-} // namespace smx
+} // namespace smx::mcp

@@ -1,11 +1,11 @@
-#include "supervisor.hpp"
-#include "cli.hpp"
-#include "panic.hpp"
-#include "ready.hpp"
-#include "reload.hpp"
+#include "libsm/panic.hpp"
+#include "mcp/cli.hpp"
+#include "mcp/ready.hpp"
+#include "mcp/reload.hpp"
+#include "mcp/supervisor.hpp"
 
-#include "channel.hpp"
-#include "log.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/log.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
@@ -14,7 +14,7 @@
 #include <algorithm>
 #include <iostream>
 
-namespace smx {
+namespace smx::mcp {
 namespace {
 using namespace std::chrono_literals;
 
@@ -46,7 +46,7 @@ std::string describe(int status) {
 
 } // namespace
 
-void report_stop(const sm::LogConfig& log, const std::string& why) {
+void report_stop(const smx::LogConfig& log, const std::string& why) {
     spdlog::error("{}", why);
     if (!log.file.empty() || !log.syslog.empty()) std::cerr << "smx: " << why << '\n';
     spdlog::default_logger()->flush();
@@ -85,7 +85,7 @@ Supervisor::Supervisor(Plan plan) : plan_(std::move(plan)) {
         for (Child& c : smtps_) c.run_as = &plan_.accounts->smtps;
     }
     if (plan_.session_counts >= 0)
-        counts_ = std::make_unique<sm::SessionCounts>(plan_.session_counts);
+        counts_ = std::make_unique<smx::SessionCounts>(plan_.session_counts);
     all_ = {&qmgr_};
     for (Child* w : workers()) all_.push_back(w);
 }
@@ -269,7 +269,7 @@ void Supervisor::reopen_log() {
     const std::string& path = plan_.config.log.file;
     if (path.empty()) return;
     std::string err;
-    if (sm::reopen_log_file(path, err)) spdlog::info("log file {} opened again", path);
+    if (smx::reopen_log_file(path, err)) spdlog::info("log file {} opened again", path);
     else spdlog::error("{}; logging on to the file open before", err);
 }
 
@@ -399,4 +399,4 @@ void Supervisor::shutdown() {
     spdlog::info("all children stopped");
 }
 
-} // namespace smx
+} // namespace smx::mcp

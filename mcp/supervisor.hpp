@@ -23,12 +23,12 @@
 // whatever the supervisor is doing (starting QMGR, stopping the workers).
 #pragma once
 
-#include "child_link.hpp"
-#include "secret_files.hpp"
-#include "spawn.hpp"
+#include "mcp/child_link.hpp"
+#include "mcp/secret_files.hpp"
+#include "mcp/spawn.hpp"
 
-#include "config.hpp"
-#include "session_counts.hpp"
+#include "libsm/config.hpp"
+#include "libsm/session_counts.hpp"
 
 #include <chrono>
 #include <memory>
@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-namespace smx {
+namespace smx::mcp {
 
 // Blocks the signals the supervisor waits for. Call before any thread
 // exists (the log thread), so that none of them takes the signals.
@@ -47,14 +47,14 @@ struct Plan {
     std::string qmgr_path, smtpc_path, smtps_path, pickup_path;
     std::string config_path;     // passed as -c when not empty
     std::string qmgr_socket;
-    std::vector<int> listen_fds;  // for smx-smtps, loop by loop (sm::listen_all)
+    std::vector<int> listen_fds;  // for smx-smtps, loop by loop (smx::listen_all)
     unsigned listen_loops = 0;    // all their event loops: listen_fds.size() / listen addresses
     unsigned smtps_processes = 1; // the loops' sockets split evenly among them, in order
-    int session_counts = -1;      // several: their sm::SessionCounts memfd
+    int session_counts = -1;      // several: their smx::SessionCounts memfd
     int log_fd = -1;              // log.file set: the children's end of the LogRelay
     std::optional<Accounts> accounts;  // set when started as root
     ChildSecrets secrets;        // as read at start, then at each reload that passed
-    sm::Config config;           // as loaded at start: a reload compares with it
+    smx::Config config;           // as loaded at start: a reload compares with it
 };
 
 class Supervisor {
@@ -72,7 +72,7 @@ private:
         std::string path;
         std::optional<unsigned> smtps_index;  // an smx-smtps: its share of the listeners
         const RunAs* run_as = nullptr;  // its account when started as root
-        const sm::Secrets* secrets = nullptr;  // in plan_: an smx-smtps's or smx-smtpc's
+        const smx::Secrets* secrets = nullptr;  // in plan_: an smx-smtps's or smx-smtpc's
         ChildLink link;                        // of its latest start, when it takes secrets
         bool ready_once = false;               // it was ready once: no longer "cannot start"
         pid_t pid = 0;
@@ -123,7 +123,7 @@ private:
     Plan plan_;
     Child qmgr_, smtpc_, pickup_;
     std::vector<Child> smtps_;  // sized once: all_ points into it
-    std::unique_ptr<sm::SessionCounts> counts_;  // several smtps_: a dead one's slot is cleared
+    std::unique_ptr<smx::SessionCounts> counts_;  // several smtps_: a dead one's slot is cleared
     std::vector<Child*> all_;
     bool stop_requested_ = false;
     bool ready_ = false;
@@ -132,6 +132,6 @@ private:
 
 // Why smx run stops without being asked: logged as an error and, when the
 // log goes to a file or syslog, on stderr too, for whoever started it.
-void report_stop(const sm::LogConfig& log, const std::string& why);
+void report_stop(const smx::LogConfig& log, const std::string& why);
 
-} // namespace smx
+} // namespace smx::mcp

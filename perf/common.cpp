@@ -1,4 +1,4 @@
-#include "common.hpp"
+#include "perf/common.hpp"
 
 #include <sys/resource.h>
 

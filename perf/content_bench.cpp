@@ -13,9 +13,9 @@
 // journal threads work for us too) and for this process (getrusage), per
 // message. Run it on the file system of the spool, on a quiet machine,
 // with both designs in one run: docs/benchmarks.md.
-#include "common.hpp"
-#include "content_file.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/ids.hpp"
+#include "perf/common.hpp"
 
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -60,7 +60,7 @@ double process_cpu_seconds() {
 }
 
 void write_all(int fd, const std::string& data) {
-    if (const int err = sm::content::write_all(fd, data)) {
+    if (const int err = smx::content::write_all(fd, data)) {
         errno = err;
         die("write");
     }
@@ -85,12 +85,12 @@ public:
     }
     ~FileStore() { ::close(dirfd_); }
     void write(long id, const std::string& data) {
-        const std::string path = sm::cdb_path(dir_, ta_id(id), true);
+        const std::string path = smx::content::file_path(dir_, ta_id(id), true);
         int fd = -1;
-        int err = sm::content::create(path, fd);
-        if (!err) err = sm::content::write_all(fd, data);
+        int err = smx::content::create(path, fd);
+        if (!err) err = smx::content::write_all(fd, data);
         // No sync here: the batch's syncfs makes it durable, as in smx.
-        check(sm::content::close_created(fd, err, path, false), "create");
+        check(smx::content::close_created(fd, err, path, false), "create");
     }
     void sync() {
         if (::syncfs(dirfd_) != 0) die("syncfs");
@@ -100,13 +100,13 @@ public:
         int fd = -1;
         std::uint64_t size = 0;
         std::string why;
-        check(sm::content::open_read(dir_, ta_id(id), true,
-                                     sm::content::message_file(writers_, buf.size()), fd, size, why),
+        check(smx::content::open_read(dir_, ta_id(id), true,
+                                     smx::content::message_file(writers_, buf.size()), fd, size, why),
               "open");
         if (::read(fd, buf.data(), buf.size()) != static_cast<ssize_t>(buf.size())) die("read");
         ::close(fd);
     }
-    void remove(long id) { check(sm::content::remove(dir_, ta_id(id), true), "unlink"); }
+    void remove(long id) { check(smx::content::remove(dir_, ta_id(id), true), "unlink"); }
 
 private:
     static std::string ta_id(long id) {
@@ -121,7 +121,7 @@ private:
     }
     std::string dir_;
     int dirfd_ = -1;
-    const sm::content::Writers writers_ = sm::content::writers_from_env();
+    const smx::content::Writers writers_ = smx::content::writers_from_env();
 };
 
 class SegmentStore {

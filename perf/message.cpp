@@ -1,6 +1,6 @@
-#include "message.hpp"
+#include "perf/message.hpp"
 
-#include "common.hpp"
+#include "perf/common.hpp"
 
 #include <cmath>
 #include <stdexcept>

@@ -1,13 +1,13 @@
 // smx-sink: SMTP sink for benchmarks and tests. Accepts and discards, or
 // with -C DIR writes every message (envelope + data) to a file; can refuse
 // a deterministic share of recipients; reports when it has N messages.
-#include "common.hpp"
-#include "sink_session.hpp"
+#include "perf/common.hpp"
+#include "perf/sink_session.hpp"
 
-#include <await.hpp>
-#include <panic.hpp>
-#include <smtp_io.hpp>
-#include <tls.hpp>
+#include "libsm/await.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/smtp_io.hpp"
+#include "libsm/tls.hpp"
 
 #include <unistd.h>
 
@@ -82,10 +82,10 @@ std::string stats_line(const SinkStats& s, const char* event) {
 // connections to the sink vanish between runs.
 asio::awaitable<void> control_loop(Sink& sink, std::function<void(const char*)> shutdown) {
     asio::posix::stream_descriptor in(co_await asio::this_coro::executor, ::dup(0));
-    sm::smtp::LineReader<asio::posix::stream_descriptor> rd(in);
+    smx::smtp::LineReader<asio::posix::stream_descriptor> rd(in);
     for (;;) {
         const auto l = co_await rd.read_line(std::chrono::hours(24 * 365));
-        if (l.status != sm::smtp::ReadStatus::ok) break;
+        if (l.status != smx::smtp::ReadStatus::ok) break;
         const std::string_view cmd = l.text;
         if (cmd.starts_with("expect-rcpts ")) {
             std::uint64_t n = 0;
@@ -104,17 +104,17 @@ asio::awaitable<void> control_loop(Sink& sink, std::function<void(const char*)> 
 
 asio::awaitable<void> accept_loop(Sink& sink, tcp::acceptor& acc) {
     for (;;) {
-        auto [ec, sock] = co_await acc.async_accept(sm::await_tuple);
+        auto [ec, sock] = co_await acc.async_accept(smx::await_tuple);
         if (ec == asio::error::operation_aborted) co_return;
         if (ec) {
             // EMFILE and friends: count, breathe, keep serving the others.
             ++sink.stats.errors["accept"];
             asio::steady_timer pause(co_await asio::this_coro::executor, std::chrono::milliseconds(50));
-            co_await pause.async_wait(sm::await_tuple);
+            co_await pause.async_wait(smx::await_tuple);
             continue;
         }
         asio::co_spawn(acc.get_executor(), serve(sink, std::move(sock)),
-                       sm::crash_on_exception("smx-sink session"));
+                       smx::crash_on_exception("smx-sink session"));
     }
 }
 
@@ -130,15 +130,15 @@ int main(int argc, char** argv) {
     }
     if (!sink.opt.tls_cert.empty()) {
         try {
-            sm::ServerConfig tls;
+            smx::ServerConfig tls;
             tls.tls_cert = sink.opt.tls_cert;
             tls.tls_key = sink.opt.tls_key;
             // libsm builds contexts from bytes only (smx run reads the files
             // for its children); a test tool reads its own.
-            sm::Secrets pem;
-            pem.set(sm::Secret::tls_cert, slurp(tls.tls_cert));
-            pem.set(sm::Secret::tls_key, slurp(tls.tls_key));
-            sink.tls = sm::tls::server_context(tls, pem);
+            smx::Secrets pem;
+            pem.set(smx::Secret::tls_cert, slurp(tls.tls_cert));
+            pem.set(smx::Secret::tls_key, slurp(tls.tls_key));
+            sink.tls = smx::tls::server_context(tls, pem);
         } catch (const std::exception& e) {
             std::cerr << "smx-sink: " << e.what() << "\n";
             return 2;
@@ -183,9 +183,9 @@ int main(int argc, char** argv) {
     signals.async_wait([&](boost::system::error_code ec, int) {
         if (!ec) shutdown("stopped");
     });
-    asio::co_spawn(ctx, accept_loop(sink, acc), sm::crash_on_exception("smx-sink accept loop"));
+    asio::co_spawn(ctx, accept_loop(sink, acc), smx::crash_on_exception("smx-sink accept loop"));
     if (sink.opt.control)
-        asio::co_spawn(ctx, control_loop(sink, shutdown), sm::crash_on_exception("smx-sink control"));
-    sm::run_or_panic(ctx, "smx-sink");
+        asio::co_spawn(ctx, control_loop(sink, shutdown), smx::crash_on_exception("smx-sink control"));
+    smx::run_or_panic(ctx, "smx-sink");
     return 0;
 }

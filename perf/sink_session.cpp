@@ -1,10 +1,10 @@
-#include "sink_session.hpp"
+#include "perf/sink_session.hpp"
 
-#include "common.hpp"
+#include "perf/common.hpp"
 
-#include <domain.hpp>
-#include <smtp_io.hpp>
-#include <smtp_stream.hpp>
+#include "libsm/domain.hpp"
+#include "libsm/smtp_io.hpp"
+#include "libsm/smtp_stream.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -20,7 +20,7 @@ namespace {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
-using Reader = sm::smtp::LineReader<sm::smtp::Stream>;
+using Reader = smx::smtp::LineReader<smx::smtp::Stream>;
 using Duration = std::chrono::steady_clock::duration;
 
 constexpr int max_errors = 20;  // then 421 and close, like a real server
@@ -37,7 +37,7 @@ std::string address_of(std::string_view arg) {
     const auto gt = arg.find('>', lt == std::string_view::npos ? 0 : lt);
     if (lt != std::string_view::npos && gt != std::string_view::npos)
         arg = arg.substr(lt + 1, gt - lt - 1);
-    return sm::lower(arg);
+    return smx::lower(arg);
 }
 
 // Recipients fail by hash of the address: the same recipient always gets the
@@ -55,8 +55,8 @@ int rcpt_verdict(const SinkOptions& o, const std::string& addr) {
 asio::awaitable<bool> read_data(Reader& rd, Duration t, std::string* out, std::uint64_t& bytes) {
     bool line_start = true, after_crlf = true;
     for (;;) {
-        const sm::smtp::Line l = co_await rd.read_line(t);
-        if (l.status != sm::smtp::ReadStatus::ok) co_return false;
+        const smx::smtp::Line l = co_await rd.read_line(t);
+        if (l.status != smx::smtp::ReadStatus::ok) co_return false;
         std::string_view text = l.text;
         if (line_start && after_crlf && l.complete && !l.bare_lf && text == ".") co_return true;
         if (line_start && !text.empty() && text[0] == '.') text.remove_prefix(1);
@@ -99,7 +99,7 @@ struct Transaction {
 } // namespace
 
 // GCC 12 warns falsely that this coroutine's frame is freed with a
-// mismatched operator delete once it holds an sm::smtp::Stream (GCC PR
+// mismatched operator delete once it holds an smx::smtp::Stream (GCC PR
 // 109224, fixed in GCC 13); Boost.Asio allocates and frees the frame itself.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -109,7 +109,7 @@ asio::awaitable<void> serve(Sink& sink, tcp::socket sock) {
     ++st.sessions;
     boost::system::error_code ignored;
     sock.set_option(tcp::no_delay(true), ignored);
-    sm::smtp::Stream s(std::move(sock));
+    smx::smtp::Stream s(std::move(sock));
     Reader rd(s);
     std::string out = "220 " + sink.opt.hostname + " ESMTP smx-sink\r\n";
     Transaction ta;
@@ -118,18 +118,18 @@ asio::awaitable<void> serve(Sink& sink, tcp::socket sock) {
     while (!quit) {
         // PIPELINING: answer a whole batch of commands in one write.
         if (!out.empty() && rd.buffered() == 0) {
-            const auto flushed = co_await sm::smtp::write_all(s, out, t);
+            const auto flushed = co_await smx::smtp::write_all(s, out, t);
             if (!flushed) break;
             out.clear();
         }
-        const sm::smtp::Line l = co_await rd.read_line(t);
-        if (l.status != sm::smtp::ReadStatus::ok) {
-            if (l.status == sm::smtp::ReadStatus::timeout) ++st.errors["timeout"];
+        const smx::smtp::Line l = co_await rd.read_line(t);
+        if (l.status != smx::smtp::ReadStatus::ok) {
+            if (l.status == smx::smtp::ReadStatus::timeout) ++st.errors["timeout"];
             break;
         }
         if (!l.complete) {
             const auto skipped = co_await rd.skip_line(t);
-            if (skipped != sm::smtp::ReadStatus::ok) break;
+            if (skipped != smx::smtp::ReadStatus::ok) break;
             out += "500 5.5.2 Line too long\r\n";
             ++errors;
             continue;
@@ -174,7 +174,7 @@ asio::awaitable<void> serve(Sink& sink, tcp::socket sock) {
                 continue;
             }
             out += "354 End data with <CR><LF>.<CR><LF>\r\n";
-            const auto wrote = co_await sm::smtp::write_all(s, out, t);
+            const auto wrote = co_await smx::smtp::write_all(s, out, t);
             if (!wrote) break;
             out.clear();
             std::string content;
@@ -202,7 +202,7 @@ asio::awaitable<void> serve(Sink& sink, tcp::socket sock) {
             ta = {};
             sink.on_message();
         } else if (verb == "STARTTLS" && sink.tls && !s.tls()) {
-            const auto ready = co_await sm::smtp::write_all(s, out + "220 2.0.0 Ready to start TLS\r\n", t);
+            const auto ready = co_await smx::smtp::write_all(s, out + "220 2.0.0 Ready to start TLS\r\n", t);
             if (!ready) break;
             out.clear();
             rd.discard();  // nothing sent in plaintext counts after TLS (RFC 3207)
@@ -233,7 +233,7 @@ asio::awaitable<void> serve(Sink& sink, tcp::socket sock) {
             quit = true;
         }
     }
-    if (!out.empty()) co_await sm::smtp::write_all(s, out, std::chrono::seconds(5));
+    if (!out.empty()) co_await smx::smtp::write_all(s, out, std::chrono::seconds(5));
     // Let the client close first: the TIME_WAIT then stays on the client's
     // side, where connect() handles it. A server-side TIME_WAIT makes the
     // client's next SYN on a reused port wait for a 1 s retransmit.

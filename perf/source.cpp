@@ -2,14 +2,14 @@
 // io_context, N messages of a size (or size mix), R recipients each, M
 // messages per connection, optional PIPELINING. Measures the end-of-DATA to
 // 250 latency of every message and prints one JSON line at the end.
-#include "common.hpp"
-#include "message.hpp"
-#include "source_run.hpp"
+#include "perf/common.hpp"
+#include "perf/message.hpp"
+#include "perf/source_run.hpp"
 
-#include <await.hpp>
-#include <panic.hpp>
-#include <smtp_io.hpp>
-#include <smtp_stream.hpp>
+#include "libsm/await.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/smtp_io.hpp"
+#include "libsm/smtp_stream.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -22,9 +22,9 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using namespace smx::perf;
-using Reader = sm::smtp::LineReader<sm::smtp::Stream>;
-using Stream = sm::smtp::Stream;
-using sm::smtp::Reply;
+using Reader = smx::smtp::LineReader<smx::smtp::Stream>;
+using Stream = smx::smtp::Stream;
+using smx::smtp::Reply;
 
 const char* usage =
     "usage: smx-source [--host H] --port P [-s sessions] [-n messages] [-S size|MIN:MAX|A,B]\n"
@@ -53,7 +53,7 @@ asio::awaitable<bool> connect(tcp::socket& s, const tcp::endpoint& ep, asio::ste
         boost::system::error_code ignored;
         if (!ec && now->socket) now->socket->cancel(ignored);
     });
-    auto [ec] = co_await s.async_connect(ep, sm::await_tuple);
+    auto [ec] = co_await s.async_connect(ep, smx::await_tuple);
     now->socket = nullptr;
     timer.cancel();
     co_return !ec;
@@ -61,7 +61,7 @@ asio::awaitable<bool> connect(tcp::socket& s, const tcp::endpoint& ep, asio::ste
 
 asio::awaitable<void> pause(std::chrono::milliseconds d) {
     asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(sm::await_tuple);
+    co_await t.async_wait(smx::await_tuple);
 }
 
 bool offers(const Reply& ehlo, std::string_view ext) {
@@ -91,28 +91,28 @@ asio::awaitable<bool> transaction(Run& run, Stream& s, Reader& rd, std::size_t i
         std::string batch = mail;
         for (const auto& r : rcpts) batch += r;
         batch += "DATA\r\n";
-        const auto wrote = co_await sm::smtp::write_all(s, batch, t);
+        const auto wrote = co_await smx::smtp::write_all(s, batch, t);
         if (!wrote) co_return run.broken(Reply{});
-        mail_r = co_await sm::smtp::read_reply(rd, t);
+        mail_r = co_await smx::smtp::read_reply(rd, t);
         for (std::size_t i = 0; i < rcpts.size() && mail_r.code; ++i)
-            rcpt_r.push_back(co_await sm::smtp::read_reply(rd, t));
-        if (mail_r.code) data_r = co_await sm::smtp::read_reply(rd, t);
+            rcpt_r.push_back(co_await smx::smtp::read_reply(rd, t));
+        if (mail_r.code) data_r = co_await smx::smtp::read_reply(rd, t);
     } else {
-        const auto wrote = co_await sm::smtp::write_all(s, mail, t);
+        const auto wrote = co_await smx::smtp::write_all(s, mail, t);
         if (!wrote) co_return run.broken(Reply{});
-        mail_r = co_await sm::smtp::read_reply(rd, t);
+        mail_r = co_await smx::smtp::read_reply(rd, t);
         for (std::size_t i = 0; i < rcpts.size() && mail_r.code / 100 == 2; ++i) {
-            const auto wrote = co_await sm::smtp::write_all(s, rcpts[i], t);
+            const auto wrote = co_await smx::smtp::write_all(s, rcpts[i], t);
             if (!wrote) co_return run.broken(Reply{});
-            rcpt_r.push_back(co_await sm::smtp::read_reply(rd, t));
+            rcpt_r.push_back(co_await smx::smtp::read_reply(rd, t));
             if (!rcpt_r.back().code) break;
         }
         const bool any = std::any_of(rcpt_r.begin(), rcpt_r.end(),
                                      [](const Reply& r) { return r.code / 100 == 2; });
         if (any) {
-            const auto wrote = co_await sm::smtp::write_all(s, "DATA\r\n", t);
+            const auto wrote = co_await smx::smtp::write_all(s, "DATA\r\n", t);
             if (!wrote) co_return run.broken(Reply{});
-            data_r = co_await sm::smtp::read_reply(rd, t);
+            data_r = co_await smx::smtp::read_reply(rd, t);
         }
     }
     if (!mail_r.code) co_return run.broken(mail_r);
@@ -126,16 +126,16 @@ asio::awaitable<bool> transaction(Run& run, Stream& s, Reader& rd, std::size_t i
         if (mail_r.code / 100 != 2) run.fail("mail", mail_r.code);
         else if (accepted == 0) run.fail("no_valid_rcpt", 0);
         else run.fail("data", data_r.code);
-        const auto wrote = co_await sm::smtp::write_all(s, "RSET\r\n", t);
+        const auto wrote = co_await smx::smtp::write_all(s, "RSET\r\n", t);
         if (!wrote) co_return run.broken(Reply{});
-        const Reply rset = co_await sm::smtp::read_reply(rd, t);
+        const Reply rset = co_await smx::smtp::read_reply(rd, t);
         co_return rset.code / 100 == 2;
     }
     wire_message(idx, run.sizes.size_for(idx), env, msg);
-    const auto wrote_msg = co_await sm::smtp::write_all(s, msg, t);
+    const auto wrote_msg = co_await smx::smtp::write_all(s, msg, t);
     if (!wrote_msg) co_return run.broken(Reply{});
     const auto sent = std::chrono::steady_clock::now();
-    const Reply dot = co_await sm::smtp::read_reply(rd, t);
+    const Reply dot = co_await smx::smtp::read_reply(rd, t);
     if (!dot.code) co_return run.broken(dot);
     run.finished(dot.code, std::chrono::steady_clock::now() - sent, msg.size());
     co_return true;
@@ -147,24 +147,24 @@ asio::awaitable<Reply> hello(Run& run, Stream& s, Reader& rd, asio::ssl::context
                              std::string& failed) {
     const auto t = run.opt.timeout;
     Reply ehlo;
-    const auto ehlo_sent = co_await sm::smtp::write_all(s, "EHLO " + run.opt.helo + "\r\n", t);
-    if (ehlo_sent) ehlo = co_await sm::smtp::read_reply(rd, t);
+    const auto ehlo_sent = co_await smx::smtp::write_all(s, "EHLO " + run.opt.helo + "\r\n", t);
+    if (ehlo_sent) ehlo = co_await smx::smtp::read_reply(rd, t);
     if (ehlo.code != 250 || !tls) {
         if (ehlo.code != 250) failed = "ehlo";
         co_return ehlo;
     }
     failed = "starttls";
     if (!offers(ehlo, "STARTTLS")) co_return Reply{};
-    const auto asked = co_await sm::smtp::write_all(s, "STARTTLS\r\n", t);
+    const auto asked = co_await smx::smtp::write_all(s, "STARTTLS\r\n", t);
     if (!asked) co_return Reply{};
-    const Reply ready = co_await sm::smtp::read_reply(rd, t);
+    const Reply ready = co_await smx::smtp::read_reply(rd, t);
     if (ready.code != 220 || rd.buffered()) co_return Reply{};
     const std::string err = co_await s.start_tls(*tls, asio::ssl::stream_base::client, t);
     if (!err.empty()) co_return Reply{};
     failed = "ehlo";
     ehlo = Reply{};
-    const auto again = co_await sm::smtp::write_all(s, "EHLO " + run.opt.helo + "\r\n", t);
-    if (again) ehlo = co_await sm::smtp::read_reply(rd, t);
+    const auto again = co_await smx::smtp::write_all(s, "EHLO " + run.opt.helo + "\r\n", t);
+    if (again) ehlo = co_await smx::smtp::read_reply(rd, t);
     if (ehlo.code == 250) failed.clear();
     co_return ehlo;
 }
@@ -193,7 +193,7 @@ asio::awaitable<void> session(Run& run, tcp::endpoint ep, asio::ssl::context* tl
         boost::system::error_code ignored;
         s.socket().set_option(tcp::no_delay(true), ignored);  // a reset peer shows up at the first read
         Reader rd(s);
-        const Reply greet = co_await sm::smtp::read_reply(rd, t);
+        const Reply greet = co_await smx::smtp::read_reply(rd, t);
         if (greet.code != 220) {
             ++backoff;
             run.connect_failed(greet.code ? "greeting_" + std::to_string(greet.code / 100) + "xx"
@@ -219,8 +219,8 @@ asio::awaitable<void> session(Run& run, tcp::endpoint ep, asio::ssl::context* tl
         // The 221 is not worth a long wait: the messages are done.
         const std::chrono::steady_clock::duration quit_wait = std::min<std::chrono::steady_clock::duration>(t, std::chrono::seconds(5));
         if (alive) {
-            const bool quit_sent = co_await sm::smtp::write_all(s, "QUIT\r\n", t);
-            if (quit_sent) co_await sm::smtp::read_reply(rd, quit_wait);
+            const bool quit_sent = co_await smx::smtp::write_all(s, "QUIT\r\n", t);
+            if (quit_sent) co_await smx::smtp::read_reply(rd, quit_wait);
         }
         s.socket().close(ignored);
     }
@@ -284,8 +284,8 @@ int main(int argc, char** argv) {
     }
     Run run(opt, ctx);
     for (long i = 0; i < opt.sessions; ++i)
-        asio::co_spawn(ctx, session(run, ep, tls.get()), sm::crash_on_exception("smx-source session"));
-    sm::run_or_panic(ctx, "smx-source");
+        asio::co_spawn(ctx, session(run, ep, tls.get()), smx::crash_on_exception("smx-source session"));
+    smx::run_or_panic(ctx, "smx-source");
     std::cout << run.report() << std::endl;
     return run.all_delivered() ? 0 : 1;
 }

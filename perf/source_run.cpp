@@ -1,6 +1,6 @@
-#include "source_run.hpp"
+#include "perf/source_run.hpp"
 
-#include "common.hpp"
+#include "perf/common.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -54,7 +54,7 @@ void Run::connect_failed(const std::string& kind) {
     }
 }
 
-std::size_t Run::count_rcpts(const std::vector<sm::smtp::Reply>& replies) {
+std::size_t Run::count_rcpts(const std::vector<smx::smtp::Reply>& replies) {
     std::size_t n = 0;
     for (const auto& r : replies) {
         if (r.code / 100 == 2) {
@@ -73,8 +73,8 @@ void Run::fail(const std::string& stage, int code) {
     if (++failed_ + ok_ == opt.messages) all_done();
 }
 
-bool Run::broken(const sm::smtp::Reply& r) {
-    fail(r.status == sm::smtp::ReadStatus::timeout ? "timeout" : "io", 0);
+bool Run::broken(const smx::smtp::Reply& r) {
+    fail(r.status == smx::smtp::ReadStatus::timeout ? "timeout" : "io", 0);
     return false;
 }
 

@@ -2,9 +2,9 @@
 // next, outcomes, latencies, error counts, and the overall deadline.
 #pragma once
 
-#include "message.hpp"
+#include "perf/message.hpp"
 
-#include <smtp_io.hpp>
+#include "libsm/smtp_io.hpp"
 
 #include <boost/asio.hpp>
 
@@ -49,11 +49,11 @@ public:
     void connected() { ++connections_; }
     void connect_failed(const std::string& kind);
     // Counts accepted/refused recipients; returns how many were accepted.
-    std::size_t count_rcpts(const std::vector<sm::smtp::Reply>& replies);
+    std::size_t count_rcpts(const std::vector<smx::smtp::Reply>& replies);
     // A failed transaction: `stage` plus the reply class ("mail_5xx").
     void fail(const std::string& stage, int code);
     // The connection died or timed out mid-transaction; always false.
-    bool broken(const sm::smtp::Reply& r);
+    bool broken(const smx::smtp::Reply& r);
     void finished(int code, std::chrono::steady_clock::duration latency, std::size_t bytes);
     void session_done();
 

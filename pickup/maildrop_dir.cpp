@@ -1,8 +1,8 @@
-#include "maildrop_dir.hpp"
+#include "pickup/maildrop_dir.hpp"
 
-#include "content_file.hpp"
-#include "content_trust.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/content_trust.hpp"
+#include "libsm/ids.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -18,7 +18,7 @@
 #include <memory>
 #include <stdexcept>
 
-namespace pickup {
+namespace smx::pickup {
 namespace {
 
 constexpr std::size_t chunk = 64 * 1024;
@@ -27,8 +27,8 @@ constexpr auto stale_after = std::chrono::hours(1);
 
 std::string errno_text(int e = errno) { return std::strerror(e); }
 
-sm::Fd open_dir(const std::string& path) {
-    sm::Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+smx::Fd open_dir(const std::string& path) {
+    smx::Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!fd) throw std::runtime_error("cannot open " + path + ": " + errno_text());
     return fd;
 }
@@ -60,7 +60,7 @@ std::string login_of(std::uint32_t uid) {
 
 } // namespace
 
-MaildropDir::MaildropDir(const sm::Config& cfg)
+MaildropDir::MaildropDir(const smx::Config& cfg)
     : cfg_(cfg), max_size_(cfg.server.max_message_size), path_(cfg.maildrop_dir_abs()),
       quarantine_path_(cfg.maildrop_quarantine_dir_abs()), content_(cfg.content_dir_abs()),
       dir_(open_dir(path_)), quarantine_(open_dir(quarantine_path_)) {}
@@ -82,13 +82,13 @@ MaildropDir::Listing MaildropDir::list() {
         if (name == "." || name == "..") continue;
         struct stat st;
         if (::fstatat(dir_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-        if (!sm::maildrop::valid_name(name)) {
+        if (!smx::maildrop::valid_name(name)) {
             quarantine(name, "not a maildrop file name");
             continue;
         }
         switch (name.front()) {
-        case sm::maildrop::ready_prefix: ready.emplace_back(st.st_mtime, name); break;
-        case sm::maildrop::committing_prefix: out.committing.push_back(name); break;
+        case smx::maildrop::ready_prefix: ready.emplace_back(st.st_mtime, name); break;
+        case smx::maildrop::committing_prefix: out.committing.push_back(name); break;
         default:
             if (std::chrono::system_clock::from_time_t(st.st_mtime) < stale &&
                 ::unlinkat(dir_.get(), name.c_str(), 0) == 0)
@@ -112,14 +112,14 @@ std::optional<MaildropDir::Checked> MaildropDir::check(int fd, std::string& why)
     else if (st.st_nlink != 1) why = std::to_string(st.st_nlink) + " hard links";
     const auto size = static_cast<std::uint64_t>(st.st_size);
     if (why.empty() &&
-        size > sm::maildrop::prefix_size + sm::maildrop::max_fields() + max_size_)
+        size > smx::maildrop::prefix_size + smx::maildrop::max_fields() + max_size_)
         why = "larger (" + std::to_string(size) + " bytes) than any file of a message within "
               "server.max_message_size";
-    std::string prefix(sm::maildrop::prefix_size, '\0');
+    std::string prefix(smx::maildrop::prefix_size, '\0');
     if (why.empty() && (size < prefix.size() || !read_at(fd, 0, prefix.data(), prefix.size())))
         why = "shorter than a maildrop file's header";
     if (!why.empty()) return std::nullopt;
-    const auto n = sm::maildrop::fields_length(prefix, why);
+    const auto n = smx::maildrop::fields_length(prefix, why);
     if (!n) return std::nullopt;
     if (prefix.size() + *n > size) {
         why = "cut short within its envelope";
@@ -130,7 +130,7 @@ std::optional<MaildropDir::Checked> MaildropDir::check(int fd, std::string& why)
         why = "cannot read its envelope: " + errno_text();
         return std::nullopt;
     }
-    auto env = sm::maildrop::decode(fields, sm::maildrop::Kind::file, why);
+    auto env = smx::maildrop::decode(fields, smx::maildrop::Kind::file, why);
     if (!env) return std::nullopt;
     const std::uint64_t at = prefix.size() + *n;
     // Only smx-postdrop, run by that user, can have made it so.
@@ -151,20 +151,20 @@ std::string MaildropDir::received(const Taken& t) const {
     const std::string login = login_of(t.env.uid);
     return "Received: by " + cfg_.server.hostname + " (smx, from userid " +
            std::to_string(t.env.uid) + (login.empty() ? "" : " (" + login + ")") + ")\r\n\tid " +
-           t.id + "; " + sm::rfc5322_date(sm::now_us()) + "\r\n";
+           t.id + "; " + smx::rfc5322_date(smx::now_us()) + "\r\n";
 }
 
 MaildropDir::Copy MaildropDir::copy(int fd, const Checked& c, Taken& t, std::string& why) const {
-    const std::string path = sm::cdb_path(content_, t.id, cfg_.queue.cdb_hashed);
+    const std::string path = smx::content::file_path(content_, t.id, cfg_.queue.cdb_hashed);
     int out = -1;
-    int err = sm::content::create(path, out);
+    int err = smx::content::create(path, out);
     if (err) {
         why = "cannot create content file " + path + ": " + errno_text(err);
         return Copy::failed;
     }
     const std::string header = received(t);
-    err = sm::content::write_all(out, header);
-    sm::maildrop::ContentCheck check;
+    err = smx::content::write_all(out, header);
+    smx::maildrop::ContentCheck check;
     std::string buf(chunk, '\0');
     bool unreadable = false;
     for (std::uint64_t at = c.content_at, left = c.env.content_size; !err && left > 0;) {
@@ -174,14 +174,14 @@ MaildropDir::Copy MaildropDir::copy(int fd, const Checked& c, Taken& t, std::str
             break;
         }
         check.feed({buf.data(), n});
-        err = sm::content::write_all(out, {buf.data(), n});
+        err = smx::content::write_all(out, {buf.data(), n});
         at += n;
         left -= n;
     }
     const std::string bad = unreadable ? "cannot read its content" : check.finish();
     // Synced, name and all, before the maildrop file says p<id>: after a
     // crash a p file whose content file is missing means QMGR removed it.
-    err = sm::content::close_created(out, err ? err : bad.empty() ? 0 : EBADMSG, path, true, true);
+    err = smx::content::close_created(out, err ? err : bad.empty() ? 0 : EBADMSG, path, true, true);
     if (!bad.empty()) {
         why = bad;
         return Copy::bad_file;
@@ -197,7 +197,7 @@ MaildropDir::Copy MaildropDir::copy(int fd, const Checked& c, Taken& t, std::str
 
 Outcome MaildropDir::take(const std::string& name) {
     Outcome o;
-    sm::Fd fd(::openat(dir_.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    smx::Fd fd(::openat(dir_.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     if (!fd) {
         if (errno == ENOENT) return o;  // gone meanwhile
         quarantine(name, errno == ELOOP ? "a symbolic link" : "cannot open: " + errno_text());
@@ -208,7 +208,7 @@ Outcome MaildropDir::take(const std::string& name) {
     const auto c = check(fd.get(), why);
     Taken t;
     t.ready_name = name;
-    t.id = sm::new_ta_id();
+    t.id = smx::new_ta_id();
     Copy copied = Copy::bad_file;
     if (c) {
         t.env = c->env;
@@ -225,11 +225,11 @@ Outcome MaildropDir::take(const std::string& name) {
         o.kind = Outcome::Kind::quarantined;
         return o;
     }
-    const std::string committing = sm::maildrop::committing_prefix + t.id;
+    const std::string committing = smx::maildrop::committing_prefix + t.id;
     if (::renameat(dir_.get(), name.c_str(), dir_.get(), committing.c_str()) != 0) {
         o.kind = Outcome::Kind::failed;
         o.why = "cannot rename " + name + " to " + committing + ": " + errno_text();
-        sm::content::remove(content_, t.id, cfg_.queue.cdb_hashed);
+        smx::content::remove(content_, t.id, cfg_.queue.cdb_hashed);
         return o;
     }
     o.kind = Outcome::Kind::taken;
@@ -241,8 +241,8 @@ Outcome MaildropDir::resume(const std::string& name) {
     Outcome o;
     Taken t;
     t.id = name.substr(1);
-    t.ready_name = sm::maildrop::ready_prefix + sm::maildrop::random_part();
-    sm::Fd fd(::openat(dir_.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    t.ready_name = smx::maildrop::ready_prefix + smx::maildrop::random_part();
+    smx::Fd fd(::openat(dir_.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     if (!fd && errno == ENOENT) return o;  // gone meanwhile
     std::string why = fd ? "" : errno == ELOOP ? "a symbolic link" : "cannot open: " + errno_text();
     auto c = fd ? check(fd.get(), why) : std::nullopt;
@@ -255,9 +255,9 @@ Outcome MaildropDir::resume(const std::string& name) {
     int content = -1;
     std::uint64_t size = 0;
     std::string bad;
-    const sm::content::Expect ours{::geteuid(), ::geteuid(),
-                                   c->env.content_size + sm::maildrop::max_fields(), false};
-    const int err = sm::content::open_read(content_, t.id, cfg_.queue.cdb_hashed, ours, content,
+    const smx::content::Expect ours{::geteuid(), ::geteuid(),
+                                   c->env.content_size + smx::maildrop::max_fields(), false};
+    const int err = smx::content::open_read(content_, t.id, cfg_.queue.cdb_hashed, ours, content,
                                            size, bad);
     if (err == ENOENT) {
         // Only QMGR removes it, once every recipient is done.
@@ -272,7 +272,7 @@ Outcome MaildropDir::resume(const std::string& name) {
         return o;
     }
     ::close(content);
-    sm::maildrop::ContentCheck check;
+    smx::maildrop::ContentCheck check;
     std::string buf(chunk, '\0');
     for (std::uint64_t at = c->content_at, left = c->env.content_size; left > 0;) {
         const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(left, chunk));
@@ -289,22 +289,22 @@ Outcome MaildropDir::resume(const std::string& name) {
 }
 
 void MaildropDir::done(const Taken& t) {
-    const std::string name = sm::maildrop::committing_prefix + t.id;
+    const std::string name = smx::maildrop::committing_prefix + t.id;
     if (::unlinkat(dir_.get(), name.c_str(), 0) != 0 && errno != ENOENT)
         spdlog::error("{}: cannot remove {}/{}: {}", t.id, path_, name, errno_text());
 }
 
 void MaildropDir::give_back(const Taken& t) {
-    sm::content::remove(content_, t.id, cfg_.queue.cdb_hashed);
-    const std::string name = sm::maildrop::committing_prefix + t.id;
+    smx::content::remove(content_, t.id, cfg_.queue.cdb_hashed);
+    const std::string name = smx::maildrop::committing_prefix + t.id;
     if (::renameat(dir_.get(), name.c_str(), dir_.get(), t.ready_name.c_str()) != 0)
         spdlog::error("{}: cannot rename {}/{} back to {}: {}", t.id, path_, name, t.ready_name,
                       errno_text());
 }
 
 void MaildropDir::refused(const Taken& t, const std::string& why) {
-    sm::content::remove(content_, t.id, cfg_.queue.cdb_hashed);
-    quarantine(sm::maildrop::committing_prefix + t.id, why);
+    smx::content::remove(content_, t.id, cfg_.queue.cdb_hashed);
+    quarantine(smx::maildrop::committing_prefix + t.id, why);
 }
 
 void MaildropDir::quarantine(const std::string& name, const std::string& why) {
@@ -317,4 +317,4 @@ void MaildropDir::quarantine(const std::string& name, const std::string& why) {
     spdlog::warn("maildrop file {}: {}; moved to {}/{}", name, why, quarantine_path_, name);
 }
 
-} // namespace pickup
+} // namespace smx::pickup

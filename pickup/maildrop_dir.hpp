@@ -16,9 +16,9 @@
 // smx-pickup calls these on its worker thread.
 #pragma once
 
-#include "config.hpp"
-#include "fd.hpp"
-#include "maildrop_file.hpp"
+#include "libsm/config.hpp"
+#include "libsm/fd.hpp"
+#include "libsm/maildrop_file.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -27,13 +27,13 @@
 #include <string>
 #include <vector>
 
-namespace pickup {
+namespace smx::pickup {
 
 // A message ready to commit: in content file `id`, its maildrop file named p<id>.
 struct Taken {
     std::string id;          // transaction id, and the content file's
     std::string ready_name;  // m<random> before, to give it back
-    sm::maildrop::Envelope env;
+    smx::maildrop::Envelope env;
     std::uint64_t size = 0;  // of the content file: Received: and the message
     bool eight_bit = false;
 };
@@ -49,7 +49,7 @@ class MaildropDir {
 public:
     // The directories smx run made; throws std::runtime_error when one
     // cannot be opened.
-    explicit MaildropDir(const sm::Config& cfg);
+    explicit MaildropDir(const smx::Config& cfg);
 
     struct Listing {
         std::vector<std::string> ready;       // oldest first
@@ -82,7 +82,7 @@ public:
 private:
     // The checked envelope of an open maildrop file, and where its content begins.
     struct Checked {
-        sm::maildrop::Envelope env;
+        smx::maildrop::Envelope env;
         std::uint64_t content_at = 0;
     };
     std::optional<Checked> check(int fd, std::string& why) const;
@@ -93,10 +93,10 @@ private:
     void quarantine(const std::string& name, const std::string& why);
     std::string received(const Taken& t) const;
 
-    const sm::Config& cfg_;  // its restart-only keys
+    const smx::Config& cfg_;  // its restart-only keys
     std::atomic<std::uint64_t> max_size_;
     std::string path_, quarantine_path_, content_;
-    sm::Fd dir_, quarantine_;
+    smx::Fd dir_, quarantine_;
 };
 
-} // namespace pickup
+} // namespace smx::pickup

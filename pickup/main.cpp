@@ -3,20 +3,20 @@
 // SMTPS does, and QMGR checks them as SMTPS's), it takes the files
 // smx-postdrop wrote into <spool>/maildrop, checks each as hostile input,
 // writes its message into the content store and commits it to QMGR
-// (pickup/pickup.hpp), in an id stream of its own (sm::pickup_id_stream).
+// (pickup/pickup.hpp), in an id stream of its own (smx::pickup_id_stream).
 // Over its link to the MCP it says when it serves, or why it cannot start.
-#include "maildrop_dir.hpp"
-#include "pickup.hpp"
+#include "pickup/maildrop_dir.hpp"
+#include "pickup/pickup.hpp"
 
-#include "await.hpp"
-#include "channel.hpp"
-#include "child_start.hpp"
-#include "config.hpp"
-#include "config_reload.hpp"
-#include "ids.hpp"
-#include "log.hpp"
-#include "mcp_link.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/child_start.hpp"
+#include "libsm/config.hpp"
+#include "libsm/config_reload.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/log.hpp"
+#include "libsm/mcp_link.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -34,14 +34,14 @@ constexpr int exit_tempfail = 75;
 } // namespace
 
 int main(int argc, char** argv) {
-    auto start = sm::start_child("smx-pickup", argc, argv);
+    auto start = smx::start_child("smx-pickup", argc, argv);
     if (!start) return 2;
     const std::string& cfg_path = start->config_path;
-    sm::McpLink& mcp = start->mcp;
-    const sm::Config& cfg = start->config;
-    sm::init_logging("pickup", cfg.log);
-    sm::install_crash_handlers("pickup");
-    sm::set_id_stream(sm::pickup_id_stream);
+    smx::McpLink& mcp = start->mcp;
+    const smx::Config& cfg = start->config;
+    smx::init_logging("pickup", cfg.log);
+    smx::install_crash_handlers("pickup");
+    smx::set_id_stream(smx::pickup_id_stream);
     std::signal(SIGPIPE, SIG_IGN);
     auto cannot_start = [&](int code, const std::string& why) {
         spdlog::critical("{}", why);
@@ -49,10 +49,10 @@ int main(int argc, char** argv) {
         mcp.cannot_start(why);
         return code;
     };
-    std::unique_ptr<pickup::MaildropDir> dir;
+    std::unique_ptr<smx::pickup::MaildropDir> dir;
     try {
         mcp.take_secrets();  // none: the link carries only the reports
-        dir = std::make_unique<pickup::MaildropDir>(cfg);
+        dir = std::make_unique<smx::pickup::MaildropDir>(cfg);
     } catch (const std::exception& e) {
         return cannot_start(1, e.what());
     }
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
     asio::io_context io(1);
     asio::thread_pool pool(1);
     int status = 0;
-    std::unique_ptr<pickup::Pickup> service;
+    std::unique_ptr<smx::pickup::Pickup> service;
     asio::signal_set signals(io, SIGTERM, SIGINT);
     signals.async_wait([&](const boost::system::error_code& ec, int sig) {
         if (ec) return;
@@ -70,24 +70,24 @@ int main(int argc, char** argv) {
     });
     // SIGHUP from the MCP: a new server.max_message_size (the MCP sent an
     // empty bundle of secrets before it, as to every child with a link).
-    sm::ConfigReloader reloader(io, cfg_path, cfg, [&](sm::Config next) {
+    smx::ConfigReloader reloader(io, cfg_path, cfg, [&](smx::Config next) {
         mcp.take_secrets();
         dir->set_max_size(next.server.max_message_size);
     });
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
         const auto until = std::chrono::steady_clock::now() + qmgr_connect_window;
         std::string err;
-        std::shared_ptr<sm::Channel> ch;
-        while (!(ch = co_await sm::connect_qmgr(cfg.qmgr_socket(), "pickup", err))) {
+        std::shared_ptr<smx::Channel> ch;
+        while (!(ch = co_await smx::connect_qmgr(cfg.qmgr_socket(), "pickup", err))) {
             if (std::chrono::steady_clock::now() >= until) {
                 status = cannot_start(exit_tempfail, "cannot reach qmgr: " + err);
                 io.stop();
                 co_return;
             }
             asio::steady_timer t(io, 200ms);
-            co_await t.async_wait(sm::await_tuple);
+            co_await t.async_wait(smx::await_tuple);
         }
-        service = std::make_unique<pickup::Pickup>(io, *dir, ch, pool);
+        service = std::make_unique<smx::pickup::Pickup>(io, *dir, ch, pool);
         service->watch();
         spdlog::info("ready: taking mail from {}", dir->path());
         mcp.ready();
@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
         signals.cancel();
         reloader.stop();
         io.stop();
-    }, sm::crash_on_exception("pickup"));
-    sm::run_or_panic(io, "pickup");
+    }, smx::crash_on_exception("pickup"));
+    smx::run_or_panic(io, "pickup");
     pool.join();
     spdlog::info("exit {}", status);
     spdlog::shutdown();

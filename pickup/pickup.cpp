@@ -1,8 +1,8 @@
-#include "pickup.hpp"
+#include "pickup/pickup.hpp"
 
-#include "await.hpp"
-#include "messages.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/messages.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/inotify.h>
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace pickup {
+namespace smx::pickup {
 namespace {
 
 using namespace std::chrono_literals;
@@ -25,7 +25,7 @@ constexpr int exit_tempfail = 75;
 
 } // namespace
 
-Pickup::Pickup(asio::io_context& io, MaildropDir& dir, std::shared_ptr<sm::Channel> qmgr,
+Pickup::Pickup(asio::io_context& io, MaildropDir& dir, std::shared_ptr<smx::Channel> qmgr,
                asio::thread_pool& pool)
     : io_(io), dir_(dir), qmgr_(std::move(qmgr)), pool_(pool), events_(io), wake_(io) {}
 
@@ -36,7 +36,7 @@ void Pickup::watch() {
     // smx-postdrop renames a finished file into its final name.
     if (::inotify_add_watch(fd, dir_.path().c_str(), IN_MOVED_TO | IN_ONLYDIR) < 0)
         throw std::runtime_error("inotify_add_watch " + dir_.path() + ": " + std::strerror(errno));
-    asio::co_spawn(io_, read_events(), sm::crash_on_exception("pickup inotify"));
+    asio::co_spawn(io_, read_events(), smx::crash_on_exception("pickup inotify"));
 }
 
 void Pickup::stop() {
@@ -50,7 +50,7 @@ asio::awaitable<void> Pickup::read_events() {
     // Only that something came matters: the listing finds what.
     char buf[4096];
     for (;;) {
-        auto [ec, n] = co_await events_.async_read_some(asio::buffer(buf), sm::await_tuple);
+        auto [ec, n] = co_await events_.async_read_some(asio::buffer(buf), smx::await_tuple);
         if (ec) co_return;  // closed by stop()
         changed_ = true;
         wake_.cancel();
@@ -58,28 +58,28 @@ asio::awaitable<void> Pickup::read_events() {
 }
 
 asio::awaitable<int> Pickup::run() {
-    // Each job is named before it is awaited (sm::run_on says why).
+    // Each job is named before it is awaited (smx::run_on says why).
     auto list = [this] { return dir_.list(); };
-    const auto first = co_await sm::run_on(pool_.get_executor(), list);
+    const auto first = co_await smx::run_on(pool_.get_executor(), list);
     for (const auto& name : first.committing) {
         if (stopping_) co_return 0;
         auto resume = [this, name] { return dir_.resume(name); };
-        auto o = co_await sm::run_on(pool_.get_executor(), std::move(resume));
+        auto o = co_await smx::run_on(pool_.get_executor(), std::move(resume));
         if (!co_await handle(std::move(o))) co_return exit_tempfail;
     }
     while (!stopping_) {
         changed_ = false;
         retry_soon_ = false;
-        const auto listing = co_await sm::run_on(pool_.get_executor(), list);
+        const auto listing = co_await smx::run_on(pool_.get_executor(), list);
         for (const auto& name : listing.ready) {
             if (stopping_ || retry_soon_) break;
             auto take = [this, name] { return dir_.take(name); };
-            auto o = co_await sm::run_on(pool_.get_executor(), std::move(take));
+            auto o = co_await smx::run_on(pool_.get_executor(), std::move(take));
             if (!co_await handle(std::move(o))) co_return exit_tempfail;
         }
         if (changed_ && !retry_soon_) continue;
         wake_.expires_after(retry_soon_ ? retry_interval : scan_interval);
-        co_await wake_.async_wait(sm::await_tuple);
+        co_await wake_.async_wait(smx::await_tuple);
     }
     co_return 0;
 }
@@ -95,35 +95,35 @@ asio::awaitable<bool> Pickup::handle(Outcome o) {
     Taken& t = *o.taken;
     const auto ack = co_await commit(t);
     if (!ack) co_return false;
-    using sm::msg::AckStatus;
+    using smx::msg::AckStatus;
     auto done = [this, &t] { dir_.done(t); };
     if (ack->status == AckStatus::ok) {
-        sm::test_panic_point("acked");
-        co_await sm::run_on(pool_.get_executor(), std::move(done));
+        smx::test_panic_point("acked");
+        co_await smx::run_on(pool_.get_executor(), std::move(done));
         spdlog::info("{}: uid={} from=<{}>", t.id, t.env.uid, t.env.sender);
     } else if (ack->status == AckStatus::reject &&
-               ack->text.find(sm::msg::duplicate_ta) != std::string::npos) {
+               ack->text.find(smx::msg::duplicate_ta) != std::string::npos) {
         // Resumed: the commit an earlier run did not see answered went through.
-        co_await sm::run_on(pool_.get_executor(), std::move(done));
+        co_await smx::run_on(pool_.get_executor(), std::move(done));
         spdlog::info("{}: uid={} from=<{}>: already queued", t.id, t.env.uid, t.env.sender);
     } else if (ack->status == AckStatus::reject) {
         auto refused = [this, &t, why = "refused by the queue manager: " + ack->text] {
             dir_.refused(t, why);
         };
-        co_await sm::run_on(pool_.get_executor(), std::move(refused));
+        co_await smx::run_on(pool_.get_executor(), std::move(refused));
     } else {
         spdlog::warn("{}: uid={} from=<{}>: deferred by the queue manager ({}); trying again in "
                      "{} s",
                      t.id, t.env.uid, t.env.sender, ack->text, retry_interval.count());
         auto give_back = [this, &t] { dir_.give_back(t); };
-        co_await sm::run_on(pool_.get_executor(), std::move(give_back));
+        co_await smx::run_on(pool_.get_executor(), std::move(give_back));
         retry_soon_ = true;
     }
     co_return true;
 }
 
-asio::awaitable<std::optional<sm::msg::TaAck>> Pickup::commit(const Taken& t) {
-    sm::msg::TaCommit ta;
+asio::awaitable<std::optional<smx::msg::TaAck>> Pickup::commit(const Taken& t) {
+    smx::msg::TaCommit ta;
     ta.ta_id = t.id;
     // As QMGR's own DSNs: local mail, from this machine.
     ta.client_addr = "127.0.0.1";
@@ -132,15 +132,15 @@ asio::awaitable<std::optional<sm::msg::TaAck>> Pickup::commit(const Taken& t) {
     ta.sender = t.env.sender;
     ta.params = t.eight_bit ? "BODY=8BITMIME" : "";
     for (const auto& r : t.env.rcpts) ta.rcpts.push_back({r, {}});
-    ta.cdb_id = t.id;
+    ta.content_id = t.id;
     ta.size = t.size;
     ta.arrival_us = t.env.arrival_us;
     const std::uint64_t req = ++next_req_;
-    qmgr_->send(sm::msg::encode(ta, req));
-    sm::test_panic_point("commit_sent");
-    while (auto f = co_await sm::read_within(*qmgr_, ack_timeout)) {
+    qmgr_->send(smx::msg::encode(ta, req));
+    smx::test_panic_point("commit_sent");
+    while (auto f = co_await smx::read_within(*qmgr_, ack_timeout)) {
         std::string err;
-        auto ack = f->hdr.type == sm::msg::TA_ACK ? sm::msg::decode<sm::msg::TaAck>(*f, err)
+        auto ack = f->hdr.type == smx::msg::TA_ACK ? smx::msg::decode<smx::msg::TaAck>(*f, err)
                                                   : std::nullopt;
         if (!ack) {
             spdlog::error("qmgr: protocol error: {}",
@@ -153,4 +153,4 @@ asio::awaitable<std::optional<sm::msg::TaAck>> Pickup::commit(const Taken& t) {
     co_return std::nullopt;
 }
 
-} // namespace pickup
+} // namespace smx::pickup

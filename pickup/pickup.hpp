@@ -7,20 +7,20 @@
 // thread; the event loop only waits.
 #pragma once
 
-#include "maildrop_dir.hpp"
+#include "pickup/maildrop_dir.hpp"
 
-#include "channel.hpp"
+#include "libsm/channel.hpp"
 
 #include <boost/asio.hpp>
 #include <memory>
 
-namespace pickup {
+namespace smx::pickup {
 
 namespace asio = boost::asio;
 
 class Pickup {
 public:
-    Pickup(asio::io_context& io, MaildropDir& dir, std::shared_ptr<sm::Channel> qmgr,
+    Pickup(asio::io_context& io, MaildropDir& dir, std::shared_ptr<smx::Channel> qmgr,
            asio::thread_pool& pool);
 
     // Watches the maildrop (before the first listing, so that nothing
@@ -37,11 +37,11 @@ private:
     // Does what o says; false when QMGR is lost.
     asio::awaitable<bool> handle(Outcome o);
     // TA_COMMIT and its TA_ACK; nullopt when none came.
-    asio::awaitable<std::optional<sm::msg::TaAck>> commit(const Taken& t);
+    asio::awaitable<std::optional<smx::msg::TaAck>> commit(const Taken& t);
 
     asio::io_context& io_;
     MaildropDir& dir_;
-    std::shared_ptr<sm::Channel> qmgr_;
+    std::shared_ptr<smx::Channel> qmgr_;
     asio::thread_pool& pool_;
     asio::posix::stream_descriptor events_;
     asio::steady_timer wake_;
@@ -51,4 +51,4 @@ private:
     bool stopping_ = false;
 };
 
-} // namespace pickup
+} // namespace smx::pickup

@@ -13,9 +13,9 @@
 // the group may (docs/design.md, "Local submission").
 //
 // Exit status: sysexits.h, with one line on standard error saying why.
-#include "config.hpp"
-#include "maildrop_file.hpp"
-#include "ids.hpp"
+#include "libsm/config.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/maildrop_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -67,9 +67,9 @@ void write_all(int fd, const char* p, std::size_t n) {
     }
 }
 
-sm::Config load(const char* path) {
+smx::Config load(const char* path) {
     try {
-        return sm::load_config(path);
+        return smx::load_config(path);
     } catch (const std::exception& e) {
         throw Failure(EX_CONFIG, std::string("config ") + (*path ? path : "(defaults)") + ": " +
                                      e.what());
@@ -77,24 +77,24 @@ sm::Config load(const char* path) {
 }
 
 // The submission's envelope, as this caller's: uid and time are ours.
-sm::maildrop::Envelope read_envelope(const sm::Config& cfg) {
-    std::string prefix(sm::maildrop::prefix_size, '\0');
+smx::maildrop::Envelope read_envelope(const smx::Config& cfg) {
+    std::string prefix(smx::maildrop::prefix_size, '\0');
     std::string err;
     if (!read_exact(prefix.data(), prefix.size()))
         throw Failure(EX_DATAERR, "the input ended before the envelope");
-    const auto n = sm::maildrop::fields_length(prefix, err);
+    const auto n = smx::maildrop::fields_length(prefix, err);
     if (!n) throw Failure(EX_DATAERR, "bad submission: " + err);
     std::string fields(*n, '\0');
     if (!read_exact(fields.data(), fields.size()))
         throw Failure(EX_DATAERR, "the input ended within the envelope");
-    auto e = sm::maildrop::decode(fields, sm::maildrop::Kind::submission, err);
+    auto e = smx::maildrop::decode(fields, smx::maildrop::Kind::submission, err);
     if (!e) throw Failure(EX_DATAERR, "bad submission: " + err);
     if (e->content_size > cfg.server.max_message_size)
         throw Failure(EX_DATAERR, "message of " + std::to_string(e->content_size) +
                                       " bytes exceeds max_message_size (" +
                                       std::to_string(cfg.server.max_message_size) + ")");
     e->uid = static_cast<std::uint32_t>(::getuid());
-    e->arrival_us = sm::now_us();
+    e->arrival_us = smx::now_us();
     return *e;
 }
 
@@ -138,7 +138,7 @@ private:
     bool renamed_ = false;
 };
 
-std::string drop(const sm::Config& cfg, gid_t drop_gid) {
+std::string drop(const smx::Config& cfg, gid_t drop_gid) {
     const auto env = read_envelope(cfg);
     const std::string maildrop = cfg.maildrop_dir_abs();
     // Only with the group may we pass through the directory.
@@ -147,17 +147,17 @@ std::string drop(const sm::Config& cfg, gid_t drop_gid) {
     if (dir < 0)
         throw Failure(EX_UNAVAILABLE, "cannot open " + maildrop + ": " + errno_text() +
                                           (errno == ENOENT ? " (smx run makes it)" : ""));
-    const std::string header = sm::maildrop::encode(env, sm::maildrop::Kind::file);
+    const std::string header = smx::maildrop::encode(env, smx::maildrop::Kind::file);
     struct statvfs vfs;
     if (::fstatvfs(dir, &vfs) == 0 &&
         static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize <
             cfg.queue.min_free_space + header.size() + env.content_size)
         throw Failure(EX_TEMPFAIL, "insufficient system storage in " + maildrop +
                                        " (below queue.min_free_space); try again later");
-    const std::string random = sm::maildrop::random_part();
-    DropFile f(dir, sm::maildrop::writing_prefix + random);
+    const std::string random = smx::maildrop::random_part();
+    DropFile f(dir, smx::maildrop::writing_prefix + random);
     write_all(f.fd(), header.data(), header.size());
-    sm::maildrop::ContentCheck check;
+    smx::maildrop::ContentCheck check;
     std::string buf(chunk, '\0');
     for (std::uint64_t left = env.content_size; left > 0;) {
         const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(left, chunk));
@@ -171,7 +171,7 @@ std::string drop(const sm::Config& cfg, gid_t drop_gid) {
     if (read_exact(&extra, 1)) throw Failure(EX_DATAERR, "more input than the message size");
     if (const std::string bad = check.finish(); !bad.empty())
         throw Failure(EX_DATAERR, "bad submission: " + bad);
-    const std::string final = sm::maildrop::ready_prefix + random;
+    const std::string final = smx::maildrop::ready_prefix + random;
     f.finish(final);
     return final;
 }
@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
     }
     if (!given && ::access(cfg_path.c_str(), F_OK) != 0) cfg_path.clear();
     try {
-        const sm::Config cfg = load(cfg_path.c_str());
+        const smx::Config cfg = load(cfg_path.c_str());
         std::cout << drop(cfg, drop_gid) << '\n';
         return EX_OK;
     } catch (const Failure& e) {

@@ -1,10 +1,10 @@
 // The bouncer (see bounce.hpp).
-#include "bounce.hpp"
+#include "qmgr/bounce.hpp"
 
-#include "content_file.hpp"
-#include "dsn_params.hpp"
-#include "ids.hpp"
-#include "log.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/dsn_params.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/log.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -12,12 +12,12 @@
 
 namespace smx::qmgr {
 
-Bouncer::Bouncer(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
+Bouncer::Bouncer(const smx::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
                  ActiveQueue& queue, Ibdb& ibdb, Reaper& reaper, Hooks hooks,
-                 const sm::Clock& clock)
+                 const smx::Clock& clock)
     : cfg_(cfg), clock_(clock), ex_(std::move(ex)), workers_(workers), queue_(queue), ibdb_(ibdb),
-      reaper_(reaper), hooks_(std::move(hooks)), store_(sm::content::store_for(cfg)),
-      sync_names_(sm::content::sync_names(cfg)) {}
+      reaper_(reaper), hooks_(std::move(hooks)), store_(smx::content::store_for(cfg)),
+      sync_names_(smx::content::sync_names(cfg)) {}
 
 void Bouncer::bounce(Ta& ta, std::uint32_t idx, const Attempt& at, dsn::FailedRcpt why) {
     log_status(ta, idx, at, "bounced", why.reply, clock_.now_us());
@@ -34,7 +34,7 @@ void Bouncer::warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay) 
     const auto after = std::chrono::duration_cast<std::chrono::microseconds>(
         cfg_.queue.delay_warning_time);
     const Rcpt& r = ta.rcpt(idx);
-    const std::uint64_t waited = sm::elapsed_us(ta.arrival_us(), clock_.now_us());
+    const std::uint64_t waited = smx::elapsed_us(ta.arrival_us(), clock_.now_us());
     if (after.count() == 0 || r.warned() || no_dsn_reason(ta) || !notify(ta, idx).delay ||
         waited < static_cast<std::uint64_t>(after.count()))
         return;
@@ -46,7 +46,7 @@ void Bouncer::warn_if_late(Ta& ta, std::uint32_t idx, const std::string& relay) 
 }
 
 void Bouncer::relayed(Ta& ta, std::uint32_t idx, const std::string& relay,
-                      const sm::msg::Reply& reply, bool peer_dsn) {
+                      const smx::msg::Reply& reply, bool peer_dsn) {
     if (peer_dsn || !notify(ta, idx).success || no_dsn_reason(ta)) return;
     auto why = dsn::failed_rcpt(ta.rcpt(idx).addr(), reply, relay);
     why.action = dsn::Action::relayed;
@@ -61,8 +61,8 @@ void Bouncer::relayed(Ta& ta, std::uint32_t idx, const std::string& relay,
     tasks_.spawn(ex_, queue_dsn(ta.id, ta.env, std::move(one), Kind::success), "success notice");
 }
 
-sm::dsn::Notify Bouncer::notify(const Ta& ta, std::uint32_t idx) {
-    return idx < ta.env->rcpts.size() ? sm::dsn::notify(ta.env->rcpts[idx].params) : sm::dsn::Notify{};
+smx::dsn::Notify Bouncer::notify(const Ta& ta, std::uint32_t idx) {
+    return idx < ta.env->rcpts.size() ? smx::dsn::notify(ta.env->rcpts[idx].params) : smx::dsn::Notify{};
 }
 
 const char* Bouncer::no_dsn_reason(const Ta& ta) const {
@@ -116,7 +116,7 @@ asio::awaitable<void> Bouncer::flush() {
 // (The big values live in write_dsn and dsn_commit: a coroutine frame over
 // 1 KiB is not recycled, and GCC 12 misreads its delete, PR 109224.)
 asio::awaitable<void> Bouncer::queue_dsn(std::string id,
-                                         std::shared_ptr<const sm::msg::TaCommit> env,
+                                         std::shared_ptr<const smx::msg::TaCommit> env,
                                          std::vector<Bounce> list, Kind k) {
     // As postfix's bounce names them in its log.
     const char* kind = k == Kind::failure ? "non-delivery"
@@ -127,7 +127,7 @@ asio::awaitable<void> Bouncer::queue_dsn(std::string id,
         if (error.empty()) hooks_.bounced(id, list);
         else hooks_.failed(id, list, error);
     };
-    const std::string dsn_id = sm::new_ta_id();
+    const std::string dsn_id = smx::new_ta_id();
     const auto [err, size] = co_await write_dsn(env, list, dsn_id, k);
     if (err) {
         spdlog::error("{}: cannot write {} notification: {}", id, kind, std::strerror(err));
@@ -145,7 +145,7 @@ asio::awaitable<void> Bouncer::queue_dsn(std::string id,
         co_return answer(std::string(kind) + " notification not queued: " + error);
     }
     ++dsn_sent_;
-    sm::log_as(sm::LogAs::bounce).info("{}: sender {} notification: {}", id, kind, dsn_id);
+    smx::log_as(smx::LogAs::bounce).info("{}: sender {} notification: {}", id, kind, dsn_id);
     spdlog::info("{}: from=<>, size={}, nrcpt=1 (queue active)", dsn_id, dsn->size());
     hooks_.schedule(*dsn);
     answer({});
@@ -154,7 +154,7 @@ asio::awaitable<void> Bouncer::queue_dsn(std::string id,
 // On the pool: the report (with the original's header section when it can
 // be read) written as the content file of dsn_id.
 asio::awaitable<std::pair<int, std::uint64_t>> Bouncer::write_dsn(
-    std::shared_ptr<const sm::msg::TaCommit> env, const std::vector<Bounce>& list,
+    std::shared_ptr<const smx::msg::TaCommit> env, const std::vector<Bounce>& list,
     const std::string& dsn_id, Kind kind) {
     std::vector<dsn::FailedRcpt> rcpts;
     for (const auto& b : list) rcpts.push_back(b.why);
@@ -164,34 +164,34 @@ asio::awaitable<std::pair<int, std::uint64_t>> Bouncer::write_dsn(
     rep.now_us = clock_.now_us();
     // RET=FULL returns the whole message on failure, but only to a client we
     // relay for: others (anyone can forge their sender) get headers only.
-    const bool full = kind == Kind::failure && sm::dsn::ret_full(env->params) &&
+    const bool full = kind == Kind::failure && smx::dsn::ret_full(env->params) &&
                       cfg_.server.in_relay_networks(env->client_addr);
     auto job = [env, rcpts = std::move(rcpts), rep = std::move(rep), full, sync_name = sync_names_,
-                store = store_, path = sm::cdb_path(store_.dir, dsn_id, store_.hashed)]() mutable {
+                store = store_, path = smx::content::file_path(store_.dir, dsn_id, store_.hashed)]() mutable {
         std::string err;
-        sm::content::Body body;
+        smx::content::Body body;
         // Without the original headers the report still says what failed.
-        if (body.open(store, env->cdb_id, env->ta_id, env->size) == 0) {
+        if (body.open(store, env->content_id, env->ta_id, env->size) == 0) {
             // Over max_returned_message only the headers go back.
             if (auto m = full ? dsn::read_message(body, err) : std::nullopt) rep.original_message = *m;
             else if (auto h = dsn::read_header_section(body, err)) rep.original_headers = *h;
         }
         const std::string msg = dsn::build(*env, rcpts, rep);
-        return std::make_pair(sm::content::write_durable(path, msg, sm::content::file_mode, sync_name),
+        return std::make_pair(smx::content::write_durable(path, msg, smx::content::file_mode, sync_name),
                               static_cast<std::uint64_t>(msg.size()));
     };
     co_return co_await run_on(workers_.get_executor(), std::move(job));
 }
 
 // The DSN's transaction, from <> to the original sender, in the active queue.
-sm::msg::TaCommit Bouncer::dsn_commit(const std::string& dsn_id, const std::string& to,
+smx::msg::TaCommit Bouncer::dsn_commit(const std::string& dsn_id, const std::string& to,
                                       std::uint64_t size) {
-    sm::msg::TaCommit d;
-    d.ta_id = d.cdb_id = dsn_id;
+    smx::msg::TaCommit d;
+    d.ta_id = d.content_id = dsn_id;
     d.client_addr = "127.0.0.1";
     d.client_name = "localhost";
     d.helo = cfg_.server.hostname;
-    d.rcpts.push_back(sm::msg::Recipient{to, {}});
+    d.rcpts.push_back(smx::msg::Recipient{to, {}});
     d.size = size;
     d.arrival_us = clock_.now_us();
     queue_.admit(d);

@@ -11,18 +11,18 @@
 // hooks, once the DSN is durable or could not be written).
 #pragma once
 
-#include "coro.hpp"
-#include "delivery_log.hpp"
-#include "dsn.hpp"
-#include "dsn_params.hpp"
-#include "ibdb.hpp"
-#include "queue.hpp"
-#include "reaper.hpp"
+#include "libsm/dsn_params.hpp"
+#include "qmgr/coro.hpp"
+#include "qmgr/delivery_log.hpp"
+#include "qmgr/dsn.hpp"
+#include "qmgr/ibdb.hpp"
+#include "qmgr/queue.hpp"
+#include "qmgr/reaper.hpp"
 
-#include "config.hpp"
-#include "content_trust.hpp"
+#include "libsm/config.hpp"
+#include "libsm/content_trust.hpp"
 
-#include "clock.hpp"
+#include "libsm/clock.hpp"
 
 #include <boost/asio.hpp>
 #include <cstdint>
@@ -54,9 +54,9 @@ public:
         std::function<void(Ta& dsn)> schedule;
     };
 
-    Bouncer(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
+    Bouncer(const smx::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
             ActiveQueue& queue, Ibdb& ibdb, Reaper& reaper, Hooks hooks,
-            const sm::Clock& clock = sm::system_clock());
+            const smx::Clock& clock = smx::system_clock());
 
     // A recipient (active or in flight) failed for good.
     void bounce(Ta& ta, std::uint32_t idx, const Attempt& at, dsn::FailedRcpt why);
@@ -66,7 +66,7 @@ public:
     // A recipient was just delivered (before it is marked sent): with
     // NOTIFY=SUCCESS and a next hop that did not take the NOTIFY on, its
     // sender gets an "Action: relayed" notice (RFC 3461 5.2.2.1).
-    void relayed(Ta& ta, std::uint32_t idx, const std::string& relay, const sm::msg::Reply& reply,
+    void relayed(Ta& ta, std::uint32_t idx, const std::string& relay, const smx::msg::Reply& reply,
                  bool peer_dsn);
 
     std::uint64_t bounced() const { return bounced_; }    // recipients: status=bounced
@@ -80,30 +80,30 @@ private:
     enum class Kind { failure, delay, success };
     // One DSN for the recipients in list, written, logged in IBDB and
     // scheduled; for a non-delivery report the hooks hear whether it is.
-    asio::awaitable<void> queue_dsn(std::string id, std::shared_ptr<const sm::msg::TaCommit> env,
+    asio::awaitable<void> queue_dsn(std::string id, std::shared_ptr<const smx::msg::TaCommit> env,
                                     std::vector<Bounce> list, Kind kind);
     // 0 or the errno of the write, and the DSN's size.
     asio::awaitable<std::pair<int, std::uint64_t>> write_dsn(
-        std::shared_ptr<const sm::msg::TaCommit> env, const std::vector<Bounce>& list,
+        std::shared_ptr<const smx::msg::TaCommit> env, const std::vector<Bounce>& list,
         const std::string& dsn_id, Kind kind);
-    sm::msg::TaCommit dsn_commit(const std::string& dsn_id, const std::string& to,
+    smx::msg::TaCommit dsn_commit(const std::string& dsn_id, const std::string& to,
                                  std::uint64_t size);
     // Why the sender of ta gets no DSN (null sender, bounce_untrusted), or
     // nullptr when it does.
     const char* no_dsn_reason(const Ta& ta) const;
     // The recipient's NOTIFY (the default without one).
-    static sm::dsn::Notify notify(const Ta& ta, std::uint32_t idx);
+    static smx::dsn::Notify notify(const Ta& ta, std::uint32_t idx);
 
-    const sm::Config& cfg_;
-    const sm::Clock& clock_;
+    const smx::Config& cfg_;
+    const smx::Clock& clock_;
     asio::any_io_executor ex_;
     asio::thread_pool& workers_;
     ActiveQueue& queue_;
     Ibdb& ibdb_;
     Reaper& reaper_;
     Hooks hooks_;
-    sm::content::Store store_;  // where content is read, and who wrote it
-    bool sync_names_;  // sm::content::sync_names()
+    smx::content::Store store_;  // where content is read, and who wrote it
+    bool sync_names_;  // smx::content::sync_names()
     // Recipients failed for good (or late), by transaction: one DSN each.
     std::map<std::string, std::vector<Bounce>> bounces_, delays_;
     std::uint64_t bounced_ = 0, dsn_sent_ = 0;

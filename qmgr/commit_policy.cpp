@@ -1,4 +1,4 @@
-#include "commit_policy.hpp"
+#include "qmgr/commit_policy.hpp"
 
 #include <algorithm>
 

@@ -3,10 +3,10 @@
 // and the counters behind `smx stats` and the Prometheus endpoint. Requests are taken on the
 // event loop; each that needs DEFEDB is a coroutine that awaits its work on
 // the DEFEDB strand, then replies.
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "ids.hpp"
-#include "quarantine.hpp"
+#include "libsm/ids.hpp"
+#include "qmgr/quarantine.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -17,7 +17,7 @@ namespace smx::qmgr {
 
 std::vector<Metric> Qmgr::metrics() const {
     const IbdbStats& s = ibdb_.stats();
-    const sm::msg::SmtpsLoad smtps = smtps_loads_.total();
+    const smx::msg::SmtpsLoad smtps = smtps_loads_.total();
     return {
         {"received", counters_.received, true, "Transactions accepted (TA_COMMIT acknowledged)"},
         {"commit_rejected", counters_.rejected, true, "TA_COMMITs refused as invalid"},
@@ -55,7 +55,7 @@ std::vector<Metric> Qmgr::metrics() const {
     };
 }
 
-void Qmgr::control(const sm::msg::CtlRequest& req, CtlDone done) {
+void Qmgr::control(const smx::msg::CtlRequest& req, CtlDone done) {
     const auto& c = req.command;
     if (c == "stats") {
         std::string text;
@@ -67,7 +67,7 @@ void Qmgr::control(const sm::msg::CtlRequest& req, CtlDone done) {
         text += fmt::format("rejected {}\n", total);
         for (const auto& e : rejected)
             text += fmt::format("rejected_{}xx_{} {}\n", e.reply_class,
-                                sm::rejection_name(e.reason), e.n);
+                                smx::rejection_name(e.reason), e.n);
         for (const auto& [loop, n] : smtps_sessions_by_loop())
             text += fmt::format("smtps_loop_{}_sessions {}\n", loop, n);
         done({0, std::move(text)});
@@ -114,17 +114,17 @@ std::vector<std::string> all_queues(const std::string& command) {
 // one makes the status 1, the others are still done), or for ALL one line
 // of totals, as postsuper prints; one message at a time, each its own
 // DEFEDB transaction.
-asio::awaitable<void> Qmgr::ctl_ids(sm::msg::CtlRequest req, CtlDone done) {
+asio::awaitable<void> Qmgr::ctl_ids(smx::msg::CtlRequest req, CtlDone done) {
     const std::string& c = req.command;
     const auto& args = req.args;
     const bool all = !args.empty() && args[0] == "ALL";
     const bool ok = all ? args.size() == 1 || (args.size() == 2 && queue_name(args[1]))
-                        : !args.empty() && args.size() <= sm::msg::max_ctl_ids &&
-                              std::all_of(args.begin(), args.end(), sm::valid_ta_id);
+                        : !args.empty() && args.size() <= smx::msg::max_ctl_ids &&
+                              std::all_of(args.begin(), args.end(), smx::valid_ta_id);
     if (!ok)
         co_return done({1, fmt::format("usage: {} QUEUE-ID... (at most {}) | {} ALL "
                                        "[active|deferred|hold]",
-                                       c, sm::msg::max_ctl_ids, c)});
+                                       c, smx::msg::max_ctl_ids, c)});
     std::vector<std::string> ids = args;
     if (all) {
         std::vector<std::string> queues = all_queues(c);
@@ -169,8 +169,8 @@ asio::awaitable<std::optional<std::size_t>> Qmgr::hold_ta(std::string id, bool h
             queue_.set_hold(*ta, i, hold);
             ++here;
             if (hold && r.state() == RcptState::active) {
-                const bool failed = r.last_reply() != sm::msg::Reply{};
-                queue_.defer_begin(*ta, i, failed ? r.last_reply() : sm::msg::Reply{0, {}, "held by operator"},
+                const bool failed = r.last_reply() != smx::msg::Reply{};
+                queue_.defer_begin(*ta, i, failed ? r.last_reply() : smx::msg::Reply{0, {}, "held by operator"},
                                    failed ? r.last_relay() : std::string());
                 deferred_.park(*ta, i, clock_.now_us());
             }
@@ -187,11 +187,11 @@ asio::awaitable<std::optional<std::size_t>> Qmgr::hold_ta(std::string id, bool h
 // is marked deleted, its deferrals not yet handed to DEFEDB are not written,
 // its recipients waiting here are dropped (one in flight has its result
 // dropped). Returns how many open recipients memory held that DEFEDB does
-// not count; cdb: its content file, if any.
-std::size_t Qmgr::forget(Ta& ta, std::string& cdb) {
+// not count; content: its content file, if any.
+std::size_t Qmgr::forget(Ta& ta, std::string& content) {
     std::size_t here = 0;
     queue_.mark_deleted(ta);
-    cdb = Reaper::file_of(ta, true);
+    content = Reaper::file_of(ta, true);
     std::vector<bool> unparked(ta.rcpts().size());
     for (auto i : deferred_.cancel_parks(ta.id)) unparked[i] = true;
     for (std::uint32_t i = 0; i < ta.rcpts().size(); ++i) {
@@ -209,12 +209,12 @@ std::size_t Qmgr::forget(Ta& ta, std::string& cdb) {
 // error.
 asio::awaitable<std::optional<std::size_t>> Qmgr::delete_ta(std::string id) {
     std::size_t here = 0;
-    std::string cdb = id;
-    if (Ta* ta = queue_.find(id); ta && !ta->deleted()) here = forget(*ta, cdb);
+    std::string content = id;
+    if (Ta* ta = queue_.find(id); ta && !ta->deleted()) here = forget(*ta, content);
     const auto n = co_await deferred_.remove_ta(id);
     if (!n) co_return std::nullopt;
     if (here + *n == 0) co_return 0;
-    reaper_.drop(id, cdb);
+    reaper_.drop(id, content);
     spdlog::info("{}: removed (deleted by operator, {} recipients)", id, here + *n);
     co_return here + *n;
 }

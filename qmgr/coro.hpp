@@ -1,11 +1,11 @@
 // QMGR's coroutine plumbing: blocking work on the worker pool awaited from
-// the event loop (SMTPS's CdbWriter::commit does the same), and the group of
+// the event loop (SMTPS's ContentWriter::commit does the same), and the group of
 // coroutines a component runs, so that shutdown can wait until each has
 // exited before the pool and the io_context go (qmgr/main.cpp).
 #pragma once
 
-#include "await.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/panic.hpp"
 
 #include <boost/asio.hpp>
 #include <cstddef>
@@ -18,10 +18,10 @@ namespace smx::qmgr {
 
 namespace asio = boost::asio;
 
-using sm::run_on;
+using smx::run_on;
 
 // The coroutines one component has started and not yet seen exit. Each is
-// spawned with sm::crash_on_exception and starts in a later event-loop turn,
+// spawned with smx::crash_on_exception and starts in a later event-loop turn,
 // never inside its caller (co_spawn alone would run it at once when called
 // on the loop): what the caller does next in this turn is seen by it, e.g.
 // the rest of a RESULT's deferrals join the batch. The count lives in shared
@@ -31,7 +31,7 @@ class Coroutines {
 public:
     void spawn(const asio::any_io_executor& ex, asio::awaitable<void> a, std::string_view where) {
         ++*live_;
-        asio::co_spawn(ex, counted(ex, live_, std::move(a)), sm::crash_on_exception(where));
+        asio::co_spawn(ex, counted(ex, live_, std::move(a)), smx::crash_on_exception(where));
     }
     bool idle() const { return *live_ == 0; }
 

@@ -1,8 +1,8 @@
-#include "defedb.hpp"
-#include "quarantine.hpp"
+#include "qmgr/defedb.hpp"
+#include "qmgr/quarantine.hpp"
 
-#include "defedb_record.hpp"
-#include "ids.hpp"
+#include "libsm/ids.hpp"
+#include "qmgr/defedb_record.hpp"
 
 #include <db_cxx.h>
 #include <spdlog/spdlog.h>
@@ -337,7 +337,7 @@ void Defedb::close() {
 void Defedb::put_many(const std::vector<DeferredTa>& batch) {
     auto& m = *impl_;
     for (const auto& ta : batch) {
-        if (!sm::valid_ta_id(ta.envelope.ta_id)) throw DefedbError("defedb: bad ta-id " + ta.envelope.ta_id, false);
+        if (!smx::valid_ta_id(ta.envelope.ta_id)) throw DefedbError("defedb: bad ta-id " + ta.envelope.ta_id, false);
         for (const auto& r : ta.rcpts)
             if (r.ta_id != ta.envelope.ta_id) throw DefedbError("defedb: recipient of another transaction", false);
     }
@@ -355,7 +355,7 @@ void Defedb::put_many(const std::vector<DeferredTa>& batch) {
     });
 }
 
-void Defedb::put_deferred(const sm::msg::TaCommit& envelope, const DeferredRcpt& rcpt) {
+void Defedb::put_deferred(const smx::msg::TaCommit& envelope, const DeferredRcpt& rcpt) {
     put_many({DeferredTa{envelope, {rcpt}}});
 }
 
@@ -442,7 +442,7 @@ std::vector<DeferredTa> Defedb::due(std::uint64_t now_us, std::size_t limit, std
             if (it == pos.end()) {
                 In k(r.ta_id);
                 Out d;
-                std::optional<sm::msg::TaCommit> env;
+                std::optional<smx::msg::TaCommit> env;
                 if (m.envelopes->get(t, &k, &d, 0) == 0) env = decode_envelope(d.view());
                 if (!env) {
                     // A recipient without a readable envelope cannot be delivered.
@@ -503,7 +503,7 @@ void Defedb::for_each(const std::function<void(const DeferredTa&)>& f) {
                 if (new_ta) {
                     In ek(r->ta_id);
                     Out ed;
-                    std::optional<sm::msg::TaCommit> env;
+                    std::optional<smx::msg::TaCommit> env;
                     if (m.envelopes->get(t, &ek, &ed, 0) == 0) env = decode_envelope(ed.view());
                     if (!env) {  // listed with what the recipient knows; due() deals with it
                         env.emplace();
@@ -546,7 +546,7 @@ std::optional<DeferredTa> Defedb::get(const std::string& ta_id) {
         if (ta.rcpts.empty()) return std::nullopt;
         In ek(ta_id);
         Out ed;
-        std::optional<sm::msg::TaCommit> env;
+        std::optional<smx::msg::TaCommit> env;
         if (m.envelopes->get(t, &ek, &ed, 0) == 0) env = decode_envelope(ed.view());
         if (env) ta.envelope = std::move(*env);
         ta.envelope.ta_id = ta_id;

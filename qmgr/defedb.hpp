@@ -4,7 +4,7 @@
 // A recipient enters DEFEDB the first time it is deferred; the IBDB records
 // the move only after put_deferred()/put_many() has returned, i.e. after the
 // DEFEDB commit is on disk. Three B-trees:
-//   envelopes.db  ta-id → version u8 | sm::msg::envelope_bytes(TaCommit)
+//   envelopes.db  ta-id → version u8 | smx::msg::envelope_bytes(TaCommit)
 //   rcpts.db      ta-id | u32 BE idx → version u8 | recipient record
 //   next_try.db   secondary index of rcpts.db: u64 BE next_try | ta-id | idx,
 //                 so a cursor walks recipients in due order; held recipients
@@ -20,7 +20,7 @@
 // and let the MCP restart it.
 #pragma once
 
-#include "messages.hpp"
+#include "libsm/messages.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -49,7 +49,7 @@ struct DeferredRcpt {
     std::uint64_t first_arrival_us = 0;  // the transaction's arrival
     std::uint64_t last_attempt_us = 0;
     std::uint64_t next_try_us = 0;
-    sm::msg::Reply last_reply;  // e.g. {451, "4.3.0", "try later"}, or {0, "4.4.1", "connect to ..."}
+    smx::msg::Reply last_reply;  // e.g. {451, "4.3.0", "try later"}, or {0, "4.4.1", "connect to ..."}
     std::string last_relay;     // the server that gave it; empty when none replied
     bool held = false;
     bool warned = false;  // its sender got the delay warning
@@ -58,7 +58,7 @@ struct DeferredRcpt {
 
 // Recipients of one transaction with its envelope.
 struct DeferredTa {
-    sm::msg::TaCommit envelope;
+    smx::msg::TaCommit envelope;
     std::vector<DeferredRcpt> rcpts;
 };
 
@@ -84,7 +84,7 @@ public:
     // once per ta-id; a recipient already present is overwritten (a replay
     // of the IBDB after a crash may defer it again).
     void put_many(const std::vector<DeferredTa>& batch);
-    void put_deferred(const sm::msg::TaCommit& envelope, const DeferredRcpt& rcpt);
+    void put_deferred(const smx::msg::TaCommit& envelope, const DeferredRcpt& rcpt);
 
     // After another failed attempt: stores attempts, last_attempt_us,
     // next_try_us, last_reply and last_relay of r, and sets warned if r has it; address,

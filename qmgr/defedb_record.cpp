@@ -1,6 +1,6 @@
-#include "defedb_record.hpp"
+#include "qmgr/defedb_record.hpp"
 
-#include "ids.hpp"
+#include "libsm/ids.hpp"
 
 #include <db_cxx.h>
 
@@ -27,8 +27,8 @@ bool known_version(unsigned char v) { return v == version_1 || v == format_versi
 
 // A version 1 last_error split as it was formatted: "code status text",
 // the code and status each only when present.
-sm::msg::Reply reply_of_v1(std::string_view s) {
-    sm::msg::Reply r;
+smx::msg::Reply reply_of_v1(std::string_view s) {
+    smx::msg::Reply r;
     auto digits = [](std::string_view w) {
         return !w.empty() && std::all_of(w.begin(), w.end(), [](unsigned char c) { return std::isdigit(c); });
     };
@@ -114,21 +114,21 @@ std::optional<DeferredRcpt> decode_rcpt(std::string_view key, std::string_view d
         f->assign(d.substr(off, n));
         off += n;
     }
-    if (off != d.size() || !sm::valid_ta_id(r.ta_id)) return std::nullopt;
+    if (off != d.size() || !smx::valid_ta_id(r.ta_id)) return std::nullopt;
     if (v1) r.last_reply = reply_of_v1(last_error);
     return r;
 }
 
-std::string encode_envelope(const sm::msg::TaCommit& ta) {
+std::string encode_envelope(const smx::msg::TaCommit& ta) {
     std::string s(1, static_cast<char>(format_version));
-    return s + sm::msg::envelope_bytes(ta);
+    return s + smx::msg::envelope_bytes(ta);
 }
 
-std::optional<sm::msg::TaCommit> decode_envelope(std::string_view d) {
+std::optional<smx::msg::TaCommit> decode_envelope(std::string_view d) {
     // The envelope's bytes did not change with version 2.
     if (d.empty() || !known_version(uc(d)[0])) return std::nullopt;
     std::string err;
-    return sm::msg::envelope_from_bytes(d.substr(1), err);
+    return smx::msg::envelope_from_bytes(d.substr(1), err);
 }
 
 std::optional<std::uint64_t> index_time(std::string_view skey) {

@@ -2,7 +2,7 @@
 // records, and the key of the next-try index.
 #pragma once
 
-#include "defedb.hpp"
+#include "qmgr/defedb.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -26,9 +26,9 @@ std::string encode_rcpt(const DeferredRcpt& r);
 // A version 1 record decodes too; encode_rcpt always writes the current one.
 std::optional<DeferredRcpt> decode_rcpt(std::string_view key, std::string_view data);
 
-// version u8 | sm::msg::envelope_bytes()
-std::string encode_envelope(const sm::msg::TaCommit& ta);
-std::optional<sm::msg::TaCommit> decode_envelope(std::string_view data);
+// version u8 | smx::msg::envelope_bytes()
+std::string encode_envelope(const smx::msg::TaCommit& ta);
+std::optional<smx::msg::TaCommit> decode_envelope(std::string_view data);
 
 // The Db::associate callback of the next-try index, and the time in its keys.
 int index_key(Db*, const Dbt* pkey, const Dbt* pdata, Dbt* skey);

@@ -4,8 +4,8 @@
 // owner of that ordering.
 #pragma once
 
-#include "coro.hpp"
-#include "defedb.hpp"
+#include "qmgr/coro.hpp"
+#include "qmgr/defedb.hpp"
 
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>

@@ -1,13 +1,13 @@
 // The deferred queue: recipients that failed for now move to DEFEDB and leave
 // memory; a timer on DEFEDB's next-try index feeds them back when due.
 // Every DEFEDB call runs on the DEFEDB strand of the worker pool.
-#include "deferred.hpp"
+#include "qmgr/deferred.hpp"
 
-#include "await.hpp"
-#include "content_file.hpp"
-#include "content_segment.hpp"
-#include "ids.hpp"
-#include "quarantine.hpp"
+#include "libsm/await.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/content_segment.hpp"
+#include "libsm/ids.hpp"
+#include "qmgr/quarantine.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -26,18 +26,18 @@ constexpr auto maintenance_every = std::chrono::seconds(60);
 
 // The body's bytes to a new content file at path, a piece at a time, written
 // and synced with its name (content_file's tmp and rename).
-int write_copy(const sm::content::Body& body, const std::string& path) {
+int write_copy(const smx::content::Body& body, const std::string& path) {
     static constexpr std::size_t piece = 64 * 1024;
     const std::string tmp = path + ".tmp";
     int fd = -1;
-    int err = sm::content::open_tmp(tmp, fd);
+    int err = smx::content::open_tmp(tmp, fd);
     std::string buf;
     for (std::uint64_t off = 0; !err && off < body.size(); off += buf.size()) {
         if ((err = body.read_at(off, piece, buf))) break;
         if (buf.empty()) err = EIO;  // cut short since it was checked
-        else err = sm::content::write_all(fd, buf);
+        else err = smx::content::write_all(fd, buf);
     }
-    return sm::content::finish_tmp(fd, err, tmp, path, true);
+    return smx::content::finish_tmp(fd, err, tmp, path, true);
 }
 
 // DEFEDB never names a content segment (which goes once memory no longer
@@ -45,23 +45,23 @@ int write_copy(const sm::content::Body& body, const std::string& path) {
 // by its transaction id and durable (synced, its name too) before DEFEDB
 // holds the envelope that names it. A copy that cannot be written fails
 // the batch, which is tried again. A record that is not what the envelope
-// says (sm::content::Body: its CRC checked too) is not copied: false, and
+// says (smx::content::Body: its CRC checked too) is not copied: false, and
 // the envelope names the missing copy, to be quarantined when due.
-bool copy_out(const sm::content::Store& store, sm::msg::TaCommit& env) {
+bool copy_out(const smx::content::Store& store, smx::msg::TaCommit& env) {
     if (has_defedb_copy(store, env)) {
-        env.cdb_id = env.ta_id;  // copied for an earlier batch
+        env.content_id = env.ta_id;  // copied for an earlier batch
         return true;
     }
-    sm::content::Body body;
-    const int err = body.open(store, env.cdb_id, env.ta_id, env.size, nullptr, true);
-    const std::string from = std::exchange(env.cdb_id, env.ta_id);
+    smx::content::Body body;
+    const int err = body.open(store, env.content_id, env.ta_id, env.size, nullptr, true);
+    const std::string from = std::exchange(env.content_id, env.ta_id);
     if (err) {
         spdlog::error("{}: content segment record {} unusable ({}): not copied for DEFEDB; "
                       "the transaction is quarantined",
                       env.ta_id, from, err == ENOENT ? "missing" : body.why());
         return false;
     }
-    if (const int e = write_copy(body, sm::cdb_path(store.dir, env.ta_id, store.hashed)))
+    if (const int e = write_copy(body, smx::content::file_path(store.dir, env.ta_id, store.hashed)))
         throw DefedbError(env.ta_id + ": copy of its content for DEFEDB: " + std::strerror(e),
                           false);
     return true;
@@ -69,18 +69,18 @@ bool copy_out(const sm::content::Store& store, sm::msg::TaCommit& env) {
 
 } // namespace
 
-bool has_defedb_copy(const sm::content::Store& store, const sm::msg::TaCommit& env) {
+bool has_defedb_copy(const smx::content::Store& store, const smx::msg::TaCommit& env) {
     // Ours alone: SMTPS's account can put a file of its own under that name.
-    const sm::content::Expect ours{store.writers.qmgr, store.writers.qmgr, env.size, true};
+    const smx::content::Expect ours{store.writers.qmgr, store.writers.qmgr, env.size, true};
     std::string why;
-    return sm::content::check_read(store.dir, env.ta_id, store.hashed, ours, why) == 0;
+    return smx::content::check_read(store.dir, env.ta_id, store.hashed, ours, why) == 0;
 }
 
-DeferredQueue::DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, DefedbStrand& db,
-                             Hooks hooks, const sm::Clock& clock,
+DeferredQueue::DeferredQueue(const smx::Config& cfg, asio::any_io_executor ex, DefedbStrand& db,
+                             Hooks hooks, const smx::Clock& clock,
                              std::chrono::milliseconds retry_after)
     : cfg_(cfg), clock_(clock), retry_after_(retry_after), ex_(ex), db_(db),
-      hooks_(std::move(hooks)), store_(sm::content::store_for(cfg)),
+      hooks_(std::move(hooks)), store_(smx::content::store_for(cfg)),
       quarantine_(cfg.quarantine_dir_abs()),
       retry_timer_(ex), due_timer_(ex), maint_timer_(ex) {}
 
@@ -123,8 +123,8 @@ void DeferredQueue::remove(const std::string& ta_id, std::uint32_t idx) {
     kick();
 }
 
-void DeferredQueue::check(const std::string& ta_id, const std::string& cdb_id) {
-    checks_.push_back(Check{ta_id, cdb_id});
+void DeferredQueue::check(const std::string& ta_id, const std::string& content_id) {
+    checks_.push_back(Check{ta_id, content_id});
     kick();
 }
 
@@ -184,7 +184,7 @@ asio::awaitable<void> DeferredQueue::writer() {
                 if (added) {
                     fresh.push_back(DeferredTa{*p.env, {}});
                     auto& env = fresh.back().envelope;
-                    if (sm::content::parse_segment_ref(env.cdb_id) && !copy_out(store, env))
+                    if (smx::content::parse_segment_ref(env.content_id) && !copy_out(store, env))
                         unusable.insert(env.ta_id);
                 }
                 fresh[it->second].rcpts.push_back(p.rec);
@@ -209,7 +209,7 @@ asio::awaitable<void> DeferredQueue::writer() {
             checks_.insert(checks_.end(), checks.begin(), checks.end());
             if (!running_) break;
             retry_timer_.expires_after(retry_after_);
-            auto [ec] = co_await retry_timer_.async_wait(sm::await_tuple);
+            auto [ec] = co_await retry_timer_.async_wait(smx::await_tuple);
             if (ec) break;  // stop()
             continue;
         }
@@ -250,7 +250,7 @@ asio::awaitable<void> DeferredQueue::due_loop() {
             continue;
         }
         if (due_at_ == 0) due_timer_.expires_at(asio::system_timer::time_point::max());
-        auto [ec] = co_await due_timer_.async_wait(sm::await_tuple);
+        auto [ec] = co_await due_timer_.async_wait(smx::await_tuple);
         if (ec) continue;  // re-armed, refresh() or stop(): look again
         due_at_ = 0;
         co_await fetch();
@@ -263,7 +263,7 @@ asio::awaitable<void> DeferredQueue::due_loop() {
 asio::awaitable<void> DeferredQueue::fetch() {
     const auto lease = std::clamp<std::chrono::seconds>(cfg_.queue.retry_min, std::chrono::seconds(5),
                                                         std::chrono::seconds(300));
-    const sm::content::Store store = store_;
+    const smx::content::Store store = store_;
     const std::string qdir = quarantine_;
     struct Due {
         std::vector<DeferredTa> tas;
@@ -287,20 +287,20 @@ asio::awaitable<void> DeferredQueue::fetch() {
             std::erase_if(out.tas, [&](const DeferredTa& t) {
                 std::string why;
                 // The content its due recipients need.
-                if (sm::content::check_read(store.dir, t.envelope.cdb_id, store.hashed,
-                                            sm::content::message_file(store.writers, t.envelope.size),
+                if (smx::content::check_read(store.dir, t.envelope.content_id, store.hashed,
+                                            smx::content::message_file(store.writers, t.envelope.size),
                                             why) == 0)
                     return false;
                 const std::string name = t.envelope.ta_id + ".envelope";
                 const std::string err =
-                    quarantine_write(qdir, name, sm::msg::envelope_bytes(t.envelope));
+                    quarantine_write(qdir, name, smx::msg::envelope_bytes(t.envelope));
                 db.remove_ta(t.envelope.ta_id);
                 if (err.empty())
                     spdlog::error("{}: content {} {}; deferred envelope saved as {}/{}",
-                                  t.envelope.ta_id, t.envelope.cdb_id, why, qdir, name);
+                                  t.envelope.ta_id, t.envelope.content_id, why, qdir, name);
                 else
                     spdlog::error("{}: content {} {}; deferred envelope not saved ({})",
-                                  t.envelope.ta_id, t.envelope.cdb_id, why, err);
+                                  t.envelope.ta_id, t.envelope.content_id, why, err);
                 ++out.quarantined;
                 return true;
             });
@@ -340,7 +340,7 @@ asio::awaitable<void> DeferredQueue::maintenance() {
         if (!running_) break;
         refresh();
         maint_timer_.expires_after(maintenance_every);
-        auto [ec] = co_await maint_timer_.async_wait(sm::await_tuple);
+        auto [ec] = co_await maint_timer_.async_wait(smx::await_tuple);
         if (ec) break;  // stop()
     }
 }

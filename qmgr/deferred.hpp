@@ -7,14 +7,14 @@
 // its owner (Qmgr) changes from the hooks.
 #pragma once
 
-#include "coro.hpp"
-#include "defedb_strand.hpp"
-#include "queue.hpp"
+#include "qmgr/coro.hpp"
+#include "qmgr/defedb_strand.hpp"
+#include "qmgr/queue.hpp"
 
-#include "config.hpp"
-#include "content_trust.hpp"
+#include "libsm/config.hpp"
+#include "libsm/content_trust.hpp"
 
-#include "clock.hpp"
+#include "libsm/clock.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>
@@ -35,19 +35,19 @@ namespace asio = boost::asio;
 // and of the envelope's size (written whole, then renamed).
 // Ours alone (QMGR's account wrote it): SMTPS's may plant a file of its own
 // under that name.
-bool has_defedb_copy(const sm::content::Store& store, const sm::msg::TaCommit& env);
+bool has_defedb_copy(const smx::content::Store& store, const smx::msg::TaCommit& env);
 
 class DeferredQueue {
 public:
     // A DEFEDB write waiting for the next batch.
     struct Park {
-        std::shared_ptr<const sm::msg::TaCommit> env;
+        std::shared_ptr<const smx::msg::TaCommit> env;
         DeferredRcpt rec;
         bool fresh = false;  // not in DEFEDB yet: put, then IBDB rcpt_deferred
     };
     // A transaction that left memory: does DEFEDB still hold some of it?
     struct Check {
-        std::string ta_id, cdb_id;
+        std::string ta_id, content_id;
     };
     struct Hooks {
         // These parks are durable in DEFEDB; DEFEDB holds nothing of `gone`.
@@ -60,8 +60,8 @@ public:
 
     // retry_after: how long a DEFEDB batch or due read that failed (e.g.
     // ENOSPC) waits before it is tried again; a unit test shortens it.
-    DeferredQueue(const sm::Config& cfg, asio::any_io_executor ex, DefedbStrand& db, Hooks hooks,
-                  const sm::Clock& clock = sm::system_clock(),
+    DeferredQueue(const smx::Config& cfg, asio::any_io_executor ex, DefedbStrand& db, Hooks hooks,
+                  const smx::Clock& clock = smx::system_clock(),
                   std::chrono::milliseconds retry_after = std::chrono::seconds(5));
 
     // Start-up: the due loop and the once-a-minute maintenance. After
@@ -74,7 +74,7 @@ public:
     // Queued for the next batch.
     void park(const Ta& ta, std::uint32_t idx, std::uint64_t until_us);
     void remove(const std::string& ta_id, std::uint32_t idx);
-    void check(const std::string& ta_id, const std::string& cdb_id);
+    void check(const std::string& ta_id, const std::string& content_id);
     // `smx delete`: parks of ta_id not yet written are not written; returns
     // their recipient indexes.
     std::vector<std::uint32_t> cancel_parks(const std::string& ta_id);
@@ -97,13 +97,13 @@ private:
     asio::awaitable<void> fetch();
     asio::awaitable<void> maintenance();
 
-    const sm::Config& cfg_;
-    const sm::Clock& clock_;
+    const smx::Config& cfg_;
+    const smx::Clock& clock_;
     const std::chrono::milliseconds retry_after_;
     asio::any_io_executor ex_;
     DefedbStrand& db_;
     Hooks hooks_;
-    sm::content::Store store_;  // where content is read, and who wrote it
+    smx::content::Store store_;  // where content is read, and who wrote it
     std::string quarantine_;    // Config::quarantine_dir_abs()
     // The next batch, and whether the writer coroutine runs.
     std::vector<Park> parks_;

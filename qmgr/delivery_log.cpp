@@ -1,4 +1,4 @@
-#include "delivery_log.hpp"
+#include "qmgr/delivery_log.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -21,7 +21,7 @@ std::string short_seconds(double s) {
 }
 
 // The status code of the outcome: the reply's, else its class's.
-std::string dsn_code(const sm::msg::Reply& r, std::string_view status) {
+std::string dsn_code(const smx::msg::Reply& r, std::string_view status) {
     if (!r.enhanced.empty()) return r.enhanced;
     if (r.code >= 200 && r.code < 600) return std::to_string(r.code / 100) + ".0.0";
     return status == "sent" ? "2.0.0" : status == "bounced" ? "5.0.0" : "4.0.0";
@@ -30,7 +30,7 @@ std::string dsn_code(const sm::msg::Reply& r, std::string_view status) {
 } // namespace
 
 void log_status(const Ta& ta, std::uint32_t idx, const Attempt& at, std::string_view status,
-                const sm::msg::Reply& reply, std::uint64_t now_us) {
+                const smx::msg::Reply& reply, std::uint64_t now_us) {
     const std::uint64_t active = std::max(ta.active_us(), ta.arrival_us());
     const std::uint64_t sent = at.sent_us ? std::max(at.sent_us, active) : now_us;
     const double c = at.sent_us ? std::min(static_cast<double>(at.setup_us) / 1e6,
@@ -41,7 +41,7 @@ void log_status(const Ta& ta, std::uint32_t idx, const Attempt& at, std::string_
                  ta.id, ta.rcpt(idx).addr(), at.relay.empty() ? "none" : at.relay,
                  seconds(ta.arrival_us(), now_us), short_seconds(seconds(ta.arrival_us(), active)),
                  short_seconds(seconds(active, sent)), short_seconds(c), short_seconds(d),
-                 dsn_code(reply, status), status, sm::msg::to_string(reply));
+                 dsn_code(reply, status), status, smx::msg::to_string(reply));
 }
 
 } // namespace smx::qmgr

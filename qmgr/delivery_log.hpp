@@ -12,8 +12,8 @@
 // suspended) c = d = 0 and b runs to now.
 #pragma once
 
-#include "messages.hpp"
-#include "queue.hpp"
+#include "libsm/messages.hpp"
+#include "qmgr/queue.hpp"
 
 #include <cstdint>
 #include <string>
@@ -30,6 +30,6 @@ struct Attempt {
 
 // status: "sent", "deferred" or "bounced".
 void log_status(const Ta& ta, std::uint32_t idx, const Attempt& at, std::string_view status,
-                const sm::msg::Reply& reply, std::uint64_t now_us);
+                const smx::msg::Reply& reply, std::uint64_t now_us);
 
 } // namespace smx::qmgr

@@ -1,6 +1,6 @@
-#include "disk_space.hpp"
+#include "qmgr/disk_space.hpp"
 
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -24,7 +24,7 @@ std::optional<dev_t> device_of(const std::string& dir) {
 
 // The reserve files: in the DEFEDB directory, and in ibdb_dir when it lies
 // on another file system. Both directories are QMGR's alone.
-std::vector<std::string> reserve_dirs(const sm::Config& cfg) {
+std::vector<std::string> reserve_dirs(const smx::Config& cfg) {
     std::vector<std::string> dirs{cfg.defedb_dir_abs()};
     const auto ibdb = device_of(cfg.ibdb_dir_abs());
     if (ibdb && ibdb != device_of(dirs.front())) dirs.push_back(cfg.ibdb_dir_abs());
@@ -55,7 +55,7 @@ int make_reserve(const std::string& path) {
 
 } // namespace
 
-void DiskSpace::give_back_if_short(const sm::Config& cfg) {
+void DiskSpace::give_back_if_short(const smx::Config& cfg) {
     for (const auto& dir : reserve_dirs(cfg)) {
         const std::string path = reserve_path(dir);
         struct statvfs vfs;
@@ -72,7 +72,7 @@ void DiskSpace::give_back_if_short(const sm::Config& cfg) {
     }
 }
 
-DiskSpace::DiskSpace(const sm::Config& cfg) : min_free_(cfg.queue.min_free_space) {
+DiskSpace::DiskSpace(const smx::Config& cfg) : min_free_(cfg.queue.min_free_space) {
     const std::string content = cfg.content_dir_abs();
     // The content first: its account counts the segments.
     for (const auto& dir : {content, cfg.ibdb_dir_abs(), cfg.defedb_dir_abs(), cfg.spool_dir_abs()}) {
@@ -82,8 +82,8 @@ DiskSpace::DiskSpace(const sm::Config& cfg) : min_free_(cfg.queue.min_free_space
         Fs fs;
         fs.dev = *dev;
         fs.dir = dir;
-        fs.account = std::make_unique<sm::SpaceAccount>(
-            min_free_, sm::SpaceAccount::measure(dir, dir == content ? content : std::string()));
+        fs.account = std::make_unique<smx::SpaceAccount>(
+            min_free_, smx::SpaceAccount::measure(dir, dir == content ? content : std::string()));
         fs_.push_back(std::move(fs));
     }
     if (!fs_.empty() && fs_.front().dir == content) content_ = &fs_.front();
@@ -114,14 +114,14 @@ void DiskSpace::keep_reserve(Fs& fs) {
     fs.account->set_owed(fs.owed);
 }
 
-std::string DiskSpace::admit(const sm::msg::TaCommit& env) {
+std::string DiskSpace::admit(const smx::msg::TaCommit& env) {
     if (min_free_ == 0) return {};
     for (auto& fs : fs_)
         if (&fs != content_ && !fs.account->has_room(0)) return fs.dir;
     if (!content_) return {};
     // The content is on disk already; a segment's record is copied out
     // when it is first deferred.
-    const std::uint64_t copy = sm::content::parse_segment_ref(env.cdb_id) ? env.size : 0;
+    const std::uint64_t copy = smx::content::parse_segment_ref(env.content_id) ? env.size : 0;
     auto claim = content_->account->claim(0, copy);
     if (!claim) return content_->dir;
     claim->written();

@@ -1,7 +1,7 @@
 // QMGR's side of the disk: the one owner of what intake may still take of
 // each store's file system, and of the emergency reserve files.
 //
-// Intake (queue.min_free_space): one sm::SpaceAccount per file system among
+// Intake (queue.min_free_space): one smx::SpaceAccount per file system among
 // content_dir, ibdb_dir and the spool (DEFEDB, quarantine); the content's
 // counts the content segments. At TA_COMMIT the content is on disk already
 // (SMTPS wrote it after its own check); the TA_COMMIT must leave the reserve
@@ -19,10 +19,10 @@
 // there, so that it comes back before new mail does.
 #pragma once
 
-#include "messages.hpp"
+#include "libsm/messages.hpp"
 
-#include "config.hpp"
-#include "space_account.hpp"
+#include "libsm/config.hpp"
+#include "libsm/space_account.hpp"
 
 #include <sys/types.h>
 
@@ -45,17 +45,17 @@ class DiskSpace {
 public:
     // Blocking (start-up): opens the accounts, makes missing reserve files
     // where there is room. The store directories exist.
-    explicit DiskSpace(const sm::Config& cfg);
+    explicit DiskSpace(const smx::Config& cfg);
     DiskSpace(const DiskSpace&) = delete;
     DiskSpace& operator=(const DiskSpace&) = delete;
 
     // Start-up, before DEFEDB opens: gives back each reserve file on a file
     // system with less than its size free. Blocking; logs what it did.
-    static void give_back_if_short(const sm::Config& cfg);
+    static void give_back_if_short(const smx::Config& cfg);
 
     // TA_COMMIT (event loop): empty when env fits, its copy then counted;
     // else the directory of the file system that is short.
-    std::string admit(const sm::msg::TaCommit& env);
+    std::string admit(const smx::msg::TaCommit& env);
 
     // Once a second, on the pool: lists the segments again and makes
     // missing reserve files where there is room. Returns the file system
@@ -71,7 +71,7 @@ private:
     struct Fs {
         dev_t dev = 0;
         std::string dir;  // the first store on it, for log lines
-        std::unique_ptr<sm::SpaceAccount> account;
+        std::unique_ptr<smx::SpaceAccount> account;
         std::string reserve;  // its reserve file's path (none: empty)
         std::uint64_t owed = 0;  // the reserve file's size while it is missing
         int make_error = 0;  // the last failure to make it (logged once)

@@ -1,8 +1,8 @@
-#include "dsn.hpp"
+#include "qmgr/dsn.hpp"
 
-#include "dsn_params.hpp"
-#include "ids.hpp"
-#include "smtp_io.hpp"
+#include "libsm/dsn_params.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/smtp_io.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -52,16 +52,16 @@ void wrap(std::string& out, std::string_view text, std::string_view indent) {
 }
 
 void field(std::string& out, std::string_view name, std::string_view value) {
-    wrap(out, std::string(name) + ": " + sm::smtp::printable(value), " ");
+    wrap(out, std::string(name) + ": " + smx::smtp::printable(value), " ");
 }
 
 // "Original-Recipient: rfc822; a@b" from ORCPT=rfc822;a@b.
 std::optional<std::string> original_recipient(std::string_view params) {
-    auto v = sm::dsn::param(params, "ORCPT");
+    auto v = smx::dsn::param(params, "ORCPT");
     if (!v) return std::nullopt;
     std::size_t semi = v->find(';');
     if (semi == std::string::npos || semi + 1 == v->size()) return std::nullopt;
-    return std::string(v->substr(0, semi)) + "; " + sm::dsn::xtext_decode(v->substr(semi + 1));
+    return std::string(v->substr(0, semi)) + "; " + smx::dsn::xtext_decode(v->substr(semi + 1));
 }
 
 const char* action_name(Action a) {
@@ -96,7 +96,7 @@ void human_part(std::string& out, const Report& rep, const std::vector<FailedRcp
     const bool failed = kind == Action::failed;
     out += "Content-Description: Notification\r\n"
            "Content-Type: text/plain; charset=us-ascii\r\n\r\n";
-    wrap(out, "This is the mail system at host " + sm::smtp::printable(rep.reporting_mta) + ".", "");
+    wrap(out, "This is the mail system at host " + smx::smtp::printable(rep.reporting_mta) + ".", "");
     out += "\r\n";
     if (failed) {
         wrap(out, "I'm sorry to have to inform you that your message could not be delivered to one "
@@ -116,26 +116,26 @@ void human_part(std::string& out, const Report& rep, const std::vector<FailedRcp
     wrap(out, "If you do so, please include this problem report.", "");
     out += "\r\n                   The mail system\r\n\r\n";
     for (const auto& r : rcpts) {
-        std::string line = "<" + sm::smtp::printable(r.addr) + ">: ";
+        std::string line = "<" + smx::smtp::printable(r.addr) + ">: ";
         if (!r.remote_mta.empty())
             line += (r.action == Action::relayed ? "relayed via " : "host ") +
-                    sm::smtp::printable(remote_host(r.remote_mta)) + (r.action == Action::relayed ? ": " : " said: ");
-        line += sm::smtp::printable(sm::msg::to_string(r.reply));
+                    smx::smtp::printable(remote_host(r.remote_mta)) + (r.action == Action::relayed ? ": " : " said: ");
+        line += smx::smtp::printable(smx::msg::to_string(r.reply));
         if (r.action == Action::delayed) line += " (still being retried)";
         wrap(out, line, "    ");
         out += "\r\n";
     }
 }
 
-void status_part(std::string& out, const sm::msg::TaCommit& ta, const Report& rep,
+void status_part(std::string& out, const smx::msg::TaCommit& ta, const Report& rep,
                  const std::vector<FailedRcpt>& rcpts) {
     out += "Content-Description: Delivery report\r\n"
            "Content-Type: message/delivery-status\r\n\r\n";
     field(out, "Reporting-MTA", "dns; " + rep.reporting_mta);
     field(out, "X-Smx-Queue-ID", ta.ta_id);
-    if (auto envid = sm::dsn::param(ta.params, "ENVID"))
-        field(out, "Original-Envelope-Id", sm::dsn::xtext_decode(*envid));
-    if (ta.arrival_us) field(out, "Arrival-Date", sm::rfc5322_date(ta.arrival_us));
+    if (auto envid = smx::dsn::param(ta.params, "ENVID"))
+        field(out, "Original-Envelope-Id", smx::dsn::xtext_decode(*envid));
+    if (ta.arrival_us) field(out, "Arrival-Date", smx::rfc5322_date(ta.arrival_us));
     for (const auto& r : rcpts) {
         out += "\r\n";
         field(out, "Final-Recipient", "rfc822; " + r.addr);
@@ -146,9 +146,9 @@ void status_part(std::string& out, const sm::msg::TaCommit& ta, const Report& re
         // Only a server's reply is an "smtp" diagnostic (RFC 3464 2.3.6):
         // without a remote MTA the code is SMTPC's own (a connection failure).
         if (r.reply.code && !r.remote_mta.empty())
-            field(out, "Diagnostic-Code", "smtp; " + sm::msg::to_string(r.reply));
+            field(out, "Diagnostic-Code", "smtp; " + smx::msg::to_string(r.reply));
         else field(out, "Diagnostic-Code", "X-smx; " + r.reply.text);
-        if (r.last_attempt_us) field(out, "Last-Attempt-Date", sm::rfc5322_date(r.last_attempt_us));
+        if (r.last_attempt_us) field(out, "Last-Attempt-Date", smx::rfc5322_date(r.last_attempt_us));
     }
 }
 
@@ -177,9 +177,9 @@ bool has_8bit(std::string_view s) {
 
 } // namespace
 
-bool should_bounce(const sm::msg::TaCommit& original) { return !original.sender.empty(); }
+bool should_bounce(const smx::msg::TaCommit& original) { return !original.sender.empty(); }
 
-std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcpt>& rcpts,
+std::string build(const smx::msg::TaCommit& original, const std::vector<FailedRcpt>& rcpts,
                   const Report& rep) {
     // The report is about failures if any recipient failed, else delays if
     // any is delayed, else successes.
@@ -197,11 +197,11 @@ std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcp
     status_part(status, original, rep, rcpts);
 
     // The boundary must not occur in any part (RFC 2046 5.1.1).
-    std::string boundary = sm::smtp::printable(rep.dsn_id + "/" + rep.reporting_mta);
+    std::string boundary = smx::smtp::printable(rep.dsn_id + "/" + rep.reporting_mta);
     for (int n = 1; headers.find(boundary) != std::string::npos || human.find(boundary) != std::string::npos ||
                     status.find(boundary) != std::string::npos;
          ++n)
-        boundary = sm::smtp::printable(rep.dsn_id + "/" + rep.reporting_mta) + "." + std::to_string(n);
+        boundary = smx::smtp::printable(rep.dsn_id + "/" + rep.reporting_mta) + "." + std::to_string(n);
 
     std::string out;
     field(out, "From", "Mail Delivery System <MAILER-DAEMON@" + rep.reporting_mta + ">");
@@ -209,7 +209,7 @@ std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcp
     field(out, "Subject", failed                    ? "Undelivered Mail Returned to Sender"
                           : kind == Action::delayed ? "Delayed Mail (still being retried)"
                                                     : "Successful Mail Delivery Report");
-    field(out, "Date", sm::rfc5322_date(rep.now_us));
+    field(out, "Date", smx::rfc5322_date(rep.now_us));
     field(out, "Message-ID", "<" + rep.dsn_id + "@" + rep.reporting_mta + ">");
     field(out, "Auto-Submitted", "auto-replied");
     field(out, "MIME-Version", "1.0");
@@ -229,7 +229,7 @@ std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcp
     return out;
 }
 
-std::optional<std::string> read_header_section(const sm::content::Body& body, std::string& err,
+std::optional<std::string> read_header_section(const smx::content::Body& body, std::string& err,
                                                std::size_t cap) {
     std::string buf;
     if (const int e = body.read_at(0, cap, buf)) {
@@ -250,7 +250,7 @@ std::optional<std::string> read_header_section(const sm::content::Body& body, st
     return buf.substr(0, whole ? buf.size() : pos);
 }
 
-std::optional<std::string> read_message(const sm::content::Body& body, std::string& err,
+std::optional<std::string> read_message(const smx::content::Body& body, std::string& err,
                                         std::size_t cap) {
     if (body.size() > cap) {
         err = "larger than " + std::to_string(cap) + " bytes";
@@ -264,7 +264,7 @@ std::optional<std::string> read_message(const sm::content::Body& body, std::stri
     return buf;
 }
 
-FailedRcpt failed_rcpt(const std::string& addr, sm::msg::Reply reply, std::string relay) {
+FailedRcpt failed_rcpt(const std::string& addr, smx::msg::Reply reply, std::string relay) {
     FailedRcpt f;
     f.addr = addr;
     f.reply = std::move(reply);
@@ -272,7 +272,7 @@ FailedRcpt failed_rcpt(const std::string& addr, sm::msg::Reply reply, std::strin
     return f;
 }
 
-FailedRcpt expired_rcpt(const std::string& addr, const sm::msg::Reply& last, std::string relay,
+FailedRcpt expired_rcpt(const std::string& addr, const smx::msg::Reply& last, std::string relay,
                         std::uint64_t last_attempt_us) {
     auto f = failed_rcpt(addr, last, std::move(relay));
     f.reply.enhanced = "4.4.7";

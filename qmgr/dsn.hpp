@@ -4,7 +4,7 @@
 //
 // The DSN is a new transaction from the null sender <> to the original
 // sender, queued and delivered like any other mail. It honours the RFC 3461
-// parameters the client gave (sm::dsn): ENVID and ORCPT are reported, RET
+// parameters the client gave (smx::dsn): ENVID and ORCPT are reported, RET
 // (through Report::original_message) says what is returned; NOTIFY decides
 // whether the caller builds one at all. Rules for the caller:
 //   - never build a DSN for a message from the null sender (should_bounce()
@@ -19,8 +19,8 @@
 // caller gives it (RET=FULL from a trusted client, failures only).
 #pragma once
 
-#include "content_segment.hpp"
-#include "messages.hpp"
+#include "libsm/content_segment.hpp"
+#include "libsm/messages.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -38,7 +38,7 @@ enum class Action { failed, delayed, relayed };
 struct FailedRcpt {
     std::string addr;             // Final-Recipient
     std::string params;           // RCPT parameters as received (ORCPT=... gives Original-Recipient)
-    sm::msg::Reply reply;         // Diagnostic-Code and Status, as SMTPC (or QMGR) gave it
+    smx::msg::Reply reply;         // Diagnostic-Code and Status, as SMTPC (or QMGR) gave it
     std::string remote_mta;       // "host[ip]" or "host[ip]:port" of the server that answered; empty: none did
     Action action = Action::failed;
     std::uint64_t last_attempt_us = 0;  // 0: not reported
@@ -48,16 +48,16 @@ struct Report {
     std::string reporting_mta;    // cfg.server.hostname
     std::string dsn_id;           // ta-id of the DSN transaction (Message-ID, boundary)
     std::uint64_t now_us = 0;     // Date:
-    std::string original_headers; // read_header_section() of the original CDB file
+    std::string original_headers; // read_header_section() of the original content file
     std::string original_message; // not empty: the whole original, returned instead of its headers
 };
 
 // False for the null sender: such a message is never bounced.
-bool should_bounce(const sm::msg::TaCommit& original);
+bool should_bounce(const smx::msg::TaCommit& original);
 
 // The whole DSN message for original.sender about rcpts (not empty). The
 // subject says "Undelivered" when any recipient failed, else "Delayed".
-std::string build(const sm::msg::TaCommit& original, const std::vector<FailedRcpt>& rcpts,
+std::string build(const smx::msg::TaCommit& original, const std::vector<FailedRcpt>& rcpts,
                   const Report& report);
 
 inline constexpr std::size_t max_header_section = 64 * 1024;
@@ -68,17 +68,17 @@ inline constexpr std::size_t max_returned_message = 1 << 20;
 // The header section of an open message body: the bytes before the first
 // empty line, at most `cap` bytes (cut after the last whole line). nullopt
 // with err when it cannot be read.
-std::optional<std::string> read_header_section(const sm::content::Body& body, std::string& err,
+std::optional<std::string> read_header_section(const smx::content::Body& body, std::string& err,
                                                std::size_t cap = max_header_section);
 
 // The whole message if it has at most `cap` bytes; nullopt with err when it
 // is larger or cannot be read.
-std::optional<std::string> read_message(const sm::content::Body& body, std::string& err,
+std::optional<std::string> read_message(const smx::content::Body& body, std::string& err,
                                         std::size_t cap = max_returned_message);
 
-FailedRcpt failed_rcpt(const std::string& addr, sm::msg::Reply reply, std::string relay);
+FailedRcpt failed_rcpt(const std::string& addr, smx::msg::Reply reply, std::string relay);
 // The end of the queue lifetime after the last reply (status 4.4.7).
-FailedRcpt expired_rcpt(const std::string& addr, const sm::msg::Reply& last, std::string relay,
+FailedRcpt expired_rcpt(const std::string& addr, const smx::msg::Reply& last, std::string relay,
                         std::uint64_t last_attempt_us);
 
 } // namespace smx::qmgr::dsn

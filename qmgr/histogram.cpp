@@ -1,4 +1,4 @@
-#include "histogram.hpp"
+#include "qmgr/histogram.hpp"
 
 #include <fmt/format.h>
 

@@ -15,14 +15,14 @@
 //                  it wrote, its transactions placed in it, the counters; then
 //                  the pipeline acks its transactions and runs the callbacks of
 //                  its completion records
-#include "ibdb.hpp"
+#include "qmgr/ibdb.hpp"
 
-#include "ibdb_batcher.hpp"
-#include "ibdb_files.hpp"
-#include "ibdb_pipeline.hpp"
-#include "ibdb_record.hpp"
+#include "qmgr/ibdb_batcher.hpp"
+#include "qmgr/ibdb_files.hpp"
+#include "qmgr/ibdb_pipeline.hpp"
+#include "qmgr/ibdb_record.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -111,12 +111,12 @@ struct Ibdb::Impl {
         return out;
     }
 
-    void append(const sm::msg::TaCommit& ta, Durable cb) {
+    void append(const smx::msg::TaCommit& ta, Durable cb) {
         if (files.holds(ta.ta_id)) {
             asio::post(owner, [cb = std::move(cb)] { cb(false, "transaction id already logged"); });
             return;
         }
-        batcher.add_transaction(ta.ta_id, sm::msg::envelope_bytes(ta), std::move(cb));
+        batcher.add_transaction(ta.ta_id, smx::msg::envelope_bytes(ta), std::move(cb));
         files.logging(ta.ta_id, ta.rcpts.size());
         schedule();
     }
@@ -138,7 +138,7 @@ struct Ibdb::Impl {
         }
         batcher.add_completion(ibdb::ta_done, ibdb::ref_payload(ta_id, std::nullopt));
         if (written && !batcher.after_front(written))
-            sm::panic("ibdb: " + ta_id + ": no batch for its ta_done record");
+            smx::panic("ibdb: " + ta_id + ": no batch for its ta_done record");
         schedule();
     }
 
@@ -210,7 +210,7 @@ struct Ibdb::Impl {
         const ibdb::Job* before = pipeline.last();
         j->off = before ? before->off + before->buf.size() : files.end();
         j->open_file = files.fd() < 0 || j->off >= opt.file_size;
-        if (j->open_file && before) sm::panic("ibdb: a new log file behind a write still out");
+        if (j->open_file && before) smx::panic("ibdb: a new log file behind a write still out");
         j->file = j->open_file ? files.next_number() : files.current();
         j->fd = files.fd();
         j->dir = opt.dir;
@@ -299,7 +299,7 @@ Ibdb::~Ibdb() = default;
 
 std::vector<RecoveredTa> Ibdb::recover() { return impl_->recover(); }
 
-void Ibdb::append_transaction(const sm::msg::TaCommit& ta, Durable on_durable) {
+void Ibdb::append_transaction(const smx::msg::TaCommit& ta, Durable on_durable) {
     impl_->append(ta, std::move(on_durable));
 }
 
@@ -311,9 +311,9 @@ void Ibdb::rcpt_deferred(const std::string& ta_id, std::uint32_t idx) {
     impl_->mark(ta_id, idx, ibdb::rcpt_deferred);
 }
 
-asio::awaitable<std::tuple<bool, std::string>> Ibdb::append(sm::msg::TaCommit ta) {
+asio::awaitable<std::tuple<bool, std::string>> Ibdb::append(smx::msg::TaCommit ta) {
     return asio::async_initiate<const asio::use_awaitable_t<>, void(bool, std::string)>(
-        [this](auto handler, sm::msg::TaCommit ta) {
+        [this](auto handler, smx::msg::TaCommit ta) {
             // Durable is copyable and may run inside flush_sync(): the
             // handler is shared, and posted to the coroutine's executor,
             // which counts it as work until then.

@@ -10,10 +10,10 @@
 // retried delivery, never a lost message).
 #pragma once
 
-#include "commit_policy.hpp"
-#include "histogram.hpp"
+#include "qmgr/commit_policy.hpp"
+#include "qmgr/histogram.hpp"
 
-#include "messages.hpp"
+#include "libsm/messages.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>
@@ -69,7 +69,7 @@ struct IbdbStats {
 
 // State of one transaction as rebuilt from the log at start-up.
 struct RecoveredTa {
-    sm::msg::TaCommit envelope;
+    smx::msg::TaCommit envelope;
     std::vector<bool> rcpt_done;      // per recipient index
     std::vector<bool> rcpt_deferred;  // moved to DEFEDB
 };
@@ -98,10 +98,10 @@ public:
     // Call rcpt_deferred only once DEFEDB holds the recipient: when every
     // recipient is done or deferred the transaction leaves the IBDB.
 
-    void append_transaction(const sm::msg::TaCommit& ta, Durable on_durable);
+    void append_transaction(const smx::msg::TaCommit& ta, Durable on_durable);
     // The same for a coroutine: resumes it (on its executor) with ok and
     // the error once the record is durable or failed.
-    asio::awaitable<std::tuple<bool, std::string>> append(sm::msg::TaCommit ta);
+    asio::awaitable<std::tuple<bool, std::string>> append(smx::msg::TaCommit ta);
     void rcpt_done(const std::string& ta_id, std::uint32_t idx);
     void rcpt_deferred(const std::string& ta_id, std::uint32_t idx);
     // written runs (on the owner's executor) once the ta_done record is

@@ -1,4 +1,4 @@
-#include "ibdb_batcher.hpp"
+#include "qmgr/ibdb_batcher.hpp"
 
 #include <algorithm>
 

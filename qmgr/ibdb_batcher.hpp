@@ -6,9 +6,9 @@
 // order, after a back-off that doubles up to 5 s (a full disk).
 #pragma once
 
-#include "commit_policy.hpp"
-#include "ibdb.hpp"
-#include "ibdb_record.hpp"
+#include "qmgr/commit_policy.hpp"
+#include "qmgr/ibdb.hpp"
+#include "qmgr/ibdb_record.hpp"
 
 #include <chrono>
 #include <cstdint>

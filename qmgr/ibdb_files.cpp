@@ -1,6 +1,6 @@
-#include "ibdb_files.hpp"
+#include "qmgr/ibdb_files.hpp"
 
-#include "content_file.hpp"
+#include "libsm/content_file.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -108,7 +108,7 @@ void LogFiles::remove(const std::string& path, int fd, bool now) {
         if (fd >= 0) ::close(fd);
         if (::unlink(path.c_str()) != 0 && errno != ENOENT)
             spdlog::error("ibdb: unlink {}: {}", path, std::strerror(errno));
-        if (sync) sm::content::sync_dir(dir);
+        if (sync) smx::content::sync_dir(dir);
     };
     if (now)
         rm();

@@ -5,8 +5,8 @@
 // themselves are the commit pipeline's (ibdb_pipeline.hpp).
 #pragma once
 
-#include "ibdb.hpp"
-#include "ibdb_record.hpp"
+#include "qmgr/ibdb.hpp"
+#include "qmgr/ibdb_record.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>

@@ -1,9 +1,9 @@
-#include "ibdb_pipeline.hpp"
+#include "qmgr/ibdb_pipeline.hpp"
 
-#include "ibdb_record.hpp"
+#include "qmgr/ibdb_record.hpp"
 
-#include "content_file.hpp"
-#include "panic.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/panic.hpp"
 
 #include <cerrno>
 #include <fcntl.h>
@@ -92,7 +92,7 @@ bool write_records(Job& j, const Lane& lane) {
         // fdatasync of the file does not make its directory entry durable;
         // a syncfs of its file system (before any ack) does.
         const bool syncfs_covers = j.content_fd >= 0 && j.ibdb_on_content_fs;
-        if (int e = syncfs_covers || j.no_sync ? 0 : sm::content::sync_dir(j.dir)) {
+        if (int e = syncfs_covers || j.no_sync ? 0 : smx::content::sync_dir(j.dir)) {
             ::close(fd);
             ::unlink(path.c_str());
             j.err = e;
@@ -149,7 +149,7 @@ void Job::step(JobEvent ev) {
             return;
         }
     }
-    sm::panic(std::string("ibdb: job ") + std::to_string(seq) + ": " + event_name(ev) +
+    smx::panic(std::string("ibdb: job ") + std::to_string(seq) + ": " + event_name(ev) +
               " in state " + to_string(state_));
 }
 
@@ -182,7 +182,7 @@ CommitPipeline::CommitPipeline(asio::any_io_executor owner, asio::thread_pool& w
 
 CommitPipeline::~CommitPipeline() {
     // A worker still out would use the lane after it is gone.
-    if (!out_.empty()) sm::panic("ibdb: commit pipeline destroyed with writes out");
+    if (!out_.empty()) smx::panic("ibdb: commit pipeline destroyed with writes out");
 }
 
 bool CommitPipeline::after_last(std::function<void()>& written) {

@@ -18,7 +18,7 @@
 //   failed  --refuse-->  refused
 #pragma once
 
-#include "ibdb.hpp"
+#include "qmgr/ibdb.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>
@@ -83,7 +83,7 @@ struct Job {
 
     JobState state() const { return state_; }
     // The one way a job's state changes: a step the table above does not
-    // have is a bug (sm::panic).
+    // have is a bug (smx::panic).
     void step(JobEvent ev);
 
 private:

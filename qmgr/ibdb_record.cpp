@@ -1,10 +1,10 @@
 // IBDB record codec and the start-up reader: replays the log files in order,
 // skips a torn tail, quarantines corrupt records and resyncs on the next
 // valid one. Never throws on bad data: a broken log must not stop QMGR.
-#include "ibdb_record.hpp"
-#include "quarantine.hpp"
+#include "qmgr/ibdb_record.hpp"
+#include "qmgr/quarantine.hpp"
 
-#include "crc32c.hpp"
+#include "libsm/crc32c.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -116,7 +116,7 @@ private:
     void apply(const Record& r, const std::string& name, std::size_t off) {
         std::string err;
         if (r.type == transaction) {
-            auto env = sm::msg::envelope_from_bytes(r.payload, err);
+            auto env = smx::msg::envelope_from_bytes(r.payload, err);
             if (!env) {
                 quarantine(name, off, record_bytes(r), "bad envelope: " + err);
                 return;
@@ -203,8 +203,8 @@ void append_record(std::string& out, RecType type, std::string_view payload) {
     std::size_t crc_from = out.size();
     out.push_back(static_cast<char>(type));
     put_u32(out, static_cast<std::uint32_t>(payload.size()));
-    std::uint32_t crc = sm::crc32c(std::string_view(out).substr(crc_from));
-    crc = sm::crc32c(payload, crc);
+    std::uint32_t crc = smx::crc32c(std::string_view(out).substr(crc_from));
+    crc = smx::crc32c(payload, crc);
     put_u32(out, crc);
     out.append(payload);
 }
@@ -237,7 +237,7 @@ Parse parse_record(std::string_view data, std::size_t off, Record& r) {
     std::uint32_t len = get_u32(data, off + 6);
     if (len > avail - header_size) return Parse::incomplete;
     // The CRC field sits between length and payload: checksum the two pieces.
-    std::uint32_t crc = sm::crc32c(data.substr(off + header_size, len), sm::crc32c(data.substr(off + 5, 5)));
+    std::uint32_t crc = smx::crc32c(data.substr(off + header_size, len), smx::crc32c(data.substr(off + 5, 5)));
     if (crc != get_u32(data, off + 10)) return Parse::bad;
     r.type = static_cast<RecType>(type);
     r.payload = data.substr(off + header_size, len);

@@ -2,11 +2,11 @@
 //
 // Record: magic u32 | version u8 | type u8 | length u32 | crc32c u32 |
 // payload, integers little-endian; the CRC covers type, length and payload.
-// Payloads: transaction = sm::msg::envelope_bytes(); recipient done/deferred
+// Payloads: transaction = smx::msg::envelope_bytes(); recipient done/deferred
 // = u8 id length | ta-id | u32 index; transaction done = u8 id length | ta-id.
 #pragma once
 
-#include "ibdb.hpp"
+#include "qmgr/ibdb.hpp"
 
 #include <cstdint>
 #include <optional>

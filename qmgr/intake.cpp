@@ -1,11 +1,11 @@
 // Intake: TA_COMMIT from SMTPS, checked at the boundary, logged in IBDB and
 // acked once durable; and start-up recovery, which is intake from the log.
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "await.hpp"
-#include "content_file.hpp"
-#include "content_segment.hpp"
-#include "ids.hpp"
+#include "libsm/await.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/content_segment.hpp"
+#include "libsm/ids.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -27,9 +27,9 @@ constexpr const char* no_storage = "4.3.1 Insufficient system storage";
 
 } // namespace
 
-void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply, From from) {
-    if (from == From::pickup && sm::valid_ta_id(env.ta_id) &&
-        sm::ta_id_stream(env.ta_id) == sm::pickup_id_stream && !queue_.find(env.ta_id)) {
+void Qmgr::on_commit(smx::msg::TaCommit env, std::uint64_t req_id, Send reply, From from) {
+    if (from == From::pickup && smx::valid_ta_id(env.ta_id) &&
+        smx::ta_id_stream(env.ta_id) == smx::pickup_id_stream && !queue_.find(env.ta_id)) {
         tasks_.spawn(ex_, intake_pickup(std::move(env), req_id, std::move(reply)), "pickup commit");
         return;
     }
@@ -38,53 +38,53 @@ void Qmgr::on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply, Fr
 
 // smx-pickup resumes a commit it did not see answered with the same id: one
 // that went through may have left memory for DEFEDB since.
-asio::awaitable<void> Qmgr::intake_pickup(sm::msg::TaCommit env, std::uint64_t req_id,
+asio::awaitable<void> Qmgr::intake_pickup(smx::msg::TaCommit env, std::uint64_t req_id,
                                           Send reply) {
-    // Named before it is awaited (sm::run_on says why).
+    // Named before it is awaited (smx::run_on says why).
     auto has = [id = env.ta_id](Defedb& db) { return db.has_ta(id); };
     const auto known = co_await dbq_.run(std::move(has));
     if (!known) {
         ++counters_.tempfailed;
-        reply(sm::msg::encode(sm::msg::TaAck{env.ta_id, sm::msg::AckStatus::tempfail,
+        reply(smx::msg::encode(smx::msg::TaAck{env.ta_id, smx::msg::AckStatus::tempfail,
                                              "4.3.0 deferred queue unavailable"},
                               req_id));
         co_return;
     }
     if (*known) {
         spdlog::warn("{}: TA_COMMIT rejected: {} (in the deferred queue)", env.ta_id,
-                     sm::msg::duplicate_ta);
+                     smx::msg::duplicate_ta);
         ++counters_.rejected;
-        reply(sm::msg::encode(
-            sm::msg::TaAck{env.ta_id, sm::msg::AckStatus::reject,
+        reply(smx::msg::encode(
+            smx::msg::TaAck{env.ta_id, smx::msg::AckStatus::reject,
                            "Transaction rejected by queue manager: " +
-                               std::string(sm::msg::duplicate_ta)},
+                               std::string(smx::msg::duplicate_ta)},
             req_id));
         co_return;
     }
     intake(std::move(env), req_id, std::move(reply), From::pickup);
 }
 
-void Qmgr::intake(sm::msg::TaCommit env, std::uint64_t req_id, Send reply, From from) {
-    using sm::msg::AckStatus;
+void Qmgr::intake(smx::msg::TaCommit env, std::uint64_t req_id, Send reply, From from) {
+    using smx::msg::AckStatus;
     auto answer = [&](AckStatus st, std::string text) {
-        reply(sm::msg::encode(sm::msg::TaAck{env.ta_id, st, std::move(text)}, req_id));
+        reply(smx::msg::encode(smx::msg::TaAck{env.ta_id, st, std::move(text)}, req_id));
     };
     std::string why;
-    const auto ref = sm::content::parse_segment_ref(env.cdb_id);
-    if (!sm::valid_ta_id(env.ta_id)) {
+    const auto ref = smx::content::parse_segment_ref(env.content_id);
+    if (!smx::valid_ta_id(env.ta_id)) {
         why = "invalid transaction id";
-    } else if (const unsigned stream = sm::ta_id_stream(env.ta_id);
-               (stream == sm::pickup_id_stream) != (from == From::pickup) ||
-               stream == sm::qmgr_id_stream) {
+    } else if (const unsigned stream = smx::ta_id_stream(env.ta_id);
+               (stream == smx::pickup_id_stream) != (from == From::pickup) ||
+               stream == smx::qmgr_id_stream) {
         // Our own ids (DSNs), and pickup's: SMTPS and smx-pickup may only
         // ever name transactions they made.
         why = "transaction id of another stream";
-    } else if (!sm::content::valid_content_id(env.cdb_id)) {
+    } else if (!smx::content::valid_content_id(env.content_id)) {
         why = "invalid content id";
-    } else if (!ref && env.cdb_id != env.ta_id) {
+    } else if (!ref && env.content_id != env.ta_id) {
         // A content file is named by its transaction: never another's.
         why = "content file of another transaction";
-    } else if (ref && env.size > sm::content::segment_record_max) {
+    } else if (ref && env.size > smx::content::segment_record_max) {
         why = "larger than a content segment record can be";
     } else if (env.rcpts.empty()) {
         why = "no recipients";
@@ -92,7 +92,7 @@ void Qmgr::intake(sm::msg::TaCommit env, std::uint64_t req_id, Send reply, From 
                            [](const auto& r) { return r.addr.empty(); })) {
         why = "empty recipient address";
     } else if (queue_.find(env.ta_id)) {
-        why = sm::msg::duplicate_ta;
+        why = smx::msg::duplicate_ta;
     }
     if (why.empty()) {
         // Gone (the orphan sweep took a file whose commit came very late, or
@@ -105,9 +105,9 @@ void Qmgr::intake(sm::msg::TaCommit env, std::uint64_t req_id, Send reply, From 
             gone = segments_.check(*ref, env.ta_id, env.size);
         } else {
             std::string bad;
-            const sm::content::Expect smtps_file{store_.writers.smtps, store_.writers.smtps,
+            const smx::content::Expect smtps_file{store_.writers.smtps, store_.writers.smtps,
                                                  env.size, true};
-            if (const int err = sm::content::check_read(store_.dir, env.cdb_id, store_.hashed,
+            if (const int err = smx::content::check_read(store_.dir, env.content_id, store_.hashed,
                                                         smtps_file, bad))
                 gone = (err == ENOENT ? "Content file missing: " : "Content file: ") + bad;
         }
@@ -121,7 +121,7 @@ void Qmgr::intake(sm::msg::TaCommit env, std::uint64_t req_id, Send reply, From 
     if (!why.empty()) {
         // An invalid id is not echoed: it could carry anything into the log.
         spdlog::warn("{}: TA_COMMIT rejected: {}",
-                     sm::valid_ta_id(env.ta_id) ? env.ta_id : "(invalid id)", why);
+                     smx::valid_ta_id(env.ta_id) ? env.ta_id : "(invalid id)", why);
         ++counters_.rejected;
         answer(AckStatus::reject, "Transaction rejected by queue manager: " + why);
         return;
@@ -151,19 +151,19 @@ void Qmgr::intake(sm::msg::TaCommit env, std::uint64_t req_id, Send reply, From 
 
 void Qmgr::committed(const std::string& id, std::uint64_t req_id, const Send& reply, bool ok,
                      const std::string& error) {
-    using sm::msg::AckStatus;
+    using smx::msg::AckStatus;
     Ta* ta = queue_.find(id);
     if (!ok || !ta) {
         // Nothing will ever name the content: it goes now (SMTPS removes
         // it too on a tempfail; whoever comes second finds nothing).
         spdlog::error("{}: envelope log write failed: {}", id, error);
-        if (ta) reaper_.discard(ta->cdb_id());
+        if (ta) reaper_.discard(ta->content_id());
         queue_.abandon(id);
         ++counters_.tempfailed;
-        reply(sm::msg::encode(sm::msg::TaAck{id, AckStatus::tempfail, no_storage}, req_id));
+        reply(smx::msg::encode(smx::msg::TaAck{id, AckStatus::tempfail, no_storage}, req_id));
         return;
     }
-    reply(sm::msg::encode(sm::msg::TaAck{id, AckStatus::ok, {}}, req_id));
+    reply(smx::msg::encode(smx::msg::TaAck{id, AckStatus::ok, {}}, req_id));
     ++counters_.received;
     counters_.ack_seconds.observe(seconds_since(ta->arrival_us(), clock_.now_us()));
     spdlog::info("{}: from=<{}>, size={}, nrcpt={} (queue active)", id, ta->sender(), ta->size(),
@@ -185,7 +185,7 @@ asio::awaitable<void> Qmgr::watch_disk() {
         if (fullest) disk_short_ = fullest->short_of_space;
         if (!accepting_) break;
         disk_timer_.expires_after(std::chrono::seconds(1));
-        auto [ec] = co_await disk_timer_.async_wait(sm::await_tuple);
+        auto [ec] = co_await disk_timer_.async_wait(smx::await_tuple);
         if (ec) break;  // stop()
     }
 }

@@ -1,19 +1,19 @@
 // smx-qmgr [-c FILE]: the queue manager. Opens DEFEDB, recovers the active
 // queue from IBDB, then serves SMTPS, SMTPC and the CLI on
 // <run_dir>/qmgr.sock until SIGTERM.
-#include "defedb.hpp"
-#include "disk_space.hpp"
-#include "ibdb.hpp"
-#include "metrics_http.hpp"
-#include "qmgr.hpp"
-#include "server.hpp"
+#include "qmgr/defedb.hpp"
+#include "qmgr/disk_space.hpp"
+#include "qmgr/ibdb.hpp"
+#include "qmgr/metrics_http.hpp"
+#include "qmgr/qmgr.hpp"
+#include "qmgr/server.hpp"
 
-#include "config.hpp"
-#include "config_reload.hpp"
-#include "ids.hpp"
-#include "limits.hpp"
-#include "log.hpp"
-#include "panic.hpp"
+#include "libsm/config.hpp"
+#include "libsm/config_reload.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/limits.hpp"
+#include "libsm/log.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -37,18 +37,18 @@ int main(int argc, char** argv) {
         if (std::strcmp(argv[i], "-c") == 0 && i + 1 < argc) cfg_path = argv[++i];
         else return usage();
     }
-    sm::Config cfg;
+    smx::Config cfg;
     try {
-        cfg = sm::load_config(cfg_path);
+        cfg = smx::load_config(cfg_path);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "smx-qmgr: %s: %s\n", cfg_path.empty() ? "defaults" : cfg_path.c_str(),
                      e.what());
         return 2;
     }
-    sm::init_logging("qmgr", cfg.log);
-    sm::install_crash_handlers("qmgr");
-    sm::set_id_stream(sm::qmgr_id_stream);  // DSN ids, beside SMTPS's
-    sm::raise_nofile();  // peers, metrics clients, DEFEDB and IBDB files
+    smx::init_logging("qmgr", cfg.log);
+    smx::install_crash_handlers("qmgr");
+    smx::set_id_stream(smx::qmgr_id_stream);  // DSN ids, beside SMTPS's
+    smx::raise_nofile();  // peers, metrics clients, DEFEDB and IBDB files
 
     for (const auto& dir : {cfg.ibdb_dir_abs(), cfg.defedb_dir_abs(), cfg.quarantine_dir_abs(),
                             cfg.content_dir_abs()}) {
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     }
 
     asio::io_context io(1);
-    // IBDB's commits (two may sync side by side on a slow device), the CDB
+    // IBDB's commits (two may sync side by side on a slow device), the content store
     // unlinks and DEFEDB: three threads, so that the rest does not wait for
     // two slow syncs. It outlives IBDB, whose destructor may wait for a
     // write out on it.
@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
     opt.max_batch = cfg.queue.commit_max_batch;
     opt.file_size = cfg.queue.ibdb_file_size;
     opt.fsync = !cfg.queue.test_no_sync;
-    if (opt.fsync && cfg.queue.content_sync == sm::QueueConfig::ContentSync::batch)
+    if (opt.fsync && cfg.queue.content_sync == smx::QueueConfig::ContentSync::batch)
         opt.content_dir = cfg.content_dir_abs();
     if (cfg.queue.test_no_sync) {
         defedb.set_no_sync();
@@ -104,8 +104,8 @@ int main(int argc, char** argv) {
         if (!cfg.stats.listen.empty() && !metrics.listen(cfg.stats.listen, err))
             throw std::runtime_error("stats.listen: " + err);
 
-        sm::ConfigReloader reloader(io, cfg_path, cfg, [&](sm::Config next) {
-            q.reload(std::make_shared<const sm::Config>(std::move(next)));
+        smx::ConfigReloader reloader(io, cfg_path, cfg, [&](smx::Config next) {
+            q.reload(std::make_shared<const smx::Config>(std::move(next)));
         });
         asio::signal_set signals(io, SIGTERM, SIGINT);
         asio::steady_timer grace(io);
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
             grace.expires_after(std::chrono::milliseconds(200));
             grace.async_wait([&](boost::system::error_code) { io.stop(); });
         });
-        sm::run_or_panic(io, "qmgr");
+        smx::run_or_panic(io, "qmgr");
         // Every QMGR coroutine ends here, while the pool still runs the work
         // it may wait on: none is left to be destroyed after the pool.
         drain(io, q);

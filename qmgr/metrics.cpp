@@ -1,8 +1,8 @@
 // What the Prometheus endpoint shows beside the counters: the histograms of
 // QMGR's components and the per-destination gauges (docs/operation.md).
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "domain.hpp"
+#include "libsm/domain.hpp"
 
 #include <unordered_map>
 
@@ -47,7 +47,7 @@ asio::awaitable<void> Qmgr::scan_deferred_domains(std::uint64_t now) {
     auto count = [](Defedb& db) {
         std::unordered_map<std::string, std::uint64_t> n;
         db.for_each([&](const DeferredTa& t) {
-            for (const auto& r : t.rcpts) ++n[sm::domain_of(r.addr)];
+            for (const auto& r : t.rcpts) ++n[smx::domain_of(r.addr)];
         });
         LabelCounts top(n.begin(), n.end());
         keep_largest(top, max_label_series);

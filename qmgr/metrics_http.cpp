@@ -1,9 +1,9 @@
-#include "metrics_http.hpp"
+#include "qmgr/metrics_http.hpp"
 
-#include "accept.hpp"
-#include "build_info.hpp"
-#include "server.hpp"
-#include "smtp_io.hpp"
+#include "libsm/accept.hpp"
+#include "libsm/smtp_io.hpp"
+#include "qmgr/build_info.hpp"
+#include "qmgr/server.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>
@@ -51,7 +51,7 @@ std::string prometheus_text(Qmgr& q) {
            "# TYPE smx_rejected_total counter\n";
     for (const auto& e : q.smtp_rejections().entries())
         out += fmt::format("smx_rejected_total{{class=\"{}xx\",reason=\"{}\"}} {}\n", e.reply_class,
-                           sm::rejection_name(e.reason), e.n);
+                           smx::rejection_name(e.reason), e.n);
     for (const auto& h : q.histograms()) h.h.expose(out, h.name, h.help);
     expose_labels(out, "smx_destination_active_recipients", "destination",
                   "Recipients waiting or out for delivery per destination (the 20 largest)",
@@ -66,7 +66,7 @@ std::string prometheus_text(Qmgr& q) {
 }
 
 bool MetricsHttp::listen(const std::string& hostport, std::string& err) {
-    const sm::HostPort hp = sm::parse_hostport("stats.listen", hostport, 9525);
+    const smx::HostPort hp = smx::parse_hostport("stats.listen", hostport, 9525);
     boost::system::error_code ec;
     const auto addr = asio::ip::make_address(hp.host, ec);
     if (ec) {
@@ -82,7 +82,7 @@ bool MetricsHttp::listen(const std::string& hostport, std::string& err) {
         err = "listen on " + hostport + ": " + ec.message();
         return false;
     }
-    asio::co_spawn(io_, accept_loop(), sm::crash_on_exception("metrics accept"));
+    asio::co_spawn(io_, accept_loop(), smx::crash_on_exception("metrics accept"));
     spdlog::info("metrics on http://{}/metrics", hostport);
     return true;
 }
@@ -93,12 +93,12 @@ void MetricsHttp::stop() {
 }
 
 asio::awaitable<void> MetricsHttp::accept_loop() {
-    sm::AcceptGuard guard("metrics",
+    smx::AcceptGuard guard("metrics",
                           "HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
     for (;;) {
         auto s = co_await guard.next(acceptor_);
         if (!s) break;
-        asio::co_spawn(io_, serve(std::move(*s)), sm::crash_on_exception("metrics request"));
+        asio::co_spawn(io_, serve(std::move(*s)), smx::crash_on_exception("metrics request"));
     }
 }
 
@@ -122,9 +122,9 @@ asio::awaitable<void> MetricsHttp::serve(asio::ip::tcp::socket s) {
 // Reads one request and writes the answer (the caller bounds the time).
 asio::awaitable<void> MetricsHttp::answer(asio::ip::tcp::socket& s) {
     constexpr auto http_timeout = request_timeout;
-    sm::smtp::LineReader<asio::ip::tcp::socket> in(s, 1024);
+    smx::smtp::LineReader<asio::ip::tcp::socket> in(s, 1024);
     auto req = co_await in.read_line(http_timeout);
-    if (req.status != sm::smtp::ReadStatus::ok || !req.complete) co_return;
+    if (req.status != smx::smtp::ReadStatus::ok || !req.complete) co_return;
     // "GET /metrics HTTP/1.1"; a query string is no matter (a scraper's
     // params, a cache buster).
     std::string_view target(req.text);
@@ -137,14 +137,14 @@ asio::awaitable<void> MetricsHttp::answer(asio::ip::tcp::socket& s) {
     // Headers up to the empty line; their content does not matter.
     for (int n = 0; n < 100; ++n) {
         auto h = co_await in.read_line(http_timeout);
-        if (h.status != sm::smtp::ReadStatus::ok) co_return;
+        if (h.status != smx::smtp::ReadStatus::ok) co_return;
         if (h.complete && (h.text.empty() || h.text == "\r")) break;
     }
     const std::string body = ok ? prometheus_text(q_) : "not found; try /metrics\n";
     std::string resp = ok ? "HTTP/1.0 200 OK\r\n" : "HTTP/1.0 404 Not Found\r\n";
     resp += "Content-Type: text/plain; version=0.0.4\r\nContent-Length: " +
             std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-    co_await sm::smtp::write_all(s, resp, http_timeout);
+    co_await smx::smtp::write_all(s, resp, http_timeout);
 }
 
 } // namespace smx::qmgr

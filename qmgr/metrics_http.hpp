@@ -5,7 +5,7 @@
 // deadline for each whole request, however slowly the client sends it.
 #pragma once
 
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
 #include <boost/asio.hpp>
 #include <string>

@@ -1,10 +1,10 @@
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "await.hpp"
-#include "content_file.hpp"
-#include "domain.hpp"
-#include "ids.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 namespace smx::qmgr {
 
 namespace {
-SchedulerOptions scheduler_options(const sm::Config& cfg) {
+SchedulerOptions scheduler_options(const smx::Config& cfg) {
     SchedulerOptions o;
     o.initial_concurrency = cfg.client.initial_concurrency;
     o.max_concurrency = cfg.client.max_concurrency;
@@ -28,10 +28,10 @@ SchedulerOptions scheduler_options(const sm::Config& cfg) {
 }
 } // namespace
 
-Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
-           Ibdb& ibdb, Defedb& defedb, const sm::Clock& clock)
+Qmgr::Qmgr(const smx::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
+           Ibdb& ibdb, Defedb& defedb, const smx::Clock& clock)
     : cfg_(cfg), clock_(clock), ex_(ex), workers_(workers), dbq_(workers, defedb), ibdb_(ibdb),
-      store_(sm::content::store_for(cfg)), queue_(clock), reaper_(cfg, ex, workers, ibdb),
+      store_(smx::content::store_for(cfg)), queue_(clock), reaper_(cfg, ex, workers, ibdb),
       sweeper_(cfg, ex, workers, queue_, dbq_, reaper_), segments_(cfg, ex, workers, queue_, ibdb),
       deferred_(cfg, ex, dbq_,
                 {[this](auto parks, auto gone) { parked(std::move(parks), std::move(gone)); },
@@ -50,7 +50,7 @@ Qmgr::Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& w
                clock),
       router_(cfg),
       sched_(ex, queue_, scheduler_options(cfg),
-             [this](Ta& ta, std::uint32_t idx, const sm::msg::Reply& why, std::uint64_t until) {
+             [this](Ta& ta, std::uint32_t idx, const smx::msg::Reply& why, std::uint64_t until) {
                  defer(ta, idx, {}, why, until);
              },
              clock),
@@ -71,11 +71,11 @@ asio::awaitable<void> Qmgr::reclaim_overdue() {
              sched_.overdue(clock_.now_us(), static_cast<std::uint64_t>(limit.count()))) {
             spdlog::warn("delivery {} reclaimed: smtpc gave no result within {}s", da_id,
                          cfg_.queue.max_delivery_time.count());
-            on_result(link, sm::msg::Result{da_id, {}, {}},
+            on_result(link, smx::msg::Result{da_id, {}, {}},
                       {0, "4.4.1", "delivery reclaimed: no result from smtpc in time"});
         }
         reclaim_timer_.expires_after(every);
-        auto [ec] = co_await reclaim_timer_.async_wait(sm::await_tuple);
+        auto [ec] = co_await reclaim_timer_.async_wait(smx::await_tuple);
         if (ec) break;  // stop()
     }
 }
@@ -100,12 +100,12 @@ void drain(asio::io_context& io, const Qmgr& q, std::chrono::milliseconds limit)
     io.restart();
     while (!q.idle()) {
         if (std::chrono::steady_clock::now() > end)
-            sm::panic("qmgr: coroutines still running " + std::to_string(limit.count()) +
+            smx::panic("qmgr: coroutines still running " + std::to_string(limit.count()) +
                       "ms after stop");
         try {
             io.run_one_for(std::chrono::milliseconds(100));
         } catch (...) {
-            sm::panic_exception("qmgr drain", std::current_exception());
+            smx::panic_exception("qmgr drain", std::current_exception());
         }
         if (io.stopped()) io.restart();  // it had no work for a moment
     }
@@ -117,7 +117,7 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
     std::vector<std::pair<Destination, std::vector<std::uint32_t>>> groups;
     Destination d;
     for (auto i : idx) {
-        const std::string domain = sm::domain_of(ta.rcpt(i).addr());
+        const std::string domain = smx::domain_of(ta.rcpt(i).addr());
         if (!router_.route(domain, d)) {
             retry_later(ta, i, {},
                         {0, "4.4.4", "no route to " + (domain.empty() ? ta.rcpt(i).addr() : domain)});
@@ -140,14 +140,14 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
 // held some of it.
 void Qmgr::check_ta(Ta& ta) {
     if (ta.open() > 0) return;
-    const std::string id = ta.id, cdb = Reaper::file_of(ta);
+    const std::string id = ta.id, content = Reaper::file_of(ta);
     const auto verdict = Reaper::verdict(ta);
     sched_.forget(ta);
     queue_.retire(ta);
     switch (verdict) {
     case Reaper::Verdict::keep: return;
-    case Reaper::Verdict::now: return reaper_.finish(id, cdb);
-    case Reaper::Verdict::ask_defedb: return deferred_.check(id, cdb);
+    case Reaper::Verdict::now: return reaper_.finish(id, content);
+    case Reaper::Verdict::ask_defedb: return deferred_.check(id, content);
     }
 }
 
@@ -165,7 +165,7 @@ void Qmgr::parked(std::vector<DeferredQueue::Park> parks, std::vector<DeferredQu
         if (Ta* ta = queue_.find(id)) check_ta(*ta);
     // A transaction DEFEDB no longer holds and memory does not either: done.
     for (const auto& c : gone)
-        if (!queue_.find(c.ta_id)) reaper_.finish(c.ta_id, c.cdb_id);
+        if (!queue_.find(c.ta_id)) reaper_.finish(c.ta_id, c.content_id);
 }
 
 void Qmgr::got_due(std::vector<DeferredTa> tas) {
@@ -220,7 +220,7 @@ void Qmgr::bounce_failed(const std::string& ta_id, const std::vector<Bouncer::Bo
 
 void defedb_fatal(const std::string& what) {
     // Not spdlog::shutdown(): other threads may still be logging.
-    sm::fatal("defedb: " + what + "; exiting for recovery");
+    smx::fatal("defedb: " + what + "; exiting for recovery");
 }
 
 } // namespace smx::qmgr

@@ -20,27 +20,27 @@
 // the loop go.
 #pragma once
 
-#include "bounce.hpp"
-#include "coro.hpp"
-#include "defedb.hpp"
-#include "defedb_strand.hpp"
-#include "deferred.hpp"
-#include "disk_space.hpp"
-#include "dsn.hpp"
-#include "ibdb.hpp"
-#include "queue.hpp"
-#include "reaper.hpp"
-#include "segments.hpp"
-#include "routing.hpp"
-#include "scheduler.hpp"
-#include "smtps_loads.hpp"
-#include "sweeper.hpp"
+#include "qmgr/bounce.hpp"
+#include "qmgr/coro.hpp"
+#include "qmgr/defedb.hpp"
+#include "qmgr/defedb_strand.hpp"
+#include "qmgr/deferred.hpp"
+#include "qmgr/disk_space.hpp"
+#include "qmgr/dsn.hpp"
+#include "qmgr/ibdb.hpp"
+#include "qmgr/queue.hpp"
+#include "qmgr/reaper.hpp"
+#include "qmgr/routing.hpp"
+#include "qmgr/scheduler.hpp"
+#include "qmgr/segments.hpp"
+#include "qmgr/smtps_loads.hpp"
+#include "qmgr/sweeper.hpp"
 
-#include "config.hpp"
-#include "content_trust.hpp"
-#include "messages.hpp"
+#include "libsm/config.hpp"
+#include "libsm/content_trust.hpp"
+#include "libsm/messages.hpp"
 
-#include "clock.hpp"
+#include "libsm/clock.hpp"
 
 #include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
@@ -87,13 +87,13 @@ class Qmgr {
 public:
     // Sends one encoded frame to the peer that the callback belongs to.
     using Send = std::function<void(std::string frame)>;
-    using CtlDone = std::function<void(sm::msg::CtlReply)>;
+    using CtlDone = std::function<void(smx::msg::CtlReply)>;
 
-    Qmgr(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers, Ibdb& ibdb,
-         Defedb& defedb, const sm::Clock& clock = sm::system_clock());
+    Qmgr(const smx::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers, Ibdb& ibdb,
+         Defedb& defedb, const smx::Clock& clock = smx::system_clock());
 
     // Start-up: puts the transactions IBDB recovered back in the queue,
-    // starts the DEFEDB timer and checkpoints, and the orphan CDB sweep
+    // starts the DEFEDB timer and checkpoints, and the orphan content sweep
     // (every orphan_age / 2, in the background).
     void restore(std::vector<RecoveredTa> tas);
 
@@ -102,7 +102,7 @@ public:
     // one whose ack pickup never read: it is refused as a duplicate while
     // the transaction is in memory or in DEFEDB.
     enum class From { smtps, pickup };
-    void on_commit(sm::msg::TaCommit env, std::uint64_t req_id, Send reply,
+    void on_commit(smx::msg::TaCommit env, std::uint64_t req_id, Send reply,
                    From from = From::smtps);
     // Shutdown: further TA_COMMITs get a tempfail, timers stop, and each
     // component's coroutines run to their end (idle() once they have).
@@ -110,7 +110,7 @@ public:
     // Reload (libsm/config_reload.hpp): recipients routed from now on follow cfg's
     // [routes], the scheduler takes the new client.rate_limit; QMGR's other
     // parts keep the config they started with (the keys they use need a restart).
-    void reload(std::shared_ptr<const sm::Config> cfg) {
+    void reload(std::shared_ptr<const smx::Config> cfg) {
         sched_.set_rate(cfg->client.rate_limit, cfg->client.rate_interval);
         router_.reload(std::move(cfg));
     }
@@ -120,12 +120,12 @@ public:
     std::uint64_t add_smtpc(Send send) { return sched_.add_link(std::move(send)); }
     void remove_smtpc(std::uint64_t link) { sched_.remove_link(link); }
     // `missing` is the retry reason of recipients the RESULT does not name.
-    void on_result(std::uint64_t link, const sm::msg::Result& r,
-                   const sm::msg::Reply& missing = {0, "4.4.0", "smtpc returned no result for this recipient"});
+    void on_result(std::uint64_t link, const smx::msg::Result& r,
+                   const smx::msg::Reply& missing = {0, "4.4.0", "smtpc returned no result for this recipient"});
 
     // CLI requests (answered through done, possibly after DEFEDB work on
     // the pool); and the counters for `smx stats` and Prometheus.
-    void control(const sm::msg::CtlRequest& req, CtlDone done);
+    void control(const smx::msg::CtlRequest& req, CtlDone done);
     std::vector<Metric> metrics() const;
     // metrics.cpp: the histograms, and the per-label gauges for Prometheus.
     struct HistogramRef {
@@ -143,17 +143,17 @@ public:
     // too large to decode was refused.
     std::uint64_t add_smtps() { return smtps_loads_.add_link(); }
     void remove_smtps(std::uint64_t link) { smtps_loads_.remove_link(link); }
-    void smtps_load(std::uint64_t link, const sm::msg::SmtpsLoad& l) { smtps_loads_.update(link, l); }
+    void smtps_load(std::uint64_t link, const smx::msg::SmtpsLoad& l) { smtps_loads_.update(link, l); }
     LabelCounts smtps_sessions_by_loop() const { return smtps_loads_.sessions_by_loop(); }
     void commit_refused() { ++counters_.rejected; }
     // SMTPS's refusals, as reported with its loads.
-    const sm::RejectionCounts& smtp_rejections() const { return smtps_loads_.rejected(); }
+    const smx::RejectionCounts& smtp_rejections() const { return smtps_loads_.rejected(); }
     const ActiveQueue& queue() const { return queue_; }
 
 private:
     // intake.cpp
-    void intake(sm::msg::TaCommit env, std::uint64_t req_id, Send reply, From from);
-    asio::awaitable<void> intake_pickup(sm::msg::TaCommit env, std::uint64_t req_id, Send reply);
+    void intake(smx::msg::TaCommit env, std::uint64_t req_id, Send reply, From from);
+    asio::awaitable<void> intake_pickup(smx::msg::TaCommit env, std::uint64_t req_id, Send reply);
     void committed(const std::string& id, std::uint64_t req_id, const Send& reply, bool ok,
                    const std::string& error);
     asio::awaitable<void> watch_disk();
@@ -172,37 +172,37 @@ private:
     // Takes back deliveries SMTPC has held past queue.max_delivery_time.
     asio::awaitable<void> reclaim_overdue();
     // results.cpp
-    void sent(Ta& ta, std::uint32_t idx, const Attempt& at, const sm::msg::Reply& reply);
-    void retry_later(Ta& ta, std::uint32_t idx, const Attempt& at, sm::msg::Reply why);
-    void defer(Ta& ta, std::uint32_t idx, const Attempt& at, sm::msg::Reply why,
+    void sent(Ta& ta, std::uint32_t idx, const Attempt& at, const smx::msg::Reply& reply);
+    void retry_later(Ta& ta, std::uint32_t idx, const Attempt& at, smx::msg::Reply why);
+    void defer(Ta& ta, std::uint32_t idx, const Attempt& at, smx::msg::Reply why,
                std::uint64_t until_us);
     bool expired(const Ta& ta) const;
     // A transaction whose content SMTPC found unusable: its envelope to
     // quarantine/, and it leaves memory at once and DEFEDB after.
     void quarantine(Ta& ta, const std::string& why);
-    asio::awaitable<void> drop_deferred(std::string id, std::string cdb, std::size_t here);
+    asio::awaitable<void> drop_deferred(std::string id, std::string content, std::size_t here);
     // control.cpp
     asio::awaitable<void> ctl_flush(CtlDone done);
-    asio::awaitable<void> ctl_ids(sm::msg::CtlRequest req, CtlDone done);
+    asio::awaitable<void> ctl_ids(smx::msg::CtlRequest req, CtlDone done);
     asio::awaitable<std::optional<std::size_t>> hold_ta(std::string id, bool hold);
     asio::awaitable<std::optional<std::size_t>> delete_ta(std::string id);
-    std::size_t forget(Ta& ta, std::string& cdb);
+    std::size_t forget(Ta& ta, std::string& content);
     // metrics.cpp: counts DEFEDB's recipients by domain for deferred_by_domain.
     asio::awaitable<void> scan_deferred_domains(std::uint64_t now);
     // queue_report.cpp: queue, qshape, show; requeue
-    asio::awaitable<void> ctl_report(sm::msg::CtlRequest req, CtlDone done);
-    asio::awaitable<void> ctl_requeue(sm::msg::CtlRequest req, CtlDone done);
+    asio::awaitable<void> ctl_report(smx::msg::CtlRequest req, CtlDone done);
+    asio::awaitable<void> ctl_requeue(smx::msg::CtlRequest req, CtlDone done);
     // The messages with a recipient in one of queues ("active", "deferred",
     // "hold"), in id order; nullopt when DEFEDB cannot be read.
     asio::awaitable<std::optional<std::vector<std::string>>> queue_ids(std::vector<std::string> queues);
 
-    const sm::Config& cfg_;
-    const sm::Clock& clock_;
+    const smx::Config& cfg_;
+    const smx::Clock& clock_;
     asio::any_io_executor ex_;
     asio::thread_pool& workers_;
     DefedbStrand dbq_;
     Ibdb& ibdb_;
-    sm::content::Store store_;  // where content is read, and who wrote it
+    smx::content::Store store_;  // where content is read, and who wrote it
     ActiveQueue queue_;
     Reaper reaper_;
     OrphanSweeper sweeper_;
@@ -233,8 +233,8 @@ void drain(asio::io_context& io, const Qmgr& q,
            std::chrono::milliseconds limit = std::chrono::seconds(30));
 
 // True when no server took part: connect failures, timeouts, a 421 greeting.
-bool connection_failed(const sm::msg::Result& r);
+bool connection_failed(const smx::msg::Result& r);
 // Retry delay after the n-th failed attempt: retry_min doubling to retry_max.
-std::chrono::microseconds backoff(const sm::QueueConfig& q, std::uint32_t attempts);
+std::chrono::microseconds backoff(const smx::QueueConfig& q, std::uint32_t attempts);
 
 } // namespace smx::qmgr

@@ -1,6 +1,6 @@
-#include "queue.hpp"
+#include "qmgr/queue.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <string>
 
@@ -45,7 +45,7 @@ const char* state_name(RcptState s) {
 }
 
 [[noreturn]] void impossible(const Ta& ta, std::uint32_t idx, const std::string& what) {
-    sm::panic("qmgr: " + ta.id + " recipient " + std::to_string(idx) + ": " + what);
+    smx::panic("qmgr: " + ta.id + " recipient " + std::to_string(idx) + ": " + what);
 }
 
 } // namespace
@@ -86,10 +86,10 @@ std::optional<RcptState> next_state(RcptState from, RcptEvent ev) {
     return std::nullopt;
 }
 
-Ta* ActiveQueue::create(const sm::msg::TaCommit& env, RcptState initial) {
+Ta* ActiveQueue::create(const smx::msg::TaCommit& env, RcptState initial) {
     auto [it, fresh] = tas_.try_emplace(env.ta_id);
     if (!fresh) return nullptr;
-    auto ta = std::make_unique<Ta>(env.ta_id, std::make_shared<const sm::msg::TaCommit>(env));
+    auto ta = std::make_unique<Ta>(env.ta_id, std::make_shared<const smx::msg::TaCommit>(env));
     ta->active_us_ = clock_.now_us();
     ta->rcpts_.reserve(env.rcpts.size());
     for (const auto& r : env.rcpts) ta->rcpts_.emplace_back(r.addr, initial);
@@ -101,9 +101,9 @@ Ta* ActiveQueue::create(const sm::msg::TaCommit& env, RcptState initial) {
     return it->second.get();
 }
 
-Ta* ActiveQueue::admit(const sm::msg::TaCommit& env) { return create(env, RcptState::active); }
+Ta* ActiveQueue::admit(const smx::msg::TaCommit& env) { return create(env, RcptState::active); }
 
-Ta* ActiveQueue::admit_recovered(const sm::msg::TaCommit& env, const std::vector<bool>& done,
+Ta* ActiveQueue::admit_recovered(const smx::msg::TaCommit& env, const std::vector<bool>& done,
                                  const std::vector<bool>& deferred) {
     Ta* ta = create(env, RcptState::active);
     if (!ta) return nullptr;
@@ -126,7 +126,7 @@ Ta* ActiveQueue::admit_recovered(const sm::msg::TaCommit& env, const std::vector
     return ta;
 }
 
-Ta* ActiveQueue::admit_untracked(const sm::msg::TaCommit& env) {
+Ta* ActiveQueue::admit_untracked(const smx::msg::TaCommit& env) {
     Ta* ta = create(env, RcptState::untracked);
     if (ta) ta->touched_defedb_ = true;
     return ta;
@@ -138,7 +138,7 @@ Ta* ActiveQueue::find(const std::string& id) {
 }
 
 void ActiveQueue::retire(Ta& ta) {
-    if (ta.open_ != 0) sm::panic("qmgr: " + ta.id + " retired with open recipients");
+    if (ta.open_ != 0) smx::panic("qmgr: " + ta.id + " retired with open recipients");
     tas_.erase(ta.id);
 }
 
@@ -180,7 +180,7 @@ void ActiveQueue::requeue(Ta& ta, std::uint32_t idx) { step(ta, idx, RcptEvent::
 
 void ActiveQueue::sent(Ta& ta, std::uint32_t idx) { step(ta, idx, RcptEvent::sent); }
 
-void ActiveQueue::defer_begin(Ta& ta, std::uint32_t idx, sm::msg::Reply why, std::string relay) {
+void ActiveQueue::defer_begin(Ta& ta, std::uint32_t idx, smx::msg::Reply why, std::string relay) {
     Rcpt& r = step(ta, idx, RcptEvent::defer_begin);
     r.last_reply_ = std::move(why);
     r.last_relay_ = std::move(relay);
@@ -193,13 +193,13 @@ void ActiveQueue::deferred(Ta& ta, std::uint32_t idx) {
     ta.touched_defedb_ = true;
 }
 
-void ActiveQueue::bounce_begin(Ta& ta, std::uint32_t idx, sm::msg::Reply why, std::string relay) {
+void ActiveQueue::bounce_begin(Ta& ta, std::uint32_t idx, smx::msg::Reply why, std::string relay) {
     Rcpt& r = step(ta, idx, RcptEvent::bounce_begin);
     r.last_reply_ = std::move(why);
     r.last_relay_ = std::move(relay);
 }
 
-void ActiveQueue::bounce_failed(Ta& ta, std::uint32_t idx, sm::msg::Reply why) {
+void ActiveQueue::bounce_failed(Ta& ta, std::uint32_t idx, smx::msg::Reply why) {
     Rcpt& r = step(ta, idx, RcptEvent::bounce_failed);
     r.last_reply_ = std::move(why);
     r.last_relay_.clear();
@@ -244,7 +244,7 @@ void ActiveQueue::mark_warned(Ta& ta, std::uint32_t idx) {
 }
 
 void ActiveQueue::mark_deleted(Ta& ta) {
-    if (ta.deleted_) sm::panic("qmgr: " + ta.id + " deleted twice");
+    if (ta.deleted_) smx::panic("qmgr: " + ta.id + " deleted twice");
     ta.deleted_ = true;
 }
 

@@ -35,9 +35,9 @@
 // on them; a transaction with no open recipient may be retired.
 #pragma once
 
-#include "clock.hpp"
-#include "defedb.hpp"
-#include "messages.hpp"
+#include "libsm/clock.hpp"
+#include "libsm/messages.hpp"
+#include "qmgr/defedb.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -76,7 +76,7 @@ public:
     std::uint32_t attempts() const { return attempts_; }
     // The last failure: the server's reply (or our own reason) and the
     // "host[ip]:port" that gave it (empty: no server replied).
-    const sm::msg::Reply& last_reply() const { return last_reply_; }
+    const smx::msg::Reply& last_reply() const { return last_reply_; }
     const std::string& last_relay() const { return last_relay_; }
     bool from_defedb() const { return from_defedb_; }  // its durable record is in DEFEDB
     bool hold() const { return hold_; }                // `smx hold` while out: park it held
@@ -87,7 +87,7 @@ private:
     std::string addr_;
     RcptState state_;
     std::uint32_t attempts_ = 0;
-    sm::msg::Reply last_reply_;
+    smx::msg::Reply last_reply_;
     std::string last_relay_;
     bool from_defedb_ = false;
     bool hold_ = false;
@@ -107,10 +107,10 @@ private:
 
 class Ta {
 public:
-    Ta(std::string id, std::shared_ptr<const sm::msg::TaCommit> env)
+    Ta(std::string id, std::shared_ptr<const smx::msg::TaCommit> env)
         : id(std::move(id)), env(std::move(env)) {}
     const std::string id;
-    const std::shared_ptr<const sm::msg::TaCommit> env;  // for DEFEDB and DSNs
+    const std::shared_ptr<const smx::msg::TaCommit> env;  // for DEFEDB and DSNs
     SchedRefs sched;
 
     const std::vector<Rcpt>& rcpts() const { return rcpts_; }
@@ -120,7 +120,7 @@ public:
     bool deleted() const { return deleted_; }  // `smx delete`: results are dropped
 
     const std::string& sender() const { return env->sender; }
-    const std::string& cdb_id() const { return env->cdb_id; }
+    const std::string& content_id() const { return env->content_id; }
     std::uint64_t size() const { return env->size; }
     std::uint64_t arrival_us() const { return env->arrival_us; }
     // When it came into memory this time (intake, recovery, due from DEFEDB).
@@ -137,17 +137,17 @@ private:
 
 class ActiveQueue {
 public:
-    explicit ActiveQueue(const sm::Clock& clock = sm::system_clock()) : clock_(clock) {}
+    explicit ActiveQueue(const smx::Clock& clock = smx::system_clock()) : clock_(clock) {}
 
     // New transactions; nullptr when the id is already queued.
     // From SMTPS (or a DSN): every recipient active.
-    Ta* admit(const sm::msg::TaCommit& env);
+    Ta* admit(const smx::msg::TaCommit& env);
     // From IBDB at start-up: done and deferred (DEFEDB holds it) as IBDB
     // says, the rest active.
-    Ta* admit_recovered(const sm::msg::TaCommit& env, const std::vector<bool>& done,
+    Ta* admit_recovered(const smx::msg::TaCommit& env, const std::vector<bool>& done,
                         const std::vector<bool>& deferred);
     // From DEFEDB (due): every recipient untracked until `due` reopens it.
-    Ta* admit_untracked(const sm::msg::TaCommit& env);
+    Ta* admit_untracked(const smx::msg::TaCommit& env);
 
     Ta* find(const std::string& id);
     // A transaction with no open recipient leaves memory.
@@ -160,10 +160,10 @@ public:
     void dispatch(Ta& ta, std::uint32_t idx);
     void requeue(Ta& ta, std::uint32_t idx);
     void sent(Ta& ta, std::uint32_t idx);
-    void defer_begin(Ta& ta, std::uint32_t idx, sm::msg::Reply why, std::string relay);
+    void defer_begin(Ta& ta, std::uint32_t idx, smx::msg::Reply why, std::string relay);
     void deferred(Ta& ta, std::uint32_t idx);  // also clears hold, marks from_defedb
-    void bounce_begin(Ta& ta, std::uint32_t idx, sm::msg::Reply why, std::string relay);
-    void bounce_failed(Ta& ta, std::uint32_t idx, sm::msg::Reply why);
+    void bounce_begin(Ta& ta, std::uint32_t idx, smx::msg::Reply why, std::string relay);
+    void bounce_failed(Ta& ta, std::uint32_t idx, smx::msg::Reply why);
     void bounced(Ta& ta, std::uint32_t idx);
     void due(Ta& ta, std::uint32_t idx, const DeferredRcpt& rec);
     void drop(Ta& ta, std::uint32_t idx);
@@ -183,10 +183,10 @@ public:
     std::size_t rcpts() const { return rcpts_; }  // open recipients in memory
 
 private:
-    Ta* create(const sm::msg::TaCommit& env, RcptState initial);
+    Ta* create(const smx::msg::TaCommit& env, RcptState initial);
     Rcpt& step(Ta& ta, std::uint32_t idx, RcptEvent ev);
 
-    const sm::Clock& clock_;
+    const smx::Clock& clock_;
     std::unordered_map<std::string, std::unique_ptr<Ta>> tas_;
     std::size_t rcpts_ = 0;
 };

@@ -6,13 +6,13 @@
 // event loop; DEFEDB is read on its strand and merged in (a recipient memory
 // is working on shows memory's state); filtering, rendering and reading a
 // content file happen there too, off the event loop.
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
-#include "domain.hpp"
-#include "ids.hpp"
-#include "json.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/json.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -45,12 +45,12 @@ struct Line {
 };
 struct Entry {
     std::uint64_t size = 0, arrival_us = 0;
-    std::string sender, cdb_id, client;
+    std::string sender, content_id, client;
     std::map<std::uint32_t, Line> rcpts;
 };
 using Listing = std::map<std::string, Entry>;
 
-// A CTL reply is one record (at most sm::rec::max_body): a huge queue is
+// A CTL reply is one record (at most smx::rec::max_body): a huge queue is
 // listed up to this size, and the summary still counts everything.
 constexpr std::size_t max_listing = 3u << 20;
 // `smx show` prints at most this much of the header section.
@@ -101,7 +101,7 @@ std::optional<Options> parse(const std::vector<std::string>& args, std::string& 
             o.content_from = std::stoull(a.substr(8));
         } else if (a == "active" || a == "deferred" || a == "all") {
             o.queue = a;
-        } else if (sm::valid_ta_id(a) && o.id.empty()) {
+        } else if (smx::valid_ta_id(a) && o.id.empty()) {
             o.id = a;
         } else {
             err = "bad argument \"" + a + "\"";
@@ -138,7 +138,7 @@ void filter(Listing& all, const Options& o, std::uint64_t now_us) {
         Entry& e = it->second;
         std::erase_if(e.rcpts, [&](const auto& r) {
             const Line& l = r.second;
-            if (!o.domain.empty() && sm::domain_of(l.addr) != o.domain) return true;
+            if (!o.domain.empty() && smx::domain_of(l.addr) != o.domain) return true;
             return (o.queue == "active" && waiting(l)) || (o.queue == "deferred" && !waiting(l));
         });
         const bool drop = e.rcpts.empty() || (o.sender && lower(e.sender) != *o.sender) ||
@@ -185,12 +185,12 @@ std::string render_json(const Listing& all) {
         }
         out += fmt::format(R"({{"queue_name": "{}", "queue_id": "{}", "arrival_time": {}, )"
                            R"("message_size": {}, "forced_expire": false, "sender": {}, "recipients": [)",
-                           queue_of(e), id, e.arrival_us / 1'000'000, e.size, sm::json_string(e.sender));
+                           queue_of(e), id, e.arrival_us / 1'000'000, e.size, smx::json_string(e.sender));
         const char* sep = "";
         for (const auto& [idx, l] : e.rcpts) {
-            out += fmt::format(R"({}{{"address": {}, )", sep, sm::json_string(l.addr));
+            out += fmt::format(R"({}{{"address": {}, )", sep, smx::json_string(l.addr));
             if (!l.last_reply.empty())
-                out += fmt::format(R"("delay_reason": {}, )", sm::json_string(l.last_reply));
+                out += fmt::format(R"("delay_reason": {}, )", smx::json_string(l.last_reply));
             out += fmt::format(R"("state": "{}", "attempts": {}, "next_try": {}}})", l.state,
                                l.attempts,
                                l.next_try_us ? std::to_string(l.next_try_us / 1'000'000) : "null");
@@ -215,7 +215,7 @@ std::string render_qshape(const Listing& all, std::uint64_t now_us) {
         std::size_t b = 0;
         while (b < limits.size() && minutes >= limits[b]) ++b;
         for (const auto& [idx, l] : e.rcpts) {
-            for (Row* r : {&rows[sm::domain_of(l.addr)], &total}) {
+            for (Row* r : {&rows[smx::domain_of(l.addr)], &total}) {
                 ++(*r)[0];
                 ++(*r)[b + 1];
             }
@@ -244,13 +244,13 @@ std::string render_qshape(const Listing& all, std::uint64_t now_us) {
 }
 
 // The header section of a message's content, LF line ends, at most max_header.
-std::string read_headers(const sm::content::Store& store, const std::string& id, const Entry& e) {
-    sm::content::Body body;
+std::string read_headers(const smx::content::Store& store, const std::string& id, const Entry& e) {
+    smx::content::Body body;
     std::string buf;
-    int err = body.open(store, e.cdb_id, id, e.size);
-    if (err) return fmt::format("(content {}: {})\n", e.cdb_id, err == ENOENT ? "missing" : body.why());
+    int err = body.open(store, e.content_id, id, e.size);
+    if (err) return fmt::format("(content {}: {})\n", e.content_id, err == ENOENT ? "missing" : body.why());
     if ((err = body.read_at(0, max_header, buf)))
-        return fmt::format("(content {}: {})\n", e.cdb_id, std::strerror(err));
+        return fmt::format("(content {}: {})\n", e.content_id, std::strerror(err));
     std::string out;
     bool cut = true;
     for (std::size_t pos = 0; pos < buf.size();) {
@@ -285,19 +285,19 @@ std::string render_envelope(const std::string& id, const Entry& e) {
 
 // What show asked for: the envelope and the header section, the envelope
 // alone, or a page of the content as stored (CRLF; the CLI makes it LF).
-sm::msg::CtlReply render_show(const sm::content::Store& store, const Options& o, const Entry& e) {
+smx::msg::CtlReply render_show(const smx::content::Store& store, const Options& o, const Entry& e) {
     if (o.envelope) return {0, render_envelope(o.id, e)};
     if (!o.content_from) {
         return {0, render_envelope(o.id, e) + fmt::format("*** HEADER RECORDS {} ***\n", o.id) +
                        read_headers(store, o.id, e) +
                        fmt::format("*** END OF MESSAGE {} ***\n", o.id)};
     }
-    sm::content::Body body;
+    smx::content::Body body;
     std::string page;
-    if (int err = body.open(store, e.cdb_id, o.id, e.size))
-        return {1, fmt::format("content {}: {}", e.cdb_id, err == ENOENT ? "missing" : body.why())};
+    if (int err = body.open(store, e.content_id, o.id, e.size))
+        return {1, fmt::format("content {}: {}", e.content_id, err == ENOENT ? "missing" : body.why())};
     if (int err = body.read_at(*o.content_from, content_page, page))
-        return {1, fmt::format("content {}: {}", e.cdb_id, std::strerror(err))};
+        return {1, fmt::format("content {}: {}", e.content_id, std::strerror(err))};
     return {0, std::move(page)};
 }
 
@@ -306,11 +306,11 @@ void merge(Listing& all, const DeferredTa& t) {
     e.size = t.envelope.size;
     e.arrival_us = t.envelope.arrival_us;
     e.sender = t.envelope.sender;
-    e.cdb_id = t.envelope.cdb_id;
+    e.content_id = t.envelope.content_id;
     if (!t.envelope.client_addr.empty())
         e.client = t.envelope.client_name + "[" + t.envelope.client_addr + "]";
     for (const auto& r : t.rcpts)
-        e.rcpts.try_emplace(r.idx, Line{r.addr, r.held ? "held" : "deferred", sm::msg::to_string(r.last_reply),
+        e.rcpts.try_emplace(r.idx, Line{r.addr, r.held ? "held" : "deferred", smx::msg::to_string(r.last_reply),
                                         r.attempts, r.held ? 0 : r.next_try_us});
 }
 
@@ -324,12 +324,12 @@ std::shared_ptr<Listing> copy_active(const ActiveQueue& queue, const std::string
         e.size = ta.size();
         e.arrival_us = ta.arrival_us();
         e.sender = ta.sender();
-        e.cdb_id = ta.cdb_id();
+        e.content_id = ta.content_id();
         e.client = ta.env->client_name + "[" + ta.env->client_addr + "]";
         for (std::uint32_t i = 0; i < ta.rcpts().size(); ++i) {
             const Rcpt& r = ta.rcpt(i);
             if (is_closed(r.state())) continue;
-            e.rcpts[i] = Line{r.addr(), to_string(r.state()), sm::msg::to_string(r.last_reply()), r.attempts(), 0};
+            e.rcpts[i] = Line{r.addr(), to_string(r.state()), smx::msg::to_string(r.last_reply()), r.attempts(), 0};
         }
     });
     return all;
@@ -337,7 +337,7 @@ std::shared_ptr<Listing> copy_active(const ActiveQueue& queue, const std::string
 
 } // namespace
 
-asio::awaitable<void> Qmgr::ctl_report(sm::msg::CtlRequest req, CtlDone done) {
+asio::awaitable<void> Qmgr::ctl_report(smx::msg::CtlRequest req, CtlDone done) {
     std::string err;
     auto opts = parse(req.args, err);
     const bool show = req.command == "show";
@@ -357,14 +357,14 @@ asio::awaitable<void> Qmgr::ctl_report(sm::msg::CtlRequest req, CtlDone done) {
         filter(*all, o, now);
         if (show) {
             auto it = all->find(o.id);
-            if (it == all->end()) return sm::msg::CtlReply{1, "no such queue id"};
+            if (it == all->end()) return smx::msg::CtlReply{1, "no such queue id"};
             return render_show(store, o, it->second);
         }
-        if (command == "qshape") return sm::msg::CtlReply{0, render_qshape(*all, now)};
-        return sm::msg::CtlReply{0, o.json ? render_json(*all) : render_text(*all)};
+        if (command == "qshape") return smx::msg::CtlReply{0, render_qshape(*all, now)};
+        return smx::msg::CtlReply{0, o.json ? render_json(*all) : render_text(*all)};
     };
     auto r = co_await dbq_.run(std::move(report));
-    done(r ? std::move(*r) : sm::msg::CtlReply{1, "deferred queue unreadable (see the log)"});
+    done(r ? std::move(*r) : smx::msg::CtlReply{1, "deferred queue unreadable (see the log)"});
 }
 
 asio::awaitable<std::optional<std::vector<std::string>>> Qmgr::queue_ids(
@@ -385,7 +385,7 @@ asio::awaitable<std::optional<std::vector<std::string>>> Qmgr::queue_ids(
 
 // Deferred recipients of one message, or of one recipient domain, due now
 // (as `smx flush` for all of them). Held ones stay held.
-asio::awaitable<void> Qmgr::ctl_requeue(sm::msg::CtlRequest req, CtlDone done) {
+asio::awaitable<void> Qmgr::ctl_requeue(smx::msg::CtlRequest req, CtlDone done) {
     std::string err;
     auto o = parse(req.args, err);
     if (o && (o->id.empty() == o->domain.empty() || o->sender || o->older_than_s || o->json ||
@@ -395,7 +395,7 @@ asio::awaitable<void> Qmgr::ctl_requeue(sm::msg::CtlRequest req, CtlDone done) {
     const std::string what = o->id.empty() ? "domain " + o->domain : o->id;
     auto requeue = [o = *o, now = clock_.now_us()](Defedb& db) {
         return db.flush_all(now, [&](const DeferredRcpt& r) {
-            return o.id.empty() ? sm::domain_of(r.addr) == o.domain : r.ta_id == o.id;
+            return o.id.empty() ? smx::domain_of(r.addr) == o.domain : r.ta_id == o.id;
         });
     };
     const auto n = co_await dbq_.run(std::move(requeue));

@@ -1,4 +1,4 @@
-// The content reaper: the one place that decides a content (CDB) file may
+// The content reaper: the one place that decides a content file may
 // go, and the only code that removes one (postfix's qmgr removes a queue
 // file only from qmgr_message.c, once no recipient needs it).
 //
@@ -10,10 +10,10 @@
 // Unlinks are batched to the worker pool once per event-loop turn.
 #pragma once
 
-#include "ibdb.hpp"
-#include "queue.hpp"
+#include "qmgr/ibdb.hpp"
+#include "qmgr/queue.hpp"
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <boost/asio.hpp>
 #include <string>
@@ -32,7 +32,7 @@ public:
         ask_defedb,  // DEFEDB held some of it: goes once DEFEDB says it holds none
     };
 
-    Reaper(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers, Ibdb& ibdb);
+    Reaper(const smx::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers, Ibdb& ibdb);
 
     // For a transaction leaving memory with no open recipient.
     static Verdict verdict(const Ta& ta);
@@ -43,21 +43,21 @@ public:
     static std::string file_of(const Ta& ta, bool any_copy = false);
 
     // Every recipient is final: IBDB ta_done, then the unlink; logs "removed".
-    void finish(const std::string& id, const std::string& cdb_id);
+    void finish(const std::string& id, const std::string& content_id);
     // The same without the log line (`smx delete` logs its own).
-    void drop(const std::string& id, const std::string& cdb_id);
+    void drop(const std::string& id, const std::string& content_id);
     // Content that no envelope will ever name (its IBDB record was never
     // written): unlinked now. An empty id or a segment reference: nothing.
-    void discard(const std::string& cdb_id);
+    void discard(const std::string& content_id);
 
     // The orphan sweep: a file unlinked while it runs is not an orphan,
     // whatever the sweep listed when it started.
     void sweep_begin();
-    bool unlinked_during_sweep(const std::string& cdb_id) const;
+    bool unlinked_during_sweep(const std::string& content_id) const;
     void sweep_end();
 
 private:
-    const sm::Config& cfg_;
+    const smx::Config& cfg_;
     asio::any_io_executor ex_;
     asio::thread_pool& workers_;
     Ibdb& ibdb_;

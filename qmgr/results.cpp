@@ -1,10 +1,10 @@
 // RESULT handling: each recipient is sent, bounced (5xx, or too old), or
 // deferred to DEFEDB (4xx, connection failure, no answer).
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "ids.hpp"
-#include "quarantine.hpp"
-#include "panic.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/panic.hpp"
+#include "qmgr/quarantine.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -13,13 +13,13 @@
 
 namespace smx::qmgr {
 
-bool connection_failed(const sm::msg::Result& r) {
+bool connection_failed(const smx::msg::Result& r) {
     if (r.relay.empty()) return true;
     return !r.rcpts.empty() &&
            std::all_of(r.rcpts.begin(), r.rcpts.end(), [](const auto& x) { return x.code == 421; });
 }
 
-std::chrono::microseconds backoff(const sm::QueueConfig& q, std::uint32_t attempts) {
+std::chrono::microseconds backoff(const smx::QueueConfig& q, std::uint32_t attempts) {
     using us = std::chrono::microseconds;
     us d = std::chrono::duration_cast<us>(q.retry_min);
     const us max = std::chrono::duration_cast<us>(q.retry_max);
@@ -27,9 +27,9 @@ std::chrono::microseconds backoff(const sm::QueueConfig& q, std::uint32_t attemp
     return std::min(d, max);
 }
 
-void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, const sm::msg::Reply& missing) {
-    sm::test_panic_point("on_result");
-    sm::msg::Reply first_error;
+void Qmgr::on_result(std::uint64_t link, const smx::msg::Result& r, const smx::msg::Reply& missing) {
+    smx::test_panic_point("on_result");
+    smx::msg::Reply first_error;
     for (const auto& x : r.rcpts)
         if (x.code < 200 || x.code >= 300) {
             first_error = x.reply();
@@ -83,9 +83,9 @@ void Qmgr::on_result(std::uint64_t link, const sm::msg::Result& r, const sm::msg
 void Qmgr::quarantine(Ta& ta, const std::string& why) {
     // forget() may take ta out of memory: what is needed of it is copied first.
     const std::string id = ta.id, qdir = cfg_.quarantine_dir_abs(), name = id + ".envelope";
-    const std::string err = quarantine_write(qdir, name, sm::msg::envelope_bytes(*ta.env));
-    std::string cdb = id;
-    const std::size_t here = forget(ta, cdb);
+    const std::string err = quarantine_write(qdir, name, smx::msg::envelope_bytes(*ta.env));
+    std::string content = id;
+    const std::size_t here = forget(ta, content);
     ++counters_.quarantined;
     if (err.empty())
         spdlog::error("{}: content unusable ({}): quarantined, envelope saved as {}/{}", id, why,
@@ -93,18 +93,18 @@ void Qmgr::quarantine(Ta& ta, const std::string& why) {
     else
         spdlog::error("{}: content unusable ({}): quarantined, envelope not saved ({})", id, why,
                       err);
-    tasks_.spawn(ex_, drop_deferred(id, cdb, here), "quarantine");
+    tasks_.spawn(ex_, drop_deferred(id, content, here), "quarantine");
 }
 
 // DEFEDB's part and the content file: the rest of a quarantine.
-asio::awaitable<void> Qmgr::drop_deferred(std::string id, std::string cdb, std::size_t here) {
+asio::awaitable<void> Qmgr::drop_deferred(std::string id, std::string content, std::size_t here) {
     const auto n = co_await deferred_.remove_ta(id);
     if (!n) spdlog::error("{}: not removed from DEFEDB after its quarantine (see above)", id);
-    reaper_.drop(id, cdb);
+    reaper_.drop(id, content);
     spdlog::info("{}: removed (quarantined, {} recipients)", id, here + n.value_or(0));
 }
 
-void Qmgr::sent(Ta& ta, std::uint32_t idx, const Attempt& at, const sm::msg::Reply& reply) {
+void Qmgr::sent(Ta& ta, std::uint32_t idx, const Attempt& at, const smx::msg::Reply& reply) {
     const std::uint64_t now = clock_.now_us();
     log_status(ta, idx, at, "sent", reply, now);
     ++counters_.delivered;
@@ -117,11 +117,11 @@ void Qmgr::sent(Ta& ta, std::uint32_t idx, const Attempt& at, const sm::msg::Rep
 bool Qmgr::expired(const Ta& ta) const {
     const auto lifetime =
         std::chrono::duration_cast<std::chrono::microseconds>(cfg_.queue.max_queue_lifetime);
-    return sm::elapsed_us(ta.arrival_us(), clock_.now_us()) >=
+    return smx::elapsed_us(ta.arrival_us(), clock_.now_us()) >=
            static_cast<std::uint64_t>(lifetime.count());
 }
 
-void Qmgr::retry_later(Ta& ta, std::uint32_t idx, const Attempt& at, sm::msg::Reply why) {
+void Qmgr::retry_later(Ta& ta, std::uint32_t idx, const Attempt& at, smx::msg::Reply why) {
     queue_.count_attempt(ta, idx);
     const auto delay = backoff(cfg_.queue, ta.rcpt(idx).attempts());
     defer(ta, idx, at, std::move(why), clock_.now_us() + static_cast<std::uint64_t>(delay.count()));
@@ -129,7 +129,7 @@ void Qmgr::retry_later(Ta& ta, std::uint32_t idx, const Attempt& at, sm::msg::Re
 
 // A temporary failure: past the queue lifetime it bounces, else the
 // recipient goes to DEFEDB until until_us.
-void Qmgr::defer(Ta& ta, std::uint32_t idx, const Attempt& at, sm::msg::Reply why,
+void Qmgr::defer(Ta& ta, std::uint32_t idx, const Attempt& at, smx::msg::Reply why,
                  std::uint64_t until_us) {
     // A job that waited for a dead destination may name recipients that
     // left meanwhile (held, deleted, bounced): not ours to defer any more.

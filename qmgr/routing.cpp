@@ -1,9 +1,9 @@
-#include "routing.hpp"
+#include "qmgr/routing.hpp"
 
 namespace smx::qmgr {
 
 bool Router::route(std::string_view domain, Destination& out) {
-    const sm::Route* r = cfg_->route_for(std::string(domain));
+    const smx::Route* r = cfg_->route_for(std::string(domain));
     if (!r) return false;
     auto [it, fresh] = cache_.try_emplace(r, nullptr);
     if (fresh) {
@@ -20,7 +20,7 @@ bool Router::route(std::string_view domain, Destination& out) {
     return true;
 }
 
-void Router::reload(std::shared_ptr<const sm::Config> cfg) {
+void Router::reload(std::shared_ptr<const smx::Config> cfg) {
     cache_.clear();
     cfg_ = std::move(cfg);
 }

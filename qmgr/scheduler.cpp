@@ -1,6 +1,6 @@
-#include "scheduler.hpp"
+#include "qmgr/scheduler.hpp"
 
-#include "ids.hpp"
+#include "libsm/ids.hpp"
 
 #include <algorithm>
 #include <spdlog/spdlog.h>
@@ -10,8 +10,8 @@ namespace {
 
 // Our own reason, not a server's reply (code 0), keeping the status class of
 // the failure that made the destination dead.
-sm::msg::Reply suspended(const sm::msg::Reply& why) {
-    return {0, why.enhanced, "delivery temporarily suspended: " + sm::msg::to_string(why)};
+smx::msg::Reply suspended(const smx::msg::Reply& why) {
+    return {0, why.enhanced, "delivery temporarily suspended: " + smx::msg::to_string(why)};
 }
 
 // A job refused at connection level goes back to its queue this often before
@@ -22,11 +22,11 @@ constexpr unsigned max_connection_retries = 1;
 } // namespace
 
 Scheduler::Scheduler(asio::any_io_executor ex, ActiveQueue& queue, SchedulerOptions opt,
-                     Suspend suspend, const sm::Clock& clock)
+                     Suspend suspend, const smx::Clock& clock)
     : ex_(std::move(ex)), queue_(queue), opt_(opt), clock_(clock), suspend_(std::move(suspend)),
       pace_timer_(ex_),
       // Unique across restarts too, so a late RESULT can never match.
-      next_da_(sm::now_us()) {
+      next_da_(smx::now_us()) {
     opt_.initial_concurrency = std::max(1u, opt_.initial_concurrency);
     opt_.max_concurrency = std::max(opt_.initial_concurrency, opt_.max_concurrency);
     opt_.max_rcpts_per_delivery = std::max(1u, opt_.max_rcpts_per_delivery);
@@ -110,7 +110,7 @@ void Scheduler::forget(const Ta& ta) {
 }
 
 std::optional<Job> Scheduler::complete(std::uint64_t link, std::uint64_t da_id,
-                                       bool connection_failed, const sm::msg::Reply& error,
+                                       bool connection_failed, const smx::msg::Reply& error,
                                        bool retry) {
     auto it = inflight_.find(da_id);
     if (it == inflight_.end() || it->second.link != link) return std::nullopt;
@@ -216,20 +216,20 @@ void Scheduler::dispatch(Dest& d, Link& l, std::uint64_t now) {
         d.next_send_us = base + spacing_us_;
     }
     const Ta& ta = *job.ta;
-    sm::msg::Deliver m;
+    smx::msg::Deliver m;
     m.da_id = next_da_++;
     m.ta_id = ta.id;
-    m.cdb_id = ta.cdb_id();
+    m.content_id = ta.content_id();
     m.sender = ta.sender();
     m.size = ta.size();
     m.params = ta.env->params;
     m.rcpts.reserve(job.idx.size());
     for (auto i : job.idx) {
         queue_.dispatch(*job.ta, i);
-        m.rcpts.push_back(sm::msg::DeliverRcpt{i, ta.rcpt(i).addr(), ta.env->rcpts[i].params});
+        m.rcpts.push_back(smx::msg::DeliverRcpt{i, ta.rcpt(i).addr(), ta.env->rcpts[i].params});
     }
     m.nexthops = *d.nexthops;
-    l.send(sm::msg::encode(m));
+    l.send(smx::msg::encode(m));
     ++l.inflight;
     ++d.active;
     inflight_.emplace(m.da_id, Delivery{std::move(job), &d, l.id, now});
@@ -238,16 +238,16 @@ void Scheduler::dispatch(Dest& d, Link& l, std::uint64_t now) {
 // Postfix's feedback: each failure costs one unit of concurrency and 1/window
 // of a failed cohort; a whole cohort without a success marks the destination
 // dead, and what waits for it is deferred instead of tried one by one.
-void Scheduler::on_failure(Dest& d, const sm::msg::Reply& error) {
+void Scheduler::on_failure(Dest& d, const smx::msg::Reply& error) {
     d.last_error = error;
     d.failed_cohorts += 1.0 / d.window;
     d.window = std::max(1.0, d.window - 1.0);
     if (d.failed_cohorts < 1.0 || d.dead_until_us) return;
     d.dead_until_us = clock_.now_us() + static_cast<std::uint64_t>(opt_.dead_time.count());
     spdlog::warn("destination {} suspended until {} ({}s): {}", d.key,
-                 sm::rfc5322_date(d.dead_until_us),
+                 smx::rfc5322_date(d.dead_until_us),
                  std::chrono::duration_cast<std::chrono::seconds>(opt_.dead_time).count(),
-                 sm::msg::to_string(error));
+                 smx::msg::to_string(error));
     std::deque<Job> jobs = std::move(d.jobs);
     d.jobs.clear();
     for (auto& j : jobs) {

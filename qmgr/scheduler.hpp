@@ -11,11 +11,11 @@
 // paced list for the pace timer.
 #pragma once
 
-#include "histogram.hpp"
-#include "queue.hpp"
-#include "routing.hpp"
+#include "qmgr/histogram.hpp"
+#include "qmgr/queue.hpp"
+#include "qmgr/routing.hpp"
 
-#include "clock.hpp"
+#include "libsm/clock.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>
@@ -56,13 +56,13 @@ class Scheduler {
 public:
     // Recipients the scheduler will not try now because their destination is
     // dead; the owner defers them until until_us.
-    using Suspend = std::function<void(Ta&, std::uint32_t idx, const sm::msg::Reply& why,
+    using Suspend = std::function<void(Ta&, std::uint32_t idx, const smx::msg::Reply& why,
                                        std::uint64_t until_us)>;
     using Send = std::function<void(std::string frame)>;
 
     // Recipients change state only through queue (dispatch, requeue).
     Scheduler(asio::any_io_executor ex, ActiveQueue& queue, SchedulerOptions opt, Suspend suspend,
-              const sm::Clock& clock = sm::system_clock());
+              const smx::Clock& clock = smx::system_clock());
 
     // Queues recipients of ta (all active) for one destination.
     void submit(Ta& ta, const Destination& dest, std::vector<std::uint32_t> idx);
@@ -90,7 +90,7 @@ public:
     // again, so the RESULT's handler skips them), unless retry is false (a
     // delivery QMGR reclaimed from a stuck SMTPC: not to be sent there again).
     std::optional<Job> complete(std::uint64_t link, std::uint64_t da_id,
-                                bool connection_failed, const sm::msg::Reply& error,
+                                bool connection_failed, const smx::msg::Reply& error,
                                 bool retry = true);
 
     // Deliveries out longer than max_us at now_us, as (link, da_id): SMTPC
@@ -121,7 +121,7 @@ private:
         double failed_cohorts = 0;
         std::uint64_t dead_until_us = 0;
         std::uint64_t next_send_us = 0;  // rate limit: no DELIVER before
-        sm::msg::Reply last_error;
+        smx::msg::Reply last_error;
         bool ready = false;  // in ready_
         bool paced = false;  // in paced_
     };
@@ -142,7 +142,7 @@ private:
     void kick();
     void pump();
     void dispatch(Dest& d, Link& l, std::uint64_t now);
-    void on_failure(Dest& d, const sm::msg::Reply& error);
+    void on_failure(Dest& d, const smx::msg::Reply& error);
     void retry_now(Dest& d, const Job& job);
     void pace(Dest& d);
     void release_paced();
@@ -154,7 +154,7 @@ private:
     asio::any_io_executor ex_;
     ActiveQueue& queue_;
     SchedulerOptions opt_;
-    const sm::Clock& clock_;
+    const smx::Clock& clock_;
     Suspend suspend_;
     std::unordered_map<std::string, std::unique_ptr<Dest>> dests_;
     std::deque<Dest*> ready_;

@@ -1,8 +1,8 @@
-#include "segments.hpp"
+#include "qmgr/segments.hpp"
 
-#include "await.hpp"
-#include "content_file.hpp"
-#include "ids.hpp"
+#include "libsm/await.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/ids.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -27,19 +27,19 @@ std::uint64_t us(std::chrono::seconds s) {
 
 } // namespace
 
-Segments::Segments(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
+Segments::Segments(const smx::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
                    const ActiveQueue& queue, Ibdb& ibdb)
     : cfg_(cfg), ex_(ex), workers_(workers), queue_(queue), ibdb_(ibdb),
-      store_(sm::content::store_for(cfg)), fds_(store_), timer_(ex) {}
+      store_(smx::content::store_for(cfg)), fds_(store_), timer_(ex) {}
 
-std::string Segments::check(const sm::content::SegmentRef& ref, const std::string& ta_id,
+std::string Segments::check(const smx::content::SegmentRef& ref, const std::string& ta_id,
                             std::uint64_t size) {
-    const std::uint64_t made = sm::ta_id_time_us(ref.segment), now = sm::now_us();
+    const std::uint64_t made = smx::ta_id_time_us(ref.segment), now = smx::now_us();
     if (made < cutoff_us_ || made + us(cfg_.queue.segment_age) < now)
         return "Content segment too old";
     if (made > now + us(cfg_.queue.segment_age)) return "Content segment from the future";
-    sm::content::Body body;
-    if (const int err = body.open(store_, sm::content::segment_ref(ref.segment, ref.offset), ta_id,
+    smx::content::Body body;
+    if (const int err = body.open(store_, smx::content::segment_ref(ref.segment, ref.offset), ta_id,
                                   size, &fds_))
         return "Content record: " + (err == ENOENT ? std::string(std::strerror(err)) : body.why());
     return {};
@@ -57,7 +57,7 @@ asio::awaitable<void> Segments::run() {
         co_await sweep();
         if (stopped_) break;
         timer_.expires_after(cfg_.queue.segment_age / 3);
-        auto [ec] = co_await timer_.async_wait(sm::await_tuple);
+        auto [ec] = co_await timer_.async_wait(smx::await_tuple);
         if (ec) break;  // stop()
     }
 }
@@ -65,13 +65,13 @@ asio::awaitable<void> Segments::run() {
 asio::awaitable<void> Segments::sweep() {
     // The order matters: the cutoff first (from here on no TA_COMMIT names
     // an older segment), then what memory names, then the IBDB barrier.
-    const std::uint64_t now = sm::now_us(), named_for = us(cfg_.queue.segment_age);
+    const std::uint64_t now = smx::now_us(), named_for = us(cfg_.queue.segment_age);
     cutoff_us_ = std::max(cutoff_us_, now > named_for ? now - named_for : 0);
     const std::uint64_t cutoff = cutoff_us_;
     fds_.close_before(cutoff);
     std::unordered_set<std::string> named;
     queue_.for_each([&](const Ta& ta) {
-        if (auto ref = sm::content::parse_segment_ref(ta.cdb_id())) named.insert(ref->segment);
+        if (auto ref = smx::content::parse_segment_ref(ta.content_id())) named.insert(ref->segment);
     });
     co_await asio::async_initiate<const asio::use_awaitable_t<>, void()>(
         [this](auto handler) {
@@ -81,14 +81,14 @@ asio::awaitable<void> Segments::sweep() {
             ibdb_.after_completions([h, ex = ex_] { asio::post(ex, [h] { std::move(*h)(); }); });
         },
         asio::use_awaitable);
-    auto remove = [dir = sm::content::segments_dir(store_.dir), cutoff, named = std::move(named)] {
+    auto remove = [dir = smx::content::segments_dir(store_.dir), cutoff, named = std::move(named)] {
         namespace fs = std::filesystem;
         std::uint64_t n = 0;
         std::error_code ec;
         for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
              it.increment(ec)) {
-            const std::string id = sm::content::segment_of_file_name(it->path().filename().string());
-            if (id.empty() || sm::ta_id_time_us(id) >= cutoff || named.count(id)) continue;
+            const std::string id = smx::content::segment_of_file_name(it->path().filename().string());
+            if (id.empty() || smx::ta_id_time_us(id) >= cutoff || named.count(id)) continue;
             if (::unlink(it->path().c_str()) == 0) ++n;
             else if (errno != ENOENT)
                 spdlog::error("segment {}: remove: {}", it->path().string(), std::strerror(errno));

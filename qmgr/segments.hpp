@@ -13,12 +13,12 @@
 // first), so memory is all that counts.
 #pragma once
 
-#include "coro.hpp"
-#include "ibdb.hpp"
-#include "queue.hpp"
+#include "qmgr/coro.hpp"
+#include "qmgr/ibdb.hpp"
+#include "qmgr/queue.hpp"
 
-#include "config.hpp"
-#include "content_segment.hpp"
+#include "libsm/config.hpp"
+#include "libsm/content_segment.hpp"
 
 #include <boost/asio.hpp>
 #include <cstdint>
@@ -30,14 +30,14 @@ namespace asio = boost::asio;
 
 class Segments {
 public:
-    Segments(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
+    Segments(const smx::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
              const ActiveQueue& queue, Ibdb& ibdb);
     Segments(const Segments&) = delete;
     Segments& operator=(const Segments&) = delete;
 
     // At intake: empty when the TA_COMMIT may name ref for ta_id's size
     // bytes; else why not (a tempfail: the client may send it again).
-    std::string check(const sm::content::SegmentRef& ref, const std::string& ta_id,
+    std::string check(const smx::content::SegmentRef& ref, const std::string& ta_id,
                       std::uint64_t size);
 
     void start();  // a sweep now (after recovery), then every segment_age / 3
@@ -49,16 +49,16 @@ private:
     asio::awaitable<void> run();
     asio::awaitable<void> sweep();
 
-    const sm::Config& cfg_;
+    const smx::Config& cfg_;
     asio::any_io_executor ex_;
     asio::thread_pool& workers_;
     const ActiveQueue& queue_;
     Ibdb& ibdb_;
-    sm::content::Store store_;  // where content is read, and who wrote it
+    smx::content::Store store_;  // where content is read, and who wrote it
     // Segments made before this are never named again (only rises).
     std::uint64_t cutoff_us_ = 0;
     // The segments intake read lately.
-    sm::content::SegmentFds fds_;
+    smx::content::SegmentFds fds_;
     asio::steady_timer timer_;
     bool stopped_ = false;
     std::uint64_t removed_ = 0;

@@ -1,8 +1,8 @@
-#include "server.hpp"
+#include "qmgr/server.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
-#include "accept.hpp"
-#include "panic.hpp"
+#include "libsm/accept.hpp"
+#include "libsm/panic.hpp"
 
 #include <grp.h>
 #include <pwd.h>
@@ -27,13 +27,13 @@ using stream = asio::local::stream_protocol;
 constexpr auto hello_timeout = std::chrono::seconds(10);
 constexpr auto cli_timeout = std::chrono::seconds(30);
 
-using sm::read_within;
+using smx::read_within;
 
 // Refuses a peer: the HELLO_ACK must reach it before the socket closes, so
 // wait (briefly) for the peer to hang up first.
-asio::awaitable<void> refuse(std::shared_ptr<sm::Channel> ch, const std::string& why) {
+asio::awaitable<void> refuse(std::shared_ptr<smx::Channel> ch, const std::string& why) {
     spdlog::warn("{}: refused: {}", ch->peer(), why);
-    ch->send(sm::msg::encode(sm::msg::HelloAck{1, why}));
+    ch->send(smx::msg::encode(smx::msg::HelloAck{1, why}));
     co_await read_within(*ch, std::chrono::seconds(2));
     ch->close();
 }
@@ -47,12 +47,12 @@ struct Next {
     std::uint64_t req_id = 0;
 };
 template <class T>
-std::optional<Next<T>> take(const sm::Channel& ch, const sm::rec::Frame& f, std::uint16_t type) {
+std::optional<Next<T>> take(const smx::Channel& ch, const smx::rec::Frame& f, std::uint16_t type) {
     std::string err;
     Next<T> n{std::nullopt, f.hdr.req_id};
     if (f.hdr.type != type) err = "unexpected record type " + std::to_string(f.hdr.type);
     else if (f.oversize) return n;
-    else n.rec = sm::msg::decode<T>(f, err);
+    else n.rec = smx::msg::decode<T>(f, err);
     if (!n.rec) {
         spdlog::error("{}: protocol error: {}; dropping the peer", ch.peer(), err);
         return std::nullopt;
@@ -60,13 +60,13 @@ std::optional<Next<T>> take(const sm::Channel& ch, const sm::rec::Frame& f, std:
     return n;
 }
 template <class T>
-asio::awaitable<std::optional<Next<T>>> next(sm::Channel& ch, std::uint16_t type) {
+asio::awaitable<std::optional<Next<T>>> next(smx::Channel& ch, std::uint16_t type) {
     auto f = co_await ch.read();
     if (!f) co_return std::nullopt;
     co_return take<T>(ch, *f, type);
 }
 
-std::optional<uid_t> uid_of(const sm::Config& cfg, sm::ServerConfig::Process p) {
+std::optional<uid_t> uid_of(const smx::Config& cfg, smx::ServerConfig::Process p) {
     const passwd* pw = ::getpwnam(cfg.server.user_for(p).c_str());
     if (!pw) return std::nullopt;
     return pw->pw_uid;
@@ -98,7 +98,7 @@ bool reads_only(const std::string& command) {
 
 } // namespace
 
-Server::Server(asio::io_context& io, const sm::Config& cfg, Qmgr& q)
+Server::Server(asio::io_context& io, const smx::Config& cfg, Qmgr& q)
     : io_(io), cfg_(cfg), q_(q), acceptor_(io), self_(::geteuid()), smtps_uid_(self_),
       smtpc_uid_(self_) {}
 
@@ -118,7 +118,7 @@ Server::Access Server::access(const Peer& p) const {
 }
 
 bool Server::listen(std::string& err) {
-    using P = sm::ServerConfig::Process;
+    using P = smx::ServerConfig::Process;
     if (uid_of(cfg_, P::qmgr) == self_) {
         // We run as our own account: `smx run` was started by root.
         smtps_uid_ = uid_of(cfg_, P::smtps).value_or(self_);
@@ -160,7 +160,7 @@ bool Server::listen(std::string& err) {
     // stats_group need not be in it, so then everyone may connect and
     // access() decides per command.
     ::chmod(path_.c_str(), admin_gid_ || stats_gid_ ? 0666 : 0660);
-    asio::co_spawn(io_, accept_loop(), sm::crash_on_exception("qmgr accept"));
+    asio::co_spawn(io_, accept_loop(), smx::crash_on_exception("qmgr accept"));
     spdlog::info("listening on {}", path_);
     return true;
 }
@@ -172,7 +172,7 @@ void Server::stop() {
 }
 
 asio::awaitable<void> Server::accept_loop() {
-    sm::AcceptGuard guard("qmgr.sock", "");
+    smx::AcceptGuard guard("qmgr.sock", "");
     for (;;) {
         auto s = co_await guard.next(acceptor_);
         if (!s) break;
@@ -181,19 +181,19 @@ asio::awaitable<void> Server::accept_loop() {
             spdlog::warn("qmgr.sock: cannot get the peer's credentials: {}", std::strerror(errno));
             continue;
         }
-        auto ch = std::make_shared<sm::Channel>(std::move(*s), "peer");
+        auto ch = std::make_shared<smx::Channel>(std::move(*s), "peer");
         ch->start();
         asio::co_spawn(io_, session(std::move(ch), std::move(*peer)),
-                       sm::crash_on_exception("qmgr peer"));
+                       smx::crash_on_exception("qmgr peer"));
     }
 }
 
-asio::awaitable<void> Server::session(std::shared_ptr<sm::Channel> ch, Peer peer) {
+asio::awaitable<void> Server::session(std::shared_ptr<smx::Channel> ch, Peer peer) {
     auto f = co_await read_within(*ch, hello_timeout);
     if (!f) co_return;
     std::string err;
-    std::optional<sm::msg::Hello> h;
-    if (f->hdr.type == sm::msg::HELLO) h = sm::msg::decode<sm::msg::Hello>(*f, err);
+    std::optional<smx::msg::Hello> h;
+    if (f->hdr.type == smx::msg::HELLO) h = smx::msg::decode<smx::msg::Hello>(*f, err);
     else err = "expected HELLO, got record type " + std::to_string(f->hdr.type);
     if (!h) co_return co_await refuse(ch, "protocol error: " + err);
     // The role names the peer in the log only once it is known to be clean.
@@ -203,25 +203,25 @@ asio::awaitable<void> Server::session(std::shared_ptr<sm::Channel> ch, Peer peer
     if (!may_claim(peer, h->role))
         co_return co_await refuse(ch, "role " + h->role + " not allowed for uid " +
                                           std::to_string(peer.uid));
-    if (h->version != sm::msg::protocol_version)
+    if (h->version != smx::msg::protocol_version)
         co_return co_await refuse(ch, "protocol version " + std::to_string(h->version) +
                                            " not supported (qmgr speaks " +
-                                           std::to_string(sm::msg::protocol_version) + ")");
-    ch->send(sm::msg::encode(sm::msg::HelloAck{0, "smx qmgr"}));
+                                           std::to_string(smx::msg::protocol_version) + ")");
+    ch->send(smx::msg::encode(smx::msg::HelloAck{0, "smx qmgr"}));
     if (h->role == "smtps" || h->role == "pickup") co_await smtps(ch, h->role == "pickup");
     else if (h->role == "smtpc") co_await smtpc(ch);
     else co_await cli(ch, access(peer));
     ch->close();
 }
 
-asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch, bool pickup) {
+asio::awaitable<void> Server::smtps(std::shared_ptr<smx::Channel> ch, bool pickup) {
     // smx-pickup is no SMTPS link in `smx stats`.
     const std::optional<std::uint64_t> link =
         pickup ? std::nullopt : std::optional<std::uint64_t>(q_.add_smtps());
     spdlog::info("{}: connected", ch->peer());
     while (auto f = co_await ch->read()) {
-        if (f->hdr.type == sm::msg::SMTPS_LOAD && !pickup) {
-            auto load = take<sm::msg::SmtpsLoad>(*ch, *f, sm::msg::SMTPS_LOAD);
+        if (f->hdr.type == smx::msg::SMTPS_LOAD && !pickup) {
+            auto load = take<smx::msg::SmtpsLoad>(*ch, *f, smx::msg::SMTPS_LOAD);
             if (!load) break;
             // A few counts: no SMTPS sends one over the frame limit.
             if (!load->rec) {
@@ -231,12 +231,12 @@ asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch, bool pickup
             q_.smtps_load(*link, *load->rec);
             continue;
         }
-        auto ta = take<sm::msg::TaCommit>(*ch, *f, sm::msg::TA_COMMIT);
+        auto ta = take<smx::msg::TaCommit>(*ch, *f, smx::msg::TA_COMMIT);
         if (!ta) break;
         if (!ta->rec) {
             q_.commit_refused();
-            ch->send(sm::msg::encode(
-                sm::msg::TaAck{{}, sm::msg::AckStatus::reject, "5.3.4 envelope too large"},
+            ch->send(smx::msg::encode(
+                smx::msg::TaAck{{}, smx::msg::AckStatus::reject, "5.3.4 envelope too large"},
                 ta->req_id));
             continue;
         }
@@ -248,13 +248,13 @@ asio::awaitable<void> Server::smtps(std::shared_ptr<sm::Channel> ch, bool pickup
     spdlog::info("{}: disconnected", ch->peer());
 }
 
-asio::awaitable<void> Server::smtpc(std::shared_ptr<sm::Channel> ch) {
+asio::awaitable<void> Server::smtpc(std::shared_ptr<smx::Channel> ch) {
     const auto link = q_.add_smtpc([ch](std::string frame) { ch->send(std::move(frame)); });
     spdlog::info("{}: connected", ch->peer());
-    while (auto r = co_await next<sm::msg::Result>(*ch, sm::msg::RESULT)) {
+    while (auto r = co_await next<smx::msg::Result>(*ch, smx::msg::RESULT)) {
         // SMTPC sends a RESULT with req_id = da_id: an oversize one fails
         // only that delivery, whose recipients are tried again later.
-        if (!r->rec) q_.on_result(link, sm::msg::Result{r->req_id, {}, {}});
+        if (!r->rec) q_.on_result(link, smx::msg::Result{r->req_id, {}, {}});
         else q_.on_result(link, *r->rec);
     }
     // What it had in flight goes back to the queues for the next SMTPC.
@@ -262,16 +262,16 @@ asio::awaitable<void> Server::smtpc(std::shared_ptr<sm::Channel> ch) {
     spdlog::info("{}: disconnected", ch->peer());
 }
 
-asio::awaitable<void> Server::cli(std::shared_ptr<sm::Channel> ch, Access access) {
+asio::awaitable<void> Server::cli(std::shared_ptr<smx::Channel> ch, Access access) {
     while (auto f = co_await read_within(*ch, cli_timeout)) {
         std::string err;
-        std::optional<sm::msg::CtlRequest> req;
-        if (f->hdr.type != sm::msg::CTL_REQ)
+        std::optional<smx::msg::CtlRequest> req;
+        if (f->hdr.type != smx::msg::CTL_REQ)
             err = "unexpected record type " + std::to_string(f->hdr.type);
         else if (f->oversize) err = "request too large";
-        else req = sm::msg::decode<sm::msg::CtlRequest>(*f, err);
+        else req = smx::msg::decode<smx::msg::CtlRequest>(*f, err);
         if (!req) {
-            ch->send(sm::msg::encode(sm::msg::CtlReply{1, "protocol error: " + err},
+            ch->send(smx::msg::encode(smx::msg::CtlReply{1, "protocol error: " + err},
                                      f->hdr.req_id));
             break;
         }
@@ -281,14 +281,14 @@ asio::awaitable<void> Server::cli(std::shared_ptr<sm::Channel> ch, Access access
                                         ? "root, server.admin_group or server.stats_group"
                                         : "root or server.admin_group";
             spdlog::warn("{}: refused {}: needs {}", ch->peer(), req->command, who);
-            ch->send(sm::msg::encode(
-                sm::msg::CtlReply{1, "permission denied: " + req->command + " needs " + who},
+            ch->send(smx::msg::encode(
+                smx::msg::CtlReply{1, "permission denied: " + req->command + " needs " + who},
                 f->hdr.req_id));
             continue;
         }
         // Answered when ready (DEFEDB work runs on the pool); the CLI waits.
-        q_.control(*req, [ch, req_id = f->hdr.req_id](sm::msg::CtlReply r) {
-            ch->send(sm::msg::encode(r, req_id));
+        q_.control(*req, [ch, req_id = f->hdr.req_id](smx::msg::CtlReply r) {
+            ch->send(smx::msg::encode(r, req_id));
         });
     }
 }

@@ -3,10 +3,10 @@
 // one coroutine per peer that feeds its records into Qmgr.
 #pragma once
 
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "channel.hpp"
-#include "config.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/config.hpp"
 
 #include <boost/asio.hpp>
 #include <sys/types.h>
@@ -20,7 +20,7 @@ namespace smx::qmgr {
 
 class Server {
 public:
-    Server(asio::io_context& io, const sm::Config& cfg, Qmgr& q);
+    Server(asio::io_context& io, const smx::Config& cfg, Qmgr& q);
     // Binds cfg.qmgr_socket() and starts accepting; false (with err) when
     // another QMGR answers there or the socket cannot be made.
     bool listen(std::string& err);
@@ -44,14 +44,14 @@ private:
     Access access(const Peer& p) const;
 
     asio::awaitable<void> accept_loop();
-    asio::awaitable<void> session(std::shared_ptr<sm::Channel> ch, Peer peer);
+    asio::awaitable<void> session(std::shared_ptr<smx::Channel> ch, Peer peer);
     // SMTPS, or smx-pickup (pickup: no load reports, its own id stream).
-    asio::awaitable<void> smtps(std::shared_ptr<sm::Channel> ch, bool pickup);
-    asio::awaitable<void> smtpc(std::shared_ptr<sm::Channel> ch);
-    asio::awaitable<void> cli(std::shared_ptr<sm::Channel> ch, Access access);
+    asio::awaitable<void> smtps(std::shared_ptr<smx::Channel> ch, bool pickup);
+    asio::awaitable<void> smtpc(std::shared_ptr<smx::Channel> ch);
+    asio::awaitable<void> cli(std::shared_ptr<smx::Channel> ch, Access access);
 
     asio::io_context& io_;
-    const sm::Config& cfg_;
+    const smx::Config& cfg_;
     Qmgr& q_;
     asio::local::stream_protocol::acceptor acceptor_;
     std::string path_;

@@ -4,9 +4,9 @@
 // report counts since the one before are added up for as long as QMGR runs.
 #pragma once
 
-#include "histogram.hpp"
-#include "messages.hpp"
-#include "panic.hpp"
+#include "libsm/messages.hpp"
+#include "libsm/panic.hpp"
+#include "qmgr/histogram.hpp"
 
 #include <cstdint>
 #include <map>
@@ -16,25 +16,25 @@ namespace smx::qmgr {
 class SmtpsLoads {
 public:
     std::uint64_t add_link() {
-        loads_.emplace(++next_link_, sm::msg::SmtpsLoad{});
+        loads_.emplace(++next_link_, smx::msg::SmtpsLoad{});
         return next_link_;
     }
     void remove_link(std::uint64_t link) {
-        if (loads_.erase(link) == 0) sm::panic("smtps loads: removing a link never added");
+        if (loads_.erase(link) == 0) smx::panic("smtps loads: removing a link never added");
     }
-    void update(std::uint64_t link, const sm::msg::SmtpsLoad& load) {
+    void update(std::uint64_t link, const smx::msg::SmtpsLoad& load) {
         const auto it = loads_.find(link);
-        if (it == loads_.end()) sm::panic("smtps loads: a report from a link never added");
+        if (it == loads_.end()) smx::panic("smtps loads: a report from a link never added");
         for (const auto& e : load.rejected) rejected_.add(e);
         it->second = load;
         it->second.rejected.clear();
     }
 
     std::uint64_t links() const { return loads_.size(); }
-    const sm::RejectionCounts& rejected() const { return rejected_; }
+    const smx::RejectionCounts& rejected() const { return rejected_; }
     // Summed over the links.
-    sm::msg::SmtpsLoad total() const {
-        sm::msg::SmtpsLoad t;
+    smx::msg::SmtpsLoad total() const {
+        smx::msg::SmtpsLoad t;
         for (const auto& [link, l] : loads_) {
             t.sessions += l.sessions;
             t.transactions += l.transactions;
@@ -52,8 +52,8 @@ public:
     }
 
 private:
-    std::map<std::uint64_t, sm::msg::SmtpsLoad> loads_;
-    sm::RejectionCounts rejected_;
+    std::map<std::uint64_t, smx::msg::SmtpsLoad> loads_;
+    smx::RejectionCounts rejected_;
     std::uint64_t next_link_ = 0;
 };
 

@@ -5,13 +5,13 @@
 // queue, asks DEFEDB on its strand and the reaper what was unlinked meanwhile.
 #pragma once
 
-#include "coro.hpp"
-#include "defedb_strand.hpp"
-#include "queue.hpp"
-#include "reaper.hpp"
+#include "qmgr/coro.hpp"
+#include "qmgr/defedb_strand.hpp"
+#include "qmgr/queue.hpp"
+#include "qmgr/reaper.hpp"
 
-#include "config.hpp"
-#include "content_trust.hpp"
+#include "libsm/config.hpp"
+#include "libsm/content_trust.hpp"
 
 #include <boost/asio.hpp>
 #include <cstdint>
@@ -25,7 +25,7 @@ namespace asio = boost::asio;
 
 class OrphanSweeper {
 public:
-    OrphanSweeper(const sm::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
+    OrphanSweeper(const smx::Config& cfg, asio::any_io_executor ex, asio::thread_pool& workers,
                   const ActiveQueue& queue, DefedbStrand& defedb, Reaper& reaper);
 
     void start();  // a sweep now, then one every orphan_age / 2
@@ -38,14 +38,14 @@ private:
     asio::awaitable<void> sweep();
     void quarantine(const std::vector<std::string>& ids);
 
-    const sm::Config& cfg_;
+    const smx::Config& cfg_;
     asio::any_io_executor ex_;
     asio::thread_pool& workers_;
     const ActiveQueue& queue_;
     DefedbStrand& defedb_;
     Reaper& reaper_;
     std::string content_, quarantine_;  // Config::content_dir_abs(), quarantine_dir_abs()
-    sm::content::Expect orphan_;         // what an orphan may be to be kept
+    smx::content::Expect orphan_;         // what an orphan may be to be kept
     asio::steady_timer timer_;
     bool stopped_ = false;
     std::uint64_t quarantined_ = 0;

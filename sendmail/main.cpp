@@ -6,14 +6,14 @@
 // the maildrop, whether or not the relay runs. `mailq` (-bp) and -q are
 // `smx queue` and `smx flush`; newaliases (-bi) says that there is no alias
 // table yet. Exit status: sysexits.h, with a line on standard error.
-#include "message.hpp"
-#include "options.hpp"
-#include "smtp_session.hpp"
+#include "sendmail/message.hpp"
+#include "sendmail/options.hpp"
+#include "sendmail/smtp_session.hpp"
 
-#include "address.hpp"
-#include "config.hpp"
-#include "ids.hpp"
-#include "maildrop_file.hpp"
+#include "libsm/address.hpp"
+#include "libsm/config.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/maildrop_file.hpp"
 
 #include <fcntl.h>
 #include <pwd.h>
@@ -53,7 +53,7 @@ std::string find_program(const std::string& name, const std::string& folder,
 
 // -C FILE, or a directory holding smx.toml (postfix's -C names one); else
 // the installed file when it exists; else the built-in defaults ("").
-std::string config_path(const sendmail::Options& o) {
+std::string config_path(const smx::sendmail::Options& o) {
     if (o.config) {
         std::error_code ec;
         return fs::is_directory(*o.config, ec) ? *o.config + "/smx.toml" : *o.config;
@@ -63,8 +63,8 @@ std::string config_path(const sendmail::Options& o) {
 
 // Who runs us: the login (the default sender's local part, postfix's
 // myorigin being server.hostname), and the full name From: carries.
-sendmail::Local whoami(const sm::Config& cfg, const sendmail::Options& o) {
-    sendmail::Local l;
+smx::sendmail::Local whoami(const smx::Config& cfg, const smx::sendmail::Options& o) {
+    smx::sendmail::Local l;
     const passwd* pw = ::getpwuid(::getuid());
     const std::string login = pw ? pw->pw_name : std::to_string(::getuid());
     l.login_address = login + "@" + cfg.server.hostname;
@@ -78,13 +78,13 @@ sendmail::Local whoami(const sm::Config& cfg, const sendmail::Options& o) {
 // An address as given (with or without <>), qualified with server.hostname
 // when it has no domain (postfix's myorigin); nullopt when it is not valid.
 // The sender may be empty or "<>": the null sender.
-std::optional<std::string> qualify(const sm::Config& cfg, std::string_view a, bool sender) {
+std::optional<std::string> qualify(const smx::Config& cfg, std::string_view a, bool sender) {
     if (a.size() >= 2 && a.front() == '<' && a.back() == '>') a = a.substr(1, a.size() - 2);
     std::string out(a);
     if (!out.empty() && out.find('@') == std::string::npos) out += "@" + cfg.server.hostname;
     for (char c : out)
         if (static_cast<unsigned char>(c) >= 0x80) return std::nullopt;
-    if (!sm::valid_address(out, sender)) return std::nullopt;
+    if (!smx::valid_address(out, sender)) return std::nullopt;
     return out;
 }
 
@@ -109,10 +109,10 @@ std::string read_all(int fd) {
 }
 
 // Runs smx-postdrop with the submission on its standard input.
-sendmail::Queued postdrop(const std::string& program, const std::string& cfg_path,
+smx::sendmail::Queued postdrop(const std::string& program, const std::string& cfg_path,
                           const std::string& sender, const std::vector<std::string>& rcpts,
                           const std::string& content) {
-    sm::maildrop::Envelope e;
+    smx::maildrop::Envelope e;
     e.sender = sender;
     e.rcpts = rcpts;
     e.content_size = content.size();
@@ -135,10 +135,10 @@ sendmail::Queued postdrop(const std::string& program, const std::string& cfg_pat
     ::close(in[0]);
     ::close(out[1]);
     ::close(err[1]);
-    write_all(in[1], sm::maildrop::encode(e, sm::maildrop::Kind::submission));
+    write_all(in[1], smx::maildrop::encode(e, smx::maildrop::Kind::submission));
     write_all(in[1], content);
     ::close(in[1]);
-    sendmail::Queued q;
+    smx::sendmail::Queued q;
     q.name = read_all(out[0]);
     q.error = read_all(err[0]);
     ::close(out[0]);
@@ -149,7 +149,7 @@ sendmail::Queued postdrop(const std::string& program, const std::string& cfg_pat
     while (!q.name.empty() && q.name.back() == '\n') q.name.pop_back();
     while (!q.error.empty() && q.error.back() == '\n') q.error.pop_back();
     if (q.error.starts_with("smx-postdrop: ")) q.error.erase(0, 14);
-    if (q.status == EX_OK && !sm::maildrop::valid_name(q.name))
+    if (q.status == EX_OK && !smx::maildrop::valid_name(q.name))
         q = {EX_SOFTWARE, {}, "smx-postdrop said it queued \"" + q.name + "\""};
     return q;
 }
@@ -163,17 +163,17 @@ sendmail::Queued postdrop(const std::string& program, const std::string& cfg_pat
 
 // The recipients of the command line and (-t) of the headers, qualified,
 // each once.
-std::vector<std::string> recipients(const sm::Config& cfg, const sendmail::Options& o,
+std::vector<std::string> recipients(const smx::Config& cfg, const smx::sendmail::Options& o,
                                     const std::vector<std::string>& from_headers) {
     std::vector<std::string> out;
     std::set<std::string> keys;
     auto add = [&](const std::string& a, const char* where) {
         const auto q = qualify(cfg, a, false);
         if (!q) throw Failure(EX_DATAERR, "invalid recipient address <" + a + "> " + where);
-        if (keys.insert(sm::address_key(*q)).second) out.push_back(*q);
+        if (keys.insert(smx::address_key(*q)).second) out.push_back(*q);
     };
     for (const auto& arg : o.rcpts)
-        for (const auto& a : sendmail::address_list(arg)) add(a, "on the command line");
+        for (const auto& a : smx::sendmail::address_list(arg)) add(a, "on the command line");
     for (const auto& a : from_headers) add(a, "in the headers (-t)");
     if (out.empty()) throw Failure(EX_USAGE, "no recipients specified");
     if (out.size() > cfg.server.max_recipients)
@@ -183,16 +183,16 @@ std::vector<std::string> recipients(const sm::Config& cfg, const sendmail::Optio
     return out;
 }
 
-int deliver(const sm::Config& cfg, const std::string& cfg_path, const sendmail::Options& o) {
+int deliver(const smx::Config& cfg, const std::string& cfg_path, const smx::sendmail::Options& o) {
     std::string sender;
     if (o.sender) {
         const auto s = qualify(cfg, *o.sender, true);
         if (!s) throw Failure(EX_DATAERR, "invalid sender address <" + *o.sender + ">");
         sender = *s;
     }
-    sendmail::Local local = whoami(cfg, o);
+    smx::sendmail::Local local = whoami(cfg, o);
     if (!o.sender) sender = local.login_address;
-    sendmail::Collector c(cfg.server.max_message_size);
+    smx::sendmail::Collector c(cfg.server.max_message_size);
     char buf[65536];
     for (;;) {
         const ssize_t n = ::read(0, buf, sizeof buf);
@@ -202,9 +202,9 @@ int deliver(const sm::Config& cfg, const std::string& cfg_path, const sendmail::
     }
     c.end_of_input();
     local.sender = sender;
-    local.now_us = sm::now_us();
-    local.random = sm::maildrop::random_part();
-    const sendmail::Prepared p = sendmail::prepare(c.lines(), local, o.extract);
+    local.now_us = smx::now_us();
+    local.random = smx::maildrop::random_part();
+    const smx::sendmail::Prepared p = smx::sendmail::prepare(c.lines(), local, o.extract);
     const std::uint64_t size = c.too_big() ? c.size() : p.content.size();
     if (size > cfg.server.max_message_size)
         throw Failure(EX_DATAERR, "message of " + std::to_string(size) +
@@ -222,14 +222,14 @@ int deliver(const sm::Config& cfg, const std::string& cfg_path, const sendmail::
     return EX_OK;
 }
 
-int smtp(const sm::Config& cfg, const std::string& cfg_path, const sendmail::Options& o) {
+int smtp(const smx::Config& cfg, const std::string& cfg_path, const smx::sendmail::Options& o) {
     const std::string program = find_program("smx-postdrop", "postdrop", SMX_LIBEXECDIR);
-    sendmail::Qualify q = [&](std::string_view a, bool sender) { return qualify(cfg, a, sender); };
-    sendmail::Submit submit = [&](const std::string& sender, const std::vector<std::string>& rcpts,
+    smx::sendmail::Qualify q = [&](std::string_view a, bool sender) { return qualify(cfg, a, sender); };
+    smx::sendmail::Submit submit = [&](const std::string& sender, const std::vector<std::string>& rcpts,
                                   const std::string& content) {
         return postdrop(program, cfg_path, sender, rcpts, content);
     };
-    return sendmail::smtp_session(0, 1, cfg, whoami(cfg, o), q, submit);
+    return smx::sendmail::smtp_session(0, 1, cfg, whoami(cfg, o), q, submit);
 }
 
 } // namespace
@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);
     const std::vector<std::string> args(argv, argv + argc);
     std::string err;
-    const auto o = sendmail::parse(args, err);
+    const auto o = smx::sendmail::parse(args, err);
     if (!o) {
         std::cerr << "sendmail: " << err << "\n";
         return EX_USAGE;
@@ -247,21 +247,21 @@ int main(int argc, char** argv) {
     for (const auto& w : o->warnings) std::cerr << "sendmail: warning: " << w << "\n";
     try {
         const std::string cfg_path = config_path(*o);
-        if (o->mode == sendmail::Mode::aliases) {
+        if (o->mode == smx::sendmail::Mode::aliases) {
             std::cerr << "newaliases: smx has no alias table (aliases come with issue 28); "
                          "nothing to rebuild\n";
             return EX_OK;
         }
-        if (o->mode == sendmail::Mode::queue) exec_smx("queue", cfg_path);
-        if (o->mode == sendmail::Mode::flush) exec_smx("flush", cfg_path);
-        sm::Config cfg;
+        if (o->mode == smx::sendmail::Mode::queue) exec_smx("queue", cfg_path);
+        if (o->mode == smx::sendmail::Mode::flush) exec_smx("flush", cfg_path);
+        smx::Config cfg;
         try {
-            cfg = sm::load_config(cfg_path);
+            cfg = smx::load_config(cfg_path);
         } catch (const std::exception& e) {
             throw Failure(EX_CONFIG, "config " + (cfg_path.empty() ? "(defaults)" : cfg_path) +
                                          ": " + e.what());
         }
-        if (o->mode == sendmail::Mode::smtp) return smtp(cfg, cfg_path, *o);
+        if (o->mode == smx::sendmail::Mode::smtp) return smtp(cfg, cfg_path, *o);
         return deliver(cfg, cfg_path, *o);
     } catch (const Failure& e) {
         std::cerr << "sendmail: " << e.what() << "\n";

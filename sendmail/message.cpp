@@ -1,12 +1,12 @@
-#include "message.hpp"
+#include "sendmail/message.hpp"
 
-#include "domain.hpp"
-#include "ids.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/ids.hpp"
 
 #include <cstdio>
 #include <ctime>
 
-namespace sendmail {
+namespace smx::sendmail {
 namespace {
 
 constexpr std::string_view crlf = "\r\n";
@@ -40,7 +40,7 @@ struct Field {
     }
 };
 
-bool named(const Field& f, std::string_view name) { return sm::iequals(f.name, name); }
+bool named(const Field& f, std::string_view name) { return smx::iequals(f.name, name); }
 
 bool atext_or_space(char c) {
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == ' ')
@@ -151,7 +151,7 @@ Prepared prepare(const std::vector<std::string>& lines, const Local& local, bool
                        (local.fullname.empty() ? who
                                                : display_name(local.fullname) + " <" + who + ">") +
                        "\r\n";
-    if (!date) out.content += "Date: " + sm::rfc5322_date(local.now_us) + "\r\n";
+    if (!date) out.content += "Date: " + smx::rfc5322_date(local.now_us) + "\r\n";
     if (!msgid) out.content += "Message-ID: " + message_id(local) + "\r\n";
     out.content += crlf;
     for (; i < lines.size(); ++i) {
@@ -231,4 +231,4 @@ std::string display_name(std::string_view name) {
     return q + "\"";
 }
 
-} // namespace sendmail
+} // namespace smx::sendmail

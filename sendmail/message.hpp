@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sendmail {
+namespace smx::sendmail {
 
 // Collects a message line by line, without the line ends, up to a size.
 class Collector {
@@ -69,4 +69,4 @@ std::vector<std::string> address_list(std::string_view value);
 // (a line break would start a header of its own) become spaces.
 std::string display_name(std::string_view name);
 
-} // namespace sendmail
+} // namespace smx::sendmail

@@ -1,6 +1,6 @@
-#include "options.hpp"
+#include "sendmail/options.hpp"
 
-namespace sendmail {
+namespace smx::sendmail {
 namespace {
 
 // Letters that take an argument, attached ("-fuser") or as the next word.
@@ -99,4 +99,4 @@ std::optional<Options> parse(const std::vector<std::string>& argv, std::string& 
     return o;
 }
 
-} // namespace sendmail
+} // namespace smx::sendmail

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sendmail {
+namespace smx::sendmail {
 
 enum class Mode {
     deliver,  // -bm (the default): read a message, queue it
@@ -39,4 +39,4 @@ struct Options {
 // smx does not offer).
 std::optional<Options> parse(const std::vector<std::string>& argv, std::string& err);
 
-} // namespace sendmail
+} // namespace smx::sendmail

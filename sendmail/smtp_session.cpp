@@ -1,9 +1,9 @@
-#include "smtp_session.hpp"
+#include "sendmail/smtp_session.hpp"
 
-#include "address.hpp"
-#include "domain.hpp"
-#include "ids.hpp"
-#include "maildrop_file.hpp"
+#include "libsm/address.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/maildrop_file.hpp"
 
 #include <poll.h>
 #include <sysexits.h>
@@ -13,7 +13,7 @@
 #include <chrono>
 #include <set>
 
-namespace sendmail {
+namespace smx::sendmail {
 namespace {
 
 enum class Read { ok, eof, timeout, too_long, error };
@@ -67,7 +67,7 @@ private:
 
 class Session {
 public:
-    Session(int in, int out, const sm::Config& cfg, Local local, const Qualify& qualify,
+    Session(int in, int out, const smx::Config& cfg, Local local, const Qualify& qualify,
             const Submit& submit)
         : in_(in), out_(out), cfg_(cfg.server), local_(std::move(local)), qualify_(qualify),
           submit_(submit) {}
@@ -88,7 +88,7 @@ public:
                 continue;
             }
             const auto sp = line.find(' ');
-            const std::string verb = sm::upper(line.substr(0, sp));
+            const std::string verb = smx::upper(line.substr(0, sp));
             std::string_view arg;
             if (sp != std::string::npos) arg = std::string_view(line).substr(sp + 1);
             bool go_on = true;
@@ -148,12 +148,12 @@ private:
 
     bool mail(std::string_view arg) {
         if (in_mail_) return error("503 5.5.1 Error: nested MAIL command");
-        const auto p = sm::parse_path(arg, "FROM:");
+        const auto p = smx::parse_path(arg, "FROM:");
         if (!p) return error("501 5.5.4 Syntax: MAIL FROM:<address>");
         const auto sender = qualify_(p->addr, true);
         if (!sender) return error("501 5.1.7 Bad sender address syntax");
         // SIZE= says at once what DATA would find.
-        if (const auto at = sm::upper(p->params).find("SIZE="); at != std::string::npos) {
+        if (const auto at = smx::upper(p->params).find("SIZE="); at != std::string::npos) {
             const std::string n(p->params.substr(at + 5, p->params.find(' ', at) - at - 5));
             if (n.empty() || n.size() > 19 || n.find_first_not_of("0123456789") != std::string::npos)
                 return error("501 5.5.4 Bad SIZE parameter");
@@ -167,11 +167,11 @@ private:
 
     bool rcpt(std::string_view arg) {
         if (!in_mail_) return error("503 5.5.1 Error: need MAIL command");
-        const auto p = sm::parse_path(arg, "TO:");
+        const auto p = smx::parse_path(arg, "TO:");
         if (!p) return error("501 5.5.4 Syntax: RCPT TO:<address>");
         const auto r = qualify_(p->addr, false);
         if (!r) return error("501 5.1.3 Bad recipient address syntax");
-        std::string key = sm::address_key(*r);
+        std::string key = smx::address_key(*r);
         if (keys_.contains(key)) return reply("250 2.1.5 Ok");  // one copy, as SMTPS
         if (rcpts_.size() >= cfg_.max_recipients)
             return reply("452 4.5.3 Error: too many recipients");
@@ -202,8 +202,8 @@ private:
         std::string verdict;
         Local l = local_;
         l.sender = sender_;
-        l.now_us = sm::now_us();
-        l.random = sm::maildrop::random_part();
+        l.now_us = smx::now_us();
+        l.random = smx::maildrop::random_part();
         const Prepared p = prepare(c.lines(), l, false);
         if (c.too_big() || p.content.size() > cfg_.max_message_size) {
             verdict = "552 5.3.4 Error: message file too big";
@@ -219,7 +219,7 @@ private:
 
     LineInput in_;
     int out_;
-    const sm::ServerConfig& cfg_;
+    const smx::ServerConfig& cfg_;
     const Local local_;
     const Qualify& qualify_;
     const Submit& submit_;
@@ -233,9 +233,9 @@ private:
 
 } // namespace
 
-int smtp_session(int in, int out, const sm::Config& cfg, Local local, const Qualify& qualify,
+int smtp_session(int in, int out, const smx::Config& cfg, Local local, const Qualify& qualify,
                  const Submit& submit) {
     return Session(in, out, cfg, std::move(local), qualify, submit).run();
 }
 
-} // namespace sendmail
+} // namespace smx::sendmail

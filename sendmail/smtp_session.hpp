@@ -6,15 +6,15 @@
 // with server.command_timeout or data_timeout.
 #pragma once
 
-#include "message.hpp"
+#include "sendmail/message.hpp"
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <functional>
 #include <string>
 #include <vector>
 
-namespace sendmail {
+namespace smx::sendmail {
 
 // What handing a message to smx-postdrop gave: its exit status (0: queued
 // as name) and, when it failed, why.
@@ -32,7 +32,7 @@ using Qualify = std::function<std::optional<std::string>(std::string_view addr, 
 
 // Runs the session on fds in and out; returns the command's exit status
 // (0 when the client said QUIT or simply ended).
-int smtp_session(int in, int out, const sm::Config& cfg, Local local, const Qualify& qualify,
+int smtp_session(int in, int out, const smx::Config& cfg, Local local, const Qualify& qualify,
                  const Submit& submit);
 
-} // namespace sendmail
+} // namespace smx::sendmail

@@ -3,16 +3,16 @@
 // decides how many per destination.
 #pragma once
 
-#include "delivery.hpp"
+#include "smtpc/delivery.hpp"
 
-#include "channel.hpp"
+#include "libsm/channel.hpp"
 
 #include <memory>
 
-namespace smtpc {
+namespace smx::smtpc {
 
 // Returns when QMGR closes the channel or sends something that is not a
 // valid DELIVER (a protocol error: the channel is dropped).
-asio::awaitable<void> serve_qmgr(std::shared_ptr<sm::Channel> ch, Deliverer& del);
+asio::awaitable<void> serve_qmgr(std::shared_ptr<smx::Channel> ch, Deliverer& del);
 
-} // namespace smtpc
+} // namespace smx::smtpc

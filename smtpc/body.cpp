@@ -1,9 +1,9 @@
-#include "body.hpp"
+#include "smtpc/body.hpp"
 
 #include <cerrno>
 #include <cstring>
 
-namespace smtpc {
+namespace smx::smtpc {
 
 void encode_body(std::string_view in, BodyState& st, std::string& out) {
     const char* p = in.data();
@@ -40,16 +40,16 @@ void encode_body(std::string_view in, BodyState& st, std::string& out) {
     }
 }
 
-std::string MessageFile::open(const sm::content::Store& store, std::string_view cdb_id,
+std::string MessageFile::open(const smx::content::Store& store, std::string_view content_id,
                               std::string_view ta_id, std::uint64_t size,
-                              sm::content::SegmentFds* segments) {
+                              smx::content::SegmentFds* segments) {
     unusable_ = false;
-    const int err = body_.open(store, cdb_id, ta_id, size, segments);
+    const int err = body_.open(store, content_id, ta_id, size, segments);
     if (!err) return {};
     if (err == ENOENT) return "queue file missing";
-    if (!sm::content::valid_content_id(cdb_id)) return "bad queue file id";  // not echoed: any bytes
+    if (!smx::content::valid_content_id(content_id)) return "bad queue file id";  // not echoed: any bytes
     unusable_ = err == EBADMSG || err == ELOOP;
-    return "queue file " + std::string(cdb_id) + ": " + body_.why();
+    return "queue file " + std::string(content_id) + ": " + body_.why();
 }
 
-} // namespace smtpc
+} // namespace smx::smtpc

@@ -1,16 +1,16 @@
-// The message body as SMTPC sends it: the CDB file read in large blocks and
+// The message body as SMTPC sends it: the content file read in large blocks and
 // dot-stuffed and with over-long lines broken on the way out (RFC 5321
 // 4.5.2, 4.5.3.1.6).
 #pragma once
 
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-namespace smtpc {
+namespace smx::smtpc {
 
 // Longer lines go out broken by CRLF SPACE (postfix's
 // smtp_line_length_limit = 998, RFC 5321 4.5.3.1.6), which does the least
@@ -30,18 +30,18 @@ struct BodyState {
 void encode_body(std::string_view in, BodyState& st, std::string& out);
 
 // A message's open content (a content file or a segment record,
-// sm::content::Body); read with pread so that a retry on another connection
+// smx::content::Body); read with pread so that a retry on another connection
 // starts from the beginning again.
 class MessageFile {
 public:
-    // Opens the content cdb_id names, of transaction ta_id, of the
+    // Opens the content content_id names, of transaction ta_id, of the
     // envelope's `size` (a segment from segments when given: a small message
     // is then read in one pread of just its bytes). Empty string on success,
     // else the reason ("queue file missing"); unusable() then says whether
     // the content is there but not what the envelope says.
-    std::string open(const sm::content::Store& store, std::string_view cdb_id,
+    std::string open(const smx::content::Store& store, std::string_view content_id,
                      std::string_view ta_id, std::uint64_t size,
-                     sm::content::SegmentFds* segments = nullptr);
+                     smx::content::SegmentFds* segments = nullptr);
     bool unusable() const { return unusable_; }
     std::uint64_t size() const { return body_.size(); }
     // Reads up to `max` bytes at `offset` into buf (resized); false on an
@@ -51,8 +51,8 @@ public:
     }
 
 private:
-    sm::content::Body body_;
+    smx::content::Body body_;
     bool unusable_ = false;
 };
 
-} // namespace smtpc
+} // namespace smx::smtpc

@@ -1,10 +1,10 @@
-#include "connection_cache.hpp"
+#include "smtpc/connection_cache.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 
-namespace smtpc {
+namespace smx::smtpc {
 namespace {
 
 // QUIT on a session nobody else holds: the coroutine keeps it, and the
@@ -46,7 +46,7 @@ void ConnectionCache::put(const std::string& dest, std::shared_ptr<Session> s) {
     if (s->has_buffered()) return out_of_step(s);
     if (s->transactions() >= cfg_->max_msgs_per_connection) {
         asio::co_spawn(s->socket().get_executor(), quit_and_keep(s, keep_),
-                       sm::crash_on_exception("smtpc quit"));
+                       smx::crash_on_exception("smtpc quit"));
         return;
     }
     const auto gen = ++s->idle_gen;
@@ -68,7 +68,7 @@ void ConnectionCache::put(const std::string& dest, std::shared_ptr<Session> s) {
         boost::system::error_code ignored;
         s->socket().cancel(ignored);
         asio::co_spawn(s->socket().get_executor(), quit_and_keep(s, keep_),
-                       sm::crash_on_exception("smtpc quit"));
+                       smx::crash_on_exception("smtpc quit"));
     });
 }
 
@@ -90,7 +90,7 @@ void ConnectionCache::close_all() {
     idle_.clear();
 }
 
-void ConnectionCache::reload(std::shared_ptr<const void> keep, const sm::ClientConfig& cfg) {
+void ConnectionCache::reload(std::shared_ptr<const void> keep, const smx::ClientConfig& cfg) {
     close_all();
     keep_ = std::move(keep);
     cfg_ = &cfg;
@@ -102,4 +102,4 @@ std::size_t ConnectionCache::idle() const {
     return n;
 }
 
-} // namespace smtpc
+} // namespace smx::smtpc

@@ -4,18 +4,18 @@
 // client.max_msgs_per_connection transactions.
 #pragma once
 
-#include "session.hpp"
+#include "smtpc/session.hpp"
 
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-namespace smtpc {
+namespace smx::smtpc {
 
 class ConnectionCache {
 public:
-    explicit ConnectionCache(const sm::ClientConfig& cfg) : cfg_(&cfg) {}
+    explicit ConnectionCache(const smx::ClientConfig& cfg) : cfg_(&cfg) {}
 
     // An idle session for dest, or null.
     std::shared_ptr<Session> take(const std::string& dest);
@@ -27,15 +27,15 @@ public:
     // takes idle_timeout and max_msgs_per_connection from cfg. keep owns cfg
     // and what the sessions put from now on refer to (their TLS context): a
     // QUIT under way holds it.
-    void reload(std::shared_ptr<const void> keep, const sm::ClientConfig& cfg);
+    void reload(std::shared_ptr<const void> keep, const smx::ClientConfig& cfg);
     std::size_t idle() const;
 
 private:
     void remove(const std::string& dest, const std::shared_ptr<Session>& s);
 
     std::shared_ptr<const void> keep_;  // null: cfg_ is the start's
-    const sm::ClientConfig* cfg_;
+    const smx::ClientConfig* cfg_;
     std::unordered_map<std::string, std::vector<std::shared_ptr<Session>>> idle_;
 };
 
-} // namespace smtpc
+} // namespace smx::smtpc

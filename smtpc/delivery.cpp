@@ -1,8 +1,8 @@
-#include "delivery.hpp"
+#include "smtpc/delivery.hpp"
 
-#include "content_file.hpp"
-#include "domain.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/ids.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>
@@ -10,22 +10,22 @@
 #include <algorithm>
 #include <chrono>
 
-namespace smtpc {
+namespace smx::smtpc {
 namespace {
 
-std::string rcpt_domain(const sm::msg::Deliver& d) { return sm::domain_of(d.rcpts.front().addr); }
+std::string rcpt_domain(const smx::msg::Deliver& d) { return smx::domain_of(d.rcpts.front().addr); }
 
 } // namespace
 
-sm::msg::Result fail_all(const sm::msg::Deliver& d, const Failure& f) {
-    sm::msg::Result r;
+smx::msg::Result fail_all(const smx::msg::Deliver& d, const Failure& f) {
+    smx::msg::Result r;
     r.da_id = d.da_id;
     r.rcpts.reserve(d.rcpts.size());
     for (const auto& rc : d.rcpts) r.rcpts.push_back({rc.idx, f.code, f.enhanced, f.text});
     return r;
 }
 
-std::string destination_key(const sm::msg::Deliver& d, sm::ClientTls tls) {
+std::string destination_key(const smx::msg::Deliver& d, smx::ClientTls tls) {
     std::string key;
     bool mx = false;
     for (const auto& nh : d.nexthops) {
@@ -38,9 +38,9 @@ std::string destination_key(const sm::msg::Deliver& d, sm::ClientTls tls) {
     return key;
 }
 
-void fit_result(sm::msg::Result& r) {
+void fit_result(smx::msg::Result& r) {
     // Field overheads are small; leave a generous margin for them.
-    constexpr std::size_t budget = sm::rec::max_body / 2;
+    constexpr std::size_t budget = smx::rec::max_body / 2;
     std::size_t total = r.relay.size();
     for (const auto& x : r.rcpts) total += x.text.size() + x.enhanced.size() + 64;
     if (total <= budget || r.rcpts.empty()) return;
@@ -50,19 +50,19 @@ void fit_result(sm::msg::Result& r) {
         if (x.text.size() > each) x.text.resize(each);
 }
 
-Deliverer::Deliverer(const sm::Config& cfg, Resolver& dns, ConnectionCache& cache,
-                     asio::ssl::context* tls, const sm::CredentialMap* creds, TlsSessions* resume)
+Deliverer::Deliverer(const smx::Config& cfg, Resolver& dns, ConnectionCache& cache,
+                     asio::ssl::context* tls, const smx::CredentialMap* creds, TlsSessions* resume)
     // Not owned: the aliasing constructor with no owner.
     : settings_(std::make_shared<const Settings>(
-          Settings{std::shared_ptr<const sm::Config>(std::shared_ptr<void>(), &cfg),
+          Settings{std::shared_ptr<const smx::Config>(std::shared_ptr<void>(), &cfg),
                    std::shared_ptr<asio::ssl::context>(std::shared_ptr<void>(), tls),
-                   std::shared_ptr<const sm::CredentialMap>(std::shared_ptr<void>(), creds),
+                   std::shared_ptr<const smx::CredentialMap>(std::shared_ptr<void>(), creds),
                    std::shared_ptr<TlsSessions>(std::shared_ptr<void>(), resume)})),
-      store_(sm::content::store_for(cfg)), segments_(store_), dns_(dns), cache_(cache) {}
+      store_(smx::content::store_for(cfg)), segments_(store_), dns_(dns), cache_(cache) {}
 
-void Deliverer::reload(std::shared_ptr<const sm::Config> cfg,
+void Deliverer::reload(std::shared_ptr<const smx::Config> cfg,
                        std::shared_ptr<asio::ssl::context> tls,
-                       std::shared_ptr<const sm::CredentialMap> creds,
+                       std::shared_ptr<const smx::CredentialMap> creds,
                        std::shared_ptr<TlsSessions> resume) {
     settings_ = std::make_shared<const Settings>(
         Settings{std::move(cfg), std::move(tls), std::move(creds), std::move(resume)});
@@ -76,12 +76,12 @@ void Deliverer::done_with(const Settings& st, const std::string& key,
     else s->close();
 }
 
-asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
+asio::awaitable<smx::msg::Result> Deliverer::deliver(const smx::msg::Deliver& d) {
     using namespace asio::experimental::awaitable_operators;
     // Keeps this delivery's config, and its sessions', alive to the end.
     const std::shared_ptr<const Settings> st = settings_;
-    const sm::Config& cfg = *st->cfg;
-    sm::msg::Result r;
+    const smx::Config& cfg = *st->cfg;
+    smx::msg::Result r;
     r.da_id = d.da_id;
     if (d.rcpts.empty()) co_return r;
     if (!idle_close_) idle_close_.emplace(co_await asio::this_coro::executor);
@@ -98,10 +98,10 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     } running(*this);
     const auto keep_us = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(cfg.queue.segment_age).count());
-    const std::uint64_t now = sm::now_us();
+    const std::uint64_t now = smx::now_us();
     segments_.close_before(now > keep_us ? now - keep_us : 0);
     MessageFile file;
-    if (auto err = file.open(store_, d.cdb_id, d.ta_id, d.size, &segments_); !err.empty()) {
+    if (auto err = file.open(store_, d.content_id, d.ta_id, d.size, &segments_); !err.empty()) {
         spdlog::warn("{}: {}", d.ta_id, err);
         r = fail_all(d, {451, "4.3.0", err});
         if (file.unusable()) r.content_error = err;
@@ -128,23 +128,23 @@ asio::awaitable<sm::msg::Result> Deliverer::deliver(const sm::msg::Deliver& d) {
     co_return r;
 }
 
-const sm::Credentials* Deliverer::credentials_for(const Settings& st, const std::string& nexthop) {
+const smx::Credentials* Deliverer::credentials_for(const Settings& st, const std::string& nexthop) {
     if (!st.creds || st.creds->empty() || nexthop == "mx") return nullptr;
-    sm::HostPort hp;
+    smx::HostPort hp;
     try {
-        hp = sm::parse_hostport("nexthop", nexthop, st.cfg->client.smtp_port);
-    } catch (const sm::ConfigError&) {
+        hp = smx::parse_hostport("nexthop", nexthop, st.cfg->client.smtp_port);
+    } catch (const smx::ConfigError&) {
         return nullptr;  // Resolver::targets reports the bad next hop
     }
-    hp.host = sm::lower(hp.host);
+    hp.host = smx::lower(hp.host);
     const auto it = st.creds->find(hp.str());
     return it == st.creds->end() ? nullptr : &it->second;
 }
 
-asio::awaitable<void> Deliverer::attempt(const Settings& st, const sm::msg::Deliver& d,
-                                         const MessageFile& file, sm::msg::Result& r) {
-    const sm::Config& cfg = *st.cfg;
-    const sm::ClientTls tls =
+asio::awaitable<void> Deliverer::attempt(const Settings& st, const smx::msg::Deliver& d,
+                                         const MessageFile& file, smx::msg::Result& r) {
+    const smx::Config& cfg = *st.cfg;
+    const smx::ClientTls tls =
         d.rcpts.empty() ? cfg.client.tls_security_level : cfg.tls_for(rcpt_domain(d));
     const std::string key = destination_key(d, tls);
     // A cached session first; one that the server closed while it sat idle
@@ -182,14 +182,14 @@ asio::awaitable<void> Deliverer::attempt(const Settings& st, const sm::msg::Deli
         }
         // A next hop with credentials gets them only over TLS: it needs
         // TLS as encrypt does, or its recipients wait.
-        const sm::Credentials* auth = credentials_for(st, nh);
-        const sm::ClientTls level = auth ? std::max(tls, sm::ClientTls::encrypt) : tls;
+        const smx::Credentials* auth = credentials_for(st, nh);
+        const smx::ClientTls level = auth ? std::max(tls, smx::ClientTls::encrypt) : tls;
         for (const auto& target : t.list) {
             auto s = std::make_shared<Session>(ex, cfg.client, st.tls.get(), st.resume.get());
             auto err = co_await s->open(target, level, auth);
             if (err && s->tls_fallback()) {
                 s = std::make_shared<Session>(ex, cfg.client, st.tls.get(), st.resume.get());
-                err = co_await s->open(target, sm::ClientTls::none);
+                err = co_await s->open(target, smx::ClientTls::none);
             }
             if (err) {
                 spdlog::info("{}: {}", d.ta_id, err->text);
@@ -209,4 +209,4 @@ asio::awaitable<void> Deliverer::attempt(const Settings& st, const sm::msg::Deli
     set_setup();
 }
 
-} // namespace smtpc
+} // namespace smx::smtpc

@@ -4,22 +4,22 @@
 // configuration. The CA bundle and the SASL passwords come from the MCP as
 // bytes (SMX_MCP_FD, libsm/mcp_link.hpp), never from their files; over the
 // same link the process says when it serves, or why it cannot start.
-#include "agent.hpp"
-#include "await.hpp"
-#include "connection_cache.hpp"
-#include "delivery.hpp"
-#include "nexthop.hpp"
-#include "tls_sessions.hpp"
+#include "libsm/await.hpp"
+#include "smtpc/agent.hpp"
+#include "smtpc/connection_cache.hpp"
+#include "smtpc/delivery.hpp"
+#include "smtpc/nexthop.hpp"
+#include "smtpc/tls_sessions.hpp"
 
-#include "channel.hpp"
-#include "config.hpp"
-#include "credentials.hpp"
-#include "config_reload.hpp"
-#include "limits.hpp"
-#include "log.hpp"
-#include "mcp_link.hpp"
-#include "panic.hpp"
-#include "tls.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/config.hpp"
+#include "libsm/config_reload.hpp"
+#include "libsm/credentials.hpp"
+#include "libsm/limits.hpp"
+#include "libsm/log.hpp"
+#include "libsm/mcp_link.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/tls.hpp"
 
 #include <ares.h>
 #include <csignal>
@@ -36,13 +36,13 @@ constexpr int exit_config = 2;
 constexpr int exit_tempfail = 75;  // EX_TEMPFAIL
 
 // QMGR is started first but may still be opening its socket.
-asio::awaitable<std::shared_ptr<sm::Channel>> connect_with_retry(const std::string& path,
-                                                                 const sm::McpLink& mcp) {
+asio::awaitable<std::shared_ptr<smx::Channel>> connect_with_retry(const std::string& path,
+                                                                 const smx::McpLink& mcp) {
     const auto give_up = std::chrono::steady_clock::now() + 10s;
     asio::steady_timer pause(co_await asio::this_coro::executor);
     for (;;) {
         std::string err;
-        auto ch = co_await sm::connect_qmgr(path, "smtpc", err);
+        auto ch = co_await smx::connect_qmgr(path, "smtpc", err);
         if (ch) co_return ch;
         if (std::chrono::steady_clock::now() >= give_up) {
             spdlog::error("cannot connect to qmgr: {}", err);
@@ -50,7 +50,7 @@ asio::awaitable<std::shared_ptr<sm::Channel>> connect_with_retry(const std::stri
             co_return nullptr;
         }
         pause.expires_after(200ms);
-        co_await pause.async_wait(sm::await_tuple);
+        co_await pause.async_wait(smx::await_tuple);
     }
 }
 
@@ -70,31 +70,31 @@ int main(int argc, char** argv) {
             return usage();
         }
     }
-    sm::McpLink mcp;
-    sm::Config cfg;
+    smx::McpLink mcp;
+    smx::Config cfg;
     std::unique_ptr<asio::ssl::context> tls;  // one for every connection
-    sm::CredentialMap creds;
+    smx::CredentialMap creds;
     try {
-        mcp = sm::McpLink::from_env();
-        cfg = sm::load_config(cfg_path);
-        const sm::Secrets& secrets = mcp.take_secrets();
-        tls = sm::tls::client_context(cfg.client, secrets);
-        creds = sm::credentials(cfg.client, secrets);
+        mcp = smx::McpLink::from_env();
+        cfg = smx::load_config(cfg_path);
+        const smx::Secrets& secrets = mcp.take_secrets();
+        tls = smx::tls::client_context(cfg.client, secrets);
+        creds = smx::credentials(cfg.client, secrets);
     } catch (const std::exception& e) {
         std::cerr << "smx-smtpc: bad config: " << e.what() << "\n";
         mcp.cannot_start(std::string("bad config: ") + e.what());
         return exit_config;
     }
-    sm::init_logging("smtp", cfg.log);
-    sm::install_crash_handlers("smtpc");
-    sm::raise_nofile();  // up to max_concurrency connections per destination
+    smx::init_logging("smtp", cfg.log);
+    smx::install_crash_handlers("smtpc");
+    smx::raise_nofile();  // up to max_concurrency connections per destination
     std::signal(SIGPIPE, SIG_IGN);
     ares_library_init(ARES_LIB_INIT_ALL);
 
     int rc = 0;
     {
         asio::io_context io(1);
-        smtpc::Resolver dns(io.get_executor());
+        smx::smtpc::Resolver dns(io.get_executor());
         if (!dns.configure(cfg)) {
             const std::string why =
                 "client.dns_servers: c-ares refused '" + cfg.client.dns_servers_csv() + "'";
@@ -102,22 +102,22 @@ int main(int argc, char** argv) {
             mcp.cannot_start(why);
             return exit_config;
         }
-        smtpc::ConnectionCache cache(cfg.client);
+        smx::smtpc::ConnectionCache cache(cfg.client);
         // Sessions of about as many next hops as postfix's default
         // smtp_tls_session_cache keeps in practice; each is a few KB.
         constexpr std::size_t tls_session_hops = 1000;
-        smtpc::TlsSessions resume(*tls, tls_session_hops);
-        smtpc::Deliverer deliverer(cfg, dns, cache, tls.get(), &creds, &resume);
+        smx::smtpc::TlsSessions resume(*tls, tls_session_hops);
+        smx::smtpc::Deliverer deliverer(cfg, dns, cache, tls.get(), &creds, &resume);
 
         // A reload takes the secrets the MCP passed just before (bad ones
         // refuse the reload) and starts a new session cache: sessions of
         // the old context may have been verified against other settings.
-        sm::ConfigReloader reloader(io, cfg_path, cfg, [&](sm::Config next) {
-            const sm::Secrets& secrets = mcp.take_secrets();
-            auto creds = std::make_shared<sm::CredentialMap>(sm::credentials(next.client, secrets));
-            std::shared_ptr<asio::ssl::context> ctx = sm::tls::client_context(next.client, secrets);
-            auto sessions = std::make_shared<smtpc::TlsSessions>(*ctx, tls_session_hops);
-            deliverer.reload(std::make_shared<const sm::Config>(std::move(next)), std::move(ctx),
+        smx::ConfigReloader reloader(io, cfg_path, cfg, [&](smx::Config next) {
+            const smx::Secrets& secrets = mcp.take_secrets();
+            auto creds = std::make_shared<smx::CredentialMap>(smx::credentials(next.client, secrets));
+            std::shared_ptr<asio::ssl::context> ctx = smx::tls::client_context(next.client, secrets);
+            auto sessions = std::make_shared<smx::smtpc::TlsSessions>(*ctx, tls_session_hops);
+            deliverer.reload(std::make_shared<const smx::Config>(std::move(next)), std::move(ctx),
                              std::move(creds), std::move(sessions));
         });
         asio::signal_set signals(io, SIGTERM, SIGINT);
@@ -132,14 +132,14 @@ int main(int argc, char** argv) {
             if (ch) {
                 spdlog::info("connected to qmgr at {}", cfg.qmgr_socket());
                 mcp.ready();
-                co_await smtpc::serve_qmgr(ch, deliverer);
+                co_await smx::smtpc::serve_qmgr(ch, deliverer);
                 spdlog::warn("lost connection to qmgr; exiting");
             }
             rc = exit_tempfail;
             cache.close_all();
             io.stop();
-        }, sm::crash_on_exception("smtpc main"));
-        sm::run_or_panic(io, "smtpc");
+        }, smx::crash_on_exception("smtpc main"));
+        smx::run_or_panic(io, "smtpc");
     }
     ares_library_cleanup();
     spdlog::shutdown();

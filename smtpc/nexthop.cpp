@@ -1,9 +1,9 @@
-#include "nexthop.hpp"
+#include "smtpc/nexthop.hpp"
 
-#include "await.hpp"
-#include "config.hpp"
-#include "domain.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/config.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/panic.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -14,7 +14,7 @@
 #include <random>
 #include <spdlog/spdlog.h>
 
-namespace smtpc {
+namespace smx::smtpc {
 namespace {
 
 using namespace std::chrono_literals;
@@ -27,7 +27,7 @@ constexpr std::size_t max_cache_entries = 10000;
 constexpr std::size_t max_targets = 5;
 
 std::optional<asio::ip::address> ip_literal(std::string host) {
-    if (host.size() > 5 && sm::lower(host.substr(0, 5)) == "ipv6:") host.erase(0, 5);
+    if (host.size() > 5 && smx::lower(host.substr(0, 5)) == "ipv6:") host.erase(0, 5);
     boost::system::error_code ec;
     auto a = asio::ip::make_address(host, ec);
     if (ec) return std::nullopt;
@@ -164,9 +164,9 @@ bool Resolver::set_servers(const std::string& csv) {
     return chan_ && ares_set_servers_ports_csv(chan_, csv.c_str()) == ARES_SUCCESS;
 }
 
-bool Resolver::configure(const sm::Config& cfg) {
+bool Resolver::configure(const smx::Config& cfg) {
     smtp_port_ = cfg.client.smtp_port;
-    hostname_ = sm::lower(cfg.server.hostname);
+    hostname_ = smx::lower(cfg.server.hostname);
     self_addrs_.clear();
     for (const auto& l : cfg.server.listen) {
         boost::system::error_code ec;
@@ -262,7 +262,7 @@ void Resolver::on_mx(void* arg, int status, int, unsigned char* abuf, int alen) 
     if (status == ARES_SUCCESS) {
         ares_mx_reply* mx = nullptr;
         a.status = ares_parse_mx_reply(abuf, alen, &mx);
-        for (auto* m = mx; m; m = m->next) a.mx.emplace_back(m->priority, sm::lower(m->host));
+        for (auto* m = mx; m; m = m->next) a.mx.emplace_back(m->priority, smx::lower(m->host));
         if (mx) ares_free_data(mx);
         if (a.status == ARES_SUCCESS && a.mx.empty()) a.status = ARES_ENODATA;
         if (a.status == ARES_SUCCESS) ttl = answer_ttl(abuf, alen);
@@ -295,7 +295,7 @@ void Resolver::on_addr(void* arg, int status, int, ares_addrinfo* res) {
 }
 
 asio::awaitable<Resolver::Answer> Resolver::lookup(Kind kind, const std::string& name_in) {
-    const std::string name = sm::lower(name_in);
+    const std::string name = smx::lower(name_in);
     const std::string key = (kind == Kind::mx ? "MX " : "A ") + name;
     if (auto it = cache_.find(key); it != cache_.end()) {
         if (it->second.expires > std::chrono::steady_clock::now()) co_return it->second;
@@ -325,7 +325,7 @@ asio::awaitable<Resolver::Answer> Resolver::lookup(Kind kind, const std::string&
         arm_timer();
     }
     while (!p->done) {
-        auto [ec] = co_await p->wake.async_wait(sm::await_tuple);
+        auto [ec] = co_await p->wake.async_wait(smx::await_tuple);
         (void)ec;  // cancelled is the wake-up; done says whether it was ours
     }
     co_return p->answer;
@@ -354,7 +354,7 @@ bool Resolver::is_self(const std::string& host, const std::vector<Target>& addrs
 asio::awaitable<Targets> Resolver::targets(const std::string& nexthop,
                                            const std::string& rcpt_domain) {
     Targets t;
-    sm::HostPort hp;
+    smx::HostPort hp;
     if (nexthop == "mx") {
         hp.host = rcpt_domain;
         hp.port = smtp_port_;
@@ -365,8 +365,8 @@ asio::awaitable<Targets> Resolver::targets(const std::string& nexthop,
         }
     } else {
         try {
-            hp = sm::parse_hostport("nexthop", nexthop, smtp_port_);
-        } catch (const sm::ConfigError& e) {
+            hp = smx::parse_hostport("nexthop", nexthop, smtp_port_);
+        } catch (const smx::ConfigError& e) {
             t.err = {451, "4.3.5", std::string("bad nexthop: ") + e.what()};
             co_return t;
         }
@@ -383,7 +383,7 @@ asio::awaitable<Targets> Resolver::targets(const std::string& nexthop,
         t = co_await addresses(hp.host, hp.port, Role::host);
         co_return t;
     }
-    t = co_await mx_targets(sm::lower(hp.host), hp.port);
+    t = co_await mx_targets(smx::lower(hp.host), hp.port);
     co_return t;
 }
 
@@ -452,10 +452,10 @@ asio::awaitable<Targets> Resolver::mx_targets(const std::string& domain, std::ui
         t.err = {451, "4.4.4", "unable to find primary relay for " + domain};
     } else {
         // Every MX host failed (an MX list is never empty).
-        if (!err) sm::panic("smtpc: no address and no failure for MX of " + domain);
+        if (!err) smx::panic("smtpc: no address and no failure for MX of " + domain);
         t.err = std::move(*err);
     }
     co_return t;
 }
 
-} // namespace smtpc
+} // namespace smx::smtpc

@@ -4,7 +4,7 @@
 // lookups of one name share a single query.
 #pragma once
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <ares.h>
 #include <boost/asio.hpp>
@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace smtpc {
+namespace smx::smtpc {
 
 namespace asio = boost::asio;
 
@@ -62,7 +62,7 @@ public:
     // Takes [client] dns_servers and smtp_port, and who we are for loop
     // detection: server.hostname and the listen addresses (a wildcard listen
     // address stands for every interface address). False: bad dns_servers.
-    bool configure(const sm::Config& cfg);
+    bool configure(const smx::Config& cfg);
 
     // The addresses to try for one nexthop of a DELIVER; rcpt_domain is the
     // recipients' domain, used by "mx".
@@ -126,4 +126,4 @@ private:
 // The minimum TTL of the answer records of a DNS response; 0 when none.
 std::uint32_t answer_ttl(const unsigned char* abuf, int alen);
 
-} // namespace smtpc
+} // namespace smx::smtpc

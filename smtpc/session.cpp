@@ -1,11 +1,11 @@
-#include "session.hpp"
+#include "smtpc/session.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>
 
-#include "domain.hpp"
-#include "dsn_params.hpp"
-#include "tls.hpp"
+#include "libsm/domain.hpp"
+#include "libsm/dsn_params.hpp"
+#include "libsm/tls.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -13,15 +13,15 @@
 #include <algorithm>
 #include <sstream>
 
-namespace smtpc {
+namespace smx::smtpc {
 namespace {
 
 using namespace std::chrono_literals;
-using sm::smtp::ReadStatus;
+using smx::smtp::ReadStatus;
 
 constexpr std::size_t body_block = 64 * 1024;
 
-void set_result(sm::msg::RcptResult& r, const Failure& f) {
+void set_result(smx::msg::RcptResult& r, const Failure& f) {
     r.code = f.code;
     r.enhanced = f.enhanced;
     r.text = f.text;
@@ -55,12 +55,12 @@ void wipe(std::string& s) {
 
 } // namespace
 
-Failure from_reply(const sm::smtp::Reply& r) {
+Failure from_reply(const smx::smtp::Reply& r) {
     Failure f;
     f.code = static_cast<unsigned>(r.code);
     f.enhanced = r.enhanced;
     for (std::size_t i = 0; i < r.lines.size(); ++i) {
-        auto [enh, text] = sm::smtp::split_enhanced(r.lines[i]);
+        auto [enh, text] = smx::smtp::split_enhanced(r.lines[i]);
         if (i > 0) f.text += ' ';
         f.text += enh == r.enhanced ? text : r.lines[i];
     }
@@ -68,7 +68,7 @@ Failure from_reply(const sm::smtp::Reply& r) {
     return f;
 }
 
-Session::Session(asio::any_io_executor ex, const sm::ClientConfig& cfg,
+Session::Session(asio::any_io_executor ex, const smx::ClientConfig& cfg,
                  asio::ssl::context* tls, TlsSessions* resume)
     : cfg_(cfg), tls_(tls), resume_(resume), stream_(tcp::socket(ex)), reader_(stream_),
       idle_timer_(ex) {}
@@ -81,7 +81,7 @@ void Session::close() {
 }
 
 asio::awaitable<bool> Session::write(std::string_view data, const char* stage) {
-    bool ok = co_await sm::smtp::write_all(stream_, data, cfg_.command_timeout);
+    bool ok = co_await smx::smtp::write_all(stream_, data, cfg_.command_timeout);
     if (!ok) fail_ = {451, "4.4.2", "lost connection with " + relay_ + " while " + stage};
     co_return ok;
 }
@@ -100,7 +100,7 @@ bool Session::has_unread() {
 // error, timeout, 421 (the server is closing the channel), or a reply that
 // has no business in its place (a protocol error).
 asio::awaitable<bool> Session::read(const char* stage, Expect e) {
-    rep_ = co_await sm::smtp::read_reply(reader_, cfg_.command_timeout);
+    rep_ = co_await smx::smtp::read_reply(reader_, cfg_.command_timeout);
     const bool in_place = e == Expect::data   ? rep_.code == 354 || rep_.code >= 400
                           : e == Expect::auth ? rep_.code == 334 || rep_.code / 100 != 3
                                               : rep_.code / 100 != 3;
@@ -138,8 +138,8 @@ asio::awaitable<bool> Session::command(std::string_view data, const char* stage)
     co_return ok;
 }
 
-asio::awaitable<std::optional<Failure>> Session::open(const Target& t, sm::ClientTls tls,
-                                                      const sm::Credentials* auth) {
+asio::awaitable<std::optional<Failure>> Session::open(const Target& t, smx::ClientTls tls,
+                                                      const smx::Credentials* auth) {
     using namespace asio::experimental::awaitable_operators;
     relay_ = t.relay();
     const std::string where = "connect to " + connect_label(t);
@@ -182,7 +182,7 @@ asio::awaitable<std::optional<Failure>> Session::open(const Target& t, sm::Clien
         if (!err && auth) err = co_await authenticate(*auth);
         co_return err;
     }
-    if (tls == sm::ClientTls::encrypt || tls == sm::ClientTls::verify) {
+    if (tls == smx::ClientTls::encrypt || tls == smx::ClientTls::verify) {
         co_await quit();
         co_return Failure{451, "4.7.4", "TLS is required, but host " + relay_ +
                                             " refused EHLO: " + from_reply(rep_).text};
@@ -203,9 +203,9 @@ asio::awaitable<std::optional<Failure>> Session::open(const Target& t, sm::Clien
 }
 
 asio::awaitable<std::optional<Failure>> Session::starttls(const Target& t,
-                                                          sm::ClientTls level) {
-    const bool required = level == sm::ClientTls::encrypt || level == sm::ClientTls::verify;
-    if (level == sm::ClientTls::none || !tls_) co_return std::nullopt;
+                                                          smx::ClientTls level) {
+    const bool required = level == smx::ClientTls::encrypt || level == smx::ClientTls::verify;
+    if (level == smx::ClientTls::none || !tls_) co_return std::nullopt;
     if (!starttls_offered_) {
         if (!required) co_return std::nullopt;
         co_await quit();
@@ -231,10 +231,10 @@ asio::awaitable<std::optional<Failure>> Session::starttls(const Target& t,
     // A verified session resumes only where verification is asked for
     // again: a resumed handshake skips the certificate check.
     const std::string resume_key =
-        relay_ + (level == sm::ClientTls::verify ? " verify " + t.host : " unverified");
+        relay_ + (level == smx::ClientTls::verify ? " verify " + t.host : " unverified");
     const std::string err = co_await stream_.start_tls(
         *tls_, asio::ssl::stream_base::client, cfg_.command_timeout, t.host,
-        level == sm::ClientTls::verify, [&](SSL* ssl) {
+        level == smx::ClientTls::verify, [&](SSL* ssl) {
             if (resume_) resume_->prepare(ssl, resume_key);
         });
     if (!err.empty()) {
@@ -246,8 +246,8 @@ asio::awaitable<std::optional<Failure>> Session::starttls(const Target& t,
         co_return Failure{451, "4.7.5", "TLS handshake with " + relay_ + " failed: " + err};
     }
     spdlog::info("{} TLS connection established to {}: {}{}",
-                 level == sm::ClientTls::verify ? "Verified" : "Untrusted", relay_,
-                 sm::tls::describe(stream_.ssl()),
+                 level == smx::ClientTls::verify ? "Verified" : "Untrusted", relay_,
+                 smx::tls::describe(stream_.ssl()),
                  SSL_session_reused(stream_.ssl()) ? " (session resumed)" : "");
     // RFC 3207 4.2: forget what the server said before TLS and ask again.
     cmd_ = "EHLO " + cfg_.helo_name + "\r\n";
@@ -275,7 +275,7 @@ asio::awaitable<bool> Session::auth_step(std::string line) {
 // AUTH PLAIN (RFC 4616, with the initial response of RFC 4954), or LOGIN
 // when the server offers only that. Each step has the reply deadline and
 // there are at most three, so the exchange is bounded.
-asio::awaitable<std::optional<Failure>> Session::authenticate(const sm::Credentials& c) {
+asio::awaitable<std::optional<Failure>> Session::authenticate(const smx::Credentials& c) {
     // Never a secret in plaintext, whatever level the caller asked for.
     if (!stream_.tls()) {
         co_await quit();
@@ -335,9 +335,9 @@ asio::awaitable<std::optional<Failure>> Session::authenticate(const sm::Credenti
 // default). The DSN parameters go on only to a next hop that offers DSN.
 std::string Session::mail_params(std::string_view received) const {
     std::string out;
-    const auto body = sm::dsn::param(received, "BODY");
-    if (eightbit_offered_ && body && sm::iequals(*body, "8BITMIME")) out += " BODY=8BITMIME";
-    if (dsn_offered_) out += sm::dsn::pass_on_mail(received);
+    const auto body = smx::dsn::param(received, "BODY");
+    if (eightbit_offered_ && body && smx::iequals(*body, "8BITMIME")) out += " BODY=8BITMIME";
+    if (dsn_offered_) out += smx::dsn::pass_on_mail(received);
     return out;
 }
 
@@ -347,7 +347,7 @@ void Session::parse_ehlo() {
     dsn_offered_ = eightbit_offered_ = false;
     size_limit_ = 0;
     for (std::size_t i = 1; i < rep_.lines.size(); ++i) {
-        const std::string kw = sm::upper(rep_.lines[i].substr(0, rep_.lines[i].find(' ')));
+        const std::string kw = smx::upper(rep_.lines[i].substr(0, rep_.lines[i].find(' ')));
         if (kw == "PIPELINING") {
             pipelining_ = true;
         } else if (kw == "STARTTLS") {
@@ -356,7 +356,7 @@ void Session::parse_ehlo() {
             smtputf8_offered_ = true;
         } else if (kw == "AUTH" || kw.starts_with("AUTH=")) {
             // "AUTH PLAIN LOGIN", or the old "AUTH=PLAIN LOGIN" some servers add.
-            std::istringstream words(sm::upper(rep_.lines[i].substr(std::min<std::size_t>(5, kw.size()))));
+            std::istringstream words(smx::upper(rep_.lines[i].substr(std::min<std::size_t>(5, kw.size()))));
             for (std::string m; words >> m;) {
                 auth_plain_ = auth_plain_ || m == "PLAIN";
                 auth_login_ = auth_login_ || m == "LOGIN";
@@ -382,9 +382,9 @@ void Session::parse_ehlo() {
 asio::awaitable<void> Session::quit() {
     if (!open_) co_return;
     const auto t = std::min<std::chrono::steady_clock::duration>(cfg_.command_timeout, 5s);
-    bool ok = co_await sm::smtp::write_all(stream_, "QUIT\r\n", t);
+    bool ok = co_await smx::smtp::write_all(stream_, "QUIT\r\n", t);
     if (ok) {
-        const auto rep = co_await sm::smtp::read_reply(reader_, t);
+        const auto rep = co_await smx::smtp::read_reply(reader_, t);
         ok = rep.status == ReadStatus::ok;
     }
     if (ok && stream_.tls()) {
@@ -393,7 +393,7 @@ asio::awaitable<void> Session::quit() {
     close();
 }
 
-asio::awaitable<Session::Outcome> Session::transaction(const sm::msg::Deliver& d,
+asio::awaitable<Session::Outcome> Session::transaction(const smx::msg::Deliver& d,
                                                        const MessageFile& f, Results& res) {
     const bool reused = transactions_++ > 0;
     replied_ = false;
@@ -408,7 +408,7 @@ asio::awaitable<Session::Outcome> Session::transaction(const sm::msg::Deliver& d
 
 // The SMTP dialogue of one transaction. false: the connection broke (fail_
 // says why); recipients still at code 0 then get fail_.
-asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const MessageFile& f,
+asio::awaitable<bool> Session::exchange(const smx::msg::Deliver& d, const MessageFile& f,
                                         Results& res) {
     const std::size_t n = d.rcpts.size();
     if (!clean_address(d.sender)) {
@@ -434,9 +434,9 @@ asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const Message
     }
     // UTF-8 in the envelope needs SMTPUTF8 (RFC 6531); a next hop without it
     // gets no such message: a bounce, as postfix does.
-    bool utf8 = sm::smtp::has_8bit(d.sender);
+    bool utf8 = smx::smtp::has_8bit(d.sender);
     for (std::size_t i = 0; i < n; ++i)
-        if (res[i].code == 0 && sm::smtp::has_8bit(d.rcpts[i].addr)) utf8 = true;
+        if (res[i].code == 0 && smx::smtp::has_8bit(d.rcpts[i].addr)) utf8 = true;
     if (utf8 && !smtputf8_offered_) {
         const Failure no{550, "5.6.7",
                          "SMTPUTF8 is required, but was not offered by host " + relay_};
@@ -475,7 +475,7 @@ asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const Message
             cmd_ += "RCPT TO:<";
             cmd_ += d.rcpts[i].addr;
             cmd_ += '>';
-            if (dsn_offered_) cmd_ += sm::dsn::pass_on_rcpt(d.rcpts[i].params);
+            if (dsn_offered_) cmd_ += smx::dsn::pass_on_rcpt(d.rcpts[i].params);
             cmd_ += "\r\n";
         }
         cmd_ += "DATA\r\n";
@@ -492,7 +492,7 @@ asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const Message
         if (!pipelining_) {
             if (mail_err) break;
             cmd_ = "RCPT TO:<" + d.rcpts[i].addr + '>' +
-                   (dsn_offered_ ? sm::dsn::pass_on_rcpt(d.rcpts[i].params) : std::string()) + "\r\n";
+                   (dsn_offered_ ? smx::dsn::pass_on_rcpt(d.rcpts[i].params) : std::string()) + "\r\n";
             ok = co_await write(cmd_, "sending RCPT TO");
             if (!ok) co_return false;
         }
@@ -541,7 +541,7 @@ asio::awaitable<bool> Session::exchange(const sm::msg::Deliver& d, const Message
     co_return true;
 }
 
-// Streams the CDB file in large blocks, dot-stuffed and with long lines
+// Streams the content file in large blocks, dot-stuffed and with long lines
 // broken (encode_body), and ends with CRLF.CRLF
 // in the same write as the last block.
 asio::awaitable<bool> Session::send_body(const MessageFile& f) {
@@ -573,4 +573,4 @@ asio::awaitable<bool> Session::send_body(const MessageFile& f) {
     }
 }
 
-} // namespace smtpc
+} // namespace smx::smtpc

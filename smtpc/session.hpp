@@ -4,14 +4,14 @@
 // it has exactly one reader and one writer.
 #pragma once
 
-#include "body.hpp"
-#include "config.hpp"
-#include "credentials.hpp"
-#include "messages.hpp"
-#include "nexthop.hpp"
-#include "smtp_io.hpp"
-#include "smtp_stream.hpp"
-#include "tls_sessions.hpp"
+#include "libsm/config.hpp"
+#include "libsm/credentials.hpp"
+#include "libsm/messages.hpp"
+#include "libsm/smtp_io.hpp"
+#include "libsm/smtp_stream.hpp"
+#include "smtpc/body.hpp"
+#include "smtpc/nexthop.hpp"
+#include "smtpc/tls_sessions.hpp"
 
 #include <boost/asio.hpp>
 #include <array>
@@ -19,16 +19,16 @@
 #include <string>
 #include <vector>
 
-namespace smtpc {
+namespace smx::smtpc {
 
 using tcp = asio::ip::tcp;
-using Results = std::vector<sm::msg::RcptResult>;
+using Results = std::vector<smx::msg::RcptResult>;
 
 class Session {
 public:
     // tls: SMTPC's client context (null: no TLS at all); resume: the TLS
     // sessions to offer and keep (null: every handshake is a full one).
-    Session(asio::any_io_executor ex, const sm::ClientConfig& cfg, asio::ssl::context* tls,
+    Session(asio::any_io_executor ex, const smx::ClientConfig& cfg, asio::ssl::context* tls,
             TlsSessions* resume = nullptr);
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
@@ -37,8 +37,8 @@ public:
     // refused), then STARTTLS and EHLO again as `tls` asks, then AUTH with
     // `auth` when given (only over TLS). nullopt: ready for transactions;
     // else why not.
-    asio::awaitable<std::optional<Failure>> open(const Target& t, sm::ClientTls tls,
-                                                 const sm::Credentials* auth = nullptr);
+    asio::awaitable<std::optional<Failure>> open(const Target& t, smx::ClientTls tls,
+                                                 const smx::Credentials* auth = nullptr);
     // open() failed in the TLS handshake at level may: the caller connects
     // again without TLS, as postfix does.
     bool tls_fallback() const { return tls_fallback_; }
@@ -48,7 +48,7 @@ public:
     // idx set and code 0; every code is filled in. retry: a reused connection
     // broke before this transaction got any reply (the server had closed
     // it); res is untouched and the caller tries another connection.
-    asio::awaitable<Outcome> transaction(const sm::msg::Deliver& d, const MessageFile& f,
+    asio::awaitable<Outcome> transaction(const smx::msg::Deliver& d, const MessageFile& f,
                                          Results& res);
 
     // QUIT, wait briefly for the reply, close.
@@ -91,7 +91,7 @@ public:
     std::uint64_t idle_gen = 0;
 
 private:
-    asio::awaitable<bool> exchange(const sm::msg::Deliver& d, const MessageFile& f,
+    asio::awaitable<bool> exchange(const smx::msg::Deliver& d, const MessageFile& f,
                                    Results& res);
     asio::awaitable<bool> send_body(const MessageFile& f);
     // What a reply may be in its place (RFC 5321 4.3.2): `reply` is 2xx, 4xx
@@ -106,16 +106,16 @@ private:
     void parse_ehlo();
     // The MAIL parameters passed on from the client's (" KEY=VALUE ...").
     std::string mail_params(std::string_view received) const;
-    asio::awaitable<std::optional<Failure>> starttls(const Target& t, sm::ClientTls level);
-    asio::awaitable<std::optional<Failure>> authenticate(const sm::Credentials& c);
+    asio::awaitable<std::optional<Failure>> starttls(const Target& t, smx::ClientTls level);
+    asio::awaitable<std::optional<Failure>> authenticate(const smx::Credentials& c);
     // A step of AUTH carrying a secret; cmd_ is wiped after the write.
     asio::awaitable<bool> auth_step(std::string secret_line);
 
-    const sm::ClientConfig& cfg_;
+    const smx::ClientConfig& cfg_;
     asio::ssl::context* tls_;
     TlsSessions* resume_;
-    sm::smtp::Stream stream_;
-    sm::smtp::LineReader<sm::smtp::Stream> reader_;
+    smx::smtp::Stream stream_;
+    smx::smtp::LineReader<smx::smtp::Stream> reader_;
     asio::steady_timer idle_timer_;
     std::array<char, 3> peek_{};  // what watch_idle peeks at
     std::string relay_;
@@ -132,7 +132,7 @@ private:
     bool needs_rset_ = false;       // the last transaction stopped half-way
     bool replied_ = false;          // this transaction got a reply
     unsigned transactions_ = 0;
-    sm::smtp::Reply rep_;           // the last reply read
+    smx::smtp::Reply rep_;           // the last reply read
     Failure fail_;                  // why the connection broke
     // Reused between messages to avoid per-message allocations.
     std::string cmd_, in_, out_;
@@ -140,6 +140,6 @@ private:
 };
 
 // The server's reply as a result: code, enhanced code and text of all lines.
-Failure from_reply(const sm::smtp::Reply& r);
+Failure from_reply(const smx::smtp::Reply& r);
 
-} // namespace smtpc
+} // namespace smx::smtpc

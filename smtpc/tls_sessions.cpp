@@ -1,10 +1,10 @@
-#include "tls_sessions.hpp"
+#include "smtpc/tls_sessions.hpp"
 
-#include "panic.hpp"
+#include "libsm/panic.hpp"
 
 #include <algorithm>
 
-namespace smtpc {
+namespace smx::smtpc {
 namespace {
 
 // The key of an SSL object, owned by it (freed with it).
@@ -27,7 +27,7 @@ int owner_index() {
 
 TlsSessions::TlsSessions(boost::asio::ssl::context& ctx, std::size_t max_entries)
     : ctx_(ctx.native_handle()), max_(std::max<std::size_t>(max_entries, 1)) {
-    if (key_index() < 0 || owner_index() < 0) sm::fatal("OpenSSL ex_data index exhausted");
+    if (key_index() < 0 || owner_index() < 0) smx::fatal("OpenSSL ex_data index exhausted");
     // The client side calls the callback only with client caching on; the
     // sessions live here, not in OpenSSL's internal store.
     SSL_CTX_set_session_cache_mode(ctx_, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
@@ -79,4 +79,4 @@ void TlsSessions::store(const std::string& key, SSL_SESSION* s) {
     sessions_.emplace(key, Entry{s, next_stamp_++});
 }
 
-} // namespace smtpc
+} // namespace smx::smtpc

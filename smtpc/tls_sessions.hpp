@@ -11,7 +11,7 @@
 #include <string>
 #include <unordered_map>
 
-namespace smtpc {
+namespace smx::smtpc {
 
 class TlsSessions {
 public:
@@ -46,4 +46,4 @@ private:
     std::unordered_map<std::string, Entry> sessions_;
 };
 
-} // namespace smtpc
+} // namespace smx::smtpc

@@ -1,10 +1,10 @@
-#include "command.hpp"
+#include "smtps/command.hpp"
 
-#include "policy.hpp"
+#include "smtps/policy.hpp"
 
 #include <utility>
 
-namespace smtps {
+namespace smx::smtps {
 
 namespace {
 constexpr std::pair<std::string_view, Verb> verbs[] = {
@@ -47,4 +47,4 @@ std::optional<Bdat> parse_bdat(std::string_view arg) {
     return b;
 }
 
-} // namespace smtps
+} // namespace smx::smtps

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string_view>
 
-namespace smtps {
+namespace smx::smtps {
 
 enum class Verb { helo, ehlo, mail, rcpt, data, rset, noop, quit, vrfy, help, starttls, bdat,
                   unknown };
@@ -27,4 +27,4 @@ struct Bdat {
 };
 std::optional<Bdat> parse_bdat(std::string_view arg);
 
-} // namespace smtps
+} // namespace smx::smtps

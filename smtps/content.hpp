@@ -7,15 +7,15 @@
 // and fuzzed on its own.
 #pragma once
 
-#include "policy.hpp"
-#include "smtp_io.hpp"
+#include "libsm/smtp_io.hpp"
+#include "smtps/policy.hpp"
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-namespace smtps {
+namespace smx::smtps {
 
 struct Content {
     bool too_big = false;   // over max_size: nothing more is passed on
@@ -37,7 +37,7 @@ public:
     // out(std::string_view) and returns true when it is the end-of-data dot
     // (only CRLF.CRLF ends DATA: a dot after a bare LF does not).
     template <class Out>
-    bool feed(const sm::smtp::Line& l, Out&& out);
+    bool feed(const smx::smtp::Line& l, Out&& out);
 
     const Content& result() const { return c_; }
 
@@ -56,7 +56,7 @@ private:
 };
 
 template <class Out>
-bool ContentReader::feed(const sm::smtp::Line& l, Out&& out) {
+bool ContentReader::feed(const smx::smtp::Line& l, Out&& out) {
     std::string_view t = l.text;
     if (dots_) {
         if (after_crlf_ && l.complete && !l.bare_lf && t == ".") return true;
@@ -118,7 +118,7 @@ public:
 private:
     template <class Out>
     void line(std::string_view text, bool complete, bool bare_lf, Out& out) {
-        sm::smtp::Line l;
+        smx::smtp::Line l;
         l.text = text;
         l.complete = complete;
         l.bare_lf = bare_lf;
@@ -162,4 +162,4 @@ void BdatContent::finish(Out&& out) {
     if (open_) line({}, true, false, out);
 }
 
-} // namespace smtps
+} // namespace smx::smtps

@@ -3,30 +3,30 @@
 // socket of every address (one SO_REUSEPORT group per address, so the kernel
 // spreads connections over the loops), has its own QMGR link and runs its
 // sessions as coroutines; the connection limits and the reloadable settings
-// are shared (smtps::Shared). The sockets come from the MCP (SMX_LISTEN_FDS,
+// are shared (smx::smtps::Shared). The sockets come from the MCP (SMX_LISTEN_FDS,
 // SMX_LISTEN_LOOPS; SMX_SMTPS_PROCESS when it is one of several), else it
 // binds server.listen itself. The certificate and key come from the MCP as
 // bytes (SMX_MCP_FD, libsm/mcp_link.hpp), never from their files; over the
 // same link the process says when it serves, or why it cannot start. The
 // first loop runs on the main thread and also owns the signals, the reload
 // and the shutdown.
-#include "await.hpp"
-#include "cdb_writer.hpp"
-#include "channel.hpp"
-#include "child_start.hpp"
-#include "config.hpp"
-#include "config_reload.hpp"
-#include "content_file.hpp"
-#include "ids.hpp"
-#include "limits.hpp"
-#include "listen.hpp"
-#include "log.hpp"
-#include "mcp_link.hpp"
-#include "panic.hpp"
-#include "qmgr_client.hpp"
-#include "server.hpp"
-#include "session_counts.hpp"
-#include "tls.hpp"
+#include "libsm/await.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/child_start.hpp"
+#include "libsm/config.hpp"
+#include "libsm/config_reload.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/limits.hpp"
+#include "libsm/listen.hpp"
+#include "libsm/log.hpp"
+#include "libsm/mcp_link.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/session_counts.hpp"
+#include "libsm/tls.hpp"
+#include "smtps/content_writer.hpp"
+#include "smtps/qmgr_client.hpp"
+#include "smtps/server.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -53,7 +53,7 @@ constexpr auto ack_timeout = 60s;
 constexpr auto drain_window = 2s;
 constexpr int exit_tempfail = 75;  // EX_TEMPFAIL: the MCP restarts us
 
-// The listening fds loop by loop (sm::listen_all's order) and how many loops
+// The listening fds loop by loop (smx::listen_all's order) and how many loops
 // they are for: the MCP's, else bound here for server.threads loops.
 struct ListenFds {
     std::vector<int> fds;
@@ -61,13 +61,13 @@ struct ListenFds {
     bool inherited = false;
 };
 
-ListenFds listen_fds(const sm::Config& cfg) {
+ListenFds listen_fds(const smx::Config& cfg) {
     ListenFds out;
     const char* fds = std::getenv("SMX_LISTEN_FDS");
     if (!fds || !*fds) {
-        out.loops = sm::event_loops(cfg.server.threads);
+        out.loops = smx::event_loops(cfg.server.threads);
         std::string err;
-        if (!sm::listen_all(cfg.server.listen, out.loops, out.fds, err))
+        if (!smx::listen_all(cfg.server.listen, out.loops, out.fds, err))
             throw std::runtime_error(err);
         return out;
     }
@@ -84,11 +84,11 @@ ListenFds listen_fds(const sm::Config& cfg) {
 }
 
 // This process's place among the smx-smtps processes of `smx run`
-// (SMX_SMTPS_PROCESS=i/n, sm::smtps_layout, and the session counts they
+// (SMX_SMTPS_PROCESS=i/n, smx::smtps_layout, and the session counts they
 // share in SMX_SMTPS_COUNTS); alone, 0 of 1 and no counts.
 struct Place {
     unsigned index = 0, count = 1;
-    std::unique_ptr<sm::SessionCounts> counts;
+    std::unique_ptr<smx::SessionCounts> counts;
 };
 
 Place process_place() {
@@ -97,14 +97,14 @@ Place process_place() {
     if (!v || !*v) return out;
     char end = 0;
     if (std::sscanf(v, "%u/%u%c", &out.index, &out.count, &end) != 2 || out.count == 0 ||
-        out.count > sm::max_smtps_processes || out.index >= out.count)
+        out.count > smx::max_smtps_processes || out.index >= out.count)
         throw std::runtime_error(std::string("SMX_SMTPS_PROCESS=") + v +
                                  " is not i/n with i < n <= " +
-                                 std::to_string(sm::max_smtps_processes));
+                                 std::to_string(smx::max_smtps_processes));
     const char* c = std::getenv("SMX_SMTPS_COUNTS");
     if (out.count > 1) {
         if (!c || !*c) throw std::runtime_error("SMX_SMTPS_PROCESS without SMX_SMTPS_COUNTS");
-        out.counts = std::make_unique<sm::SessionCounts>(std::atoi(c));
+        out.counts = std::make_unique<smx::SessionCounts>(std::atoi(c));
     }
     return out;
 }
@@ -113,15 +113,15 @@ Place process_place() {
 // all processes together through the shared counts); returns the sessions
 // its own descriptors allow with the `loops` event loops it runs (with
 // threads = 0 the MCP shares the CPUs out, so fewer than event_loops(0)).
-unsigned take_share(sm::ServerConfig& s, const Place& place, unsigned loops) {
-    const unsigned long nofile = sm::raise_nofile();
-    sm::ServerConfig share = sm::process_share(s, place.count);
+unsigned take_share(smx::ServerConfig& s, const Place& place, unsigned loops) {
+    const unsigned long nofile = smx::raise_nofile();
+    smx::ServerConfig share = smx::process_share(s, place.count);
     share.threads = loops;
     std::string warning;
-    sm::fitting_connections(share, nofile, warning);
+    smx::fitting_connections(share, nofile, warning);
     if (!warning.empty())
         spdlog::warn("{}{}", warning, place.count > 1 ? " (this process's share)" : "");
-    const unsigned fitting = sm::sessions_fitting(share, nofile);
+    const unsigned fitting = smx::sessions_fitting(share, nofile);
     share.max_connections = s.max_connections;
     share.threads = s.threads;
     s = std::move(share);
@@ -142,8 +142,8 @@ tcp::acceptor acceptor_for(asio::io_context& io, int fd) {
 struct Loop {
     asio::io_context io{1};
     std::vector<tcp::acceptor> listeners;
-    std::unique_ptr<smtps::QmgrClient> qmgr;
-    std::unique_ptr<smtps::Server> server;
+    std::unique_ptr<smx::smtps::QmgrClient> qmgr;
+    std::unique_ptr<smx::smtps::Server> server;
 };
 
 // The event loops over the listening sockets (`lf.loops` of them, each
@@ -160,11 +160,11 @@ std::vector<std::unique_ptr<Loop>> make_loops(const ListenFds& lf) {
 }
 
 struct Process {
-    const sm::Config& cfg;
-    smtps::CdbStore& cdb;
-    std::shared_ptr<smtps::Shared> shared;
+    const smx::Config& cfg;
+    smx::smtps::ContentStore& store;
+    std::shared_ptr<smx::smtps::Shared> shared;
     std::vector<std::unique_ptr<Loop>> loops;  // loops[0] runs on the main thread
-    const sm::McpLink& mcp;
+    const smx::McpLink& mcp;
     int exit_code = 0;                         // main thread only
     std::atomic<bool> stopping = false;
     std::atomic<std::size_t> serving = 0;      // loops that have started serving
@@ -176,8 +176,8 @@ struct Process {
     asio::awaitable<void> start(Loop& l, unsigned index, unsigned of) {
         const auto until = std::chrono::steady_clock::now() + qmgr_connect_window;
         std::string err;
-        std::shared_ptr<sm::Channel> ch;
-        while (!(ch = co_await sm::connect_qmgr(cfg.qmgr_socket(), "smtps", err))) {
+        std::shared_ptr<smx::Channel> ch;
+        while (!(ch = co_await smx::connect_qmgr(cfg.qmgr_socket(), "smtps", err))) {
             if (stopping) co_return;
             if (std::chrono::steady_clock::now() >= until) {
                 spdlog::error("cannot reach qmgr: {}", err);
@@ -186,15 +186,15 @@ struct Process {
                 co_return;
             }
             asio::steady_timer t(l.io, 200ms);
-            co_await t.async_wait(sm::await_tuple);
+            co_await t.async_wait(smx::await_tuple);
         }
         if (stopping) co_return;
-        l.qmgr = std::make_unique<smtps::QmgrClient>(l.io.get_executor(), ch, ack_timeout, [this] {
+        l.qmgr = std::make_unique<smx::smtps::QmgrClient>(l.io.get_executor(), ch, ack_timeout, [this] {
             spdlog::error("lost connection to qmgr; exiting after answering open transactions");
             stop_from_any(exit_tempfail);
         });
         l.qmgr->start();
-        l.server = std::make_unique<smtps::Server>(l.io.get_executor(), shared, *l.qmgr, cdb,
+        l.server = std::make_unique<smx::smtps::Server>(l.io.get_executor(), shared, *l.qmgr, store,
                                                   static_cast<unsigned>(loops.size()));
         for (auto& a : l.listeners) l.server->listen(std::move(a));
         l.listeners.clear();
@@ -212,7 +212,7 @@ struct Process {
     void stop(int code) {
         if (stopping.exchange(true)) return;
         exit_code = code;
-        asio::co_spawn(main_io(), drain(), sm::crash_on_exception("smtps drain"));
+        asio::co_spawn(main_io(), drain(), smx::crash_on_exception("smtps drain"));
     }
 
     asio::awaitable<void> drain() {
@@ -227,7 +227,7 @@ struct Process {
         const auto until = std::chrono::steady_clock::now() + drain_window;
         while (shared->committing() > 0 && std::chrono::steady_clock::now() < until) {
             asio::steady_timer t(main_io(), 10ms);
-            co_await t.async_wait(sm::await_tuple);
+            co_await t.async_wait(smx::await_tuple);
         }
         for (auto& l : loops)
             asio::post(l->io, [&l = *l] {
@@ -240,13 +240,13 @@ struct Process {
 } // namespace
 
 int main(int argc, char** argv) {
-    auto start = sm::start_child("smx-smtps", argc, argv);
+    auto start = smx::start_child("smx-smtps", argc, argv);
     if (!start) return 2;
     const std::string& cfg_path = start->config_path;
-    sm::McpLink& mcp = start->mcp;
-    sm::Config& cfg = start->config;
-    sm::init_logging("smtpd", cfg.log);
-    sm::install_crash_handlers("smtps");
+    smx::McpLink& mcp = start->mcp;
+    smx::Config& cfg = start->config;
+    smx::init_logging("smtpd", cfg.log);
+    smx::install_crash_handlers("smtps");
     // Why this process cannot start: to the log and to smx run, which stops.
     auto cannot_start = [&](int code, const std::string& why) {
         spdlog::critical("{}", why);
@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
         return cannot_start(2, e.what());
     }
-    sm::set_id_stream(place.index);
+    smx::set_id_stream(place.index);
     ListenFds lf;
     std::vector<std::unique_ptr<Loop>> loops;
     try {
@@ -269,7 +269,7 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
         return cannot_start(1, std::string("cannot listen: ") + e.what());
     }
-    if (const unsigned asked = sm::loops_per_process(cfg.server.threads, place.count);
+    if (const unsigned asked = smx::loops_per_process(cfg.server.threads, place.count);
         lf.inherited && asked != lf.loops)
         spdlog::warn("server.threads asks for {} event loops; running {}, as many as the listening "
                      "sockets smx run bound at its start (a restart of smx run applies it)",
@@ -277,33 +277,33 @@ int main(int argc, char** argv) {
     const unsigned own_max = take_share(cfg.server, place, lf.loops);
     std::signal(SIGPIPE, SIG_IGN);
 
-    // fdatasync of CDB files (content_sync = "file"): a sync of a new file
+    // fdatasync of content files (content_sync = "file"): a sync of a new file
     // takes milliseconds, the threads mostly sleep in the kernel, and
     // concurrent syncs share journal commits, so throughput grows with the
     // number in flight. With "batch" QMGR syncs content; the pool only
-    // creates, writes and renames, which can still wait for the journal.
-    const bool sync_each = cfg.queue.content_sync == sm::QueueConfig::ContentSync::file &&
+    // creates and writes, which can still wait for the journal.
+    const bool sync_each = cfg.queue.content_sync == smx::QueueConfig::ContentSync::file &&
                            !cfg.queue.test_no_sync;
     asio::thread_pool sync_pool(sync_each ? 32 : 4);
-    smtps::CdbStore cdb(cfg.content_dir_abs(), cfg.queue.cdb_hashed, sync_pool,
-                        cfg.queue.min_free_space, sync_each, sm::content::sync_names(cfg),
-                        cfg.queue.content_segments
+    smx::smtps::ContentStore store(cfg.content_dir_abs(), cfg.queue.cdb_hashed, sync_pool,
+                              cfg.queue.min_free_space, sync_each, smx::content::sync_names(cfg),
+                              cfg.queue.content_segments
                             ? std::chrono::duration_cast<std::chrono::milliseconds>(
                                   cfg.queue.segment_age) / 6
                             : std::chrono::milliseconds(0));
-    if (const auto n = cdb.remove_stale_tmp())
-        spdlog::info("removed {} unfinished CDB files of an earlier run", n);
+    if (const auto n = store.remove_stale_tmp())
+        spdlog::info("removed {} unfinished content files of an earlier run", n);
     // One TLS context for all sessions of all loops (its session cache and
     // ticket keys are then shared), built before anything listens.
     std::unique_ptr<asio::ssl::context> tls;
     try {
-        const sm::Secrets& secrets = mcp.take_secrets();
-        if (cfg.server.tls_security_level != sm::TlsLevel::none)
-            tls = sm::tls::server_context(cfg.server, secrets);
+        const smx::Secrets& secrets = mcp.take_secrets();
+        if (cfg.server.tls_security_level != smx::TlsLevel::none)
+            tls = smx::tls::server_context(cfg.server, secrets);
     } catch (const std::exception& e) {
         return cannot_start(2, std::string("TLS: ") + e.what());
     }
-    Process p{cfg, cdb, std::make_shared<smtps::Shared>(cfg, tls.get()), std::move(loops), mcp};
+    Process p{cfg, store, std::make_shared<smx::smtps::Shared>(cfg, tls.get()), std::move(loops), mcp};
     p.shared->limit_process(own_max, place.counts.get(), place.index);
     const auto n_loops = static_cast<unsigned>(p.loops.size());
 
@@ -315,22 +315,22 @@ int main(int argc, char** argv) {
     });
     // SIGHUP from the MCP: new sessions, on every loop, get the new config
     // and certificate (the MCP passed it just before).
-    sm::ConfigReloader reloader(p.main_io(), cfg_path, cfg, [&](sm::Config next) {
-        const sm::Secrets& secrets = mcp.take_secrets();
+    smx::ConfigReloader reloader(p.main_io(), cfg_path, cfg, [&](smx::Config next) {
+        const smx::Secrets& secrets = mcp.take_secrets();
         take_share(next.server, place, n_loops);
         std::shared_ptr<asio::ssl::context> ctx;
-        if (next.server.tls_security_level != sm::TlsLevel::none)
-            ctx = sm::tls::server_context(next.server, secrets);
-        p.shared->reload(std::make_shared<const sm::Config>(std::move(next)), std::move(ctx));
+        if (next.server.tls_security_level != smx::TlsLevel::none)
+            ctx = smx::tls::server_context(next.server, secrets);
+        p.shared->reload(std::make_shared<const smx::Config>(std::move(next)), std::move(ctx));
     });
     for (unsigned i = 0; i < n_loops; ++i)
         asio::co_spawn(p.loops[i]->io,
                        p.start(*p.loops[i], place.index * n_loops + i, place.count * n_loops),
-                       sm::crash_on_exception("smtps start"));
+                       smx::crash_on_exception("smtps start"));
     std::vector<std::thread> threads;
     for (unsigned i = 1; i < n_loops; ++i)
-        threads.emplace_back([&l = *p.loops[i]] { sm::run_or_panic(l.io, "smtps"); });
-    sm::run_or_panic(p.main_io(), "smtps");
+        threads.emplace_back([&l = *p.loops[i]] { smx::run_or_panic(l.io, "smtps"); });
+    smx::run_or_panic(p.main_io(), "smtps");
     for (auto& t : threads) t.join();
     sync_pool.join();
     spdlog::info("exit {}", p.exit_code);

@@ -1,8 +1,8 @@
-#include "policy.hpp"
+#include "smtps/policy.hpp"
 
 #include <string>
 
-namespace smtps {
+namespace smx::smtps {
 
 bool routes_in_local_part(std::string_view addr) {
     const auto at = addr.rfind('@');
@@ -25,4 +25,4 @@ bool RelayPolicy::relay_domain(std::string_view domain) const {
     return false;
 }
 
-} // namespace smtps
+} // namespace smx::smtps

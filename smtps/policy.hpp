@@ -1,31 +1,31 @@
 // What SMTPS accepts: the relay decision (address syntax: libsm/address.hpp).
 #pragma once
 
-#include "address.hpp"
-#include "config.hpp"
-#include "domain.hpp"
+#include "libsm/address.hpp"
+#include "libsm/config.hpp"
+#include "libsm/domain.hpp"
 
 #include <optional>
 #include <string>
 #include <string_view>
 
-namespace smtps {
+namespace smx::smtps {
 
-using sm::parse_path;
-using sm::PathArg;
-using sm::valid_address;
-using sm::valid_utf8;
+using smx::parse_path;
+using smx::PathArg;
+using smx::valid_address;
+using smx::valid_utf8;
 
 // The local part (before the last '@') holds '@', '%' or '!': source routing
 // that would make the next hop relay elsewhere.
 bool routes_in_local_part(std::string_view addr);
 
-using sm::iequals;
-using sm::istarts_with;
+using smx::iequals;
+using smx::istarts_with;
 
 class RelayPolicy {
 public:
-    explicit RelayPolicy(const sm::ServerConfig& cfg) : cfg_(cfg) {}
+    explicit RelayPolicy(const smx::ServerConfig& cfg) : cfg_(cfg) {}
     // The client may relay anywhere (relay_networks); also exempts it from
     // the per-client connection limit.
     bool trusted_client(const std::string& ip) const;
@@ -34,7 +34,7 @@ public:
     bool relay_domain(std::string_view domain) const;
 
 private:
-    const sm::ServerConfig& cfg_;
+    const smx::ServerConfig& cfg_;
 };
 
-} // namespace smtps
+} // namespace smx::smtps

@@ -3,8 +3,8 @@
 // waiting sessions.
 #pragma once
 
-#include "channel.hpp"
-#include "messages.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/messages.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>
@@ -12,13 +12,13 @@
 #include <memory>
 #include <unordered_map>
 
-namespace smtps {
+namespace smx::smtps {
 
 namespace asio = boost::asio;
 
 class QmgrClient {
 public:
-    QmgrClient(asio::any_io_executor ex, std::shared_ptr<sm::Channel> ch,
+    QmgrClient(asio::any_io_executor ex, std::shared_ptr<smx::Channel> ch,
                std::chrono::steady_clock::duration ack_timeout, std::function<void()> on_lost);
     // Starts the reader; on_lost runs once when the channel goes away.
     void start();
@@ -28,20 +28,20 @@ public:
 
     // Commits a transaction: QMGR's answer, or nullopt when none came
     // (timeout, QMGR gone), in which case QMGR may or may not have it.
-    asio::awaitable<std::optional<sm::msg::TaAck>> commit(const sm::msg::TaCommit& ta);
+    asio::awaitable<std::optional<smx::msg::TaAck>> commit(const smx::msg::TaCommit& ta);
     // One-way: QMGR answers nothing.
-    void report(const sm::msg::SmtpsLoad& load) { ch_->send(sm::msg::encode(load)); }
+    void report(const smx::msg::SmtpsLoad& load) { ch_->send(smx::msg::encode(load)); }
 
 private:
     struct Waiter {
         asio::steady_timer* timer;
-        std::optional<sm::msg::TaAck> ack;
+        std::optional<smx::msg::TaAck> ack;
     };
     asio::awaitable<void> reader();
     void fail_all();
 
     asio::any_io_executor ex_;
-    std::shared_ptr<sm::Channel> ch_;
+    std::shared_ptr<smx::Channel> ch_;
     std::chrono::steady_clock::duration ack_timeout_;
     std::function<void()> on_lost_;
     std::unordered_map<std::uint64_t, Waiter*> pending_;
@@ -49,4 +49,4 @@ private:
     bool connected_ = true;
 };
 
-} // namespace smtps
+} // namespace smx::smtps

@@ -1,16 +1,16 @@
-#include "segment_writer.hpp"
+#include "smtps/segment_writer.hpp"
 
-#include "content_file.hpp"
-#include "content_segment.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/content_segment.hpp"
+#include "libsm/ids.hpp"
 
 #include <unistd.h>
 
-namespace smtps {
+namespace smx::smtps {
 
 SegmentFile::SegmentFile(std::string content_dir, bool sync_name)
-    : id_(sm::new_ta_id()), dir_(sm::content::segments_dir(content_dir)),
-      path_(sm::content::segment_path(content_dir, id_)), sync_name_(sync_name) {}
+    : id_(smx::new_ta_id()), dir_(smx::content::segments_dir(content_dir)),
+      path_(smx::content::segment_path(content_dir, id_)), sync_name_(sync_name) {}
 
 SegmentFile::~SegmentFile() {
     if (fd_ >= 0) ::close(fd_);
@@ -19,8 +19,8 @@ SegmentFile::~SegmentFile() {
 int SegmentFile::fd() {
     std::call_once(made_, [this] {
         int fd = -1;
-        int err = sm::content::create(path_, fd);
-        if (!err && sync_name_) err = sm::content::sync_dir(dir_);
+        int err = smx::content::create(path_, fd);
+        if (!err && sync_name_) err = smx::content::sync_dir(dir_);
         if (err) {
             if (fd >= 0) {
                 ::close(fd);
@@ -38,7 +38,7 @@ int SegmentFile::fd() {
 
 SegmentWriter::Place SegmentWriter::reserve(std::uint64_t bytes) {
     const auto now = std::chrono::steady_clock::now();
-    if (!cur_ || cur_->failed() || used_ + bytes > sm::content::segment_max_size ||
+    if (!cur_ || cur_->failed() || used_ + bytes > smx::content::segment_max_size ||
         now - started_ >= append_for_) {
         cur_ = std::make_shared<SegmentFile>(content_, sync_name_);
         used_ = 0;
@@ -54,4 +54,4 @@ SegmentWriter::Place SegmentWriter::reserve(std::uint64_t bytes) {
     return p;
 }
 
-} // namespace smtps
+} // namespace smx::smtps

@@ -1,7 +1,7 @@
 // The content segment of one event loop (libsm/content_segment.hpp): the
 // loop reserves each small message's place in it; the file is made on a
 // pool thread by the first write, and later records are written on the loop
-// (smtps/cdb_writer.cpp says why). A
+// (smtps/content_writer.cpp says why). A
 // segment is used for [queue] segment_age / 6 or up to segment_max_size,
 // then the next one starts; QMGR removes old ones once nothing names them.
 #pragma once
@@ -15,7 +15,7 @@
 #include <mutex>
 #include <string>
 
-namespace smtps {
+namespace smx::smtps {
 
 namespace asio = boost::asio;
 
@@ -49,7 +49,7 @@ private:
 
 class SegmentWriter {
 public:
-    // sync_name: as sm::content::sync_names(cfg); a segment takes messages
+    // sync_name: as smx::content::sync_names(cfg); a segment takes messages
     // for append_for, and is let go then even if no message comes to start
     // the next (QMGR removes it later: an open descriptor would keep its
     // space); ex: the event loop's.
@@ -75,4 +75,4 @@ private:
     asio::steady_timer retire_;  // lets cur_ go once its time is up
 };
 
-} // namespace smtps
+} // namespace smx::smtps

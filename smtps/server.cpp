@@ -1,14 +1,14 @@
-#include "server.hpp"
+#include "smtps/server.hpp"
 
-#include "await.hpp"
-#include "session.hpp"
-#include "accept.hpp"
-#include "panic.hpp"
-#include "smtp_io.hpp"
+#include "libsm/accept.hpp"
+#include "libsm/await.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/smtp_io.hpp"
+#include "smtps/session.hpp"
 
 #include <spdlog/spdlog.h>
 
-namespace smtps {
+namespace smx::smtps {
 
 std::string client_ip(const tcp::endpoint& ep) {
     auto a = ep.address();
@@ -17,7 +17,7 @@ std::string client_ip(const tcp::endpoint& ep) {
     return a.to_string();
 }
 
-Settings::Settings(std::shared_ptr<const sm::Config> cfg, std::shared_ptr<asio::ssl::context> tls)
+Settings::Settings(std::shared_ptr<const smx::Config> cfg, std::shared_ptr<asio::ssl::context> tls)
     : config(std::move(cfg)), policy(config->server), tls(std::move(tls)) {
     const auto& s = config->server;
     const std::string head = "250-" + s.hostname + "\r\n250-PIPELINING\r\n250-SIZE " +
@@ -27,10 +27,10 @@ Settings::Settings(std::shared_ptr<const sm::Config> cfg, std::shared_ptr<asio::
     ehlo_reply_tls_ = head + "250-STARTTLS\r\n250 ENHANCEDSTATUSCODES\r\n";
 }
 
-Shared::Shared(const sm::Config& cfg, asio::ssl::context* tls)
+Shared::Shared(const smx::Config& cfg, asio::ssl::context* tls)
     // Not owned: the aliasing constructor with no owner.
     : settings_(std::make_shared<const Settings>(
-          std::shared_ptr<const sm::Config>(std::shared_ptr<void>(), &cfg),
+          std::shared_ptr<const smx::Config>(std::shared_ptr<void>(), &cfg),
           std::shared_ptr<asio::ssl::context>(std::shared_ptr<void>(), tls))) {}
 
 std::shared_ptr<const Settings> Shared::settings() const {
@@ -38,14 +38,14 @@ std::shared_ptr<const Settings> Shared::settings() const {
     return settings_;
 }
 
-void Shared::reload(std::shared_ptr<const sm::Config> cfg,
+void Shared::reload(std::shared_ptr<const smx::Config> cfg,
                     std::shared_ptr<asio::ssl::context> tls) {
     auto next = std::make_shared<const Settings>(std::move(cfg), std::move(tls));
     std::lock_guard lk(mu_);
     settings_ = std::move(next);
 }
 
-void Shared::limit_process(unsigned own_max, sm::SessionCounts* counts, unsigned slot) {
+void Shared::limit_process(unsigned own_max, smx::SessionCounts* counts, unsigned slot) {
     std::lock_guard lk(mu_);
     own_max_ = own_max;
     counts_ = counts;
@@ -88,14 +88,14 @@ std::size_t Shared::sessions() const {
 }
 
 Server::Server(asio::any_io_executor ex, std::shared_ptr<Shared> shared, QmgrClient& qmgr,
-               CdbStore& cdb, unsigned loops)
-    : ex_(std::move(ex)), shared_(std::move(shared)), qmgr_(qmgr), cdb_(cdb),
-      segment_(cdb.segment_for().count() > 0
-                   ? std::make_shared<SegmentWriter>(ex_, cdb.content_dir(), cdb.sync_names(),
-                                                     cdb.segment_for())
+               ContentStore& store, unsigned loops)
+    : ex_(std::move(ex)), shared_(std::move(shared)), qmgr_(qmgr), store_(store),
+      segment_(store.segment_for().count() > 0
+                   ? std::make_shared<SegmentWriter>(ex_, store.content_dir(), store.sync_names(),
+                                                     store.segment_for())
                    : nullptr),
       loops_(loops) {
-    if (loops_ == 0) sm::panic("smtps: a Server of 0 event loops");
+    if (loops_ == 0) smx::panic("smtps: a Server of 0 event loops");
 }
 
 void Server::listen(tcp::acceptor acceptor) {
@@ -106,7 +106,7 @@ void Server::listen(tcp::acceptor acceptor) {
     acceptor.set_option(tcp::no_delay(true), ec);
     if (ec) spdlog::warn("cannot set TCP_NODELAY on a listener: {}", ec.message());
     acceptors_.push_back(std::move(acceptor));
-    asio::co_spawn(ex_, accept_loop(acceptors_.back()), sm::crash_on_exception("smtps accept"));
+    asio::co_spawn(ex_, accept_loop(acceptors_.back()), smx::crash_on_exception("smtps accept"));
 }
 
 void Server::stop_accepting() {
@@ -116,7 +116,7 @@ void Server::stop_accepting() {
 
 asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
     // server.hostname needs a restart: this reply is made once.
-    sm::AcceptGuard guard("smtp", "421 4.3.2 " + settings()->server().hostname +
+    smx::AcceptGuard guard("smtp", "421 4.3.2 " + settings()->server().hostname +
                                       " Error: too many open files, try again later\r\n");
     for (;;) {
         tcp::endpoint peer;
@@ -129,14 +129,14 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
         const bool trusted = settings->policy.trusted_client(ip);
         std::string refusal = shared_->admit(ip, trusted);
         if (!refusal.empty()) {
-            rejections_->add(sm::Rejection::too_many_connections, 421);
+            rejections_->add(smx::Rejection::too_many_connections, 421);
             spdlog::info("NOQUEUE: reject: CONNECT from unknown[{}]: {}; proto=SMTP", ip,
                          std::string_view(refusal).substr(0, refusal.size() - 2));
             asio::co_spawn(ex_, [s = std::move(sock), refusal = std::move(refusal),
                                  t = settings->server().command_timeout]() mutable
                                     -> asio::awaitable<void> {
-                co_await sm::smtp::write_all(s, refusal, t);
-            }, sm::crash_on_exception("smtps refusal"));
+                co_await smx::smtp::write_all(s, refusal, t);
+            }, smx::crash_on_exception("smtps refusal"));
             continue;
         }
         asio::co_spawn(ex_, [this, s = std::move(sock), ip = std::move(ip),
@@ -154,19 +154,19 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
             } slot{shared_, ip, !trusted, sessions_};
             ++*sessions_;
             co_await run_session(*this, std::move(s), ip, trusted);
-        }, sm::crash_on_exception("smtps session"));
+        }, smx::crash_on_exception("smtps session"));
     }
 }
 
 void Server::start_load_reports(unsigned loop) {
-    asio::co_spawn(ex_, report_load(loop), sm::crash_on_exception("smtps load report"));
+    asio::co_spawn(ex_, report_load(loop), smx::crash_on_exception("smtps load report"));
 }
 
 asio::awaitable<void> Server::report_load(unsigned loop) {
-    std::optional<sm::msg::SmtpsLoad> sent;
+    std::optional<smx::msg::SmtpsLoad> sent;
     asio::steady_timer timer(ex_);
     while (qmgr_.connected()) {
-        sm::msg::SmtpsLoad now{loop, *sessions_, gate_->open(), gate_->waiting(),
+        smx::msg::SmtpsLoad now{loop, *sessions_, gate_->open(), gate_->waiting(),
                                rejections_->take()};
         if (now != sent || !now.rejected.empty()) {
             qmgr_.report(now);
@@ -174,8 +174,8 @@ asio::awaitable<void> Server::report_load(unsigned loop) {
             sent = now;
         }
         timer.expires_after(std::chrono::seconds(1));
-        co_await timer.async_wait(sm::await_tuple);
+        co_await timer.async_wait(smx::await_tuple);
     }
 }
 
-} // namespace smtps
+} // namespace smx::smtps

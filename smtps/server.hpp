@@ -4,13 +4,13 @@
 // per connection on its own io thread.
 #pragma once
 
-#include "cdb_writer.hpp"
-#include "config.hpp"
-#include "policy.hpp"
-#include "qmgr_client.hpp"
-#include "rejections.hpp"
-#include "session_counts.hpp"
-#include "transaction_gate.hpp"
+#include "libsm/config.hpp"
+#include "libsm/rejections.hpp"
+#include "libsm/session_counts.hpp"
+#include "smtps/content_writer.hpp"
+#include "smtps/policy.hpp"
+#include "smtps/qmgr_client.hpp"
+#include "smtps/transaction_gate.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl/context.hpp>
@@ -21,7 +21,7 @@
 #include <string>
 #include <unordered_map>
 
-namespace smtps {
+namespace smx::smtps {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
@@ -29,21 +29,21 @@ using tcp = asio::ip::tcp;
 // What the sessions share and a reload replaces as a whole: a session keeps
 // the Settings it started with until it ends.
 struct Settings {
-    // tls: the STARTTLS context (sm::tls::server_context; one per config, so
+    // tls: the STARTTLS context (smx::tls::server_context; one per config, so
     // its session cache and ticket keys are shared); null when
     // server.tls_security_level is none.
-    Settings(std::shared_ptr<const sm::Config> cfg, std::shared_ptr<asio::ssl::context> tls);
+    Settings(std::shared_ptr<const smx::Config> cfg, std::shared_ptr<asio::ssl::context> tls);
     Settings(const Settings&) = delete;
     Settings& operator=(const Settings&) = delete;
 
-    const std::shared_ptr<const sm::Config> config;
+    const std::shared_ptr<const smx::Config> config;
     const RelayPolicy policy;
     const std::shared_ptr<asio::ssl::context> tls;
     // The EHLO reply; with STARTTLS in it when offer_tls and TLS is configured.
     const std::string& ehlo_reply(bool offer_tls) const {
         return offer_tls && tls ? ehlo_reply_tls_ : ehlo_reply_;
     }
-    const sm::ServerConfig& server() const { return config->server; }
+    const smx::ServerConfig& server() const { return config->server; }
 
 private:
     std::string ehlo_reply_, ehlo_reply_tls_;
@@ -57,18 +57,18 @@ class Shared {
 public:
     // cfg and tls are the start's and not owned: they must outlive this (a
     // reload replaces them with ones the Settings own).
-    Shared(const sm::Config& cfg, asio::ssl::context* tls);
+    Shared(const smx::Config& cfg, asio::ssl::context* tls);
 
     // The current Settings; a new session takes them once.
     std::shared_ptr<const Settings> settings() const;
     // New sessions get cfg (relay networks and domains, limits, timeouts)
     // and tls (a new certificate); running ones finish with what they have.
-    void reload(std::shared_ptr<const sm::Config> cfg, std::shared_ptr<asio::ssl::context> tls);
+    void reload(std::shared_ptr<const smx::Config> cfg, std::shared_ptr<asio::ssl::context> tls);
 
     // Once, before the first session: the sessions this process's
     // descriptors allow, and, as one of several smx-smtps processes, the
     // shared counts (its slot) that max_connections holds for together.
-    void limit_process(unsigned own_max, sm::SessionCounts* counts, unsigned slot);
+    void limit_process(unsigned own_max, smx::SessionCounts* counts, unsigned slot);
 
     // Empty when a connection from ip is within the limits (it is then
     // counted until release), else the 421 reply.
@@ -98,7 +98,7 @@ private:
     std::shared_ptr<const Settings> settings_;
     std::size_t sessions_ = 0;
     unsigned own_max_ = ~0u;
-    sm::SessionCounts* counts_ = nullptr;  // several processes: ours is counts_[slot_]
+    smx::SessionCounts* counts_ = nullptr;  // several processes: ours is counts_[slot_]
     unsigned slot_ = 0;
     std::unordered_map<std::string, unsigned> per_client_;
     std::atomic<std::size_t> committing_{0};
@@ -111,7 +111,7 @@ public:
     // its coroutine is destroyed with the io_context at exit. loops: how
     // many Servers (event loops) share server.max_transactions.
     Server(asio::any_io_executor ex, std::shared_ptr<Shared> shared, QmgrClient& qmgr,
-           CdbStore& cdb, unsigned loops);
+           ContentStore& store, unsigned loops);
 
     // Serves an already listening socket.
     void listen(tcp::acceptor acceptor);
@@ -125,17 +125,17 @@ public:
     // second, while the QMGR link is up.
     void start_load_reports(unsigned loop);
     // This loop's refusals not yet reported (sessions hold it: shared).
-    const std::shared_ptr<sm::RejectionCounts>& rejections() const { return rejections_; }
+    const std::shared_ptr<smx::RejectionCounts>& rejections() const { return rejections_; }
 
     std::shared_ptr<const Settings> settings() const { return shared_->settings(); }
     Shared& shared() { return *shared_; }
     QmgrClient& qmgr() { return qmgr_; }
-    CdbStore& cdb() { return cdb_; }
+    ContentStore& store() { return store_; }
     // This loop's content segment (null with queue.content_segments off).
     const std::shared_ptr<SegmentWriter>& segment() const { return segment_; }
     const std::shared_ptr<TransactionGate>& gate() { return gate_; }
     // This loop's share of max_transactions (0: no limit).
-    std::size_t transaction_limit(const sm::ServerConfig& cfg) const {
+    std::size_t transaction_limit(const smx::ServerConfig& cfg) const {
         return (cfg.max_transactions + loops_ - 1) / loops_;
     }
 
@@ -146,7 +146,7 @@ private:
     asio::any_io_executor ex_;
     std::shared_ptr<Shared> shared_;
     QmgrClient& qmgr_;
-    CdbStore& cdb_;
+    ContentStore& store_;
     const std::shared_ptr<SegmentWriter> segment_;
     const unsigned loops_;
     const std::shared_ptr<TransactionGate> gate_ = std::make_shared<TransactionGate>();
@@ -155,11 +155,11 @@ private:
     // This loop's sessions; shared, as a session's coroutine may outlive
     // the Server at exit.
     const std::shared_ptr<std::size_t> sessions_ = std::make_shared<std::size_t>(0);
-    const std::shared_ptr<sm::RejectionCounts> rejections_ =
-        std::make_shared<sm::RejectionCounts>();
+    const std::shared_ptr<smx::RejectionCounts> rejections_ =
+        std::make_shared<smx::RejectionCounts>();
 };
 
 // The printable client address: v4-mapped IPv6 is shown as IPv4.
 std::string client_ip(const tcp::endpoint& ep);
 
-} // namespace smtps
+} // namespace smx::smtps

@@ -1,17 +1,17 @@
-#include "session.hpp"
+#include "smtps/session.hpp"
 
-#include "command.hpp"
-#include "content.hpp"
-#include "dsn_params.hpp"
-#include "ids.hpp"
-#include "log.hpp"
-#include "messages.hpp"
-#include "policy.hpp"
-#include "server.hpp"
-#include "session_log.hpp"
-#include "smtp_io.hpp"
-#include "smtp_stream.hpp"
-#include "tls.hpp"
+#include "libsm/dsn_params.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/log.hpp"
+#include "libsm/messages.hpp"
+#include "libsm/smtp_io.hpp"
+#include "libsm/smtp_stream.hpp"
+#include "libsm/tls.hpp"
+#include "smtps/command.hpp"
+#include "smtps/content.hpp"
+#include "smtps/policy.hpp"
+#include "smtps/server.hpp"
+#include "smtps/session_log.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -21,11 +21,11 @@
 #include <memory>
 #include <unordered_set>
 
-namespace smtps {
+namespace smx::smtps {
 namespace {
 
-using sm::smtp::Line;
-using sm::smtp::ReadStatus;
+using smx::smtp::Line;
+using smx::smtp::ReadStatus;
 
 // DATA is read in chunks of this size: lines of any length pass through.
 constexpr std::size_t data_chunk = 64 * 1024;
@@ -47,7 +47,7 @@ struct DataOutcome {
 // read also has data_timeout.
 class DataClock {
 public:
-    explicit DataClock(const sm::ServerConfig& cfg) : cfg_(cfg) {}
+    explicit DataClock(const smx::ServerConfig& cfg) : cfg_(cfg) {}
     void received(std::size_t n) { received_ += n; }
     std::chrono::steady_clock::duration left() const {
         using std::chrono::steady_clock;
@@ -59,17 +59,17 @@ public:
     }
 
 private:
-    const sm::ServerConfig& cfg_;
+    const smx::ServerConfig& cfg_;
     const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
     std::uint64_t received_ = 0;
 };
 
 // A BDAT transaction under way: the content so far, across commands.
 struct Chunking {
-    Chunking(CdbStore& store, const std::string& ta_id, std::shared_ptr<SegmentWriter> segment,
+    Chunking(ContentStore& store, const std::string& ta_id, std::shared_ptr<SegmentWriter> segment,
              bool normalize, std::uint64_t max)
         : w(store, ta_id, std::move(segment)), content(normalize, max) {}
-    CdbWriter w;
+    ContentWriter w;
     BdatContent content;
     std::uint64_t header_size = 0;
 };
@@ -79,7 +79,7 @@ public:
     Session(Server& srv, asio::ip::tcp::socket sock, std::string ip, bool trusted)
         : srv_(srv), settings_(srv.settings()), cfg_(settings_->server()),
           stream_(std::move(sock)),
-          reader_(stream_, cfg_.max_line_length + sm::dsn::rcpt_line_extra),
+          reader_(stream_, cfg_.max_line_length + smx::dsn::rcpt_line_extra),
           ip_(std::move(ip)), log_(ip_, srv.rejections()), trusted_(trusted) {}
 
     asio::awaitable<void> run();
@@ -94,13 +94,13 @@ private:
     }
     // A command refused as wrong (unknown, bad syntax, out of order):
     // logged, and it counts towards max_errors.
-    void error(sm::Rejection why, std::string_view r) {
+    void error(smx::Rejection why, std::string_view r) {
         log_.error(why, r, details());
         reply(r);
         count_error();
     }
     // A recipient, message or limit refused (to: the recipient refused).
-    void reject(sm::Rejection why, std::string_view r, std::string_view to = {}) {
+    void reject(smx::Rejection why, std::string_view r, std::string_view to = {}) {
         log_.reject(why, r, details(to));
         reply(r);
     }
@@ -142,12 +142,12 @@ private:
     // server.tls_security_level = encrypt and no TLS yet: refuses the command.
     bool needs_tls() {
         if (!tls_required()) return false;
-        reject(sm::Rejection::tls_required, tls_required_reply);
+        reject(smx::Rejection::tls_required, tls_required_reply);
         count_error();
         return true;
     }
     bool tls_required() const {
-        return cfg_.tls_security_level == sm::TlsLevel::encrypt && !stream_.tls();
+        return cfg_.tls_security_level == smx::TlsLevel::encrypt && !stream_.tls();
     }
     static constexpr std::string_view tls_required_reply =
         "530 5.7.0 Must issue a STARTTLS command first";
@@ -162,12 +162,12 @@ private:
     void mail(std::string_view arg);
     void rcpt(std::string_view arg);
     asio::awaitable<bool> data(std::string_view arg);
-    asio::awaitable<DataOutcome> read_content(CdbWriter& w);
+    asio::awaitable<DataOutcome> read_content(ContentWriter& w);
     // BDAT: false when the connection must close (timeout, lost client).
     asio::awaitable<bool> bdat(std::string_view arg);
     // Why a BDAT chunk is refused; nullopt when it is taken.
     struct Refusal {
-        sm::Rejection why;
+        smx::Rejection why;
         std::string_view reply;
     };
     std::optional<Refusal> bdat_refusal();
@@ -175,8 +175,8 @@ private:
     // is refused (and the refusal logged and replied).
     bool content_accepted(const Content& c);
     // message_id: the Message-ID header's value, or empty.
-    asio::awaitable<void> queue(CdbWriter& w, const std::string& message_id);
-    asio::awaitable<std::string> commit(CdbWriter& w, const std::string& message_id);
+    asio::awaitable<void> queue(ContentWriter& w, const std::string& message_id);
+    asio::awaitable<std::string> commit(ContentWriter& w, const std::string& message_id);
     void reset() {
         in_mail_ = false;
         smtputf8_ = false;
@@ -202,9 +202,9 @@ private:
     Server& srv_;
     // The config this session started with: a reload does not change it.
     const std::shared_ptr<const Settings> settings_;
-    const sm::ServerConfig& cfg_;
-    sm::smtp::Stream stream_;
-    sm::smtp::LineReader<sm::smtp::Stream> reader_;
+    const smx::ServerConfig& cfg_;
+    smx::smtp::Stream stream_;
+    smx::smtp::LineReader<smx::smtp::Stream> reader_;
     std::string ip_;
     SessionLog log_;
     bool trusted_;
@@ -218,7 +218,7 @@ private:
     std::string sender_;
     bool have_sender_ = false;  // sender_ is a MAIL's (taken or being refused)
     std::string mail_params_;
-    std::vector<sm::msg::Recipient> rcpts_;
+    std::vector<smx::msg::Recipient> rcpts_;
     std::unordered_set<std::string> rcpt_keys_;  // local part + lower-case domain, of rcpts_
     std::size_t envelope_size_ = 0;  // what rcpts_ add to the TA_COMMIT
     std::unique_ptr<Chunking> chunking_;  // after the first BDAT of a transaction
@@ -233,7 +233,7 @@ Session::Sent Session::write_now() {
     // Replies nearly always fit in the socket buffer: write_all's first
     // step, without a coroutine frame (7 replies a message).
     std::string_view rest(out_);
-    if (!sm::smtp::try_write(stream_, rest)) {
+    if (!smx::smtp::try_write(stream_, rest)) {
         out_.clear();
         return Sent::failed;
     }
@@ -244,7 +244,7 @@ Session::Sent Session::write_now() {
 asio::awaitable<bool> Session::flush() {
     const Sent sent = write_now();
     bool ok = sent != Sent::failed;
-    if (sent == Sent::rest) ok = co_await sm::smtp::write_all(stream_, out_, cfg_.command_timeout);
+    if (sent == Sent::rest) ok = co_await smx::smtp::write_all(stream_, out_, cfg_.command_timeout);
     out_.clear();
     co_return ok;
 }
@@ -297,14 +297,14 @@ asio::awaitable<void> Session::run() {
                 if (st == ReadStatus::timeout) timeout_reply();
                 break;
             }
-            error(sm::Rejection::bad_command, "500 5.5.2 Error: line too long");
+            error(smx::Rejection::bad_command, "500 5.5.2 Error: line too long");
             continue;
         }
-        const std::size_t extra = verb == Verb::rcpt   ? sm::dsn::rcpt_line_extra
-                                  : verb == Verb::mail ? sm::dsn::mail_line_extra
+        const std::size_t extra = verb == Verb::rcpt   ? smx::dsn::rcpt_line_extra
+                                  : verb == Verb::mail ? smx::dsn::mail_line_extra
                                                        : 0;
         if (l.text.size() > cfg_.max_line_length + extra) {
-            error(sm::Rejection::bad_command, "500 5.5.2 Error: line too long");
+            error(smx::Rejection::bad_command, "500 5.5.2 Error: line too long");
             continue;
         }
         switch (verb) {
@@ -348,7 +348,7 @@ asio::awaitable<void> Session::run() {
             closing_ = quit_ = true;
             break;
         case Verb::unknown:
-            error(sm::Rejection::bad_command, "500 5.5.2 Error: command not recognized");
+            error(smx::Rejection::bad_command, "500 5.5.2 Error: command not recognized");
             break;
         }
     }
@@ -376,7 +376,7 @@ void Session::helo(std::string_view arg, bool esmtp) {
         return c > ' ' && c < 127;  // it goes into the Received: header
     });
     if (arg.empty() || !printable) {
-        error(sm::Rejection::bad_syntax,
+        error(smx::Rejection::bad_syntax,
               esmtp ? "501 5.5.4 Syntax: EHLO hostname" : "501 5.5.4 Syntax: HELO hostname");
         return;
     }
@@ -391,15 +391,15 @@ void Session::helo(std::string_view arg, bool esmtp) {
 
 asio::awaitable<bool> Session::starttls(std::string_view arg) {
     if (!settings_->tls) {
-        error(sm::Rejection::bad_command, "502 5.5.1 Error: command not implemented");
+        error(smx::Rejection::bad_command, "502 5.5.1 Error: command not implemented");
         co_return true;
     }
     if (!arg.empty()) {
-        error(sm::Rejection::bad_syntax, "501 5.5.4 Syntax: STARTTLS");
+        error(smx::Rejection::bad_syntax, "501 5.5.4 Syntax: STARTTLS");
         co_return true;
     }
     if (stream_.tls()) {
-        error(sm::Rejection::bad_sequence, "503 5.5.1 Error: TLS already active");
+        error(smx::Rejection::bad_sequence, "503 5.5.1 Error: TLS already active");
         co_return true;
     }
     // Whatever the client sent after STARTTLS, before it saw our 220, is
@@ -417,7 +417,7 @@ asio::awaitable<bool> Session::starttls(std::string_view arg) {
                      srv_.shared().tls_handshake_failed());
         co_return false;
     }
-    tls_info_ = sm::tls::describe(stream_.ssl());
+    tls_info_ = smx::tls::describe(stream_.ssl());
     spdlog::info("Anonymous TLS connection established from {}: {}", client(), tls_info_);
     // RFC 3207 4.2: the session starts over; the client must say EHLO again.
     reset();
@@ -427,7 +427,7 @@ asio::awaitable<bool> Session::starttls(std::string_view arg) {
 }
 
 void Session::mail(std::string_view arg) {
-    using sm::Rejection;
+    using smx::Rejection;
     if (needs_tls()) return;
     if (helo_.empty())
         return error(Rejection::bad_sequence, "503 5.5.1 Error: send HELO/EHLO first");
@@ -458,24 +458,24 @@ void Session::mail(std::string_view arg) {
         } else if (iequals(kv, "BODY=8BITMIME") || iequals(kv, "BODY=7BIT")) {
         } else if (iequals(kv, "SMTPUTF8")) {
             utf8 = true;
-        } else if (sm::dsn::is_mail_param(kv)) {
+        } else if (smx::dsn::is_mail_param(kv)) {
             // RET and ENVID: checked together below.
         } else {
-            return error(Rejection::bad_syntax, sm::dsn::unsupported_option(kv));
+            return error(Rejection::bad_syntax, smx::dsn::unsupported_option(kv));
         }
     }
-    if (auto e = sm::dsn::check_params(p->params, false); !e.empty())
+    if (auto e = smx::dsn::check_params(p->params, false); !e.empty())
         return error(Rejection::bad_syntax, e);
-    if (sm::smtp::has_8bit(p->addr) && !utf8)
+    if (smx::smtp::has_8bit(p->addr) && !utf8)
         return error(Rejection::bad_syntax, utf8_required_reply);
     if (!valid_address(p->addr, true, utf8))
         return error(Rejection::bad_syntax, "501 5.1.7 Bad sender address syntax");
     // The free space of the content file system is below min_free_space.
-    if (!srv_.cdb().has_room(size))
+    if (!srv_.store().has_room(size))
         return reject(Rejection::insufficient_storage, "452 4.3.1 Insufficient system storage");
     in_mail_ = true;
     smtputf8_ = utf8;
-    ta_id_ = sm::new_ta_id();
+    ta_id_ = smx::new_ta_id();
     mail_params_.assign(p->params);
     reply("250 2.1.0 Ok");
 }
@@ -495,23 +495,23 @@ asio::awaitable<void> Session::wait_for_place() {
 }
 
 void Session::rcpt(std::string_view arg) {
-    using sm::Rejection;
+    using smx::Rejection;
     if (needs_tls()) return;
     if (!in_mail_) return error(Rejection::bad_sequence, "503 5.5.1 Error: need MAIL command");
     const auto p = parse_path(arg, "TO:");
     if (!p || p->addr.empty())
         return error(Rejection::bad_syntax, "501 5.5.4 Syntax: RCPT TO:<address>");
-    if (sm::smtp::has_8bit(p->addr) && !smtputf8_)
+    if (smx::smtp::has_8bit(p->addr) && !smtputf8_)
         return error(Rejection::bad_syntax, utf8_required_reply);
     if (!valid_address(p->addr, false, smtputf8_))
         return error(Rejection::bad_syntax, "501 5.1.3 Bad recipient address syntax");
     // NOTIFY and ORCPT (RFC 3461) only; kept as received for QMGR and SMTPC.
-    if (auto e = sm::dsn::check_params(p->params, true); !e.empty())
+    if (auto e = smx::dsn::check_params(p->params, true); !e.empty())
         return error(Rejection::bad_syntax, e);
     // A recipient named twice gets one copy (postfix's duplicate filter):
     // the same local part, the domain in any case.
     // A set, not a scan of rcpts_: a client may send RCPTs without end.
-    std::string key = sm::address_key(p->addr);
+    std::string key = smx::address_key(p->addr);
     if (rcpt_keys_.contains(key)) {
         spdlog::info("{}: duplicate recipient <{}> stored once", ta_id_, p->addr);
         return reply("250 2.1.5 Ok");
@@ -519,15 +519,15 @@ void Session::rcpt(std::string_view arg) {
     if (rcpts_.size() >= cfg_.max_recipients)
         return reject(Rejection::too_many_recipients, "452 4.5.3 Error: too many recipients",
                       p->addr);
-    const std::size_t grows = p->addr.size() + p->params.size() + sm::msg::rcpt_overhead;
+    const std::size_t grows = p->addr.size() + p->params.size() + smx::msg::rcpt_overhead;
     if (envelope_size_ + sender_.size() + mail_params_.size() + helo_.size() + grows >
-        sm::msg::max_envelope)
+        smx::msg::max_envelope)
         return reject(Rejection::too_many_recipients,
                       "452 4.5.3 Error: too many recipients (envelope too large)", p->addr);
     // Untrusted clients may not route through us in the local part
     // ("u@evil"@relay, u%evil@relay, evil!u@relay), as postfix refuses.
     const bool routed = !trusted_ && !cfg_.allow_untrusted_routing && routes_in_local_part(p->addr);
-    if (routed || (!trusted_ && !settings_->policy.relay_domain(sm::domain_part(p->addr)))) {
+    if (routed || (!trusted_ && !settings_->policy.relay_domain(smx::domain_part(p->addr)))) {
         reject(Rejection::relay_denied,
                "554 5.7.1 <" + std::string(p->addr) + ">: Relay access denied", p->addr);
         return count_error();
@@ -565,14 +565,14 @@ std::string Session::received_header() const {
     } else {
         h += ";\r\n\t";
     }
-    h += sm::rfc5322_date(sm::now_us());
+    h += smx::rfc5322_date(smx::now_us());
     h += "\r\n";
     return h;
 }
 
 // Returns false when the connection must close (timeout, lost client).
 asio::awaitable<bool> Session::data(std::string_view arg) {
-    using sm::Rejection;
+    using smx::Rejection;
     if (needs_tls()) co_return true;
     if (!in_mail_) {
         error(Rejection::bad_sequence, "503 5.5.1 Error: need MAIL command");
@@ -597,12 +597,12 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
         co_return true;
     }
     reply("354 End data with <CR><LF>.<CR><LF>");
-    CdbWriter w(srv_.cdb(), ta_id_, srv_.segment());
+    ContentWriter w(srv_.store(), ta_id_, srv_.segment());
     w.append(received_header());
     const std::uint64_t header_size = w.size();
     reader_.set_max_line(data_chunk);
     const DataOutcome d = co_await read_content(w);
-    reader_.set_max_line(cfg_.max_line_length + sm::dsn::rcpt_line_extra);
+    reader_.set_max_line(cfg_.max_line_length + smx::dsn::rcpt_line_extra);
     if (d.status != ReadStatus::ok) {
         if (d.status == ReadStatus::timeout) timeout_reply(w.size() - header_size);
         else log_.lost(w.size() - header_size);
@@ -616,7 +616,7 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
     co_return true;
 }
 
-asio::awaitable<DataOutcome> Session::read_content(CdbWriter& w) {
+asio::awaitable<DataOutcome> Session::read_content(ContentWriter& w) {
     DataOutcome d;
     DataClock clock(cfg_);  // one bound for the whole DATA phase
     ContentReader reader(!cfg_.reject_bare_lf, cfg_.max_message_size);
@@ -640,12 +640,12 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
     const auto b = parse_bdat(arg);
     if (!b) {
         // The chunk's length is unknown: what follows is read as commands.
-        error(sm::Rejection::bad_syntax, "501 5.5.4 Syntax: BDAT count [LAST]");
+        error(smx::Rejection::bad_syntax, "501 5.5.4 Syntax: BDAT count [LAST]");
         co_return true;
     }
     const std::optional<Refusal> refused = bdat_refusal();
     if (!refused && !chunking_) {
-        chunking_ = std::make_unique<Chunking>(srv_.cdb(), ta_id_, srv_.segment(), !cfg_.reject_bare_lf,
+        chunking_ = std::make_unique<Chunking>(srv_.store(), ta_id_, srv_.segment(), !cfg_.reject_bare_lf,
                                                cfg_.max_message_size);
         chunking_->w.append(received_header());
         chunking_->header_size = chunking_->w.size();
@@ -666,10 +666,10 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
             chunking_->content.feed(l.text, [this](std::string_view x) { chunking_->w.append(x); });
     }
     if (refused) {
-        if (refused->why == sm::Rejection::queue_unavailable) {
+        if (refused->why == smx::Rejection::queue_unavailable) {
             reject(refused->why, refused->reply, rcpts_.front().addr);
             reset();
-        } else if (refused->why == sm::Rejection::tls_required) {
+        } else if (refused->why == smx::Rejection::tls_required) {
             reject(refused->why, refused->reply);
             count_error();
         } else {
@@ -694,7 +694,7 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
 }
 
 std::optional<Session::Refusal> Session::bdat_refusal() {
-    using sm::Rejection;
+    using smx::Rejection;
     if (tls_required()) return Refusal{Rejection::tls_required, tls_required_reply};
     if (!in_mail_) return Refusal{Rejection::bad_sequence, "503 5.5.1 Error: need MAIL command"};
     if (rcpts_.empty())
@@ -705,7 +705,7 @@ std::optional<Session::Refusal> Session::bdat_refusal() {
 }
 
 bool Session::content_accepted(const Content& c) {
-    using sm::Rejection;
+    using smx::Rejection;
     const std::string& to = rcpts_.front().addr;
     if (c.too_big) {
         reject(Rejection::message_too_big, "552 5.3.4 Error: message file too big", to);
@@ -720,18 +720,18 @@ bool Session::content_accepted(const Content& c) {
     return false;
 }
 
-asio::awaitable<void> Session::queue(CdbWriter& w, const std::string& message_id) {
+asio::awaitable<void> Session::queue(ContentWriter& w, const std::string& message_id) {
     Shared::CommitGuard guard(srv_.shared());
     reply(co_await commit(w, message_id));
     // The reply is out before the guard releases a shutdown waiting for it.
     if (write_now() == Sent::rest) co_await flush();
 }
 
-asio::awaitable<std::string> Session::commit(CdbWriter& w, const std::string& message_id) {
-    using sm::Rejection;
+asio::awaitable<std::string> Session::commit(ContentWriter& w, const std::string& message_id) {
+    using smx::Rejection;
     // Arrival is the end of DATA: QMGR's ack latency histogram measures
     // from here, so it covers the content file's write (and fsync) too.
-    const std::uint64_t arrival_us = sm::now_us();
+    const std::uint64_t arrival_us = smx::now_us();
     // The envelope moves into the commit below; a refusal still names it.
     const std::string detail = details(rcpts_.front().addr);
     if (const int err = co_await w.commit(); err != 0) {
@@ -747,9 +747,9 @@ asio::awaitable<std::string> Session::commit(CdbWriter& w, const std::string& me
                     r, detail);
         co_return r;
     }
-    sm::log_as(sm::LogAs::cleanup)
+    smx::log_as(smx::LogAs::cleanup)
         .info("{}: message-id={}", ta_id_, message_id.empty() ? "<>" : message_id);
-    sm::msg::TaCommit ta;
+    smx::msg::TaCommit ta;
     ta.ta_id = ta_id_;
     ta.client_addr = ip_;
     ta.client_name = "unknown";
@@ -759,7 +759,7 @@ asio::awaitable<std::string> Session::commit(CdbWriter& w, const std::string& me
     ta.sender = std::move(sender_);
     ta.params = std::move(mail_params_);
     ta.rcpts = std::move(rcpts_);
-    ta.cdb_id = w.cdb_id();
+    ta.content_id = w.content_id();
     ta.size = w.size();
     ta.arrival_us = arrival_us;
     const auto ack = co_await srv_.qmgr().commit(ta);
@@ -770,7 +770,7 @@ asio::awaitable<std::string> Session::commit(CdbWriter& w, const std::string& me
         log_.reject(Rejection::queue_unavailable, r, detail);
         co_return r;
     }
-    using sm::msg::AckStatus;
+    using smx::msg::AckStatus;
     if (ack->status == AckStatus::ok) {
         spdlog::info("{}: from=<{}>, size={}, nrcpt={} (queued)", ta_id_, ta.sender, w.size(),
                      ta.rcpts.size());
@@ -782,7 +782,7 @@ asio::awaitable<std::string> Session::commit(CdbWriter& w, const std::string& me
     const bool temp = ack->status == AckStatus::tempfail;
     // QMGR says 4.3.1 when its queue or disk is full: 452, as for ENOSPC here.
     std::string r = !temp ? "554 " : ack->text.starts_with("4.3.1") ? "452 " : "451 ";
-    if (sm::smtp::split_enhanced(ack->text).first.empty()) r += temp ? "4.3.0 " : "5.3.0 ";
+    if (smx::smtp::split_enhanced(ack->text).first.empty()) r += temp ? "4.3.0 " : "5.3.0 ";
     r += ack->text.empty() ? "Error: queue manager refused the message" : ack->text;
     log_.reject(r.starts_with("452") ? Rejection::insufficient_storage : Rejection::queue_refused,
                 r, detail);
@@ -797,4 +797,4 @@ asio::awaitable<void> run_session(Server& srv, asio::ip::tcp::socket sock, std::
     co_await s.run();
 }
 
-} // namespace smtps
+} // namespace smx::smtps

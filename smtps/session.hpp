@@ -5,11 +5,11 @@
 #include <boost/asio.hpp>
 #include <string>
 
-namespace smtps {
+namespace smx::smtps {
 
 class Server;
 
 boost::asio::awaitable<void> run_session(Server& srv, boost::asio::ip::tcp::socket sock,
                                          std::string ip, bool trusted);
 
-} // namespace smtps
+} // namespace smx::smtps

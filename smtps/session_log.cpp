@@ -1,8 +1,8 @@
-#include "session_log.hpp"
+#include "smtps/session_log.hpp"
 
 #include <spdlog/spdlog.h>
 
-namespace smtps {
+namespace smx::smtps {
 namespace {
 
 // The order of postfix's disconnect line.
@@ -23,7 +23,7 @@ unsigned reply_code(std::string_view reply) {
 
 } // namespace
 
-SessionLog::SessionLog(std::string ip, std::shared_ptr<sm::RejectionCounts> counts)
+SessionLog::SessionLog(std::string ip, std::shared_ptr<smx::RejectionCounts> counts)
     : client_("unknown[" + ip + "]"), counts_(std::move(counts)) {}
 
 void SessionLog::connected() const { spdlog::info("connect from {}", client_); }
@@ -41,15 +41,15 @@ void SessionLog::recipient_taken(const std::string& ta_id) {
     spdlog::info("{}: client={}", ta_id, client_);
 }
 
-void SessionLog::reject(sm::Rejection why, std::string_view reply, std::string_view details) {
+void SessionLog::reject(smx::Rejection why, std::string_view reply, std::string_view details) {
     refused("reject", why, reply, details);
 }
 
-void SessionLog::error(sm::Rejection why, std::string_view reply, std::string_view details) {
+void SessionLog::error(smx::Rejection why, std::string_view reply, std::string_view details) {
     refused("error", why, reply, details);
 }
 
-void SessionLog::refused(std::string_view kind, sm::Rejection why, std::string_view reply,
+void SessionLog::refused(std::string_view kind, smx::Rejection why, std::string_view reply,
                          std::string_view details) {
     counts_->add(why, reply_code(reply));
     if (given_[index(current_)] && !current_failed_) {
@@ -60,7 +60,7 @@ void SessionLog::refused(std::string_view kind, sm::Rejection why, std::string_v
 }
 
 void SessionLog::too_many_errors() {
-    counts_->add(sm::Rejection::too_many_errors, 421);
+    counts_->add(smx::Rejection::too_many_errors, 421);
     spdlog::info("too many errors after {} from {}", where_, client_);
 }
 
@@ -71,7 +71,7 @@ std::string SessionLog::after(std::optional<std::uint64_t> bytes) const {
 }
 
 void SessionLog::timeout(std::optional<std::uint64_t> bytes) {
-    counts_->add(sm::Rejection::timeout, 421);
+    counts_->add(smx::Rejection::timeout, 421);
     spdlog::info("timeout after {} from {}", after(bytes), client_);
 }
 
@@ -95,4 +95,4 @@ void SessionLog::disconnected() const {
     spdlog::info("{}", line);
 }
 
-} // namespace smtps
+} // namespace smx::smtps

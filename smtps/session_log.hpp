@@ -15,19 +15,19 @@
 // and reply class for the metrics (libsm/rejections.hpp).
 #pragma once
 
-#include "command.hpp"
-#include "rejections.hpp"
+#include "libsm/rejections.hpp"
+#include "smtps/command.hpp"
 
 #include <array>
 #include <memory>
 #include <string>
 #include <string_view>
 
-namespace smtps {
+namespace smx::smtps {
 
 class SessionLog {
 public:
-    SessionLog(std::string ip, std::shared_ptr<sm::RejectionCounts> counts);
+    SessionLog(std::string ip, std::shared_ptr<smx::RejectionCounts> counts);
 
     // "unknown[addr]", as postfix names a client without a reverse name.
     const std::string& client() const { return client_; }
@@ -47,8 +47,8 @@ public:
 
     // A refusal: logged and counted, and the command counted as failed.
     // details: "from=<...> to=<...> proto=ESMTP helo=<...>", what is known.
-    void reject(sm::Rejection why, std::string_view reply, std::string_view details);
-    void error(sm::Rejection why, std::string_view reply, std::string_view details);
+    void reject(smx::Rejection why, std::string_view reply, std::string_view details);
+    void error(smx::Rejection why, std::string_view reply, std::string_view details);
     // The 421 that ends a session: logged as postfix does, and counted.
     void too_many_errors();
     // Timeout or lost connection; bytes: of the content read so far.
@@ -57,12 +57,12 @@ public:
     void disconnected() const;
 
 private:
-    void refused(std::string_view kind, sm::Rejection why, std::string_view reply,
+    void refused(std::string_view kind, smx::Rejection why, std::string_view reply,
                  std::string_view details);
     std::string after(std::optional<std::uint64_t> bytes) const;
 
     const std::string client_;
-    const std::shared_ptr<sm::RejectionCounts> counts_;
+    const std::shared_ptr<smx::RejectionCounts> counts_;
     std::string queue_id_ = "NOQUEUE";
     std::string_view where_ = "CONNECT";
     // Per verb: commands given, and refused.
@@ -71,4 +71,4 @@ private:
     bool current_failed_ = false;
 };
 
-} // namespace smtps
+} // namespace smx::smtps

@@ -1,11 +1,11 @@
-#include "transaction_gate.hpp"
+#include "smtps/transaction_gate.hpp"
 
-#include "await.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/panic.hpp"
 
 #include <spdlog/spdlog.h>
 
-namespace smtps {
+namespace smx::smtps {
 namespace {
 constexpr auto warn_every = std::chrono::seconds(60);
 } // namespace
@@ -28,7 +28,7 @@ asio::awaitable<TransactionGate::Slot> TransactionGate::enter(
             if (!granted) l.erase(it);
         }
     } unlink{waiters_, it, w.granted};
-    co_await timer.async_wait(sm::await_tuple);
+    co_await timer.async_wait(smx::await_tuple);
     // Granted: leave() passed its place on (open_ stays). Else the wait is
     // over and the transaction goes ahead over the limit.
     if (!w.granted) {
@@ -47,7 +47,7 @@ asio::awaitable<TransactionGate::Slot> TransactionGate::enter(
 }
 
 void TransactionGate::leave() {
-    if (open_ == 0) sm::panic("transaction gate: a transaction ended that was never open");
+    if (open_ == 0) smx::panic("transaction gate: a transaction ended that was never open");
     // Hand the place to the first waiter, while the limit still allows it
     // (open_ may be over it after overruns or a lowered limit).
     if (!waiters_.empty() && (limit_ == 0 || open_ <= limit_)) {
@@ -60,4 +60,4 @@ void TransactionGate::leave() {
     --open_;
 }
 
-} // namespace smtps
+} // namespace smx::smtps

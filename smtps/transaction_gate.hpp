@@ -13,7 +13,7 @@
 #include <list>
 #include <memory>
 
-namespace smtps {
+namespace smx::smtps {
 
 namespace asio = boost::asio;
 
@@ -71,4 +71,4 @@ private:
     std::chrono::steady_clock::time_point last_warn_{};
 };
 
-} // namespace smtps
+} // namespace smx::smtps

@@ -108,7 +108,7 @@ def smxs(op, path, *args):
     return r.stdout.strip()
 
 
-def cdb_path(content, ta_id):
+def content_path(content, ta_id):
     h = 2166136261
     for c in ta_id:
         h = ((h ^ ord(c)) * 16777619) & 0xFFFFFFFF
@@ -138,12 +138,12 @@ def field(tag, value):
     return struct.pack(">HI", tag, len(value)) + value
 
 
-def ta_commit(ta_id, cdb_id, size, rcpts, sender="s@client.test"):
+def ta_commit(ta_id, content_id, size, rcpts, sender="s@client.test"):
     body = (field(6, ta_id.encode()) + field(7, b"127.0.0.1") + field(8, b"localhost") +
             field(9, b"client.test") + field(10, sender.encode()) + field(11, b""))
     for r in rcpts:
         body += field(12, field(18, r.encode()) + field(11, b""))
-    body += (field(13, cdb_id.encode()) + field(14, struct.pack(">Q", size)) +
+    body += (field(13, content_id.encode()) + field(14, struct.pack(">Q", size)) +
              field(15, struct.pack(">Q", int(time.time() * 1e6))))
     return (struct.pack(">IHHQ", len(body), 10, 0, 7) + body).hex()
 
@@ -251,7 +251,7 @@ def test_a_swapped_content_file_is_never_read_through(lab):
     for kind in ids:
         wait_until(lambda: lab.deferred("%s@hold.test" % kind), 30, kind + " deferred")
     for kind, (op, *args) in kinds.items():
-        path = cdb_path(lab.content, ids[kind])
+        path = content_path(lab.content, ids[kind])
         assert os.stat(path).st_uid == pwd.getpwnam("smxs").pw_uid
         smxs(op, path, *args)
     os.unlink(lab.gate)
@@ -278,7 +278,7 @@ def test_a_bounce_never_returns_what_a_swapped_file_points_to(open_dir, accounts
     body = b"Subject: bounce me\r\n\r\n" + b"z" * BIG + b"\r\n"
     ta = lab.send("gone@hold.test", body, ["RET=FULL"])
     wait_until(lambda: lab.deferred("gone@hold.test"), 30, "deferred")
-    smxs("symlink", cdb_path(lab.content, ta), lab.markers["smxq"][0])
+    smxs("symlink", content_path(lab.content, ta), lab.markers["smxq"][0])
     time.sleep(2.5)  # past max_queue_lifetime: when due it would bounce
     lab.relay.smx("flush")
     wait_until(lambda: lab.quarantined(ta), 30, "the transaction quarantined")
@@ -335,16 +335,16 @@ def test_a_commit_of_its_own_names_only_its_own_content(lab):
     """TA_COMMITs written by hand on qmgr.sock as smxs."""
     sock = os.path.join(lab.relay.run_dir, "qmgr.sock")
 
-    def commit(ta_id, cdb_id, size, rcpts=("x@example.net",)):
+    def commit(ta_id, content_id, size, rcpts=("x@example.net",)):
         t0 = time.monotonic()
-        out = smxs("commit", sock, ta_commit(ta_id, cdb_id, size, list(rcpts)), PROTOCOL_VERSION)
+        out = smxs("commit", sock, ta_commit(ta_id, content_id, size, list(rcpts)), PROTOCOL_VERSION)
         status, _, text = out.partition(" ")
         return int(status), text, time.monotonic() - t0
 
     # A deferred message of another transaction (its file, or QMGR's copy).
     other = lab.send("other@hold.test", b"Subject: other\r\n\r\n" + b"o" * BIG + b"\r\n")
     wait_until(lambda: lab.deferred("other@hold.test"), 30, "deferred")
-    size = os.path.getsize(cdb_path(lab.content, other))
+    size = os.path.getsize(content_path(lab.content, other))
     status, text, _ = commit(new_id(), other, size)
     assert status == 2 and "content file of another transaction" in text, text
     # An id of the queue manager's own stream (its DSNs).
@@ -380,12 +380,12 @@ def test_a_commit_of_its_own_names_only_its_own_content(lab):
     smxs("fifo", os.path.join(lab.content, "segments", fifo_seg + ".seg"))
     status, text, took = commit(new_id(), "%s+0" % fifo_seg, 10)
     assert status == 1 and "a FIFO" in text and took < 15, (text, took)
-    smxs("fifo", cdb_path(lab.content, fifo_ta))
+    smxs("fifo", content_path(lab.content, fifo_ta))
     status, text, took = commit(fifo_ta, fifo_ta, 10)
     assert status == 1 and "a FIFO" in text and took < 15, (text, took)
     # A link to a file only smxc may read, under its own name.
     link_ta = new_id()
-    smxs("symlink", cdb_path(lab.content, link_ta), lab.markers["smxc"][0])
+    smxs("symlink", content_path(lab.content, link_ta), lab.markers["smxc"][0])
     status, text, _ = commit(link_ta, link_ta, os.path.getsize(lab.markers["smxc"][0]))
     assert status == 1 and "a symbolic link" in text, text
     lab.contained()
@@ -401,7 +401,7 @@ def test_a_planted_deferral_copy_stands_in_for_nothing(lab):
     msg = b"Subject: planted\r\n\r\nthe real message\r\n"
     smxs("create", os.path.join(lab.content, "segments", seg + ".seg"),
          segment_record(ta, msg).hex())
-    copy = cdb_path(lab.content, ta)
+    copy = content_path(lab.content, ta)
     smxs("create", copy, (b"X" * len(msg)).hex())
     smxs("symlink", copy + ".tmp", lab.markers["smxq"][0])
     secret_before = open(lab.markers["smxq"][0], "rb").read()

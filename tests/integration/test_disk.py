@@ -119,7 +119,7 @@ def pids(relay):
     return {name: sorted(relay.child_pids(name)) for name in CHILDREN}
 
 
-def cdb_state(relay):
+def content_state(relay):
     """Content files (not segments) and .tmp files."""
     files = content_files(os.path.join(relay.spool, "cdb"))
     return [f for f in files if not f.endswith(".tmp")], [f for f in files if f.endswith(".tmp")]
@@ -174,7 +174,7 @@ def test_disk_full_answers_452_and_stores_nothing_half(make_sink, held_sinks, ma
     wait_until(lambda: "No space left on device" in relay.log_text(), 10, "the ENOSPC line")
     # Nothing half-stored: one complete content per 250 (a content file, or
     # for the smaller messages a whole segment record), no temporary file.
-    files, tmps = cdb_state(relay)
+    files, tmps = content_state(relay)
     assert not tmps, tmps
     # (A record written whole whose envelope the full disk then refused
     # stays unnamed in its segment: SMTPS logged its 452.)
@@ -265,10 +265,10 @@ def test_active_queue_limit(make_sink, held_sinks, make_relay):
     # The refused content is gone again (a refused record stays unnamed in
     # its segment, which goes once nothing names it: the empty spool below).
     refused_ids = re.findall(r"([0-9A-F]{17}): TA_COMMIT deferred: queue full", relay.log_text())
-    stored = [os.path.basename(f) for f in cdb_state(relay)[0]]
+    stored = [os.path.basename(f) for f in content_state(relay)[0]]
     stored += list(segment_records(os.path.join(relay.spool, "cdb")))
     assert len(set(stored) - set(refused_ids)) == 5, stored
-    assert not set(refused_ids) & set(os.path.basename(f) for f in cdb_state(relay)[0])
+    assert not set(refused_ids) & set(os.path.basename(f) for f in content_state(relay)[0])
     assert relay.stats()["queue_size"] == 5
 
     release(sink)
@@ -307,7 +307,7 @@ def test_envelope_log_full_answers_452(tmpfs, mount_tmpfs, make_sink, make_disk_
     wait_until(lambda: "No space left on device" in relay.log_text()
                and "envelope log write failed" in relay.log_text(), 10, "the ENOSPC lines")
     # Nothing stays behind that could be delivered or swept up later.
-    assert cdb_state(relay) == ([], [])
+    assert content_state(relay) == ([], [])
     assert relay.stats()["queue_size"] == 0
 
     os.unlink(os.path.join(ibdb, "filler"))

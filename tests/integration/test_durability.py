@@ -106,7 +106,7 @@ def test_hold_release_delete(make_sink, make_relay):
     relay.smx("release", qid)
     relay.smx("delete", qid)
     wait_until(lambda: qid not in relay.smx("queue").stdout, 20, "the id to leave the queue")
-    wait_until(lambda: not relay.spool_files("cdb"), 20, "the CDB file to go")
+    wait_until(lambda: not relay.spool_files("cdb"), 20, "the content file to go")
     r = relay.smx("hold", "00000000000000000", check=False)
     assert r.returncode != 0 and "no such" in r.stderr.lower()
 
@@ -139,7 +139,7 @@ def test_crashes_lose_nothing_that_got_250(make_sink, make_relay):
     # delivered ones (QMGR killed between ta_done and the unlink). The sweep
     # moves them to quarantine once they are orphan_age (10 s here) old.
     left = len(relay.spool_files("cdb"))
-    wait_until(lambda: not relay.spool_files("cdb"), 60, "no CDB file left")
-    print("crash test: %d orphan CDB files swept into quarantine" % left)
+    wait_until(lambda: not relay.spool_files("cdb"), 60, "no content file left")
+    print("crash test: %d orphan content files swept into quarantine" % left)
     relay.stop()
     assert not relay.spool_files("ibdb")

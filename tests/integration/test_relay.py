@@ -64,7 +64,7 @@ def test_1000_messages_50_sessions_arrive_exactly_once(sink, make_relay):
         assert got_body == body, "message from %s not byte-exact" % sender
 
     # Once everything is delivered the queue is empty on disk too.
-    wait_until(lambda: not relay.spool_files("cdb"), 30, "CDB files to be removed")
+    wait_until(lambda: not relay.spool_files("cdb"), 30, "content files to be removed")
     stats = relay.stats()
     assert stats["received"] == n_msgs
     assert stats["delivered"] == sum(len(r) for _, r, _ in jobs)

@@ -37,7 +37,7 @@ def files_under(root):
 
 
 def hashed_path(content, ta_id):
-    """sm::cdb_path: <content>/XX/<id>, XX two hex digits of the id's FNV-1a hash."""
+    """smx::content::file_path: <content>/XX/<id>, XX two hex digits of the id's FNV-1a hash."""
     h = 2166136261
     for c in ta_id.encode():
         h = ((h ^ c) * 16777619) & 0xFFFFFFFF

@@ -1,6 +1,6 @@
 // DEFEDB against a real Berkeley DB environment in a temporary directory.
-#include "defedb.hpp"
-#include "defedb_record.hpp"
+#include "qmgr/defedb.hpp"
+#include "qmgr/defedb_record.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -40,10 +40,10 @@ std::string ta_id(unsigned n) {
     return buf;
 }
 
-sm::msg::TaCommit envelope(const std::string& id, unsigned nrcpt) {
-    sm::msg::TaCommit ta;
+smx::msg::TaCommit envelope(const std::string& id, unsigned nrcpt) {
+    smx::msg::TaCommit ta;
     ta.ta_id = id;
-    ta.cdb_id = id;
+    ta.content_id = id;
     ta.client_addr = "127.0.0.1";
     ta.client_name = "localhost";
     ta.helo = "client.example";
@@ -103,7 +103,7 @@ TEST_CASE("defedb: put, due order, update, remove") {
     CHECK(due[0].envelope.rcpts.size() == 1);
     REQUIRE(due[1].rcpts.size() == 1);
     CHECK(due[1].rcpts[0].idx == 2);
-    CHECK(due[1].rcpts[0].last_reply == sm::msg::Reply{451, "4.3.0", "try again later"});
+    CHECK(due[1].rcpts[0].last_reply == smx::msg::Reply{451, "4.3.0", "try again later"});
     CHECK(due[1].rcpts[0].last_relay == "mx.example.net[192.0.2.1]:25");
     CHECK(due[1].envelope.rcpts.size() == 3);
     CHECK(db.due(T, 1).size() == 1);
@@ -126,7 +126,7 @@ TEST_CASE("defedb: put, due order, update, remove") {
     CHECK(later[1].rcpts[1].attempts == 2);
     CHECK(later[1].rcpts[1].addr == "rcpt2@example.net");
     CHECK(later[1].rcpts[1].last_reply ==
-          sm::msg::Reply{451, "4.4.1", "connect to [127.0.0.1]:2600: Connection refused"});
+          smx::msg::Reply{451, "4.4.1", "connect to [127.0.0.1]:2600: Connection refused"});
     CHECK(later[1].rcpts[1].last_relay.empty());  // no server replied
 
     CHECK(db.remove(b.ta_id, 0));
@@ -433,14 +433,14 @@ TEST_CASE("defedb: a version 1 recipient record (last error as text) still decod
     CHECK(r->next_try_us == T + 60);
     CHECK(r->first_arrival_us == T - 600);
     CHECK(r->last_attempt_us == T - 60);
-    CHECK(r->last_reply == sm::msg::Reply{451, "4.3.0", "try again later"});
+    CHECK(r->last_reply == smx::msg::Reply{451, "4.3.0", "try again later"});
     CHECK(r->last_relay.empty());  // version 1 did not keep it
     // A reason of our own had no code; a reply without an enhanced status
     // keeps its whole text.
-    CHECK(rec::decode_rcpt(key, v1("4.3.0 no DSN"))->last_reply == sm::msg::Reply{0, "4.3.0", "no DSN"});
+    CHECK(rec::decode_rcpt(key, v1("4.3.0 no DSN"))->last_reply == smx::msg::Reply{0, "4.3.0", "no DSN"});
     CHECK(rec::decode_rcpt(key, v1("no route to example.net"))->last_reply ==
-          sm::msg::Reply{0, "", "no route to example.net"});
-    CHECK(rec::decode_rcpt(key, v1("554 5.0.0x"))->last_reply == sm::msg::Reply{554, "", "5.0.0x"});
+          smx::msg::Reply{0, "", "no route to example.net"});
+    CHECK(rec::decode_rcpt(key, v1("554 5.0.0x"))->last_reply == smx::msg::Reply{554, "", "5.0.0x"});
     // Written back, it is a current record with the same content.
     const std::string v2 = rec::encode_rcpt(*r);
     CHECK(static_cast<unsigned char>(v2[0]) == rec::format_version);

@@ -1,6 +1,6 @@
 // The RFC 3464 DSN builder: structure, fields, line rules.
-#include "dsn.hpp"
-#include "ids.hpp"
+#include "libsm/ids.hpp"
+#include "qmgr/dsn.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -67,8 +67,8 @@ std::vector<std::vector<std::string>> blocks(const std::vector<std::string>& lin
     return out;
 }
 
-sm::msg::TaCommit original() {
-    sm::msg::TaCommit ta;
+smx::msg::TaCommit original() {
+    smx::msg::TaCommit ta;
     ta.ta_id = "6740A1B2C3D4E0001";
     ta.sender = "alice@example.org";
     ta.params = "SIZE=1000 ENVID=abc+2Bdef";
@@ -148,7 +148,7 @@ TEST_CASE("dsn: bounce structure and fields") {
     auto msgf = fields(status[1]);
     CHECK(msgf.find("reporting-mta")->second == "dns; mx.test");
     CHECK(msgf.find("original-envelope-id")->second == "abc+def");
-    CHECK(msgf.find("arrival-date")->second == sm::rfc5322_date(ta.arrival_us));
+    CHECK(msgf.find("arrival-date")->second == smx::rfc5322_date(ta.arrival_us));
     auto b = fields(status[2]);
     CHECK(b.find("final-recipient")->second == "rfc822; bob@example.net");
     CHECK(b.find("original-recipient")->second == "rfc822; Bob+X@example.net");
@@ -156,7 +156,7 @@ TEST_CASE("dsn: bounce structure and fields") {
     CHECK(b.find("status")->second == "5.1.1");
     CHECK(b.find("remote-mta")->second == "dns; mx.example.net");
     CHECK(b.find("diagnostic-code")->second == "smtp; 550 5.1.1 user unknown");
-    CHECK(b.find("last-attempt-date")->second == sm::rfc5322_date(bob.last_attempt_us));
+    CHECK(b.find("last-attempt-date")->second == smx::rfc5322_date(bob.last_attempt_us));
     auto c = fields(status[3]);
     CHECK(c.find("final-recipient")->second == "rfc822; carol@example.net");
     CHECK(c.count("original-recipient") == 0);
@@ -196,15 +196,15 @@ TEST_CASE("dsn: delay warning and the null sender") {
     CHECK(msg.find("Remote-MTA") == std::string::npos);
 }
 
-TEST_CASE("dsn: header section of a CDB file") {
+TEST_CASE("dsn: header section of a content file") {
     auto dir = std::filesystem::temp_directory_path() / ("dsn-test-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
     // A content file (id) of data, opened.
-    std::vector<std::unique_ptr<sm::content::Body>> bodies;
-    auto write = [&](const std::string& id, const std::string& data) -> const sm::content::Body& {
+    std::vector<std::unique_ptr<smx::content::Body>> bodies;
+    auto write = [&](const std::string& id, const std::string& data) -> const smx::content::Body& {
         std::ofstream(dir / id, std::ios::binary) << data;
-        bodies.push_back(std::make_unique<sm::content::Body>());
-        const sm::content::Store store{dir.string(), false, {::geteuid(), ::geteuid()}};
+        bodies.push_back(std::make_unique<smx::content::Body>());
+        const smx::content::Store store{dir.string(), false, {::geteuid(), ::geteuid()}};
         REQUIRE(bodies.back()->open(store, id, id, data.size()) == 0);
         return *bodies.back();
     };
@@ -225,11 +225,11 @@ TEST_CASE("dsn: header section of a CDB file") {
 
 TEST_CASE("dsn: a failed recipient keeps the reply as SMTPC gave it") {
     const auto a = dsn::failed_rcpt("x@example.org", {550, "5.1.1", "no such user here"}, "mx[192.0.2.1]:25");
-    CHECK(a.reply == sm::msg::Reply{550, "5.1.1", "no such user here"});
+    CHECK(a.reply == smx::msg::Reply{550, "5.1.1", "no such user here"});
     CHECK(a.remote_mta == "mx[192.0.2.1]:25");
     // The end of the queue lifetime keeps the last reply's code and server.
     const auto e = dsn::expired_rcpt("x@example.org", {451, "4.3.0", "try later"}, "mx", 7);
-    CHECK(e.reply == sm::msg::Reply{451, "4.4.7", "message expired in queue: try later"});
+    CHECK(e.reply == smx::msg::Reply{451, "4.4.7", "message expired in queue: try later"});
     CHECK(e.remote_mta == "mx");
     CHECK(e.last_attempt_us == 7);
 }
@@ -272,8 +272,8 @@ TEST_CASE("dsn: read_message returns a message up to its cap, nothing larger") {
     auto dir = std::filesystem::temp_directory_path() / ("dsn-msg-test-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
     std::ofstream(dir / "0000000000000000E", std::ios::binary) << std::string(1000, 'x');
-    sm::content::Body body;
-    const sm::content::Store store{dir.string(), false, {::geteuid(), ::geteuid()}};
+    smx::content::Body body;
+    const smx::content::Store store{dir.string(), false, {::geteuid(), ::geteuid()}};
     REQUIRE(body.open(store, "0000000000000000E", "0000000000000000E", 1000) == 0);
     std::string err;
     CHECK(dsn::read_message(body, err, 1000) == std::string(1000, 'x'));

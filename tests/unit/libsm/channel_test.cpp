@@ -1,7 +1,7 @@
 // The record channel over a real socketpair: batching, a truncated frame, and
 // an over-size frame that fails only its own request.
-#include "channel.hpp"
-#include "panic.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/panic.hpp"
 
 #include <catch2/catch.hpp>
 #include <sys/wait.h>
@@ -9,7 +9,7 @@
 
 #include <csignal>
 
-using namespace sm;
+using namespace smx;
 namespace asio = boost::asio;
 
 namespace {

@@ -2,8 +2,8 @@
 // written beside it: load_config, reload's restart keys, docs/config.md's
 // tables (the source of smx.toml(5)), the man page source made from them,
 // and the example and installed config files make-config writes.
-#include "config_keys.hpp"
-#include "config_reload.hpp"
+#include "libsm/config_keys.hpp"
+#include "libsm/config_reload.hpp"
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -14,7 +14,7 @@
 #include <sstream>
 #include <unistd.h>
 
-using namespace sm;
+using namespace smx;
 
 namespace {
 

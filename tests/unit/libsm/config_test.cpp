@@ -1,6 +1,6 @@
-#include "build_options.hpp"
-#include "config.hpp"
-#include "config_reload.hpp"
+#include "libsm/build_options.hpp"
+#include "libsm/config.hpp"
+#include "libsm/config_reload.hpp"
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-using namespace sm;
+using namespace smx;
 
 namespace {
 std::string write_temp(const std::string& text) {

@@ -1,9 +1,9 @@
 // Content segments: references are checked strictly, a record reads back
 // only whole, for its own transaction and (verified) with its CRC.
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
-#include "content_file.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/ids.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -16,7 +16,7 @@
 #include <fstream>
 
 namespace fs = std::filesystem;
-using namespace sm::content;
+using namespace smx::content;
 
 namespace {
 
@@ -60,13 +60,13 @@ TEST_CASE("segment references: one spelling, checked strictly") {
     CHECK(segment_of_file_name(seg + ".seg") == seg);
     CHECK(segment_of_file_name(seg) == "");
     CHECK(segment_of_file_name("x.seg") == "");
-    CHECK(sm::ta_id_time_us("6B05B3564B3F00001") == 0x6B05B356ull * 1000000 + 0x4B3F0);
+    CHECK(smx::ta_id_time_us("6B05B3564B3F00001") == 0x6B05B356ull * 1000000 + 0x4B3F0);
 }
 
 TEST_CASE("a segment record reads back whole, for its transaction and of its envelope's size") {
     Dir d;
     const Store st = store_of(d);
-    const std::string seg = sm::new_ta_id(), ta1 = sm::new_ta_id(), ta2 = sm::new_ta_id();
+    const std::string seg = smx::new_ta_id(), ta1 = smx::new_ta_id(), ta2 = smx::new_ta_id();
     const int fd = open_segment(d, seg);
     REQUIRE(fd >= 0);
     const std::string m1 = "Subject: one\r\n\r\nbody\r\n", m2(100000, 'x');
@@ -95,7 +95,7 @@ TEST_CASE("a segment record reads back whole, for its transaction and of its env
     CHECK(b.open(st, segment_ref(seg, 0), ta1, m1.size() - 1) == EBADMSG);
     CHECK(b.open(st, segment_ref(seg, 1), ta1, m1.size()) == EBADMSG);
     CHECK(b.open(st, segment_ref(seg, off2 + 1000000), ta2, m2.size()) == EBADMSG);
-    CHECK(b.open(st, segment_ref(sm::new_ta_id(), 0), ta1, m1.size()) == ENOENT);
+    CHECK(b.open(st, segment_ref(smx::new_ta_id(), 0), ta1, m1.size()) == ENOENT);
     CHECK(b.size() == 0);
 
     // Cut short (a power cut before the data was on disk): not whole,
@@ -118,7 +118,7 @@ TEST_CASE("a segment record reads back whole, for its transaction and of its env
 TEST_CASE("a record's size is believed only where it is the envelope's: a lie costs nothing") {
     Dir d;
     const Store st = store_of(d);
-    const std::string seg = sm::new_ta_id(), ta = sm::new_ta_id();
+    const std::string seg = smx::new_ta_id(), ta = smx::new_ta_id();
     const int fd = open_segment(d, seg);
     REQUIRE(fd >= 0);
     const std::string m(3000, 'a');
@@ -150,12 +150,12 @@ TEST_CASE("a record's size is believed only where it is the envelope's: a lie co
 TEST_CASE("a segment that is a link, a FIFO or another's file is not read") {
     Dir d;
     const Store st = store_of(d);
-    const std::string real = sm::new_ta_id(), ta = sm::new_ta_id(), msg = "data\r\n";
+    const std::string real = smx::new_ta_id(), ta = smx::new_ta_id(), msg = "data\r\n";
     const int fd = open_segment(d, real);
     REQUIRE(fd >= 0);
     REQUIRE(write_segment_record(fd, 0, ta, msg) == 0);
     ::close(fd);
-    const std::string link = sm::new_ta_id(), fifo = sm::new_ta_id();
+    const std::string link = smx::new_ta_id(), fifo = smx::new_ta_id();
     fs::create_symlink(segment_path(d.p.string(), real), segment_path(d.p.string(), link));
     REQUIRE(::mkfifo(segment_path(d.p.string(), fifo).c_str(), 0600) == 0);
     Body b;
@@ -176,7 +176,7 @@ TEST_CASE("a segment that is a link, a FIFO or another's file is not read") {
 TEST_CASE("a small record is read in one go; a large one in pieces") {
     Dir d;
     const Store st = store_of(d);
-    const std::string seg = sm::new_ta_id(), ta1 = sm::new_ta_id(), ta2 = sm::new_ta_id();
+    const std::string seg = smx::new_ta_id(), ta1 = smx::new_ta_id(), ta2 = smx::new_ta_id();
     const int fd = open_segment(d, seg);
     REQUIRE(fd >= 0);
     const std::string m1(3000, 'a'), m2(40000, 'b');
@@ -202,8 +202,8 @@ TEST_CASE("a small record is read in one go; a large one in pieces") {
 TEST_CASE("a content file's body is the whole file, of the envelope's size") {
     Dir d;
     const Store st = store_of(d);
-    const std::string id = sm::new_ta_id();
-    REQUIRE(write_durable(sm::cdb_path(d.p.string(), id, true), "hello\r\n") == 0);
+    const std::string id = smx::new_ta_id();
+    REQUIRE(write_durable(smx::content::file_path(d.p.string(), id, true), "hello\r\n") == 0);
     Body b;
     REQUIRE(b.open(st, id, id, 7) == 0);
     CHECK(b.size() == 7);
@@ -213,14 +213,14 @@ TEST_CASE("a content file's body is the whole file, of the envelope's size") {
     CHECK(b.open(st, id, id, 8) == EBADMSG);
     CHECK(b.why() == "7 bytes, 8 expected");
     CHECK(b.open(st, "bad/../id", id, 7) == EINVAL);
-    CHECK(b.open(st, sm::new_ta_id(), id, 7) == ENOENT);
+    CHECK(b.open(st, smx::new_ta_id(), id, 7) == ENOENT);
 }
 
 TEST_CASE("open segments: one descriptor per segment, the oldest go first, a reader keeps its own") {
     Dir d;
     const Store st = store_of(d);
     // Ids made a second apart, oldest first (an id starts with its time).
-    const std::uint64_t t0 = sm::now_us();
+    const std::uint64_t t0 = smx::now_us();
     auto id_at = [](std::uint64_t us) {
         char buf[32];
         std::snprintf(buf, sizeof buf, "%08llX%05llX%04X",
@@ -229,7 +229,7 @@ TEST_CASE("open segments: one descriptor per segment, the oldest go first, a rea
         return std::string(buf);
     };
     const std::string a = id_at(t0 - 3000000), b = id_at(t0 - 2000000), c = id_at(t0 - 1000000);
-    const std::string ta = sm::new_ta_id(), msg = "Subject: kept\r\n\r\nbody\r\n";
+    const std::string ta = smx::new_ta_id(), msg = "Subject: kept\r\n\r\nbody\r\n";
     for (const auto& seg : {a, b, c}) {
         const int fd = open_segment(d, seg);
         REQUIRE(fd >= 0);
@@ -243,7 +243,7 @@ TEST_CASE("open segments: one descriptor per segment, the oldest go first, a rea
     REQUIRE(fa);
     CHECK(err == 0);
     CHECK(fds.get(a, err, why) == fa);  // opened once
-    CHECK(!fds.get(sm::new_ta_id(), err, why));
+    CHECK(!fds.get(smx::new_ta_id(), err, why));
     CHECK(err == ENOENT);
     CHECK(fds.open_count() == 1);
 
@@ -262,7 +262,7 @@ TEST_CASE("open segments: one descriptor per segment, the oldest go first, a rea
     CHECK(!fds.get(a, err, why));
     CHECK(err == ENOENT);
 
-    fds.close_before(sm::ta_id_time_us(c));
+    fds.close_before(smx::ta_id_time_us(c));
     CHECK(fds.open_count() == 1);
     fds.close_before(UINT64_MAX);
     CHECK(fds.open_count() == 0);

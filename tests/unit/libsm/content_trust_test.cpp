@@ -1,9 +1,9 @@
 // open_checked: what another account may put under a content file's name is
 // refused by what it is (a link, a FIFO, a socket, a directory, a hard link,
 // another owner, another size), without blocking and without reading.
-#include "content_trust.hpp"
+#include "libsm/content_trust.hpp"
 
-#include "ids.hpp"
+#include "libsm/ids.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -20,12 +20,12 @@
 #include <fstream>
 
 namespace fs = std::filesystem;
-using namespace sm::content;
+using namespace smx::content;
 
 namespace {
 
 struct Dir {
-    fs::path p = fs::temp_directory_path() / ("smx-trust-" + sm::new_ta_id());
+    fs::path p = fs::temp_directory_path() / ("smx-trust-" + smx::new_ta_id());
     Dir() { fs::create_directories(p); }
     ~Dir() { fs::remove_all(p); }
 };

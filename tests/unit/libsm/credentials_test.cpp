@@ -1,10 +1,10 @@
-#include "credentials.hpp"
+#include "libsm/credentials.hpp"
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <catch2/catch.hpp>
 
-using namespace sm;
+using namespace smx;
 
 namespace {
 std::string error_of(const std::string& text) {

@@ -1,9 +1,9 @@
 // The RFC 3461 parameter parser (libsm/dsn_params).
-#include "dsn_params.hpp"
+#include "libsm/dsn_params.hpp"
 
 #include <catch2/catch.hpp>
 
-namespace dsn = sm::dsn;
+namespace dsn = smx::dsn;
 
 TEST_CASE("dsn params: xtext") {
     CHECK(dsn::valid_xtext(""));

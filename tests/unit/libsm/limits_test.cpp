@@ -1,14 +1,14 @@
 // max_connections against the descriptor limit: two descriptors a session,
 // a fixed reserve, and each event loop's own.
-#include "limits.hpp"
+#include "libsm/limits.hpp"
 
-#include "listen.hpp"
+#include "libsm/listen.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 
-using namespace sm;
+using namespace smx;
 
 TEST_CASE("fitting_connections counts each event loop's descriptors") {
     ServerConfig s;

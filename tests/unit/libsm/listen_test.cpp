@@ -1,8 +1,8 @@
-// sm::listen_all and sm::event_loops on real sockets: the fds come loop by
+// smx::listen_all and smx::event_loops on real sockets: the fds come loop by
 // loop, every socket of an address is in one SO_REUSEPORT group that the
 // kernel spreads connections over, and an address someone already listens
 // on is refused instead of joined.
-#include "listen.hpp"
+#include "libsm/listen.hpp"
 
 #include <catch2/catch.hpp>
 #include <arpa/inet.h>
@@ -14,7 +14,7 @@
 
 #include <fstream>
 
-using namespace sm;
+using namespace smx;
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "log.hpp"
+#include "libsm/log.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -73,31 +73,31 @@ void check_lines(const std::string& text, int n) {
 
 TEST_CASE("log: every line reaches the file whole and in order") {
     const std::string dir = temp_dir();
-    sm::LogConfig cfg;
+    smx::LogConfig cfg;
     cfg.file = dir + "/smx.log";
-    sm::init_logging("test", cfg);
+    smx::init_logging("test", cfg);
     constexpr int n = 20000;
     for (int i = 0; i < n; ++i) spdlog::info("line {} {}", i, payload(i));
-    sm::drain_log();
+    smx::drain_log();
     check_lines(read_file(cfg.file), n);
-    sm::init_logging("test", sm::LogConfig{});  // closes the file
+    smx::init_logging("test", smx::LogConfig{});  // closes the file
     std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("log: a line of the file has syslog's shape, and postfix's level words") {
     const std::string dir = temp_dir();
-    sm::LogConfig cfg;
+    smx::LogConfig cfg;
     cfg.file = dir + "/smx.log";
-    sm::init_logging("test", cfg);
+    smx::init_logging("test", cfg);
     spdlog::info("ID: to=<a@b>, status=sent");
     spdlog::warn("disk low");
     spdlog::error("cannot write");
     spdlog::critical("cannot start");
     spdlog::critical("panic: impossible");
-    sm::log_as(sm::LogAs::cleanup).info("ID: message-id=<x@y>");
+    smx::log_as(smx::LogAs::cleanup).info("ID: message-id=<x@y>");
     spdlog::info("a bell \a and an escape \x1b in it");
     spdlog::info("long {}", std::string(10000, 'x'));
-    sm::drain_log();
+    smx::drain_log();
     const auto lines = lines_of(read_file(cfg.file));
     REQUIRE(lines.size() == 8);
     const std::string who = " " + short_host() + " smx/test[" + std::to_string(::getpid()) + "]: ";
@@ -114,10 +114,10 @@ TEST_CASE("log: a line of the file has syslog's shape, and postfix's level words
           " " + short_host() + " smx/cleanup[" + std::to_string(::getpid()) + "]: ID: message-id=<x@y>");
     // No control character gets into the file (a client's bytes are logged).
     CHECK(lines[6].substr(15) == who + "a bell ? and an escape ? in it");
-    // A line is at most sm::max_log_line, its newline counted.
-    CHECK(lines[7].size() == sm::max_log_line - 1);
+    // A line is at most smx::max_log_line, its newline counted.
+    CHECK(lines[7].size() == smx::max_log_line - 1);
     CHECK(lines[7].ends_with("xxx..."));
-    sm::init_logging("test", sm::LogConfig{});
+    smx::init_logging("test", smx::LogConfig{});
     std::filesystem::remove_all(dir);
 }
 
@@ -132,15 +132,15 @@ TEST_CASE("log: to the journal's stream, each line with its priority and no time
     REQUIRE(::dup2(fd, 2) == 2);
     ::setenv("JOURNAL_STREAM",
              (std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino)).c_str(), 1);
-    sm::LogConfig cfg;
+    smx::LogConfig cfg;
     cfg.level = "debug";
-    sm::init_logging("test", cfg);
+    smx::init_logging("test", cfg);
     spdlog::debug("d");
     spdlog::info("i");
     spdlog::warn("w");
     spdlog::error("e");
-    sm::drain_log();
-    sm::init_logging("test", sm::LogConfig{});
+    smx::drain_log();
+    smx::init_logging("test", smx::LogConfig{});
     ::unsetenv("JOURNAL_STREAM");
     ::dup2(saved, 2);
     ::close(saved);
@@ -153,20 +153,20 @@ TEST_CASE("log: to the journal's stream, each line with its priority and no time
 
 TEST_CASE("log: after a rename, reopen_log_file sends the lines on to a new file") {
     const std::string dir = temp_dir();
-    sm::LogConfig cfg;
+    smx::LogConfig cfg;
     cfg.file = dir + "/smx.log";
     std::string err;
-    const int fd = sm::open_log_file(cfg.file, err);
+    const int fd = smx::open_log_file(cfg.file, err);
     REQUIRE(fd >= 0);
-    sm::init_logging("test", cfg, fd);
+    smx::init_logging("test", cfg, fd);
     spdlog::info("before");
-    sm::write_log_lines("Nov  4 21:00:00 host smx/child[1]: a child's line\n");
-    sm::drain_log();
+    smx::write_log_lines("Nov  4 21:00:00 host smx/child[1]: a child's line\n");
+    smx::drain_log();
     std::filesystem::rename(cfg.file, cfg.file + ".1");
     spdlog::info("between");  // still for the renamed file
-    REQUIRE(sm::reopen_log_file(cfg.file, err));
+    REQUIRE(smx::reopen_log_file(cfg.file, err));
     spdlog::info("after");
-    sm::drain_log();
+    smx::drain_log();
     const std::string old = read_file(cfg.file + ".1"), now = read_file(cfg.file);
     CHECK(old.find("before") != std::string::npos);
     CHECK(old.find("a child's line") != std::string::npos);
@@ -176,12 +176,12 @@ TEST_CASE("log: after a rename, reopen_log_file sends the lines on to a new file
     // A symbolic link at the path is refused, and the lines stay where they were.
     std::filesystem::rename(cfg.file, cfg.file + ".2");
     std::filesystem::create_symlink(cfg.file + ".2", cfg.file);
-    CHECK_FALSE(sm::reopen_log_file(cfg.file, err));
+    CHECK_FALSE(smx::reopen_log_file(cfg.file, err));
     CHECK(err == "log file " + cfg.file + " is a symbolic link; refusing to use it");
     spdlog::info("still there");
-    sm::drain_log();
+    smx::drain_log();
     CHECK(read_file(cfg.file + ".2").find("still there") != std::string::npos);
-    sm::init_logging("test", sm::LogConfig{});
+    smx::init_logging("test", smx::LogConfig{});
     std::filesystem::remove_all(dir);
 }
 
@@ -194,9 +194,9 @@ TEST_CASE("log: a device that takes nothing blocks the loggers at the bound, and
     // As `smx run` hands a child its pipe (a FIFO at log.file is refused).
     const int wr = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
     REQUIRE(wr >= 0);
-    sm::LogConfig cfg;
+    smx::LogConfig cfg;
     cfg.file = dir + "/unused.log";
-    sm::init_logging("test", cfg, wr);
+    smx::init_logging("test", cfg, wr);
 
     // About 5 MiB of lines: far more than the pipe (64 KiB) and the bound
     // of pending lines (1 MiB) hold.
@@ -229,7 +229,7 @@ TEST_CASE("log: a device that takes nothing blocks the loggers at the bound, and
     }
     logger.join();
     check_lines(text, n);
-    sm::init_logging("test", sm::LogConfig{});
+    smx::init_logging("test", smx::LogConfig{});
     ::close(rd);
     std::filesystem::remove_all(dir);
 }

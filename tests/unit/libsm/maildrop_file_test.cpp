@@ -1,12 +1,12 @@
 // The maildrop file codec (libsm/maildrop_file.hpp): what smx-postdrop and
 // smx-pickup accept of what a local user wrote.
-#include "maildrop_file.hpp"
-#include "messages.hpp"
-#include "record.hpp"
+#include "libsm/maildrop_file.hpp"
+#include "libsm/messages.hpp"
+#include "libsm/record.hpp"
 
 #include <catch2/catch.hpp>
 
-using namespace sm::maildrop;
+using namespace smx::maildrop;
 
 namespace {
 
@@ -28,9 +28,9 @@ std::optional<Envelope> decode_all(const std::string& bytes, Kind kind, std::str
 }
 
 // A file whose fields are these, as a hand-made one would be.
-std::string with_fields(const sm::rec::Writer& w) {
+std::string with_fields(const smx::rec::Writer& w) {
     std::string out(magic);
-    out += sm::rec::put_u32(static_cast<std::uint32_t>(w.fields().size()));
+    out += smx::rec::put_u32(static_cast<std::uint32_t>(w.fields().size()));
     out += w.fields();
     return out;
 }
@@ -89,21 +89,21 @@ TEST_CASE("addresses are checked as SMTPS checks them, ASCII only", "[maildrop]"
 
 TEST_CASE("unknown, repeated, mistyped and truncated fields are refused", "[maildrop]") {
     std::string err;
-    sm::rec::Writer w;
+    smx::rec::Writer w;
     w.u32(1, 1000).u64(2, 1).str(3, "a@b.c").str(4, "d@e.f").u64(5, 3).str(9, "x");
     CHECK_FALSE(decode_all(with_fields(w), Kind::file, err));
     CHECK(err == "unknown field 9");
-    sm::rec::Writer twice;
+    smx::rec::Writer twice;
     twice.u32(1, 1000).u32(1, 0).u64(2, 1).str(3, "a@b.c").str(4, "d@e.f").u64(5, 3);
     CHECK_FALSE(decode_all(with_fields(twice), Kind::file, err));
     CHECK(err == "duplicate uid");
-    sm::rec::Writer narrow;
+    smx::rec::Writer narrow;
     narrow.u64(1, 1000).u64(2, 1).str(3, "a@b.c").str(4, "d@e.f").u64(5, 3);
     CHECK_FALSE(decode_all(with_fields(narrow), Kind::file, err));
     CHECK(err == "bad uid");
     const std::string whole = encode(sample(), Kind::file);
     std::string cut = whole.substr(0, whole.size() - 3);
-    cut.replace(magic.size(), 4, sm::rec::put_u32(static_cast<std::uint32_t>(cut.size() - prefix_size)));
+    cut.replace(magic.size(), 4, smx::rec::put_u32(static_cast<std::uint32_t>(cut.size() - prefix_size)));
     CHECK_FALSE(decode_all(cut, Kind::file, err));
     CHECK(err == "truncated field");
 }
@@ -116,13 +116,13 @@ TEST_CASE("the prefix names the format and bounds the envelope", "[maildrop]") {
     CHECK_FALSE(fields_length(std::string("From alice\n\0", 12), err));
     CHECK(err == "not a maildrop file");
     std::string huge(magic);
-    huge += sm::rec::put_u32(static_cast<std::uint32_t>(max_fields() + 1));
+    huge += smx::rec::put_u32(static_cast<std::uint32_t>(max_fields() + 1));
     CHECK_FALSE(fields_length(huge, err));
     CHECK(err.starts_with("envelope of "));
     std::string most(magic);
-    most += sm::rec::put_u32(static_cast<std::uint32_t>(max_fields()));
+    most += smx::rec::put_u32(static_cast<std::uint32_t>(max_fields()));
     CHECK(fields_length(most, err) == max_fields());
-    CHECK(max_fields() == sm::msg::max_envelope);
+    CHECK(max_fields() == smx::msg::max_envelope);
 }
 
 TEST_CASE("content must have CRLF line ends only, however it is cut", "[maildrop]") {

@@ -1,11 +1,11 @@
-#include "ids.hpp"
-#include "messages.hpp"
-#include "record.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/messages.hpp"
+#include "libsm/record.hpp"
 
 #include <catch2/catch.hpp>
 #include <random>
 
-using namespace sm;
+using namespace smx;
 
 namespace {
 rec::Frame to_frame(const std::string& wire) {
@@ -24,7 +24,7 @@ msg::TaCommit sample_commit() {
     t.sender = "a@example.org";
     t.params = "SIZE=100 BODY=8BITMIME";
     t.rcpts = {{"x@example.net", ""}, {"y@example.net", "NOTIFY=NEVER"}};
-    t.cdb_id = t.ta_id;
+    t.content_id = t.ta_id;
     t.size = 1234;
     t.arrival_us = 1700000000123456ull;
     return t;
@@ -93,15 +93,15 @@ TEST_CASE("SMTPS_LOAD round trip, every count required") {
 
 TEST_CASE("SMTPS_LOAD carries refusal counts; a reason or class it does not know is an error") {
     msg::SmtpsLoad l{0, 1, 0, 0};
-    l.rejected = {{sm::Rejection::relay_denied, 5, 3}, {sm::Rejection::timeout, 4, 1}};
+    l.rejected = {{smx::Rejection::relay_denied, 5, 3}, {smx::Rejection::timeout, 4, 1}};
     std::string err;
     auto d = msg::decode<msg::SmtpsLoad>(to_frame(msg::encode(l)), err);
     REQUIRE(d);
     CHECK(*d == l);
     // What a newer (or hostile) peer might send: encode() does not check.
-    for (auto [reason, cls] : {std::pair{sm::rejection_reasons, 5u}, std::pair{std::size_t{0}, 3u}}) {
+    for (auto [reason, cls] : {std::pair{smx::rejection_reasons, 5u}, std::pair{std::size_t{0}, 3u}}) {
         msg::SmtpsLoad bad{0, 1, 0, 0};
-        bad.rejected = {{static_cast<sm::Rejection>(reason), cls, 1}};
+        bad.rejected = {{static_cast<smx::Rejection>(reason), cls, 1}};
         CHECK_FALSE(msg::decode<msg::SmtpsLoad>(to_frame(msg::encode(bad)), err));
     }
 }
@@ -172,6 +172,6 @@ TEST_CASE("random garbage never crashes the decoder") {
 }
 
 TEST_CASE("RFC 5322 dates are in UTC with English names") {
-    CHECK(sm::rfc5322_date(1'795'374'022'000'000) == "Sun, 22 Nov 2026 19:00:22 +0000");
-    CHECK(sm::rfc5322_date(0) == "Thu, 01 Jan 1970 00:00:00 +0000");
+    CHECK(smx::rfc5322_date(1'795'374'022'000'000) == "Sun, 22 Nov 2026 19:00:22 +0000");
+    CHECK(smx::rfc5322_date(0) == "Thu, 01 Jan 1970 00:00:00 +0000");
 }

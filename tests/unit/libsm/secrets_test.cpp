@@ -1,11 +1,11 @@
-#include "secrets.hpp"
+#include "libsm/secrets.hpp"
 
-#include "config.hpp"
-#include "record.hpp"
+#include "libsm/config.hpp"
+#include "libsm/record.hpp"
 
 #include <catch2/catch.hpp>
 
-using namespace sm;
+using namespace smx;
 
 namespace {
 std::string decode_error(const std::string& bundle) {

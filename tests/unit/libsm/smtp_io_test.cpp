@@ -1,10 +1,10 @@
-#include "panic.hpp"
-#include "smtp_io.hpp"
-#include "smtp_stream.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/smtp_io.hpp"
+#include "libsm/smtp_stream.hpp"
 
 #include <catch2/catch.hpp>
 
-using namespace sm;
+using namespace smx;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using namespace std::chrono_literals;
@@ -32,7 +32,7 @@ void with_input(const std::string& input, F reader_fn) {
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
         co_await reader_fn(server);
         done = true;
-    }, sm::crash_on_exception("test coroutine"));
+    }, smx::crash_on_exception("test coroutine"));
     io.run_for(std::chrono::seconds(10));
     CHECK(done);
 }
@@ -50,12 +50,12 @@ void with_writer(const std::string& input, bool forever, F reader_fn) {
                                                       asio::as_tuple(asio::use_awaitable));
             if (ec) co_return;  // the reader closed its end
         } while (forever && !done);
-    }, sm::crash_on_exception("test writer"));
+    }, smx::crash_on_exception("test writer"));
     asio::co_spawn(lo.io, [&]() -> asio::awaitable<void> {
         co_await reader_fn(lo.server);
         done = true;
         lo.server.close();  // ends a write still waiting for room
-    }, sm::crash_on_exception("test coroutine"));
+    }, smx::crash_on_exception("test coroutine"));
     lo.io.run_for(std::chrono::seconds(10));
     CHECK(done);
 }
@@ -128,7 +128,7 @@ TEST_CASE("a plain TCP reader holds no buffer while it waits idle") {
         l = co_await r.read_line(2s);
         CHECK(l.status == smtp::ReadStatus::eof);
         done = true;
-    }, sm::crash_on_exception("test coroutine"));
+    }, smx::crash_on_exception("test coroutine"));
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
         asio::steady_timer t(io, 100ms);
         co_await t.async_wait(asio::use_awaitable);
@@ -139,7 +139,7 @@ TEST_CASE("a plain TCP reader holds no buffer while it waits idle") {
         co_await t.async_wait(asio::use_awaitable);
         CHECK(r.held() == 0);
         client.close();
-    }, sm::crash_on_exception("test coroutine"));
+    }, smx::crash_on_exception("test coroutine"));
     io.run_for(std::chrono::seconds(10));
     CHECK(done);
 }
@@ -176,7 +176,7 @@ TEST_CASE("write_all delivers large buffers completely") {
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
         ok = co_await smtp::write_all(client, big, std::chrono::seconds(10));
         client.shutdown(tcp::socket::shutdown_send);
-    }, sm::crash_on_exception("test coroutine"));
+    }, smx::crash_on_exception("test coroutine"));
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
         std::string buf(65536, '\0');
         for (;;) {
@@ -185,13 +185,13 @@ TEST_CASE("write_all delivers large buffers completely") {
             got += n;
             if (ec) break;
         }
-    }, sm::crash_on_exception("test coroutine"));
+    }, smx::crash_on_exception("test coroutine"));
     io.run_for(std::chrono::seconds(20));
     CHECK(ok);
     CHECK(got == big.size());
 }
 
-// sm::smtp::Stream before STARTTLS takes write_all's plain-socket path:
+// smx::smtp::Stream before STARTTLS takes write_all's plain-socket path:
 // what the peer reads is each write once, in order, however large.
 TEST_CASE("write_all over a plain Stream sends each write exactly once") {
     Loopback lo;
@@ -205,7 +205,7 @@ TEST_CASE("write_all over a plain Stream sends each write exactly once") {
              co_await smtp::write_all(out, big, 10s) &&
              co_await smtp::write_all(out, "QUIT\r\n", 10s);
         out.socket().shutdown(tcp::socket::shutdown_send);
-    }, sm::crash_on_exception("test coroutine"));
+    }, smx::crash_on_exception("test coroutine"));
     asio::co_spawn(lo.io, [&]() -> asio::awaitable<void> {
         std::string buf(65536, '\0');
         for (;;) {
@@ -214,7 +214,7 @@ TEST_CASE("write_all over a plain Stream sends each write exactly once") {
             got.append(buf.data(), n);
             if (ec) break;
         }
-    }, sm::crash_on_exception("test coroutine"));
+    }, smx::crash_on_exception("test coroutine"));
     lo.io.run_for(20s);
     CHECK(ok);
     CHECK(got.size() == expect.size());
@@ -231,7 +231,7 @@ TEST_CASE("write_all to a peer that reads nothing ends at its deadline") {
     asio::co_spawn(lo.io, [&]() -> asio::awaitable<void> {
         ok = co_await smtp::write_all(out, big, 200ms);
         done = true;
-    }, sm::crash_on_exception("test coroutine"));
+    }, smx::crash_on_exception("test coroutine"));
     lo.io.run_for(10s);
     CHECK(done);
     CHECK_FALSE(ok);

@@ -1,9 +1,9 @@
 // The free-space account: a write and the copy it may need must leave the
 // reserve; claims, segment copies and owed bytes count until they show up
 // in what the gauges read, and never twice less than they should.
-#include "space_account.hpp"
+#include "libsm/space_account.hpp"
 
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -21,7 +21,7 @@ struct Disk {
     std::optional<std::uint64_t> free = 100 * MiB;
     std::uint64_t segments = 0;
     std::function<void()> while_listing;  // runs inside the segments gauge
-    sm::SpaceAccount::Gauges gauges() {
+    smx::SpaceAccount::Gauges gauges() {
         return {[this] { return free; },
                 [this] {
                     if (while_listing) while_listing();
@@ -34,7 +34,7 @@ struct Disk {
 
 TEST_CASE("space account: a write must leave the reserve") {
     Disk d;
-    sm::SpaceAccount a(10 * MiB, d.gauges());
+    smx::SpaceAccount a(10 * MiB, d.gauges());
     CHECK(a.has_room(90 * MiB));
     CHECK_FALSE(a.has_room(90 * MiB + 1));
     // A message kept in a segment counts twice: the copy it needs when deferred.
@@ -51,19 +51,19 @@ TEST_CASE("space account: a write must leave the reserve") {
 TEST_CASE("space account: reserve 0 and an unknown free space never refuse") {
     Disk d;
     d.free = 0;
-    sm::SpaceAccount none(0, d.gauges());
+    smx::SpaceAccount none(0, d.gauges());
     CHECK(none.has_room(UINT64_MAX / 2, UINT64_MAX / 2));
     auto c = none.claim(UINT64_MAX / 2);
     REQUIRE(c);
     d.free = std::nullopt;
-    sm::SpaceAccount unknown(10 * MiB, d.gauges());
+    smx::SpaceAccount unknown(10 * MiB, d.gauges());
     CHECK(unknown.has_room(UINT64_MAX / 2));
     CHECK_FALSE(unknown.room());
 }
 
 TEST_CASE("space account: claims count until they end") {
     Disk d;
-    sm::SpaceAccount a(10 * MiB, d.gauges());
+    smx::SpaceAccount a(10 * MiB, d.gauges());
     auto first = a.claim(50 * MiB);
     REQUIRE(first);
     // Each fits alone, not both: the first is not written yet.
@@ -88,7 +88,7 @@ TEST_CASE("space account: claims count until they end") {
 
 TEST_CASE("space account: a segment copy counts until the segments are listed again") {
     Disk d;
-    sm::SpaceAccount a(10 * MiB, d.gauges());
+    smx::SpaceAccount a(10 * MiB, d.gauges());
     REQUIRE(a.recount_due());
     CHECK_FALSE(a.recount_due());  // one caller lists
     a.recount_segments();
@@ -123,7 +123,7 @@ TEST_CASE("space account: a segment copy counts until the segments are listed ag
 
 TEST_CASE("space account: owed bytes count") {
     Disk d;
-    sm::SpaceAccount a(10 * MiB, d.gauges());
+    smx::SpaceAccount a(10 * MiB, d.gauges());
     a.set_owed(4 * MiB);
     CHECK(a.room() == 96 * MiB);
     CHECK_FALSE(a.has_room(86 * MiB + 1));
@@ -135,18 +135,18 @@ TEST_CASE("space account: measured on a real directory") {
     namespace fs = std::filesystem;
     const fs::path dir = fs::temp_directory_path() / ("space-test-" + std::to_string(::getpid()));
     fs::remove_all(dir);
-    auto g = sm::SpaceAccount::measure(dir.string(), dir.string());
+    auto g = smx::SpaceAccount::measure(dir.string(), dir.string());
     CHECK_FALSE(g.free());  // not made yet: unknown
     CHECK(g.segments() == 0);
-    fs::create_directories(sm::content::segments_dir(dir.string()));
+    fs::create_directories(smx::content::segments_dir(dir.string()));
     REQUIRE(g.free());
     CHECK(*g.free() > 0);
-    const std::string seg = sm::content::segment_path(dir.string(), "6B05B3564B3F00001");
+    const std::string seg = smx::content::segment_path(dir.string(), "6B05B3564B3F00001");
     std::ofstream(seg) << std::string(1000, 'x');
     // Other names, and what a link points to, are not segments' bytes.
-    std::ofstream(sm::content::segments_dir(dir.string()) + "/other") << std::string(500, 'y');
-    fs::create_symlink(seg, sm::content::segment_path(dir.string(), "6B05B3564B3F00002"));
+    std::ofstream(smx::content::segments_dir(dir.string()) + "/other") << std::string(500, 'y');
+    fs::create_symlink(seg, smx::content::segment_path(dir.string(), "6B05B3564B3F00002"));
     CHECK(g.segments() == 1000);
-    CHECK(sm::SpaceAccount::measure(dir.string()).segments == nullptr);
+    CHECK(smx::SpaceAccount::measure(dir.string()).segments == nullptr);
     fs::remove_all(dir);
 }

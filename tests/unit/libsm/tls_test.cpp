@@ -1,9 +1,9 @@
 // The TLS contexts from PEM bytes in memory (what smx run passes): a chain
 // and key for the server, a CA bundle for the client, checked by a real
 // handshake between the two over a BIO pair. Certificates are made here.
-#include "tls.hpp"
+#include "libsm/tls.hpp"
 
-#include "config.hpp"
+#include "libsm/config.hpp"
 
 #include <openssl/bio.h>
 #include <openssl/evp.h>
@@ -15,7 +15,7 @@
 #include <functional>
 #include <memory>
 
-using namespace sm;
+using namespace smx;
 
 namespace {
 

@@ -1,8 +1,8 @@
 // The link between the MCP and a child, both ends in one process: secrets
 // one way (the newest wins), start reports the other.
-#include "child_link.hpp"
+#include "mcp/child_link.hpp"
 
-#include "mcp_link.hpp"
+#include "libsm/mcp_link.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -13,24 +13,24 @@
 #include <cstdlib>
 #include <string>
 
-using namespace smx;
+using namespace smx::mcp;
 
 namespace {
 
 // The child's end as a child finds it: SMX_MCP_FD names it.
-sm::McpLink child_of(ChildLink& link) {
+smx::McpLink child_of(ChildLink& link) {
     const int fd = ::dup(link.child_end());
     REQUIRE(fd >= 3);
     link.child_started();
     ::setenv("SMX_MCP_FD", std::to_string(fd).c_str(), 1);
-    sm::McpLink child = sm::McpLink::from_env();
+    smx::McpLink child = smx::McpLink::from_env();
     ::unsetenv("SMX_MCP_FD");
     return child;
 }
 
-sm::Secrets with_key(const std::string& key) {
-    sm::Secrets s;
-    s.set(sm::Secret::tls_key, key);
+smx::Secrets with_key(const std::string& key) {
+    smx::Secrets s;
+    s.set(smx::Secret::tls_key, key);
     return s;
 }
 
@@ -42,14 +42,14 @@ TEST_CASE("link: the child takes the newest secrets, and keeps them until new on
     REQUIRE(link.open(err));
     REQUIRE(link.send(with_key("first"), err));
     REQUIRE(link.send(with_key("second"), err));
-    sm::McpLink child = child_of(link);
-    REQUIRE(child.take_secrets().at(sm::Secret::tls_key) == "second");
-    REQUIRE(child.take_secrets().at(sm::Secret::tls_key) == "second");
+    smx::McpLink child = child_of(link);
+    REQUIRE(child.take_secrets().at(smx::Secret::tls_key) == "second");
+    REQUIRE(child.take_secrets().at(smx::Secret::tls_key) == "second");
     REQUIRE(link.send(with_key("third"), err));
-    REQUIRE(child.take_secrets().at(sm::Secret::tls_key) == "third");
+    REQUIRE(child.take_secrets().at(smx::Secret::tls_key) == "third");
     // Not started by smx run: no secrets, and reports go nowhere.
-    sm::McpLink alone = sm::McpLink::from_env();
-    REQUIRE_FALSE(alone.take_secrets().has(sm::Secret::tls_key));
+    smx::McpLink alone = smx::McpLink::from_env();
+    REQUIRE_FALSE(alone.take_secrets().has(smx::Secret::tls_key));
     alone.ready();
 }
 
@@ -57,7 +57,7 @@ TEST_CASE("link: the child's reports, a reason made one printable line") {
     ChildLink link;
     std::string err;
     REQUIRE(link.open(err));
-    sm::McpLink child = child_of(link);
+    smx::McpLink child = child_of(link);
     link.read_reports();
     REQUIRE_FALSE(link.ready());
     child.cannot_start("config /etc/smx/smx.toml: denied\n\x1b[2Jforged line");
@@ -68,7 +68,7 @@ TEST_CASE("link: the child's reports, a reason made one printable line") {
     child.ready();
     link.read_reports();
     REQUIRE(link.ready());
-    REQUIRE(link.cannot_start().size() == sm::max_link_message - sm::link_cannot_start.size());
+    REQUIRE(link.cannot_start().size() == smx::max_link_message - smx::link_cannot_start.size());
 }
 
 TEST_CASE("link: the child refuses secrets that are not a sealed memfd from smx run") {
@@ -76,7 +76,7 @@ TEST_CASE("link: the child refuses secrets that are not a sealed memfd from smx 
         int pair[2];  // [0] stands for the MCP, which would never send these
         REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair) == 0);
         ::setenv("SMX_MCP_FD", std::to_string(pair[1]).c_str(), 1);
-        sm::McpLink child = sm::McpLink::from_env();
+        smx::McpLink child = smx::McpLink::from_env();
         ::unsetenv("SMX_MCP_FD");
         const int memfd = ::memfd_create("test", MFD_ALLOW_SEALING);
         const std::string bundle = with_key("k").encode();
@@ -84,11 +84,11 @@ TEST_CASE("link: the child refuses secrets that are not a sealed memfd from smx 
                 static_cast<ssize_t>(bundle.size()));
         if (sealed)
             REQUIRE(::fcntl(memfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK) == 0);
-        REQUIRE(send_with_fd(pair[0], sm::link_secrets, memfd) > 0);
+        REQUIRE(send_with_fd(pair[0], smx::link_secrets, memfd) > 0);
         ::close(memfd);
         if (sealed) {
-            REQUIRE(child.take_secrets().at(sm::Secret::tls_key) == "k");
-            REQUIRE(::send(pair[0], sm::link_secrets.data(), sm::link_secrets.size(), 0) > 0);
+            REQUIRE(child.take_secrets().at(smx::Secret::tls_key) == "k");
+            REQUIRE(::send(pair[0], smx::link_secrets.data(), smx::link_secrets.size(), 0) > 0);
             REQUIRE_THROWS_WITH(child.take_secrets(),
                                 "a message from smx run without its secrets memfd");
         } else {
@@ -98,7 +98,7 @@ TEST_CASE("link: the child refuses secrets that are not a sealed memfd from smx 
         ::close(pair[0]);
     }
     ::setenv("SMX_MCP_FD", "0", 1);
-    REQUIRE_THROWS_WITH(sm::McpLink::from_env(),
+    REQUIRE_THROWS_WITH(smx::McpLink::from_env(),
                         "SMX_MCP_FD=0 is not the link to smx run (a SOCK_SEQPACKET socket)");
     ::unsetenv("SMX_MCP_FD");
 }

@@ -1,7 +1,7 @@
 // The smx command line: argument parsing, check-config, stats --json.
-#include "cli.hpp"
-#include "cli_config.hpp"
-#include "queue_commands.hpp"
+#include "mcp/cli.hpp"
+#include "mcp/cli_config.hpp"
+#include "mcp/queue_commands.hpp"
 
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include <sstream>
 #include <unistd.h>
 
-using namespace smx;
+using namespace smx::mcp;
 
 namespace {
 

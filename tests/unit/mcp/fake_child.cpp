@@ -9,11 +9,11 @@
 // FAKE_EXIT=N makes a child exit N at once, FAKE_IGNORE_TERM=1 makes it
 // ignore SIGTERM, FAKE_CANNOT_START=NAME makes child NAME tell the MCP why it
 // cannot start and exit 2, as a real one does on a config error.
-#include "await.hpp"
-#include "channel.hpp"
-#include "config.hpp"
-#include "mcp_link.hpp"
-#include "panic.hpp"
+#include "libsm/await.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/config.hpp"
+#include "libsm/mcp_link.hpp"
+#include "libsm/panic.hpp"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -24,7 +24,7 @@
 #include <sstream>
 
 namespace asio = boost::asio;
-using namespace sm;
+using namespace smx;
 
 namespace {
 
@@ -56,7 +56,7 @@ asio::awaitable<void> qmgr(std::string path) {
         auto s = co_await acc.async_accept(asio::use_awaitable);
         auto ch = std::make_shared<Channel>(std::move(s), "peer");
         ch->start();
-        asio::co_spawn(ex, serve_peer(ch), sm::crash_on_exception("fake child: peer"));
+        asio::co_spawn(ex, serve_peer(ch), smx::crash_on_exception("fake child: peer"));
     }
 }
 
@@ -70,7 +70,7 @@ asio::awaitable<void> greet(int fd) {
     for (;;) {
         auto s = co_await acc.async_accept(asio::use_awaitable);
         // A client gone before its greeting (a readiness probe) is no error.
-        co_await asio::async_write(s, asio::buffer(std::string("220 fake\r\n")), sm::await_tuple);
+        co_await asio::async_write(s, asio::buffer(std::string("220 fake\r\n")), smx::await_tuple);
     }
 }
 
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     for (int i = 1; i + 1 < argc; ++i)
         if (std::string(argv[i]) == "-c") config = argv[i + 1];
     if (const char* e = std::getenv("FAKE_EXIT")) return std::atoi(e);
-    const sm::McpLink mcp = sm::McpLink::from_env();
+    const smx::McpLink mcp = smx::McpLink::from_env();
     if (const char* e = std::getenv("FAKE_CANNOT_START"); e && name == e) {
         std::cerr << name << ": fake reason\n";
         mcp.cannot_start("fake reason\nwith a second line");
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
 
     const Config cfg = load_config(config);
     if (name == "smx-qmgr") {
-        asio::co_spawn(io, qmgr(cfg.qmgr_socket()), sm::crash_on_exception("fake smx-qmgr"));
+        asio::co_spawn(io, qmgr(cfg.qmgr_socket()), smx::crash_on_exception("fake smx-qmgr"));
     } else if (name == "smx-smtps") {
         const char* fds = std::getenv("SMX_LISTEN_FDS");
         if (!fds) {
@@ -118,12 +118,12 @@ int main(int argc, char** argv) {
                 std::cerr << "fake smx-smtps: fd " << fd << " is not a listener\n";
                 return 4;
             }
-            asio::co_spawn(io, greet(std::stoi(fd)), sm::crash_on_exception("fake smx-smtps"));
+            asio::co_spawn(io, greet(std::stoi(fd)), smx::crash_on_exception("fake smx-smtps"));
         }
     }
     mcp.ready();
     // One write: the children share the stderr the test reads.
     std::cerr << (std::string(name) + ": ready\n");
-    sm::run_or_panic(io, "fake child");
+    smx::run_or_panic(io, "fake child");
     return status;
 }

@@ -1,6 +1,6 @@
-#include "log_relay.hpp"
+#include "mcp/log_relay.hpp"
 
-#include "log.hpp"
+#include "libsm/log.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -31,13 +31,13 @@ TEST_CASE("log relay: the children's lines reach the file whole, each child's in
     char tmpl[] = "/tmp/smx-relay-test-XXXXXX";
     REQUIRE(::mkdtemp(tmpl) != nullptr);
     const std::string dir = tmpl, path = dir + "/smx.log";
-    sm::LogConfig cfg;
+    smx::LogConfig cfg;
     cfg.file = path;
     std::string err;
-    const int fd = sm::open_log_file(path, err);
+    const int fd = smx::open_log_file(path, err);
     REQUIRE(fd >= 0);
-    sm::init_logging("mcp", cfg, fd);
-    smx::LogRelay relay;
+    smx::init_logging("mcp", cfg, fd);
+    smx::mcp::LogRelay relay;
     REQUIRE(relay.start(err));
 
     // Two writers as two children: whole lines, several per write, as
@@ -64,7 +64,7 @@ TEST_CASE("log relay: the children's lines reach the file whole, each child's in
     // An unfinished line at the end is ended by stop().
     REQUIRE(::write(relay.child_end(), "child c no newline", 18) == 18);
     relay.stop();
-    sm::drain_log();
+    smx::drain_log();
 
     std::map<char, int> next;
     std::istringstream in(read_file(path));
@@ -85,13 +85,13 @@ TEST_CASE("log relay: the children's lines reach the file whole, each child's in
     // After a rename and reopen, a new relay's lines (a restarted smx run's
     // children) go to the new file.
     std::filesystem::rename(path, path + ".1");
-    REQUIRE(sm::reopen_log_file(path, err));
-    smx::LogRelay again;
+    REQUIRE(smx::reopen_log_file(path, err));
+    smx::mcp::LogRelay again;
     REQUIRE(again.start(err));
     REQUIRE(::write(again.child_end(), "after the rename\n", 17) == 17);
     again.stop();
-    sm::drain_log();
+    smx::drain_log();
     CHECK(read_file(path) == "after the rename\n");
-    sm::init_logging("mcp", sm::LogConfig{});
+    smx::init_logging("mcp", smx::LogConfig{});
     std::filesystem::remove_all(dir);
 }

@@ -2,7 +2,7 @@
 // the directories it makes are passable whatever the umask, and one it did
 // not make that an account cannot pass (or a config file it cannot read)
 // stops the start, named.
-#include "privsep.hpp"
+#include "mcp/privsep.hpp"
 
 #include <catch2/catch.hpp>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-using namespace smx;
+using namespace smx::mcp;
 namespace fs = std::filesystem;
 
 namespace {
@@ -32,7 +32,7 @@ TEST_CASE("privsep: the parents smx makes are 0755; one an account cannot pass i
     char tmpl[] = "/tmp/smx-privsep-XXXXXX";
     REQUIRE(::mkdtemp(tmpl));  // 0700 root:root, as a home directory
     const fs::path top = tmpl;
-    sm::Config cfg;
+    smx::Config cfg;
     cfg.queue.spool_dir = (top / "var" / "spool").string();
     cfg.queue.run_dir = (top / "var" / "run").string();
     const RunAs nobody{"nobody", 65534, 65534, {65534}};

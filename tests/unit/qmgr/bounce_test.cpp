@@ -4,10 +4,10 @@
 // clients and within max_returned_message, delay warnings once, no DSN to
 // the null sender, and a content file that is not what its envelope says
 // gives a DSN without the original.
-#include "bounce.hpp"
+#include "qmgr/bounce.hpp"
 
-#include "fake_clock.hpp"
-#include "spool.hpp"
+#include "tests/unit/qmgr/fake_clock.hpp"
+#include "tests/unit/qmgr/spool.hpp"
 
 #include <sys/stat.h>
 
@@ -57,7 +57,7 @@ struct Bounces {
                 ++scheduled;
                 CHECK(dsn.sender().empty());
                 REQUIRE(dsn.rcpts().size() == 1);
-                dsns[dsn.rcpt(0).addr()].push_back(Spool::read(s.path(dsn.cdb_id())));
+                dsns[dsn.rcpt(0).addr()].push_back(Spool::read(s.path(dsn.content_id())));
             }};
         b = std::make_unique<Bouncer>(s.cfg, s.io.get_executor(), pool, queue, *ibdb, reaper,
                                       std::move(hooks), clock);
@@ -69,7 +69,7 @@ struct Bounces {
     }
 
     // Arrived now, by the test's clock.
-    Ta& admit(sm::msg::TaCommit e) {
+    Ta& admit(smx::msg::TaCommit e) {
         e.arrival_us = clock.now_us();
         Ta* ta = queue.admit(e);
         REQUIRE(ta);
@@ -89,7 +89,7 @@ struct Bounces {
     }
 };
 
-sm::msg::TaCommit from(Spool& s, const std::string& sender, std::vector<std::string> rcpts,
+smx::msg::TaCommit from(Spool& s, const std::string& sender, std::vector<std::string> rcpts,
                        const std::string& bytes = "Subject: original\r\n\r\nthe body\r\n") {
     auto e = message(s, std::move(rcpts), bytes);
     e.sender = sender;
@@ -321,7 +321,7 @@ TEST_CASE("bouncer: NOTIFY=SUCCESS relayed to a next hop without DSN gets a noti
     e.rcpts[0].params = "NOTIFY=SUCCESS,FAILURE";
     e.rcpts[1].params = "NOTIFY=SUCCESS";
     Ta& a = t.admit(e);
-    const sm::msg::Reply ok{250, "2.0.0", "queued"};
+    const smx::msg::Reply ok{250, "2.0.0", "queued"};
     t.b->relayed(a, 0, "mx.example.net[192.0.2.1]:25", ok, false);
     t.b->relayed(a, 1, "mx.example.net[192.0.2.1]:25", ok, true);   // the next hop reports
     t.b->relayed(a, 2, "mx.example.net[192.0.2.1]:25", ok, false);  // no NOTIFY=SUCCESS

@@ -1,5 +1,5 @@
 // The commit policy's decisions on made-up times (no clock, no files).
-#include "commit_policy.hpp"
+#include "qmgr/commit_policy.hpp"
 
 #include <catch2/catch.hpp>
 

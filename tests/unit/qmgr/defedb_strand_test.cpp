@@ -1,7 +1,7 @@
 // The DEFEDB strand on its own (defedb_strand.hpp), over a real DEFEDB: calls
 // run on the pool, never on the event loop, one at a time and in the order
 // QMGR made them; a DefedbError comes back as nullopt, not as an exception.
-#include "spool.hpp"
+#include "tests/unit/qmgr/spool.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -22,7 +22,7 @@ asio::awaitable<void> call(DefedbStrand& strand, std::function<T(Defedb&)> work,
 template <class T>
 void spawn(Spool& s, DefedbStrand& strand, std::function<T(Defedb&)> work,
            std::optional<std::optional<T>>& out) {
-    asio::co_spawn(s.io, call(strand, std::move(work), out), sm::crash_on_exception("strand test"));
+    asio::co_spawn(s.io, call(strand, std::move(work), out), smx::crash_on_exception("strand test"));
 }
 
 } // namespace
@@ -71,8 +71,8 @@ TEST_CASE("defedb strand: a presence check sees every removal made before it", "
     Spool s;
     asio::thread_pool pool(2);
     DefedbStrand strand(pool, s.defedb);
-    sm::msg::TaCommit e;
-    e.ta_id = e.cdb_id = sm::new_ta_id();
+    smx::msg::TaCommit e;
+    e.ta_id = e.content_id = smx::new_ta_id();
     e.sender = "s@example.org";
     e.rcpts = {{"a@example.net", ""}, {"b@example.net", ""}};
     s.park(e);

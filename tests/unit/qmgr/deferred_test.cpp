@@ -4,13 +4,13 @@
 // batch, the copy a segment message gets first, the due loop with its
 // leases, `smx delete` while recipients are due, a failed batch tried again,
 // and stop() with a batch out.
-#include "deferred.hpp"
+#include "qmgr/deferred.hpp"
 
-#include "envelope.hpp"
-#include "fake_clock.hpp"
-#include "spool.hpp"
+#include "tests/unit/qmgr/envelope.hpp"
+#include "tests/unit/qmgr/fake_clock.hpp"
+#include "tests/unit/qmgr/spool.hpp"
 
-#include "content_file.hpp"
+#include "libsm/content_file.hpp"
 
 #include <sys/stat.h>
 
@@ -70,7 +70,7 @@ struct Deferrals {
         pool.join();
     }
 
-    Ta& admit(const sm::msg::TaCommit& e) {
+    Ta& admit(const smx::msg::TaCommit& e) {
         Ta* ta = queue.admit(e);
         REQUIRE(ta);
         return *ta;
@@ -103,17 +103,17 @@ std::vector<std::string> names(const Parks& parks) {
 }
 
 // A message kept as a record in a new content segment, no file of its own.
-sm::msg::TaCommit in_segment(Spool& s, std::vector<std::string> rcpts,
+smx::msg::TaCommit in_segment(Spool& s, std::vector<std::string> rcpts,
                              const std::string& data = "Subject: seg\r\n\r\nsegment body\r\n") {
     auto e = envelope(std::move(rcpts));
-    e.cdb_id = s.record(sm::new_ta_id(), e.ta_id, data);
+    e.content_id = s.record(smx::new_ta_id(), e.ta_id, data);
     e.size = data.size();
     return e;
 }
 
 // The copy of e's message cannot be made (its directory cannot be: a file
 // has its name) until the file returned goes.
-fs::path block_copy(Spool& s, const sm::msg::TaCommit& e) {
+fs::path block_copy(Spool& s, const smx::msg::TaCommit& e) {
     const fs::path blocker = fs::path(s.path(e.ta_id)).parent_path();
     std::ofstream(blocker) << "in the way";
     return blocker;
@@ -122,10 +122,10 @@ fs::path block_copy(Spool& s, const sm::msg::TaCommit& e) {
 // SMX_CONTENT_WRITERS as the MCP sets it, for the components made while it
 // lives.
 struct Writers {
-    explicit Writers(sm::content::Writers w) {
-        ::setenv(sm::content::writers_env, sm::content::writers_env_value(w).c_str(), 1);
+    explicit Writers(smx::content::Writers w) {
+        ::setenv(smx::content::writers_env, smx::content::writers_env_value(w).c_str(), 1);
     }
-    ~Writers() { ::unsetenv(sm::content::writers_env); }
+    ~Writers() { ::unsetenv(smx::content::writers_env); }
 };
 
 } // namespace
@@ -146,9 +146,9 @@ TEST_CASE("deferred: the parks of one turn are one batch; those made while it is
     CHECK(d.dq->cancel_parks(b.id) == std::vector<std::uint32_t>{0});
     d.s.settle();  // the batch is out, waiting behind the gate
     d.defer(c, 0, 1h);
-    const std::string unknown = sm::new_ta_id();
+    const std::string unknown = smx::new_ta_id();
     d.dq->check(unknown, unknown);  // DEFEDB never held it
-    d.dq->check(a.id, a.cdb_id());  // it holds a
+    d.dq->check(a.id, a.content_id());  // it holds a
     g.open();
     REQUIRE(d.s.run_until([&] { return d.written.size() == 2; }));
     CHECK(names(d.written[0]) == std::vector<std::string>{a.id + "/0", a.id + "/1"});
@@ -178,16 +178,16 @@ TEST_CASE("deferred: a segment message is copied to a file of its own before DEF
     REQUIRE(d.s.run_until([&] { return d.written.size() == 1; }));
     const std::string copy = d.s.path(e.ta_id);
     CHECK(Spool::read(copy) == "Subject: seg\r\n\r\nsegment body\r\n");
-    const auto w = sm::content::writers_from_env();
+    const auto w = smx::content::writers_from_env();
     CHECK(has_defedb_copy({d.s.cfg.content_dir_abs(), true, w}, e));
     const auto stored = d.s.defedb.get(e.ta_id);
     REQUIRE(stored);
-    CHECK(stored->envelope.cdb_id == e.ta_id);  // the copy, never the segment
-    CHECK(ta.cdb_id() == e.cdb_id);             // memory still reads the segment
+    CHECK(stored->envelope.content_id == e.ta_id);  // the copy, never the segment
+    CHECK(ta.content_id() == e.content_id);             // memory still reads the segment
     // The next deferral of the message uses that copy: the segment may be
     // gone by then.
-    fs::remove(sm::content::segment_path(d.s.cfg.content_dir_abs(),
-                                         sm::content::parse_segment_ref(e.cdb_id)->segment));
+    fs::remove(smx::content::segment_path(d.s.cfg.content_dir_abs(),
+                                         smx::content::parse_segment_ref(e.content_id)->segment));
     d.defer(ta, 1, 2h);
     REQUIRE(d.s.run_until([&] { return d.written.size() == 2; }));
     const auto both = d.s.defedb.get(e.ta_id);
@@ -208,12 +208,12 @@ TEST_CASE("deferred: a file SMTPS's account put under the copy's name is replace
     const std::string data = "Subject: seg\r\n\r\nthe real one\r\n";
     const auto e = in_segment(d.s, {"a@example.net"}, data);
     const std::string copy = d.s.file(e.ta_id, std::string(data.size(), 'X'));  // its size, too
-    CHECK_FALSE(has_defedb_copy(sm::content::store_for(d.s.cfg), e));
+    CHECK_FALSE(has_defedb_copy(smx::content::store_for(d.s.cfg), e));
     Ta& ta = d.admit(e);
     d.defer(ta, 0, 1h);
     REQUIRE(d.s.run_until([&] { return d.written.size() == 1; }));
     CHECK(Spool::read(copy) == data);
-    CHECK(d.s.defedb.get(e.ta_id)->envelope.cdb_id == e.ta_id);
+    CHECK(d.s.defedb.get(e.ta_id)->envelope.content_id == e.ta_id);
 }
 
 TEST_CASE("deferred: a segment record that cannot be copied is due at once and quarantined",
@@ -223,7 +223,7 @@ TEST_CASE("deferred: a segment record that cannot be copied is due at once and q
     auto e = envelope({"a@example.net", "b@example.net"});
     // The record of another transaction: not this message.
     const std::string data = "Subject: x\r\n\r\nx\r\n";
-    e.cdb_id = d.s.record(sm::new_ta_id(), sm::new_ta_id(), data);
+    e.content_id = d.s.record(smx::new_ta_id(), smx::new_ta_id(), data);
     e.size = data.size();
     Ta& ta = d.admit(e);
     d.defer(ta, 0, 1h);
@@ -317,7 +317,7 @@ TEST_CASE("deferred: `smx delete` while its recipients are being taken: the due 
     auto remove = [&](std::string id) -> asio::awaitable<void> {
         removed = co_await d.dq->remove_ta(std::move(id));
     };
-    asio::co_spawn(d.s.io, remove(a.id), sm::crash_on_exception("remove_ta"));
+    asio::co_spawn(d.s.io, remove(a.id), smx::crash_on_exception("remove_ta"));
     d.s.settle();
     g.open();
     REQUIRE(d.s.run_until([&] { return removed.has_value() && !d.due.empty(); }));
@@ -341,7 +341,7 @@ TEST_CASE("deferred: a batch that fails is tried again, with what came meanwhile
         auto mark = [](Defedb&) { return true; };
         behind = (co_await d.strand.run(std::move(mark))).has_value();
     };
-    asio::co_spawn(d.s.io, after(), sm::crash_on_exception("strand mark"));
+    asio::co_spawn(d.s.io, after(), smx::crash_on_exception("strand mark"));
     REQUIRE(d.s.run_until([&] { return behind.has_value(); }));
     CHECK(d.written.empty());
     CHECK_FALSE(d.s.defedb.has_ta(e.ta_id));

@@ -1,8 +1,8 @@
 // QMGR's disk: the emergency reserve file is made, kept and made again;
 // TA_COMMIT must leave min_free_space free, a segment's message twice.
-#include "harness.hpp"
+#include "tests/unit/qmgr/harness.hpp"
 
-#include "disk_space.hpp"
+#include "qmgr/disk_space.hpp"
 
 #include <sys/statvfs.h>
 
@@ -16,7 +16,7 @@ std::uint64_t free_bytes(const std::string& dir) {
     return static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
 }
 
-std::string reserve_of(const sm::Config& cfg) {
+std::string reserve_of(const smx::Config& cfg) {
     return cfg.defedb_dir_abs() + "/" + reserve_file_name;
 }
 
@@ -51,15 +51,15 @@ TEST_CASE("disk space: TA_COMMIT must leave min_free_space, with a segment's cop
     h.cfg.queue.min_free_space = free / 2;
     fs::create_directories(h.cfg.content_dir_abs());  // smx run makes it
     DiskSpace space(h.cfg);
-    sm::msg::TaCommit env;
-    env.ta_id = sm::new_ta_id();
-    env.cdb_id = env.ta_id;
+    smx::msg::TaCommit env;
+    env.ta_id = smx::new_ta_id();
+    env.content_id = env.ta_id;
     env.size = free / 3;
     CHECK(space.admit(env).empty());
     CHECK(space.admit(env).empty());  // a content file: nothing more to come
     // In a segment its deferral copy is counted: a third of the free space
     // fits once, not twice, until the segments are listed again.
-    env.cdb_id = sm::content::segment_ref(env.ta_id, 0);
+    env.content_id = smx::content::segment_ref(env.ta_id, 0);
     CHECK(space.admit(env).empty());
     CHECK(space.admit(env) == h.cfg.content_dir_abs());
     space.watch();  // no segment is there
@@ -69,7 +69,7 @@ TEST_CASE("disk space: TA_COMMIT must leave min_free_space, with a segment's cop
     h.start();
     h.commit({"r@example.net"});
     REQUIRE(h.acks.size() == 1);
-    CHECK(h.acks[0].status == sm::msg::AckStatus::tempfail);
+    CHECK(h.acks[0].status == smx::msg::AckStatus::tempfail);
     CHECK(h.acks[0].text == "4.3.1 Insufficient system storage");
     CHECK(h.stat("commit_tempfailed") == 1);
 }

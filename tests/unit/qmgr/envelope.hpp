@@ -2,19 +2,19 @@
 // own content id, one recipient per address.
 #pragma once
 
-#include "ids.hpp"
-#include "messages.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/messages.hpp"
 
 #include <string>
 #include <vector>
 
-inline sm::msg::TaCommit envelope(std::vector<std::string> rcpts) {
-    sm::msg::TaCommit e;
-    e.ta_id = sm::new_ta_id();
-    e.cdb_id = e.ta_id;
+inline smx::msg::TaCommit envelope(std::vector<std::string> rcpts) {
+    smx::msg::TaCommit e;
+    e.ta_id = smx::new_ta_id();
+    e.content_id = e.ta_id;
     e.sender = "a@example.org";
     e.size = 100;
-    e.arrival_us = sm::now_us();
+    e.arrival_us = smx::now_us();
     for (auto& r : rcpts) e.rcpts.push_back({r, ""});
     return e;
 }

@@ -2,10 +2,11 @@
 // the test's thread (no sockets): for QMGR's unit tests.
 #pragma once
 
-#include "qmgr.hpp"
+#include "qmgr/qmgr.hpp"
 
-#include "fake_clock.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/ids.hpp"
+#include "tests/unit/qmgr/fake_clock.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -21,17 +22,17 @@ using namespace std::chrono_literals;
 
 template <class T>
 T decode_frame(const std::string& frame) {
-    sm::rec::Frame f{*sm::rec::parse_header(frame.substr(0, sm::rec::header_size)),
-                     frame.substr(sm::rec::header_size)};
+    smx::rec::Frame f{*smx::rec::parse_header(frame.substr(0, smx::rec::header_size)),
+                     frame.substr(smx::rec::header_size)};
     std::string err;
-    auto v = sm::msg::decode<T>(f, err);
+    auto v = smx::msg::decode<T>(f, err);
     REQUIRE(v);
     return *v;
 }
 
 struct Harness {
     fs::path dir;
-    sm::Config cfg;
+    smx::Config cfg;
     // DEFEDB outlives the pool (a job may run until join), the pool
     // outlives Qmgr and IBDB; a restart makes all of them anew.
     std::unique_ptr<Defedb> defedb;
@@ -39,13 +40,13 @@ struct Harness {
     std::unique_ptr<asio::thread_pool> pool_;
     std::unique_ptr<Ibdb> ibdb;
     std::unique_ptr<Qmgr> q;
-    std::vector<sm::msg::TaAck> acks;
-    std::vector<sm::msg::Deliver> delivers;
+    std::vector<smx::msg::TaAck> acks;
+    std::vector<smx::msg::Deliver> delivers;
     std::uint64_t link = 0;
     // Set before start(): the tests that move time themselves.
     bool fake_time = false;
     FakeClock fake_clock;
-    const sm::Clock& clock() const { return fake_time ? static_cast<const sm::Clock&>(fake_clock) : sm::system_clock(); }
+    const smx::Clock& clock() const { return fake_time ? static_cast<const smx::Clock&>(fake_clock) : smx::system_clock(); }
 
     Harness() {
         char tmpl[] = "/tmp/qmgr-test-XXXXXX";
@@ -54,8 +55,8 @@ struct Harness {
         cfg.queue.spool_dir = dir.string();
         cfg.queue.run_dir = dir.string();
         cfg.queue.min_free_space = 0;
-        sm::Route r;
-        r.hosts.push_back(sm::HostPort{"127.0.0.1", 2600, true});
+        smx::Route r;
+        r.hosts.push_back(smx::HostPort{"127.0.0.1", 2600, true});
         cfg.routes["example.net"] = r;
         start();
     }
@@ -101,7 +102,7 @@ struct Harness {
     }
     void connect_smtpc() {
         link = q->add_smtpc([this](std::string f) {
-            delivers.push_back(decode_frame<sm::msg::Deliver>(f));
+            delivers.push_back(decode_frame<smx::msg::Deliver>(f));
         });
     }
     template <class Pred>
@@ -113,40 +114,40 @@ struct Harness {
         }
         return p();
     }
-    std::string cdb(const std::string& id) {
-        return sm::cdb_path(cfg.content_dir_abs(), id, cfg.queue.cdb_hashed);
+    std::string content_path(const std::string& id) {
+        return smx::content::file_path(cfg.content_dir_abs(), id, cfg.queue.cdb_hashed);
     }
-    sm::msg::TaCommit commit(std::vector<std::string> rcpts, bool with_file = true,
+    smx::msg::TaCommit commit(std::vector<std::string> rcpts, bool with_file = true,
                              const std::string& content = "Subject: x\r\n\r\nbody\r\n") {
-        sm::msg::TaCommit e;
-        e.ta_id = sm::new_ta_id();
-        e.cdb_id = e.ta_id;
+        smx::msg::TaCommit e;
+        e.ta_id = smx::new_ta_id();
+        e.content_id = e.ta_id;
         e.sender = "s@example.org";
         e.client_addr = "127.0.0.1";
         e.arrival_us = clock().now_us();
         for (auto& r : rcpts) e.rcpts.push_back({r, ""});
         if (with_file) {
-            fs::create_directories(fs::path(cdb(e.ta_id)).parent_path());
-            std::ofstream(cdb(e.ta_id)) << content;
-            e.size = fs::file_size(cdb(e.ta_id));
+            fs::create_directories(fs::path(content_path(e.ta_id)).parent_path());
+            std::ofstream(content_path(e.ta_id)) << content;
+            e.size = fs::file_size(content_path(e.ta_id));
         }
         const std::size_t before = acks.size();
-        q->on_commit(e, 7, [this](std::string f) { acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
+        q->on_commit(e, 7, [this](std::string f) { acks.push_back(decode_frame<smx::msg::TaAck>(f)); });
         REQUIRE(run_until([&] { return acks.size() > before; }));
         return e;
     }
-    void result(const sm::msg::Deliver& d, std::vector<std::uint32_t> codes,
+    void result(const smx::msg::Deliver& d, std::vector<std::uint32_t> codes,
                 std::string relay = "sink[127.0.0.1]:2600") {
-        sm::msg::Result r;
+        smx::msg::Result r;
         r.da_id = d.da_id;
         r.relay = std::move(relay);
         for (std::size_t i = 0; i < d.rcpts.size() && i < codes.size(); ++i)
             r.rcpts.push_back({d.rcpts[i].idx, codes[i], "", "reply"});
         q->on_result(link, r);
     }
-    sm::msg::CtlReply ctl(std::string cmd, std::vector<std::string> args = {}) {
-        std::optional<sm::msg::CtlReply> r;
-        q->control({std::move(cmd), std::move(args)}, [&](sm::msg::CtlReply x) { r = std::move(x); });
+    smx::msg::CtlReply ctl(std::string cmd, std::vector<std::string> args = {}) {
+        std::optional<smx::msg::CtlReply> r;
+        q->control({std::move(cmd), std::move(args)}, [&](smx::msg::CtlReply x) { r = std::move(x); });
         REQUIRE(run_until([&] { return r.has_value(); }));
         return *r;
     }

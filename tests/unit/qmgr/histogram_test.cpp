@@ -1,5 +1,5 @@
 // Histograms in Prometheus's text format, and the cut of per-label gauges.
-#include "histogram.hpp"
+#include "qmgr/histogram.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -2,9 +2,9 @@
 // job on a real file (ibdb_pipeline), the batches and when one is cut
 // (ibdb_batcher), and which file holds which transaction (ibdb_files).
 // ibdb_test.cpp tests them together through Ibdb.
-#include "ibdb_batcher.hpp"
-#include "ibdb_files.hpp"
-#include "ibdb_pipeline.hpp"
+#include "qmgr/ibdb_batcher.hpp"
+#include "qmgr/ibdb_files.hpp"
+#include "qmgr/ibdb_pipeline.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,8 +1,8 @@
 // IBDB: real files in a temp dir under /tmp, real fdatasync.
-#include "crc32c.hpp"
-#include "ibdb.hpp"
-#include "ibdb_record.hpp"
-#include "ids.hpp"
+#include "libsm/crc32c.hpp"
+#include "libsm/ids.hpp"
+#include "qmgr/ibdb.hpp"
+#include "qmgr/ibdb_record.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -34,18 +34,18 @@ struct TempDir {
     }
 };
 
-sm::msg::TaCommit make_ta(std::size_t nrcpt, std::size_t helo_size = 10) {
-    sm::msg::TaCommit ta;
-    ta.ta_id = sm::new_ta_id();
+smx::msg::TaCommit make_ta(std::size_t nrcpt, std::size_t helo_size = 10) {
+    smx::msg::TaCommit ta;
+    ta.ta_id = smx::new_ta_id();
     ta.client_addr = "127.0.0.1";
     ta.client_name = "localhost";
     ta.helo = std::string(helo_size, 'h');
     ta.sender = "a@example.org";
     for (std::size_t i = 0; i < nrcpt; ++i)
         ta.rcpts.push_back({"r" + std::to_string(i) + "@example.net", ""});
-    ta.cdb_id = ta.ta_id;
+    ta.content_id = ta.ta_id;
     ta.size = 1234;
-    ta.arrival_us = sm::now_us();
+    ta.arrival_us = smx::now_us();
     return ta;
 }
 
@@ -80,7 +80,7 @@ struct Env {
     void run_for(std::chrono::milliseconds d) { ctx.run_for(d); }
 
     // Appends and waits for the ack; returns ok.
-    bool commit(Ibdb& db, const sm::msg::TaCommit& ta, std::string* error = nullptr) {
+    bool commit(Ibdb& db, const smx::msg::TaCommit& ta, std::string* error = nullptr) {
         bool called = false, ok = false;
         db.append_transaction(ta, [&](bool k, const std::string& e) {
             called = true;
@@ -92,7 +92,7 @@ struct Env {
     }
 
     // Commits each in its own batch (one record after the other in the file).
-    std::vector<sm::msg::TaCommit> commit_all(std::vector<sm::msg::TaCommit> tas) {
+    std::vector<smx::msg::TaCommit> commit_all(std::vector<smx::msg::TaCommit> tas) {
         Ibdb db(ctx.get_executor(), pool, opts());
         db.recover();
         for (auto& ta : tas) REQUIRE(commit(db, ta));
@@ -152,9 +152,9 @@ std::vector<std::size_t> record_offsets(const std::string& data) {
 } // namespace
 
 TEST_CASE("crc32c check value", "[ibdb]") {
-    CHECK(sm::crc32c("123456789") == 0xE3069283u);
-    CHECK(sm::crc32c("6789", sm::crc32c("12345")) == 0xE3069283u);
-    CHECK(sm::crc32c("") == 0u);
+    CHECK(smx::crc32c("123456789") == 0xE3069283u);
+    CHECK(smx::crc32c("6789", smx::crc32c("12345")) == 0xE3069283u);
+    CHECK(smx::crc32c("") == 0u);
 }
 
 TEST_CASE("completion payloads round trip and reject bad lengths", "[ibdb]") {
@@ -309,7 +309,7 @@ TEST_CASE("ta_done's callback runs once its record is in the file", "[ibdb]") {
     Env env;
     auto opt = env.opts();
     opt.completion_delay = 300ms;
-    std::vector<sm::msg::TaCommit> tas{make_ta(1), make_ta(1)};
+    std::vector<smx::msg::TaCommit> tas{make_ta(1), make_ta(1)};
     bool written = false, unknown = false;
     {
         Ibdb db(env.ctx.get_executor(), env.pool, opt);
@@ -339,7 +339,7 @@ TEST_CASE("a torn last record is skipped and cut off", "[ibdb]") {
     auto path = env.tmp.path / "ibdb" / "00000001.log";
     auto good = slurp(path);
     std::string rec;
-    ibdb::append_record(rec, ibdb::transaction, sm::msg::envelope_bytes(make_ta(4)));
+    ibdb::append_record(rec, ibdb::transaction, smx::msg::envelope_bytes(make_ta(4)));
     spit(path, good + rec.substr(0, rec.size() / 2));
 
     Ibdb db(env.ctx.get_executor(), env.pool, env.opts());
@@ -404,7 +404,7 @@ TEST_CASE("files rotate by size and finished files are deleted", "[ibdb]") {
     opt.commit_interval = 0us;
     Ibdb db(env.ctx.get_executor(), env.pool, opt);
     db.recover();
-    std::vector<sm::msg::TaCommit> tas{make_ta(1), make_ta(1), make_ta(2), make_ta(1)};
+    std::vector<smx::msg::TaCommit> tas{make_ta(1), make_ta(1), make_ta(2), make_ta(1)};
     for (auto& ta : tas) REQUIRE(env.commit(db, ta));
     CHECK(env.log_files() == std::vector<std::string>{"00000001.log", "00000002.log",
                                                       "00000003.log", "00000004.log"});
@@ -428,7 +428,7 @@ TEST_CASE("recovery rebuilds open counts so old files go when their mail is done
     auto opt = env.opts();
     opt.file_size = 1;
     opt.commit_interval = 0us;
-    std::vector<sm::msg::TaCommit> tas{make_ta(1), make_ta(1), make_ta(1)};
+    std::vector<smx::msg::TaCommit> tas{make_ta(1), make_ta(1), make_ta(1)};
     {
         Ibdb db(env.ctx.get_executor(), env.pool, opt);
         db.recover();
@@ -649,7 +649,7 @@ TEST_CASE("adaptive: behind a write out longer than the ceiling the next batch g
     REQUIRE(env.commit(db, first));  // the file exists: no write below creates one
     HeldPool held(env.pool);
     std::vector<std::string> acked;
-    auto ack = [&](const sm::msg::TaCommit& ta) {
+    auto ack = [&](const smx::msg::TaCommit& ta) {
         return [&acked, id = ta.ta_id](bool ok, const std::string&) {
             CHECK(ok);
             acked.push_back(id);

@@ -1,9 +1,9 @@
 // Qmgr end to end without sockets: TA_COMMIT → IBDB (real files, no fsync)
-// → TA_ACK → DELIVER → RESULT → CDB file removed; deferrals through a real
+// → TA_ACK → DELIVER → RESULT → content file removed; deferrals through a real
 // DEFEDB, bounces with DSNs, boundary checks, recovery and control.
-#include "harness.hpp"
+#include "tests/unit/qmgr/harness.hpp"
 
-#include "content_segment.hpp"
+#include "libsm/content_segment.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -22,13 +22,13 @@ TEST_CASE("a committed transaction is acked, delivered and removed") {
     Harness h;
     h.connect_smtpc();
     auto e = h.commit({"a@example.net", "b@Example.NET"});
-    REQUIRE(h.acks.back().status == sm::msg::AckStatus::ok);
+    REQUIRE(h.acks.back().status == smx::msg::AckStatus::ok);
     CHECK(h.acks.back().ta_id == e.ta_id);
     CHECK(h.stat("received") == 1);
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
     const auto& d = h.delivers[0];
     CHECK(d.ta_id == e.ta_id);
-    CHECK(d.cdb_id == e.ta_id);
+    CHECK(d.content_id == e.ta_id);
     CHECK(d.size == e.size);
     CHECK(d.rcpts.size() == 2);
     CHECK(d.nexthops == std::vector<std::string>{"[127.0.0.1]:2600"});
@@ -37,7 +37,7 @@ TEST_CASE("a committed transaction is acked, delivered and removed") {
     CHECK(h.stat("delivered") == 2);
     CHECK(h.stat("queue_size") == 0);
     CHECK(h.stat("queue_transactions") == 0);
-    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)); }));
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(e.ta_id)); }));
     CHECK(h.stat("ibdb_transactions") == 1);
 }
 
@@ -58,14 +58,14 @@ TEST_CASE("4xx moves to DEFEDB and comes back after retry_min; 5xx bounces with 
     REQUIRE(dsn.rcpts.size() == 1);
     CHECK(dsn.rcpts[0].addr == "s@example.org");
     CHECK(h.stat("dsn_sent") == 1);
-    std::ifstream in(h.cdb(dsn.cdb_id), std::ios::binary);
+    std::ifstream in(h.content_path(dsn.content_id), std::ios::binary);
     const std::string body((std::istreambuf_iterator<char>(in)), {});
     CHECK(body.find("Final-Recipient: rfc822; b@example.net") != std::string::npos);
     CHECK(body.find("Final-Recipient: rfc822; c@example.net") != std::string::npos);
     CHECK(body.find("a@example.net") == std::string::npos);
     // a left memory for DEFEDB; the content stays for it.
     CHECK(h.stat("queue_size") == 1);  // the DSN's recipient
-    CHECK(fs::exists(h.cdb(e.ta_id)));
+    CHECK(fs::exists(h.content_path(e.ta_id)));
     auto listing = h.ctl("queue");
     CHECK(listing.text.find("a@example.net (deferred, attempts=1") != std::string::npos);
     CHECK(listing.text.find("(451 reply)") != std::string::npos);
@@ -79,7 +79,7 @@ TEST_CASE("4xx moves to DEFEDB and comes back after retry_min; 5xx bounces with 
     REQUIRE(h.run_until([&] { return h.delivers.size() == 4; }, 1000ms));
     h.result(h.delivers[3], {250});
     h.result(h.delivers[1], {250});
-    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)) && !fs::exists(h.cdb(dsn.cdb_id)); }));
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(e.ta_id)) && !fs::exists(h.content_path(dsn.content_id)); }));
     CHECK(h.stat("queue_deferred") == 0);
     CHECK(h.ctl("queue").text.find("-- 0 Kbytes in 0 requests.") != std::string::npos);
 }
@@ -87,17 +87,17 @@ TEST_CASE("4xx moves to DEFEDB and comes back after retry_min; 5xx bounces with 
 TEST_CASE("a null-sender message is never bounced") {
     Harness h;
     h.connect_smtpc();
-    sm::msg::TaCommit e;
-    e.ta_id = e.cdb_id = sm::new_ta_id();
-    e.arrival_us = sm::now_us();
+    smx::msg::TaCommit e;
+    e.ta_id = e.content_id = smx::new_ta_id();
+    e.arrival_us = smx::now_us();
     e.rcpts.push_back({"a@example.net", ""});
-    fs::create_directories(fs::path(h.cdb(e.ta_id)).parent_path());
-    std::ofstream(h.cdb(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
-    e.size = fs::file_size(h.cdb(e.ta_id));
-    h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
+    fs::create_directories(fs::path(h.content_path(e.ta_id)).parent_path());
+    std::ofstream(h.content_path(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
+    e.size = fs::file_size(h.content_path(e.ta_id));
+    h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<smx::msg::TaAck>(f)); });
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
     h.result(h.delivers[0], {550});
-    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)); }));
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(e.ta_id)); }));
     CHECK(h.stat("bounced") == 1);
     CHECK(h.stat("dsn_sent") == 0);
     CHECK(h.delivers.size() == 1);
@@ -114,7 +114,7 @@ TEST_CASE("past max_queue_lifetime a temporary failure bounces") {
     REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }));
     CHECK(h.delivers[1].sender.empty());
     CHECK(h.stat("deferred") == 0);
-    std::ifstream in(h.cdb(h.delivers[1].cdb_id), std::ios::binary);
+    std::ifstream in(h.content_path(h.delivers[1].content_id), std::ios::binary);
     const std::string body((std::istreambuf_iterator<char>(in)), {});
     CHECK(body.find("Status: 4.4.7") != std::string::npos);
 }
@@ -136,7 +136,7 @@ TEST_CASE("deferred recipients survive a restart and come back when due") {
     REQUIRE(h.delivers[0].rcpts.size() == 1);
     CHECK(h.delivers[0].rcpts[0].addr == "a@example.net");
     h.result(h.delivers[0], {250});
-    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)); }));
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(e.ta_id)); }));
 }
 
 TEST_CASE("control: hold, release and delete work on the active queue and DEFEDB") {
@@ -158,19 +158,19 @@ TEST_CASE("control: hold, release and delete work on the active queue and DEFEDB
     CHECK(r.text.find("deleted (1 recipients)") != std::string::npos);
     h.result(h.delivers[0], {250});
     CHECK(h.stat("delivered") == 0);
-    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(held.ta_id)); }));
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(held.ta_id)); }));
     // delete of a deferred one
     auto d = h.commit({"b@example.net"});
     REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }));
     h.result(h.delivers[1], {451});
     REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1; }));
     CHECK(h.ctl("delete", {d.ta_id}).text.find("deleted (1 recipients)") != std::string::npos);
-    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(d.ta_id)) && h.stat("queue_deferred") == 0; }));
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(d.ta_id)) && h.stat("queue_deferred") == 0; }));
     CHECK(h.ctl("queue").text.find(d.ta_id) == std::string::npos);
     auto none = h.ctl("delete", {d.ta_id});
     CHECK(none.status == 1);
     CHECK(none.text == d.ta_id + ": no such queue id\n");
-    const std::string unknown = sm::new_ta_id();
+    const std::string unknown = smx::new_ta_id();
     CHECK(h.ctl("hold", {unknown}).text == unknown + ": no such queue id\n");
 }
 
@@ -188,7 +188,7 @@ TEST_CASE("control: several ids a request, ALL and ALL QUEUE, as postsuper") {
     // a and b wait in DEFEDB, c is in flight (QMGR's "active").
 
     // An unknown id among others: reported, status 1, the others done.
-    const std::string gone = sm::new_ta_id();
+    const std::string gone = smx::new_ta_id();
     auto r = h.ctl("hold", {a.ta_id, gone, b.ta_id});
     CHECK(r.status == 1);
     CHECK(r.text == a.ta_id + ": held (1 recipients)\n" + gone + ": no such queue id\n" +
@@ -212,12 +212,12 @@ TEST_CASE("control: several ids a request, ALL and ALL QUEUE, as postsuper") {
     // What a request may hold: ids (at most max_ctl_ids), or ALL [QUEUE].
     for (const std::vector<std::string>& bad :
          {std::vector<std::string>{}, {"ALL", "incoming"}, {"ALL", "hold", "x"}, {"nonsense"},
-          {a.ta_id, "ALL"}, std::vector<std::string>(sm::msg::max_ctl_ids + 1, gone)}) {
+          {a.ta_id, "ALL"}, std::vector<std::string>(smx::msg::max_ctl_ids + 1, gone)}) {
         r = h.ctl("delete", bad);
         CHECK(r.status == 1);
         CHECK(r.text.rfind("usage: delete QUEUE-ID... (at most 1000) | delete ALL", 0) == 0);
     }
-    r = h.ctl("release", std::vector<std::string>(sm::msg::max_ctl_ids, gone));
+    r = h.ctl("release", std::vector<std::string>(smx::msg::max_ctl_ids, gone));
     CHECK(r.status == 1);
     CHECK(std::count(r.text.begin(), r.text.end(), '\n') == 1000);
 }
@@ -267,20 +267,20 @@ TEST_CASE("control: show's envelope, the content page by page, queue --json line
 TEST_CASE("orphan content files older than orphan_age go to quarantine at start-up") {
     Harness h;
     h.stop();
-    const std::string old_id = sm::new_ta_id(), new_id = sm::new_ta_id();
+    const std::string old_id = smx::new_ta_id(), new_id = smx::new_ta_id();
     for (const auto& id : {old_id, new_id}) {
-        fs::create_directories(fs::path(h.cdb(id)).parent_path());
-        std::ofstream(h.cdb(id)) << "x";
+        fs::create_directories(fs::path(h.content_path(id)).parent_path());
+        std::ofstream(h.content_path(id)) << "x";
     }
-    std::ofstream(h.cdb(old_id) + ".tmp") << "x";
+    std::ofstream(h.content_path(old_id) + ".tmp") << "x";
     const auto past = fs::file_time_type::clock::now() - h.cfg.queue.orphan_age - 1s;
-    fs::last_write_time(h.cdb(old_id), past);
-    fs::last_write_time(h.cdb(old_id) + ".tmp", past);
+    fs::last_write_time(h.content_path(old_id), past);
+    fs::last_write_time(h.content_path(old_id) + ".tmp", past);
     h.start();
     REQUIRE(h.run_until([&] { return h.stat("quarantined") == 1; }));
     CHECK(fs::exists(h.dir / "quarantine" / ("cdb-" + old_id)));
-    CHECK(fs::exists(h.cdb(new_id)));
-    CHECK(fs::exists(h.cdb(old_id) + ".tmp"));  // SMTPS's own leftovers
+    CHECK(fs::exists(h.content_path(new_id)));
+    CHECK(fs::exists(h.content_path(old_id) + ".tmp"));  // SMTPS's own leftovers
 }
 
 TEST_CASE("the periodic sweep takes orphans, never the content of queued or deferred mail") {
@@ -295,16 +295,16 @@ TEST_CASE("the periodic sweep takes orphans, never the content of queued or defe
     const auto& d = h.delivers[0].ta_id == deferred.ta_id ? h.delivers[0] : h.delivers[1];
     h.result(d, {451});
     REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1; }));
-    const std::string orphan = sm::new_ta_id();
-    fs::create_directories(fs::path(h.cdb(orphan)).parent_path());
-    std::ofstream(h.cdb(orphan)) << "x";
+    const std::string orphan = smx::new_ta_id();
+    fs::create_directories(fs::path(h.content_path(orphan)).parent_path());
+    std::ofstream(h.content_path(orphan)) << "x";
     const auto past = fs::file_time_type::clock::now() - 60s;
     for (const auto& id : {active.ta_id, deferred.ta_id, orphan})
-        fs::last_write_time(h.cdb(id), past);
+        fs::last_write_time(h.content_path(id), past);
     REQUIRE(h.run_until([&] { return h.stat("quarantined") == 1; }, 5000ms));
     CHECK(fs::exists(h.dir / "quarantine" / ("cdb-" + orphan)));
-    CHECK(fs::exists(h.cdb(active.ta_id)));
-    CHECK(fs::exists(h.cdb(deferred.ta_id)));
+    CHECK(fs::exists(h.content_path(active.ta_id)));
+    CHECK(fs::exists(h.content_path(deferred.ta_id)));
 }
 
 TEST_CASE("one delay warning after delay_warning_time; the message is still delivered") {
@@ -364,20 +364,20 @@ TEST_CASE("no route defers with a clear reason") {
 
 TEST_CASE("TA_COMMIT is checked at the boundary") {
     Harness h;
-    auto reject = [&](sm::msg::TaCommit e) {
+    auto reject = [&](smx::msg::TaCommit e) {
         h.acks.clear();
-        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
+        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<smx::msg::TaAck>(f)); });
         REQUIRE(h.acks.size() == 1);  // answered at once, nothing logged
         return h.acks[0];
     };
-    sm::msg::TaCommit e;
+    smx::msg::TaCommit e;
     e.ta_id = "../../etc/passwd";
-    e.cdb_id = e.ta_id;
+    e.content_id = e.ta_id;
     e.rcpts = {{"a@example.net", ""}};
-    CHECK(reject(e).status == sm::msg::AckStatus::reject);
-    e.ta_id = e.cdb_id = sm::new_ta_id();
-    const auto missing = reject(e);  // no CDB file: the client may try again
-    CHECK(missing.status == sm::msg::AckStatus::tempfail);
+    CHECK(reject(e).status == smx::msg::AckStatus::reject);
+    e.ta_id = e.content_id = smx::new_ta_id();
+    const auto missing = reject(e);  // no content file: the client may try again
+    CHECK(missing.status == smx::msg::AckStatus::tempfail);
     CHECK(missing.text.find("Content file missing") != std::string::npos);
     e.rcpts.clear();
     CHECK(reject(e).text.find("no recipients") != std::string::npos);
@@ -387,59 +387,59 @@ TEST_CASE("TA_COMMIT is checked at the boundary") {
 
 TEST_CASE("a TA_COMMIT may name only its own content, as SMTPS made it") {
     Harness h;
-    auto answer = [&](const sm::msg::TaCommit& e) {
+    auto answer = [&](const smx::msg::TaCommit& e) {
         h.acks.clear();
-        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
+        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<smx::msg::TaAck>(f)); });
         REQUIRE(h.run_until([&] { return !h.acks.empty(); }));
         return h.acks[0];
     };
     const auto other = h.commit({"a@example.net"});  // a transaction with its file
-    REQUIRE(h.acks.back().status == sm::msg::AckStatus::ok);
-    sm::msg::TaCommit e;
-    e.ta_id = sm::new_ta_id();
+    REQUIRE(h.acks.back().status == smx::msg::AckStatus::ok);
+    smx::msg::TaCommit e;
+    e.ta_id = smx::new_ta_id();
     e.rcpts = {{"a@example.net", ""}};
     // Another transaction's content file: refused, not even looked at.
-    e.cdb_id = other.ta_id;
+    e.content_id = other.ta_id;
     e.size = other.size;
     auto r = answer(e);
-    CHECK(r.status == sm::msg::AckStatus::reject);
+    CHECK(r.status == smx::msg::AckStatus::reject);
     CHECK(r.text.find("content file of another transaction") != std::string::npos);
     // An id of the queue manager's stream (its DSNs): never SMTPS's.
-    sm::set_id_stream(sm::qmgr_id_stream);
-    const std::string ours = sm::new_ta_id();
-    sm::set_id_stream(0);
-    e.ta_id = e.cdb_id = ours;
+    smx::set_id_stream(smx::qmgr_id_stream);
+    const std::string ours = smx::new_ta_id();
+    smx::set_id_stream(0);
+    e.ta_id = e.content_id = ours;
     CHECK(answer(e).text.find("transaction id of another stream") != std::string::npos);
     // A file under its own name that is no message of the right size: a
     // link to another's file, a FIFO, a hard link, another size.
-    e.ta_id = e.cdb_id = sm::new_ta_id();
-    fs::create_directories(fs::path(h.cdb(e.ta_id)).parent_path());
-    fs::create_symlink(h.cdb(other.ta_id), h.cdb(e.ta_id));
+    e.ta_id = e.content_id = smx::new_ta_id();
+    fs::create_directories(fs::path(h.content_path(e.ta_id)).parent_path());
+    fs::create_symlink(h.content_path(other.ta_id), h.content_path(e.ta_id));
     r = answer(e);
-    CHECK(r.status == sm::msg::AckStatus::tempfail);
+    CHECK(r.status == smx::msg::AckStatus::tempfail);
     CHECK(r.text.find("a symbolic link") != std::string::npos);
-    fs::remove(h.cdb(e.ta_id));
-    REQUIRE(::mkfifo(h.cdb(e.ta_id).c_str(), 0600) == 0);
+    fs::remove(h.content_path(e.ta_id));
+    REQUIRE(::mkfifo(h.content_path(e.ta_id).c_str(), 0600) == 0);
     CHECK(answer(e).text.find("a FIFO") != std::string::npos);  // and nothing blocked
-    fs::remove(h.cdb(e.ta_id));
-    fs::create_hard_link(h.cdb(other.ta_id), h.cdb(e.ta_id));
+    fs::remove(h.content_path(e.ta_id));
+    fs::create_hard_link(h.content_path(other.ta_id), h.content_path(e.ta_id));
     CHECK(answer(e).text.find("2 hard links") != std::string::npos);
-    fs::remove(h.cdb(e.ta_id));
-    std::ofstream(h.cdb(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
+    fs::remove(h.content_path(e.ta_id));
+    std::ofstream(h.content_path(e.ta_id)) << "Subject: x\r\n\r\nbody\r\n";
     e.size = 1u << 30;
     CHECK(answer(e).text.find("bytes, 1073741824 expected") != std::string::npos);
-    e.size = fs::file_size(h.cdb(e.ta_id));
-    CHECK(answer(e).status == sm::msg::AckStatus::ok);
+    e.size = fs::file_size(h.content_path(e.ta_id));
+    CHECK(answer(e).status == smx::msg::AckStatus::ok);
     CHECK(h.stat("ibdb_records") >= 2);
 }
 
 TEST_CASE("a deferral copy is QMGR's own: a file SMTPS's account planted does not stand in") {
     Harness h;
-    sm::msg::TaCommit e;
-    e.ta_id = sm::new_ta_id();
-    e.cdb_id = sm::content::segment_ref(sm::new_ta_id(), 0);
-    fs::create_directories(fs::path(h.cdb(e.ta_id)).parent_path());
-    std::ofstream(h.cdb(e.ta_id)) << "planted";
+    smx::msg::TaCommit e;
+    e.ta_id = smx::new_ta_id();
+    e.content_id = smx::content::segment_ref(smx::new_ta_id(), 0);
+    fs::create_directories(fs::path(h.content_path(e.ta_id)).parent_path());
+    std::ofstream(h.content_path(e.ta_id)) << "planted";
     e.size = 7;
     const uid_t me = ::geteuid();
     // Here one account is both writers; as the MCP runs them they are two.
@@ -454,13 +454,13 @@ TEST_CASE("content SMTPC finds unusable quarantines its transaction at once") {
     h.connect_smtpc();
     const auto e = h.commit({"a@example.net", "b@example.net"});
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
-    sm::msg::Result r;
+    smx::msg::Result r;
     r.da_id = h.delivers[0].da_id;
     for (const auto& rc : h.delivers[0].rcpts) r.rcpts.push_back({rc.idx, 451, "4.3.0", "queue file"});
     r.content_error = "queue file " + e.ta_id + ": a symbolic link";
     h.q->on_result(h.link, r);
     const std::string saved = h.cfg.quarantine_dir_abs() + "/" + e.ta_id + ".envelope";
-    REQUIRE(h.run_until([&] { return fs::exists(saved) && !fs::exists(h.cdb(e.ta_id)); }));
+    REQUIRE(h.run_until([&] { return fs::exists(saved) && !fs::exists(h.content_path(e.ta_id)); }));
     CHECK(h.stat("quarantined") == 1);
     CHECK(h.stat("queue_transactions") == 0);
     CHECK(h.stat("deferred") == 0);
@@ -471,71 +471,71 @@ TEST_CASE("content SMTPC finds unusable quarantines its transaction at once") {
 TEST_CASE("a TA_COMMIT naming a content segment record is checked against the record") {
     Harness h;
     const std::string content = h.cfg.content_dir_abs();
-    fs::create_directories(sm::content::segments_dir(content));
-    const std::string seg = sm::new_ta_id(), a = sm::new_ta_id(), b = sm::new_ta_id();
+    fs::create_directories(smx::content::segments_dir(content));
+    const std::string seg = smx::new_ta_id(), a = smx::new_ta_id(), b = smx::new_ta_id();
     const std::string ma = "Subject: a\r\n\r\nbody a\r\n", mb = "Subject: b\r\n\r\nbody b, longer\r\n";
-    const int fd = ::open(sm::content::segment_path(content, seg).c_str(), O_RDWR | O_CREAT, 0640);
+    const int fd = ::open(smx::content::segment_path(content, seg).c_str(), O_RDWR | O_CREAT, 0640);
     REQUIRE(fd >= 0);
-    const std::uint64_t off_b = sm::content::segment_header_size + ma.size();
-    REQUIRE(sm::content::write_segment_record(fd, 0, a, ma) == 0);
-    REQUIRE(sm::content::write_segment_record(fd, off_b, b, mb) == 0);
+    const std::uint64_t off_b = smx::content::segment_header_size + ma.size();
+    REQUIRE(smx::content::write_segment_record(fd, 0, a, ma) == 0);
+    REQUIRE(smx::content::write_segment_record(fd, off_b, b, mb) == 0);
     ::close(fd);
-    auto ack = [&](const std::string& ta, const std::string& cdb, std::uint64_t size) {
-        sm::msg::TaCommit e;
+    auto ack = [&](const std::string& ta, const std::string& content, std::uint64_t size) {
+        smx::msg::TaCommit e;
         e.ta_id = ta;
-        e.cdb_id = cdb;
+        e.content_id = content;
         e.size = size;
         e.rcpts = {{"a@example.net", ""}};
         h.acks.clear();
-        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); });
+        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<smx::msg::TaAck>(f)); });
         REQUIRE(h.run_until([&] { return !h.acks.empty(); }));
         return h.acks[0];
     };
-    using sm::msg::AckStatus;
+    using smx::msg::AckStatus;
     // Another transaction's record, the wrong size, no record there.
-    auto r = ack(sm::new_ta_id(), sm::content::segment_ref(seg, 0), ma.size());
+    auto r = ack(smx::new_ta_id(), smx::content::segment_ref(seg, 0), ma.size());
     CHECK(r.status == AckStatus::tempfail);
     CHECK(r.text.find("the record of another transaction") != std::string::npos);
-    r = ack(b, sm::content::segment_ref(seg, off_b), mb.size() + 1);
+    r = ack(b, smx::content::segment_ref(seg, off_b), mb.size() + 1);
     CHECK(r.text.find("expected") != std::string::npos);
     // A size over what any record can be is refused outright.
-    CHECK(ack(b, sm::content::segment_ref(seg, off_b), std::uint64_t{1} << 40).status ==
+    CHECK(ack(b, smx::content::segment_ref(seg, off_b), std::uint64_t{1} << 40).status ==
           AckStatus::reject);
-    r = ack(b, sm::content::segment_ref(seg, 5), mb.size());
+    r = ack(b, smx::content::segment_ref(seg, 5), mb.size());
     CHECK(r.status == AckStatus::tempfail);
     CHECK(r.text.find("Content record") != std::string::npos);
     // A segment that is not there; one made longer ago than segment_age.
-    r = ack(b, sm::content::segment_ref(sm::new_ta_id(), 0), mb.size());
+    r = ack(b, smx::content::segment_ref(smx::new_ta_id(), 0), mb.size());
     CHECK(r.text.find("Content record: No such file") != std::string::npos);
     char old[32];
     std::snprintf(old, sizeof old, "%08llX%05X%04X",
-                  static_cast<unsigned long long>(sm::now_us() / 1000000 - 3600), 0, 1);
-    r = ack(b, sm::content::segment_ref(old, 0), mb.size());
+                  static_cast<unsigned long long>(smx::now_us() / 1000000 - 3600), 0, 1);
+    r = ack(b, smx::content::segment_ref(old, 0), mb.size());
     CHECK(r.text.find("too old") != std::string::npos);
-    CHECK(ack(b, sm::content::segment_ref(seg, 0) + "0", mb.size()).status == AckStatus::reject);
+    CHECK(ack(b, smx::content::segment_ref(seg, 0) + "0", mb.size()).status == AckStatus::reject);
     CHECK(h.stat("ibdb_records") == 0);
     // Its own record: taken.
-    CHECK(ack(a, sm::content::segment_ref(seg, 0), ma.size()).status == AckStatus::ok);
-    CHECK(ack(b, sm::content::segment_ref(seg, off_b), mb.size()).status == AckStatus::ok);
+    CHECK(ack(a, smx::content::segment_ref(seg, 0), ma.size()).status == AckStatus::ok);
+    CHECK(ack(b, smx::content::segment_ref(seg, off_b), mb.size()).status == AckStatus::ok);
 }
 
 TEST_CASE("a full active queue tempfails intake") {
     Harness h;
     h.cfg.queue.aq_max_entries = 3;
     h.commit({"a@example.net", "b@example.net"});
-    CHECK(h.acks.back().status == sm::msg::AckStatus::ok);
+    CHECK(h.acks.back().status == smx::msg::AckStatus::ok);
     h.commit({"a@example.net", "b@example.net"});
-    CHECK(h.acks.back().status == sm::msg::AckStatus::tempfail);
+    CHECK(h.acks.back().status == smx::msg::AckStatus::tempfail);
     CHECK(h.acks.back().text == "4.3.1 Insufficient system storage");
     h.commit({"c@example.net"});
-    CHECK(h.acks.back().status == sm::msg::AckStatus::ok);
+    CHECK(h.acks.back().status == smx::msg::AckStatus::ok);
 }
 
 TEST_CASE("recovery puts open recipients back and drops a transaction without content") {
     Harness h;
     auto keep = h.commit({"a@example.net", "b@example.net", "c@example.net"});
     auto lost = h.commit({"c@example.net"});
-    fs::remove(h.cdb(lost.ta_id));
+    fs::remove(h.content_path(lost.ta_id));
     h.connect_smtpc();
     REQUIRE(h.run_until([&] { return h.delivers.size() == 2; }));
     for (const auto& d : h.delivers)
@@ -562,12 +562,12 @@ TEST_CASE("recovery quarantines a transaction whose content file is shorter than
     auto whole = h.commit({"a@example.net"});
     auto cut = h.commit({"b@example.net"});
     h.stop();
-    fs::resize_file(h.cdb(cut.ta_id), cut.size - 3);
+    fs::resize_file(h.content_path(cut.ta_id), cut.size - 3);
     h.start();
     CHECK(h.stat("quarantined") == 1);
     CHECK(fs::exists(h.dir / "quarantine" / (cut.ta_id + ".envelope")));
     CHECK(fs::file_size(h.dir / "quarantine" / ("cdb-" + cut.ta_id)) == cut.size - 3);
-    CHECK_FALSE(fs::exists(h.cdb(cut.ta_id)));
+    CHECK_FALSE(fs::exists(h.content_path(cut.ta_id)));
     h.connect_smtpc();
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
     CHECK(h.delivers[0].ta_id == whole.ta_id);
@@ -584,14 +584,14 @@ TEST_CASE("a recipient in DEFEDB that IBDB still has open is delivered once, and
     r.addr = "a@example.net";
     r.attempts = 1;
     r.first_arrival_us = e.arrival_us;
-    r.next_try_us = sm::now_us();
+    r.next_try_us = smx::now_us();
     h.defedb->put_deferred(e, r);
     h.stop();
     h.start();
     h.connect_smtpc();
     REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
     h.result(h.delivers[0], {250});
-    REQUIRE(h.run_until([&] { return !fs::exists(h.cdb(e.ta_id)); }));
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(e.ta_id)); }));
     h.run_until([&] { return false; }, 200ms);
     CHECK(h.delivers.size() == 1);
     CHECK(h.defedb->count() == 0);
@@ -617,7 +617,7 @@ TEST_CASE("control: stats and unknown commands") {
 namespace {
 // A harness on a test clock with one message delivered once (not answered).
 struct Timed : Harness {
-    explicit Timed(std::function<void(sm::QueueConfig&)> set) {
+    explicit Timed(std::function<void(smx::QueueConfig&)> set) {
         stop();
         fake_time = true;
         set(cfg.queue);
@@ -631,7 +631,7 @@ struct Timed : Harness {
 } // namespace
 
 TEST_CASE("clock: a temporary failure past max_queue_lifetime bounces, before it defers") {
-    Timed h([](sm::QueueConfig& q) { q.max_queue_lifetime = std::chrono::hours(24); });
+    Timed h([](smx::QueueConfig& q) { q.max_queue_lifetime = std::chrono::hours(24); });
     h.cfg.routes["example.org"] = h.cfg.routes["example.net"];
     SECTION("a minute before the lifetime ends: deferred") {
         h.fake_clock.advance(std::chrono::hours(24) - std::chrono::minutes(1));
@@ -647,14 +647,14 @@ TEST_CASE("clock: a temporary failure past max_queue_lifetime bounces, before it
         CHECK(h.stat("deferred") == 0);
         CHECK(h.stat("bounced") == 1);
         CHECK(h.delivers[1].sender.empty());
-        std::ifstream in(h.cdb(h.delivers[1].cdb_id), std::ios::binary);
+        std::ifstream in(h.content_path(h.delivers[1].content_id), std::ios::binary);
         const std::string body((std::istreambuf_iterator<char>(in)), {});
         CHECK(body.find("Status: 4.4.7") != std::string::npos);
     }
 }
 
 TEST_CASE("clock: a clock stepped back since arrival does not make a temporary failure expire") {
-    Timed h([](sm::QueueConfig& q) { q.max_queue_lifetime = std::chrono::hours(24); });
+    Timed h([](smx::QueueConfig& q) { q.max_queue_lifetime = std::chrono::hours(24); });
     h.fake_clock.advance(-std::chrono::minutes(1));  // an NTP step back
     h.result(h.delivers[0], {451});
     REQUIRE(h.run_until([&] { return h.stat("deferred") == 1; }));
@@ -662,7 +662,7 @@ TEST_CASE("clock: a clock stepped back since arrival does not make a temporary f
 }
 
 TEST_CASE("clock: a delay warning only once delay_warning_time has passed") {
-    Timed h([](sm::QueueConfig& q) { q.delay_warning_time = std::chrono::hours(4); });
+    Timed h([](smx::QueueConfig& q) { q.delay_warning_time = std::chrono::hours(4); });
     SECTION("deferred before delay_warning_time: no warning") {
         h.fake_clock.advance(std::chrono::hours(3));
         h.result(h.delivers[0], {451});
@@ -679,7 +679,7 @@ TEST_CASE("clock: a delay warning only once delay_warning_time has passed") {
 }
 
 TEST_CASE("clock: a deferred recipient comes back when its backoff has passed, not before") {
-    Timed h([](sm::QueueConfig& q) {
+    Timed h([](smx::QueueConfig& q) {
         q.retry_min = std::chrono::hours(1);
         q.retry_max = std::chrono::hours(8);
     });
@@ -722,14 +722,14 @@ TEST_CASE("content_dir and ibdb_dir outside the spool: delivery, bounce, recover
         WARN("no second file system: content and quarantine share one (rename, not copy)");
         other = fs::temp_directory_path();
     }
-    const fs::path content = other / ("smx-content-" + sm::new_ta_id());
+    const fs::path content = other / ("smx-content-" + smx::new_ta_id());
     Harness h;
     h.stop();
     h.cfg.queue.content_dir = content.string();
     h.cfg.queue.ibdb_dir = (h.dir.parent_path() / (h.dir.filename().string() + "-ibdb")).string();
     h.cfg.routes["example.org"] = h.cfg.routes["example.net"];
     h.start();
-    REQUIRE(h.cdb("X").rfind(content.string() + "/", 0) == 0);
+    REQUIRE(h.content_path("X").rfind(content.string() + "/", 0) == 0);
     h.connect_smtpc();
     const auto ok = h.commit({"a@example.net"});
     const auto failed = h.commit({"b@example.net"});
@@ -744,8 +744,8 @@ TEST_CASE("content_dir and ibdb_dir outside the spool: delivery, bounce, recover
     }
     // The DSN's content goes to content_dir too; the finished ones are gone.
     REQUIRE(h.run_until([&] {
-        return h.stat("dsn_sent") == 1 && !fs::exists(h.cdb(ok.ta_id)) &&
-               !fs::exists(h.cdb(failed.ta_id));
+        return h.stat("dsn_sent") == 1 && !fs::exists(h.content_path(ok.ta_id)) &&
+               !fs::exists(h.content_path(failed.ta_id));
     }));
     std::size_t files = 0;
     for (const auto& f : fs::recursive_directory_iterator(content))
@@ -754,19 +754,19 @@ TEST_CASE("content_dir and ibdb_dir outside the spool: delivery, bounce, recover
     h.stop();
 
     // cut is short after a power cut; an orphan lies beside it.
-    fs::resize_file(h.cdb(cut.ta_id), cut.size - 1);
-    const std::string orphan = sm::new_ta_id();
-    fs::create_directories(fs::path(h.cdb(orphan)).parent_path());
-    std::ofstream(h.cdb(orphan)) << "orphan";
-    fs::last_write_time(h.cdb(orphan), fs::file_time_type::clock::now() - h.cfg.queue.orphan_age - 1s);
+    fs::resize_file(h.content_path(cut.ta_id), cut.size - 1);
+    const std::string orphan = smx::new_ta_id();
+    fs::create_directories(fs::path(h.content_path(orphan)).parent_path());
+    std::ofstream(h.content_path(orphan)) << "orphan";
+    fs::last_write_time(h.content_path(orphan), fs::file_time_type::clock::now() - h.cfg.queue.orphan_age - 1s);
     h.delivers.clear();
     h.start();
     REQUIRE(h.run_until([&] { return h.stat("quarantined") == 2; }));
     CHECK(fs::file_size(h.dir / "quarantine" / ("cdb-" + cut.ta_id)) == cut.size - 1);
     CHECK(fs::exists(h.dir / "quarantine" / (cut.ta_id + ".envelope")));
     CHECK(fs::file_size(h.dir / "quarantine" / ("cdb-" + orphan)) == 6);
-    CHECK_FALSE(fs::exists(h.cdb(cut.ta_id)));
-    CHECK_FALSE(fs::exists(h.cdb(orphan)));
+    CHECK_FALSE(fs::exists(h.content_path(cut.ta_id)));
+    CHECK_FALSE(fs::exists(h.content_path(orphan)));
     CHECK(h.stat("quarantine_write_failures") == 0);
     // The DSN, recovered from the other IBDB directory, is still there to go.
     CHECK(h.stat("queue_transactions") == 1);
@@ -779,47 +779,47 @@ TEST_CASE("smx-pickup names ids of its own stream only, and a commit it repeats 
           "memory or DEFEDB holds the transaction") {
     Harness h;
     h.connect_smtpc();
-    auto answer = [&](const sm::msg::TaCommit& e, Qmgr::From from) {
+    auto answer = [&](const smx::msg::TaCommit& e, Qmgr::From from) {
         h.acks.clear();
-        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<sm::msg::TaAck>(f)); },
+        h.q->on_commit(e, 1, [&](std::string f) { h.acks.push_back(decode_frame<smx::msg::TaAck>(f)); },
                        from);
         REQUIRE(h.run_until([&] { return !h.acks.empty(); }));
         return h.acks[0];
     };
     auto with_file = [&](const std::string& id) {
-        sm::msg::TaCommit e;
-        e.ta_id = e.cdb_id = id;
+        smx::msg::TaCommit e;
+        e.ta_id = e.content_id = id;
         e.sender = "alice@host.example";
         e.client_addr = "127.0.0.1";
         e.arrival_us = h.clock().now_us();
         e.rcpts = {{"a@example.net", ""}};
-        fs::create_directories(fs::path(h.cdb(id)).parent_path());
-        std::ofstream(h.cdb(id)) << "Subject: local\r\n\r\nbody\r\n";
-        e.size = fs::file_size(h.cdb(id));
+        fs::create_directories(fs::path(h.content_path(id)).parent_path());
+        std::ofstream(h.content_path(id)) << "Subject: local\r\n\r\nbody\r\n";
+        e.size = fs::file_size(h.content_path(id));
         return e;
     };
-    sm::set_id_stream(sm::pickup_id_stream);
-    const auto local = with_file(sm::new_ta_id());
-    sm::set_id_stream(0);
+    smx::set_id_stream(smx::pickup_id_stream);
+    const auto local = with_file(smx::new_ta_id());
+    smx::set_id_stream(0);
     // SMTPS may not name pickup's ids, nor pickup SMTPS's.
     auto r = answer(local, Qmgr::From::smtps);
-    CHECK(r.status == sm::msg::AckStatus::reject);
+    CHECK(r.status == smx::msg::AckStatus::reject);
     CHECK(r.text.find("transaction id of another stream") != std::string::npos);
-    r = answer(with_file(sm::new_ta_id()), Qmgr::From::pickup);
-    CHECK(r.status == sm::msg::AckStatus::reject);
+    r = answer(with_file(smx::new_ta_id()), Qmgr::From::pickup);
+    CHECK(r.status == smx::msg::AckStatus::reject);
     CHECK(r.text.find("transaction id of another stream") != std::string::npos);
     // Its own: taken; the same again (pickup restarted before it read the
     // ack) is a duplicate while the transaction is in memory...
-    CHECK(answer(local, Qmgr::From::pickup).status == sm::msg::AckStatus::ok);
+    CHECK(answer(local, Qmgr::From::pickup).status == smx::msg::AckStatus::ok);
     r = answer(local, Qmgr::From::pickup);
-    CHECK(r.status == sm::msg::AckStatus::reject);
-    CHECK(r.text.find(sm::msg::duplicate_ta) != std::string::npos);
+    CHECK(r.status == smx::msg::AckStatus::reject);
+    CHECK(r.text.find(smx::msg::duplicate_ta) != std::string::npos);
     // ...and once only DEFEDB holds it.
     REQUIRE(h.run_until([&] { return !h.delivers.empty(); }));
     h.result(h.delivers.back(), {451});
     REQUIRE(h.run_until([&] { return h.stat("queue_deferred") == 1 && h.stat("queue_transactions") == 0; }));
     r = answer(local, Qmgr::From::pickup);
-    CHECK(r.status == sm::msg::AckStatus::reject);
-    CHECK(r.text.find(sm::msg::duplicate_ta) != std::string::npos);
+    CHECK(r.status == smx::msg::AckStatus::reject);
+    CHECK(r.text.find(smx::msg::duplicate_ta) != std::string::npos);
     CHECK(h.stat("received") == 1);
 }

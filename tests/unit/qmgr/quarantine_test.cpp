@@ -1,8 +1,8 @@
 // The quarantine writer: the whole copy, 0600, or an error naming the path.
-#include "quarantine.hpp"
+#include "qmgr/quarantine.hpp"
 
-#include "content_file.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/ids.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 using smx::qmgr::quarantine_write;
 
 TEST_CASE("quarantine_write writes the whole copy, private, and reports failures") {
-    const fs::path dir = fs::temp_directory_path() / ("smx-quarantine-" + sm::new_ta_id());
+    const fs::path dir = fs::temp_directory_path() / ("smx-quarantine-" + smx::new_ta_id());
     const std::string big(1 << 20, 'x');
     REQUIRE(quarantine_write((dir / "q").string(), "a.envelope", big).empty());  // creates q/
     std::ifstream in(dir / "q" / "a.envelope", std::ios::binary);
@@ -41,10 +41,10 @@ TEST_CASE("quarantine_write writes the whole copy, private, and reports failures
 }
 
 TEST_CASE("quarantine_move keeps a content file and removes what is none") {
-    const fs::path dir = fs::temp_directory_path() / ("smx-quarantine-" + sm::new_ta_id());
+    const fs::path dir = fs::temp_directory_path() / ("smx-quarantine-" + smx::new_ta_id());
     fs::create_directories(dir / "q");
     const uid_t me = ::geteuid();
-    const sm::content::Expect upto{me, me, 100, false};
+    const smx::content::Expect upto{me, me, 100, false};
     std::string why;
     std::ofstream(dir / "msg") << "a message";
     CHECK(smx::qmgr::quarantine_move((dir / "msg").string(), (dir / "q").string(), "cdb-1", upto, why) == 0);
@@ -63,9 +63,9 @@ TEST_CASE("quarantine_move keeps a content file and removes what is none") {
     CHECK_FALSE(fs::exists(fs::symlink_status(dir / "q" / "cdb-3")));
     CHECK(smx::qmgr::quarantine_move((dir / "none").string(), (dir / "q").string(), "cdb-4", upto, why) == ENOENT);
     // Across file systems (a copy), where there is another one: the same.
-    const fs::path shm = "/dev/shm/smx-quarantine-" + sm::new_ta_id();
+    const fs::path shm = "/dev/shm/smx-quarantine-" + smx::new_ta_id();
     std::error_code ec;
-    if (fs::create_directories(shm, ec) && !sm::content::same_file_system(shm.string(), dir.string())) {
+    if (fs::create_directories(shm, ec) && !smx::content::same_file_system(shm.string(), dir.string())) {
         std::ofstream(shm / "msg") << "a message";
         CHECK(smx::qmgr::quarantine_move((shm / "msg").string(), (dir / "q").string(), "cdb-5", upto, why) == 0);
         CHECK(fs::file_size(dir / "q" / "cdb-5") == 9);

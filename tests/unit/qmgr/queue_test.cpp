@@ -1,9 +1,9 @@
 // The active queue as the owner of recipient state: the transition table,
 // the open counts it keeps, and a panic (abort) on an impossible transition.
-#include "queue.hpp"
+#include "qmgr/queue.hpp"
 
-#include "envelope.hpp"
-#include "ids.hpp"
+#include "libsm/ids.hpp"
+#include "tests/unit/qmgr/envelope.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -19,7 +19,7 @@ using namespace smx::qmgr;
 
 namespace {
 
-// Runs f in a child process; true when the child died of SIGABRT (sm::panic).
+// Runs f in a child process; true when the child died of SIGABRT (smx::panic).
 bool aborts(const std::function<void()>& f) {
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
@@ -81,7 +81,7 @@ TEST_CASE("a recipient's life: counts follow the transitions") {
     ActiveQueue q;
     Ta* ta = q.admit(envelope({"a@x", "b@x", "c@x"}));
     REQUIRE(ta);
-    sm::msg::TaCommit same;
+    smx::msg::TaCommit same;
     same.ta_id = ta->id;
     CHECK(q.admit(same) == nullptr);
     CHECK(q.rcpts() == 3);
@@ -96,7 +96,7 @@ TEST_CASE("a recipient's life: counts follow the transitions") {
     q.count_attempt(*ta, 1);
     q.defer_begin(*ta, 1, {451, "4.3.0", "later"}, "mx[192.0.2.1]:25");
     CHECK(ta->rcpt(1).state() == RcptState::moving);
-    CHECK(ta->rcpt(1).last_reply() == sm::msg::Reply{451, "4.3.0", "later"});
+    CHECK(ta->rcpt(1).last_reply() == smx::msg::Reply{451, "4.3.0", "later"});
     CHECK(ta->rcpt(1).last_relay() == "mx[192.0.2.1]:25");
     CHECK(q.rcpts() == 2);  // moving is still open: it waits for DEFEDB
     q.mark_warned(*ta, 1);

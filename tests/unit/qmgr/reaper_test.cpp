@@ -2,16 +2,16 @@
 // content files: which transactions' content goes and when (its verdict), the
 // IBDB's ta_done written before the unlink, what it notes for the orphan
 // sweep, and content segments, which it never unlinks.
-#include "reaper.hpp"
+#include "qmgr/reaper.hpp"
 
-#include "envelope.hpp"
-#include "spool.hpp"
+#include "tests/unit/qmgr/envelope.hpp"
+#include "tests/unit/qmgr/spool.hpp"
 
 using namespace parts_test;
 
 namespace {
 
-const sm::msg::Reply later{451, "4.3.0", "try later"};
+const smx::msg::Reply later{451, "4.3.0", "try later"};
 
 // A reaper with the IBDB on a pool of its own, so that a test can hold the
 // IBDB's writes and not the unlinks.
@@ -37,7 +37,7 @@ TEST_CASE("reaper: a transaction's content goes once nothing names it, its copy 
     q.dispatch(sent, 0);
     q.sent(sent, 0);
     CHECK(Reaper::verdict(sent) == Reaper::Verdict::now);
-    CHECK(Reaper::file_of(sent) == sent.cdb_id());
+    CHECK(Reaper::file_of(sent) == sent.content_id());
     // A recipient in DEFEDB: kept.
     Ta& parked = *q.admit(envelope({"a@example.net", "b@example.net"}));
     q.dispatch(parked, 0);
@@ -60,7 +60,7 @@ TEST_CASE("reaper: a transaction's content goes once nothing names it, its copy 
     CHECK(Reaper::verdict(deleted) == Reaper::Verdict::keep);
     // In a segment: no file of its own, unless DEFEDB got a copy.
     auto e = envelope({"a@example.net"});
-    e.cdb_id = sm::content::segment_ref(sm::new_ta_id(), 40);
+    e.content_id = smx::content::segment_ref(smx::new_ta_id(), 40);
     Ta& seg = *q.admit(e);
     CHECK(Reaper::file_of(seg).empty());
     CHECK(Reaper::file_of(seg, true) == seg.id);
@@ -79,7 +79,7 @@ TEST_CASE("reaper: the unlink waits until IBDB's ta_done is written", "[reaper]"
     {
         Gate g;  // the IBDB writes nothing until it opens
         g.hold(r.ibdb_pool);
-        reaper.finish(e.ta_id, e.cdb_id);
+        reaper.finish(e.ta_id, e.content_id);
         s.drain(r.pool);
         CHECK(fs::exists(s.path(e.ta_id)));
         CHECK(r.ibdb->stats().records == records);
@@ -89,7 +89,7 @@ TEST_CASE("reaper: the unlink waits until IBDB's ta_done is written", "[reaper]"
     // A transaction the log does not hold (its record never written):
     // nothing to wait for.
     const auto never = message(s, {"a@example.net"});
-    reaper.drop(never.ta_id, never.cdb_id);
+    reaper.drop(never.ta_id, never.content_id);
     REQUIRE(s.run_until([&] { return !fs::exists(s.path(never.ta_id)); }));
 }
 
@@ -97,20 +97,20 @@ TEST_CASE("reaper: a content segment is never its to unlink", "[reaper]") {
     Reaping r;
     Spool& s = r.s;
     Reaper& reaper = r.reaper;
-    const std::string seg = sm::new_ta_id();
+    const std::string seg = smx::new_ta_id();
     auto e = envelope({"a@example.net"});
-    e.cdb_id = s.record(seg, e.ta_id, "Subject: x\r\n\r\nx\r\n");
+    e.content_id = s.record(seg, e.ta_id, "Subject: x\r\n\r\nx\r\n");
     s.log(*r.ibdb, e);
-    reaper.finish(e.ta_id, e.cdb_id);
-    reaper.discard(e.cdb_id);
+    reaper.finish(e.ta_id, e.content_id);
+    reaper.discard(e.content_id);
     reaper.discard("");
     // One with a file of its own after them: once it is gone, so would be
     // the segment had the reaper taken it.
     const auto last = message(s, {"a@example.net"});
-    reaper.finish(last.ta_id, last.cdb_id);
+    reaper.finish(last.ta_id, last.content_id);
     REQUIRE(s.run_until([&] { return !fs::exists(s.path(last.ta_id)); }));
     s.drain(r.pool);
-    CHECK(fs::exists(sm::content::segment_path(s.cfg.content_dir_abs(), seg)));
+    CHECK(fs::exists(smx::content::segment_path(s.cfg.content_dir_abs(), seg)));
 }
 
 TEST_CASE("reaper: what it unlinks while an orphan sweep runs, the sweep hears of", "[reaper]") {
@@ -120,22 +120,22 @@ TEST_CASE("reaper: what it unlinks while an orphan sweep runs, the sweep hears o
     const auto before = message(s, {"a@example.net"}), finished = message(s, {"a@example.net"}),
                dropped = message(s, {"a@example.net"}), discarded = message(s, {"a@example.net"}),
                after = message(s, {"a@example.net"});
-    reaper.finish(before.ta_id, before.cdb_id);
+    reaper.finish(before.ta_id, before.content_id);
     reaper.sweep_begin();
-    reaper.finish(finished.ta_id, finished.cdb_id);
-    reaper.drop(dropped.ta_id, dropped.cdb_id);
-    reaper.discard(discarded.cdb_id);
-    CHECK_FALSE(reaper.unlinked_during_sweep(before.cdb_id));
-    CHECK(reaper.unlinked_during_sweep(finished.cdb_id));
-    CHECK(reaper.unlinked_during_sweep(dropped.cdb_id));
-    CHECK(reaper.unlinked_during_sweep(discarded.cdb_id));
-    CHECK_FALSE(reaper.unlinked_during_sweep(after.cdb_id));
+    reaper.finish(finished.ta_id, finished.content_id);
+    reaper.drop(dropped.ta_id, dropped.content_id);
+    reaper.discard(discarded.content_id);
+    CHECK_FALSE(reaper.unlinked_during_sweep(before.content_id));
+    CHECK(reaper.unlinked_during_sweep(finished.content_id));
+    CHECK(reaper.unlinked_during_sweep(dropped.content_id));
+    CHECK(reaper.unlinked_during_sweep(discarded.content_id));
+    CHECK_FALSE(reaper.unlinked_during_sweep(after.content_id));
     reaper.sweep_end();
-    reaper.discard(after.cdb_id);
-    CHECK_FALSE(reaper.unlinked_during_sweep(after.cdb_id));
+    reaper.discard(after.content_id);
+    CHECK_FALSE(reaper.unlinked_during_sweep(after.content_id));
     // The next sweep starts with nothing noted.
     reaper.sweep_begin();
-    CHECK_FALSE(reaper.unlinked_during_sweep(finished.cdb_id));
+    CHECK_FALSE(reaper.unlinked_during_sweep(finished.content_id));
     reaper.sweep_end();
     for (const auto& e : {before, finished, dropped, discarded, after})
         REQUIRE(s.run_until([&] { return !fs::exists(s.path(e.ta_id)); }));

@@ -1,13 +1,13 @@
 // Scheduler, routing and backoff: the parts of QMGR that decide what goes
 // where and when, driven without sockets.
-#include "qmgr.hpp"
-#include "queue.hpp"
-#include "routing.hpp"
-#include "scheduler.hpp"
+#include "qmgr/qmgr.hpp"
+#include "qmgr/queue.hpp"
+#include "qmgr/routing.hpp"
+#include "qmgr/scheduler.hpp"
 
-#include "envelope.hpp"
-#include "fake_clock.hpp"
-#include "ids.hpp"
+#include "libsm/ids.hpp"
+#include "tests/unit/qmgr/envelope.hpp"
+#include "tests/unit/qmgr/fake_clock.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -16,16 +16,16 @@ using namespace smx::qmgr;
 
 namespace {
 
-sm::Route hosts(std::string host, std::uint16_t port) {
-    sm::Route r;
-    r.hosts.push_back(sm::HostPort{std::move(host), port, true});
+smx::Route hosts(std::string host, std::uint16_t port) {
+    smx::Route r;
+    r.hosts.push_back(smx::HostPort{std::move(host), port, true});
     return r;
 }
 
 struct Suspended {
     std::string ta_id;
     std::uint32_t idx;
-    sm::msg::Reply why;
+    smx::msg::Reply why;
 };
 
 // A scheduler with captured DELIVERs per link.
@@ -35,13 +35,13 @@ struct Fixture {
     std::vector<Suspended> suspended;
     ActiveQueue q;  // before sched, which keeps a reference to it
     Scheduler sched;
-    std::vector<std::vector<sm::msg::Deliver>> sent;  // per link index
+    std::vector<std::vector<smx::msg::Deliver>> sent;  // per link index
     std::vector<std::string> nexthops{"[127.0.0.1]:2600"};
     Destination dest{"[127.0.0.1]:2600", &nexthops};
 
     explicit Fixture(SchedulerOptions o = opts())
         : sched(io.get_executor(), q, o,
-                [this](Ta& ta, std::uint32_t idx, const sm::msg::Reply& why, std::uint64_t) {
+                [this](Ta& ta, std::uint32_t idx, const smx::msg::Reply& why, std::uint64_t) {
                     suspended.push_back({ta.id, idx, why});
                 },
                 clock) {}
@@ -56,10 +56,10 @@ struct Fixture {
         const std::size_t i = sent.size();
         sent.emplace_back();
         return sched.add_link([this, i](std::string frame) {
-            sm::rec::Frame f{*sm::rec::parse_header(frame.substr(0, sm::rec::header_size)),
-                             frame.substr(sm::rec::header_size)};
+            smx::rec::Frame f{*smx::rec::parse_header(frame.substr(0, smx::rec::header_size)),
+                             frame.substr(smx::rec::header_size)};
             std::string err;
-            auto d = sm::msg::decode<sm::msg::Deliver>(f, err);
+            auto d = smx::msg::decode<smx::msg::Deliver>(f, err);
             REQUIRE(d);
             sent[i].push_back(*d);
         });
@@ -77,10 +77,10 @@ struct Fixture {
 } // namespace
 
 TEST_CASE("router: exact, parent domain, default, mx per domain, none") {
-    sm::Config cfg;
+    smx::Config cfg;
     cfg.routes["example.net"] = hosts("127.0.0.1", 2600);
     cfg.routes[".example.com"] = hosts("10.0.0.1", 25);
-    sm::Route mx;
+    smx::Route mx;
     mx.mx = true;
     cfg.routes["mx.test"] = mx;
     Router r(cfg);
@@ -100,14 +100,14 @@ TEST_CASE("router: exact, parent domain, default, mx per domain, none") {
 }
 
 TEST_CASE("router reload: new routes apply, next hops already handed out stay valid") {
-    sm::Config cfg;
+    smx::Config cfg;
     cfg.default_route = hosts("127.0.0.1", 2600);
     Router r(cfg);
     Destination before;
     REQUIRE(r.route("example.net", before));
     cfg.default_route = hosts("127.0.0.1", 2601);
     cfg.routes["example.org"] = hosts("127.0.0.1", 2600);
-    r.reload(std::make_shared<const sm::Config>(cfg));
+    r.reload(std::make_shared<const smx::Config>(cfg));
     cfg = {};  // the router has its own copy
     Destination after;
     REQUIRE(r.route("example.net", after));
@@ -121,7 +121,7 @@ TEST_CASE("router reload: new routes apply, next hops already handed out stay va
 }
 
 TEST_CASE("backoff doubles from retry_min up to retry_max") {
-    sm::QueueConfig q;
+    smx::QueueConfig q;
     q.retry_min = std::chrono::seconds(300);
     q.retry_max = std::chrono::seconds(3600);
     using std::chrono::seconds;
@@ -133,15 +133,15 @@ TEST_CASE("backoff doubles from retry_min up to retry_max") {
 }
 
 TEST_CASE("connection failures: no relay, or every recipient 421") {
-    sm::msg::Result r;
+    smx::msg::Result r;
     r.rcpts = {{0, 451, "4.4.1", "connect refused"}};
     CHECK(connection_failed(r));
     r.relay = "h[127.0.0.1]:25";
     CHECK_FALSE(connection_failed(r));
     r.rcpts = {{0, 421, "", "busy"}, {1, 421, "", "busy"}};
     CHECK(connection_failed(r));
-    CHECK(sm::msg::to_string(sm::msg::RcptResult{0, 250, "2.0.0", "Ok"}.reply()) == "250 2.0.0 Ok");
-    CHECK(sm::msg::to_string(sm::msg::RcptResult{0, 250, "", "Ok"}.reply()) == "250 Ok");
+    CHECK(smx::msg::to_string(smx::msg::RcptResult{0, 250, "2.0.0", "Ok"}.reply()) == "250 2.0.0 Ok");
+    CHECK(smx::msg::to_string(smx::msg::RcptResult{0, 250, "", "Ok"}.reply()) == "250 Ok");
 }
 
 TEST_CASE("recipients of one message to one destination share a DELIVER") {
@@ -217,7 +217,7 @@ TEST_CASE("failures shrink the window; a failed cohort marks the destination dea
     REQUIRE(f.suspended.size() == 5);
     // Our own reason (no code), in the class of the reply that made it dead.
     CHECK(f.suspended[0].why ==
-          sm::msg::Reply{0, "4.4.1", "delivery temporarily suspended: 451 4.4.1 connect refused"});
+          smx::msg::Reply{0, "4.4.1", "delivery temporarily suspended: 451 4.4.1 connect refused"});
     // New mail for a dead destination is suspended at once.
     f.submit({"b@example.net"});
     f.pump();
@@ -327,7 +327,7 @@ TEST_CASE("a delivery refused at connection level is tried once more, then left 
     f.pump();
     REQUIRE(f.sent[0].size() == 1);
     SECTION("refused twice") {
-        const sm::msg::Reply busy{421, "4.7.0", "too many connections"};
+        const smx::msg::Reply busy{421, "4.7.0", "too many connections"};
         REQUIRE(f.sched.complete(l, f.sent[0][0].da_id, true, busy));
         // Back in its queue (active, so the RESULT's handler skips it), not deferred.
         CHECK(ta.rcpt(0).state() == RcptState::active);

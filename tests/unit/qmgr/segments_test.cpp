@@ -4,10 +4,10 @@
 // size, a FIFO or a link in place of a segment), and the sweep that removes
 // only the old segments nothing in memory names, and only once the IBDB has
 // written every completion asked for before it.
-#include "segments.hpp"
+#include "qmgr/segments.hpp"
 
-#include "envelope.hpp"
-#include "spool.hpp"
+#include "tests/unit/qmgr/envelope.hpp"
+#include "tests/unit/qmgr/spool.hpp"
 
 #include <sys/stat.h>
 
@@ -36,19 +36,19 @@ struct Segmenting {
         ibdb_pool.join();
     }
     std::string seg_path(const std::string& seg) const {
-        return sm::content::segment_path(s.cfg.content_dir_abs(), seg);
+        return smx::content::segment_path(s.cfg.content_dir_abs(), seg);
     }
     // A segment made `ago` before now, with one record.
     std::string segment(std::chrono::seconds ago) {
-        const std::string seg = id_at(sm::now_us() - static_cast<std::uint64_t>(
+        const std::string seg = id_at(smx::now_us() - static_cast<std::uint64_t>(
                                                          std::chrono::microseconds(ago).count()));
-        s.record(seg, sm::new_ta_id(), "x");
+        s.record(seg, smx::new_ta_id(), "x");
         return seg;
     }
 };
 
-sm::content::SegmentRef ref_of(const std::string& cdb_id) {
-    const auto r = sm::content::parse_segment_ref(cdb_id);
+smx::content::SegmentRef ref_of(const std::string& content_id) {
+    const auto r = smx::content::parse_segment_ref(content_id);
     REQUIRE(r);
     return *r;
 }
@@ -62,17 +62,17 @@ TEST_CASE("segments: a TA_COMMIT names its own whole record in a young segment, 
     Segmenting t;
     t.make();
     Segments& seg = *t.segments;
-    const std::string a = sm::new_ta_id(), b = sm::new_ta_id();
-    const auto ref = ref_of(t.s.record(sm::new_ta_id(), a, data));
+    const std::string a = smx::new_ta_id(), b = smx::new_ta_id();
+    const auto ref = ref_of(t.s.record(smx::new_ta_id(), a, data));
     CHECK(seg.check(ref, a, data.size()).empty());
     CHECK(seg.check(ref, b, data.size()) == "Content record: the record of another transaction");
     CHECK(seg.check(ref, a, data.size() + 1).find("Content record: a record of") == 0);
     CHECK(seg.check({ref.segment, ref.offset + 1}, a, data.size()).find("Content record:") == 0);
-    CHECK(seg.check({sm::new_ta_id(), 0}, a, data.size()) ==
+    CHECK(seg.check({smx::new_ta_id(), 0}, a, data.size()) ==
           "Content record: No such file or directory");
     // By the time in its name: older than segment_age (30 s), or further
     // ahead than that; a little ahead is a clock a little off.
-    const std::uint64_t now = sm::now_us();
+    const std::uint64_t now = smx::now_us();
     const auto old = ref_of(t.s.record(id_at(now - 40'000'000), a, data));
     CHECK(seg.check(old, a, data.size()) == "Content segment too old");
     const auto ahead = ref_of(t.s.record(id_at(now + 5'000'000), a, data));
@@ -80,10 +80,10 @@ TEST_CASE("segments: a TA_COMMIT names its own whole record in a young segment, 
     const auto future = ref_of(t.s.record(id_at(now + 3'600'000'000), a, data));
     CHECK(seg.check(future, a, data.size()) == "Content segment from the future");
     // What SMTPS's account may put in a segment's place: never opened.
-    const std::string fifo = sm::new_ta_id();
+    const std::string fifo = smx::new_ta_id();
     REQUIRE(::mkfifo(t.seg_path(fifo).c_str(), 0640) == 0);
     CHECK(seg.check({fifo, 0}, a, data.size()) == "Content record: a FIFO");
-    const std::string link = sm::new_ta_id();
+    const std::string link = smx::new_ta_id();
     fs::create_symlink(t.seg_path(ref.segment), t.seg_path(link));
     CHECK(seg.check({link, 0}, a, data.size()) == "Content record: a symbolic link");
 }
@@ -92,8 +92,8 @@ TEST_CASE("segments: after a sweep nothing older than its cutoff is named, whate
           "[segments]") {
     Segmenting t;
     t.make();
-    const std::string a = sm::new_ta_id();
-    const auto minute = ref_of(t.s.record(id_at(sm::now_us() - 60'000'000), a, data));
+    const std::string a = smx::new_ta_id();
+    const auto minute = ref_of(t.s.record(id_at(smx::now_us() - 60'000'000), a, data));
     t.segments->start();
     REQUIRE(t.s.run_until([&] { return t.segments->removed() == 1; }));
     // Were the age longer now (as a clock stepped back makes it look), the
@@ -108,10 +108,10 @@ TEST_CASE("segments: the sweep removes the old segments nothing in memory names,
     t.make();
     const std::string old_unnamed = t.segment(60s), young = t.segment(0s);
     auto e = envelope({"a@example.net"});
-    const std::string old_named = id_at(sm::now_us() - 60'000'000);
-    e.cdb_id = t.s.record(old_named, e.ta_id, data);
+    const std::string old_named = id_at(smx::now_us() - 60'000'000);
+    e.content_id = t.s.record(old_named, e.ta_id, data);
     t.queue.admit(e);
-    const fs::path segs = sm::content::segments_dir(t.s.cfg.content_dir_abs());
+    const fs::path segs = smx::content::segments_dir(t.s.cfg.content_dir_abs());
     std::ofstream(segs / "notes") << "not a segment";
     std::ofstream(segs / (old_unnamed + ".seg.tmp")) << "not a segment";
     t.segments->start();

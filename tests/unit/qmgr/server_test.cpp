@@ -1,8 +1,8 @@
 // QMGR's socket server over its real Unix socket: a peer that breaks the
 // HELLO rules is refused (HELLO_ACK with the reason, then closed) or dropped,
 // and the server goes on serving the next peer.
-#include "harness.hpp"
-#include "server.hpp"
+#include "qmgr/server.hpp"
+#include "tests/unit/qmgr/harness.hpp"
 
 #include <catch2/catch.hpp>
 #include <sys/socket.h>
@@ -51,15 +51,15 @@ struct Client {
     }
     bool has_frame() {
         poll();
-        if (in.size() < sm::rec::header_size) return false;
-        const auto h = sm::rec::parse_header(in.substr(0, sm::rec::header_size));
-        return h && in.size() >= sm::rec::header_size + h->length;
+        if (in.size() < smx::rec::header_size) return false;
+        const auto h = smx::rec::parse_header(in.substr(0, smx::rec::header_size));
+        return h && in.size() >= smx::rec::header_size + h->length;
     }
     template <class T>
     T take() {
         REQUIRE(has_frame());
-        const auto h = *sm::rec::parse_header(in.substr(0, sm::rec::header_size));
-        const std::size_t n = sm::rec::header_size + h.length;
+        const auto h = *smx::rec::parse_header(in.substr(0, smx::rec::header_size));
+        const std::size_t n = smx::rec::header_size + h.length;
         T v = decode_frame<T>(in.substr(0, n));
         in.erase(0, n);
         return v;
@@ -76,18 +76,18 @@ struct Served : Harness {
     }
     ~Served() { srv.stop(); }
     // The HELLO_ACK a peer gets for its first bytes.
-    sm::msg::HelloAck hello(Client& c, const std::string& bytes) {
+    smx::msg::HelloAck hello(Client& c, const std::string& bytes) {
         c.send(bytes);
         REQUIRE(run_until([&] { return c.has_frame(); }));
-        return c.take<sm::msg::HelloAck>();
+        return c.take<smx::msg::HelloAck>();
     }
     // A well-behaved CLI peer still gets its HELLO_ACK and a stats reply.
     void still_serving() {
         Client c(path);
-        CHECK(hello(c, sm::msg::encode(sm::msg::Hello{"cli", sm::msg::protocol_version, 1})).status == 0);
-        c.send(sm::msg::encode(sm::msg::CtlRequest{"stats", {}}, 3));
+        CHECK(hello(c, smx::msg::encode(smx::msg::Hello{"cli", smx::msg::protocol_version, 1})).status == 0);
+        c.send(smx::msg::encode(smx::msg::CtlRequest{"stats", {}}, 3));
         REQUIRE(run_until([&] { return c.has_frame(); }));
-        const auto r = c.take<sm::msg::CtlReply>();
+        const auto r = c.take<smx::msg::CtlReply>();
         CHECK(r.status == 0);
         CHECK(r.text.find("received") != std::string::npos);
     }
@@ -98,7 +98,7 @@ struct Served : Harness {
 TEST_CASE("server: a HELLO with an unknown role is refused and the peer closed") {
     Served s;
     Client bad(s.path);
-    const auto ack = s.hello(bad, sm::msg::encode(sm::msg::Hello{"mta", sm::msg::protocol_version, 1}));
+    const auto ack = s.hello(bad, smx::msg::encode(smx::msg::Hello{"mta", smx::msg::protocol_version, 1}));
     CHECK(ack.status == 1);
     CHECK(ack.text == "unknown role");
     // The server waits briefly for the peer to hang up, then closes itself.
@@ -109,27 +109,27 @@ TEST_CASE("server: a HELLO with an unknown role is refused and the peer closed")
 TEST_CASE("server: a HELLO with another protocol version is refused") {
     Served s;
     Client bad(s.path);
-    const auto ack = s.hello(bad, sm::msg::encode(sm::msg::Hello{"smtps", sm::msg::protocol_version + 1, 1}));
+    const auto ack = s.hello(bad, smx::msg::encode(smx::msg::Hello{"smtps", smx::msg::protocol_version + 1, 1}));
     CHECK(ack.status == 1);
-    CHECK(ack.text == "protocol version " + std::to_string(sm::msg::protocol_version + 1) +
-                          " not supported (qmgr speaks " + std::to_string(sm::msg::protocol_version) + ")");
+    CHECK(ack.text == "protocol version " + std::to_string(smx::msg::protocol_version + 1) +
+                          " not supported (qmgr speaks " + std::to_string(smx::msg::protocol_version) + ")");
     s.still_serving();
 }
 
 TEST_CASE("server: a first record that is not HELLO is a protocol error") {
     Served s;
     Client bad(s.path);
-    const auto ack = s.hello(bad, sm::msg::encode(sm::msg::CtlRequest{"stats", {}}, 1));
+    const auto ack = s.hello(bad, smx::msg::encode(smx::msg::CtlRequest{"stats", {}}, 1));
     CHECK(ack.status == 1);
     CHECK(ack.text == "protocol error: expected HELLO, got record type " +
-                          std::to_string(sm::msg::CTL_REQ));
+                          std::to_string(smx::msg::CTL_REQ));
     s.still_serving();
 }
 
 TEST_CASE("server: a frame cut short by EOF gets no answer, only a close") {
     Served s;
     Client bad(s.path);
-    const std::string hello = sm::msg::encode(sm::msg::Hello{"cli", sm::msg::protocol_version, 1});
+    const std::string hello = smx::msg::encode(smx::msg::Hello{"cli", smx::msg::protocol_version, 1});
     bad.send(hello.substr(0, hello.size() - 2));
     ::shutdown(bad.fd, SHUT_WR);
     REQUIRE(s.run_until([&] { bad.poll(); return bad.eof; }));
@@ -150,22 +150,22 @@ TEST_CASE("server: SMTPS links report their loops' load to smx stats; a bad repo
     Served s;
     auto stats = [&] {
         Client c(s.path);
-        REQUIRE(s.hello(c, sm::msg::encode(sm::msg::Hello{"cli", sm::msg::protocol_version, 1})).status == 0);
-        c.send(sm::msg::encode(sm::msg::CtlRequest{"stats", {}}, 3));
+        REQUIRE(s.hello(c, smx::msg::encode(smx::msg::Hello{"cli", smx::msg::protocol_version, 1})).status == 0);
+        c.send(smx::msg::encode(smx::msg::CtlRequest{"stats", {}}, 3));
         REQUIRE(s.run_until([&] { return c.has_frame(); }));
-        return c.take<sm::msg::CtlReply>().text;
+        return c.take<smx::msg::CtlReply>().text;
     };
     auto has = [&](const std::string& line) { return ("\n" + stats()).find("\n" + line + "\n") != std::string::npos; };
-    const auto smtps_hello = sm::msg::encode(sm::msg::Hello{"smtps", sm::msg::protocol_version, 1});
+    const auto smtps_hello = smx::msg::encode(smx::msg::Hello{"smtps", smx::msg::protocol_version, 1});
     {
         Client a(s.path), b(s.path);
         REQUIRE(s.hello(a, smtps_hello).status == 0);
         REQUIRE(s.hello(b, smtps_hello).status == 0);
-        sm::msg::SmtpsLoad la{0, 30, 5, 2}, lb{1, 12, 1, 0};
-        la.rejected = {{sm::Rejection::relay_denied, 5, 2}};
-        lb.rejected = {{sm::Rejection::relay_denied, 5, 1}, {sm::Rejection::too_many_errors, 4, 1}};
-        a.send(sm::msg::encode(la));
-        b.send(sm::msg::encode(lb));
+        smx::msg::SmtpsLoad la{0, 30, 5, 2}, lb{1, 12, 1, 0};
+        la.rejected = {{smx::Rejection::relay_denied, 5, 2}};
+        lb.rejected = {{smx::Rejection::relay_denied, 5, 1}, {smx::Rejection::too_many_errors, 4, 1}};
+        a.send(smx::msg::encode(la));
+        b.send(smx::msg::encode(lb));
         CHECK(s.run_until([&] { return has("smtps_sessions 42"); }));
         // Refusals are added up, per reason and class.
         CHECK(has("rejected 4"));
@@ -177,11 +177,11 @@ TEST_CASE("server: SMTPS links report their loops' load to smx stats; a bad repo
         CHECK(has("smtps_loop_0_sessions 30"));
         CHECK(has("smtps_loop_1_sessions 12"));
         // A newer report replaces the link's last one.
-        a.send(sm::msg::encode(sm::msg::SmtpsLoad{0, 3, 0, 0}));
+        a.send(smx::msg::encode(smx::msg::SmtpsLoad{0, 3, 0, 0}));
         CHECK(s.run_until([&] { return has("smtps_sessions 15"); }));
         // A report without its counts is a protocol error: the link goes,
         // and with it what it reported.
-        a.send(sm::rec::Writer().u32(1, 0).frame(sm::msg::SMTPS_LOAD, 0));
+        a.send(smx::rec::Writer().u32(1, 0).frame(smx::msg::SMTPS_LOAD, 0));
         CHECK(s.run_until([&] { a.poll(); return a.eof; }, 4000ms));
         CHECK(s.run_until([&] { return has("smtps_sessions 12"); }));
         CHECK(has("smtps_connections 1"));
@@ -193,12 +193,12 @@ TEST_CASE("server: SMTPS links report their loops' load to smx stats; a bad repo
     {
         Client c(s.path);
         REQUIRE(s.hello(c, smtps_hello).status == 0);
-        c.send(sm::msg::encode(sm::msg::SmtpsLoad{0, 7, 0, 0}));
+        c.send(smx::msg::encode(smx::msg::SmtpsLoad{0, 7, 0, 0}));
         CHECK(s.run_until([&] { return has("smtps_sessions 7"); }));
         // By hand: rec::Writer refuses to build a frame over the limit.
-        const std::string frame = sm::rec::put_u32(sm::rec::max_body + 1) +
-                                  sm::rec::put_u16(sm::msg::SMTPS_LOAD) + sm::rec::put_u16(0) +
-                                  sm::rec::put_u64(0) + std::string(sm::rec::max_body + 1, 'x');
+        const std::string frame = smx::rec::put_u32(smx::rec::max_body + 1) +
+                                  smx::rec::put_u16(smx::msg::SMTPS_LOAD) + smx::rec::put_u16(0) +
+                                  smx::rec::put_u64(0) + std::string(smx::rec::max_body + 1, 'x');
         // More than a socket buffer: written by a thread while this one
         // runs QMGR's loop, which reads past it.
         std::thread writer([&] {

@@ -7,14 +7,15 @@
 // the test makes, never a race it hopes to win.
 #pragma once
 
-#include "defedb.hpp"
-#include "defedb_strand.hpp"
-#include "ibdb.hpp"
+#include "qmgr/defedb.hpp"
+#include "qmgr/defedb_strand.hpp"
+#include "qmgr/ibdb.hpp"
 
-#include "config.hpp"
-#include "content_segment.hpp"
-#include "ids.hpp"
-#include "panic.hpp"
+#include "libsm/config.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/content_segment.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/panic.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -89,7 +90,7 @@ inline std::string id_at(std::uint64_t us) {
 
 struct Spool {
     fs::path dir;
-    sm::Config cfg;
+    smx::Config cfg;
     Defedb defedb;
     asio::io_context io;
 
@@ -101,9 +102,9 @@ struct Spool {
         cfg.queue.run_dir = dir.string();
         cfg.queue.min_free_space = 0;
         // load_config's default: mail from here gets whole returns and DSNs.
-        cfg.server.relay_networks = {sm::parse_cidr("server.relay_networks", "127.0.0.0/8")};
+        cfg.server.relay_networks = {smx::parse_cidr("server.relay_networks", "127.0.0.0/8")};
         for (const auto& d : {cfg.ibdb_dir_abs(), cfg.defedb_dir_abs(), cfg.quarantine_dir_abs(),
-                              sm::content::segments_dir(cfg.content_dir_abs())})
+                              smx::content::segments_dir(cfg.content_dir_abs())})
             fs::create_directories(d);
         std::string err;
         REQUIRE(defedb.open(cfg.defedb_dir_abs(), cfg.quarantine_dir_abs(), err));
@@ -127,7 +128,7 @@ struct Spool {
         return db;
     }
     // A transaction record, durable in ibdb.
-    void log(Ibdb& db, const sm::msg::TaCommit& e) {
+    void log(Ibdb& db, const smx::msg::TaCommit& e) {
         std::optional<bool> ok;
         db.append_transaction(e, [&](bool good, const std::string&) { ok = good; });
         REQUIRE(run_until([&] { return ok.has_value(); }));
@@ -135,13 +136,13 @@ struct Spool {
     }
 
     // Every recipient of e in DEFEDB, due in an hour.
-    void park(const sm::msg::TaCommit& e) {
+    void park(const smx::msg::TaCommit& e) {
         for (std::uint32_t i = 0; i < e.rcpts.size(); ++i) {
             DeferredRcpt r;
             r.ta_id = e.ta_id;
             r.idx = i;
             r.addr = e.rcpts[i].addr;
-            r.next_try_us = sm::now_us() + 3'600'000'000;
+            r.next_try_us = smx::now_us() + 3'600'000'000;
             defedb.put_deferred(e, r);
         }
     }
@@ -173,7 +174,7 @@ struct Spool {
     }
     // Holds the DEFEDB strand: DEFEDB calls made after this wait for g.
     void hold(DefedbStrand& strand, Gate& g) {
-        asio::co_spawn(io, held(strand, g.job()), sm::crash_on_exception("test gate"));
+        asio::co_spawn(io, held(strand, g.job()), smx::crash_on_exception("test gate"));
         REQUIRE(run_until([&] { return g.entered(); }));
     }
     static asio::awaitable<void> held(DefedbStrand& strand, std::function<void()> job) {
@@ -186,7 +187,7 @@ struct Spool {
     }
 
     std::string path(const std::string& id) const {
-        return sm::cdb_path(cfg.content_dir_abs(), id, cfg.queue.cdb_hashed);
+        return smx::content::file_path(cfg.content_dir_abs(), id, cfg.queue.cdb_hashed);
     }
     // A content file with these bytes under id.
     std::string file(const std::string& id, const std::string& bytes) {
@@ -197,18 +198,18 @@ struct Spool {
     }
     // Appends ta_id's record to segment seg; returns its reference.
     std::string record(const std::string& seg, const std::string& ta_id, const std::string& data) {
-        const std::string p = sm::content::segment_path(cfg.content_dir_abs(), seg);
+        const std::string p = smx::content::segment_path(cfg.content_dir_abs(), seg);
         const int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
         REQUIRE(fd >= 0);
         struct stat st;
         REQUIRE(::fstat(fd, &st) == 0);
         const auto off = static_cast<std::uint64_t>(st.st_size);
-        REQUIRE(sm::content::write_segment_record(fd, off, ta_id, data) == 0);
+        REQUIRE(smx::content::write_segment_record(fd, off, ta_id, data) == 0);
         ::close(fd);
-        return sm::content::segment_ref(seg, off);
+        return smx::content::segment_ref(seg, off);
     }
     // A file's modification time moved into the past (the link itself for
-    // a symbolic link), as the orphan sweep and sm::content::list see it.
+    // a symbolic link), as the orphan sweep and smx::content::list see it.
     static void age(const std::string& p, std::chrono::seconds by) {
         timespec t[2];
         REQUIRE(::clock_gettime(CLOCK_REALTIME, &t[0]) == 0);
@@ -224,13 +225,13 @@ struct Spool {
 
 // A TA_COMMIT from a relay client (127.0.0.1) with its message in a content
 // file of its own.
-inline sm::msg::TaCommit message(Spool& s, std::vector<std::string> rcpts,
+inline smx::msg::TaCommit message(Spool& s, std::vector<std::string> rcpts,
                                  const std::string& bytes = "Subject: test\r\n\r\nbody\r\n") {
-    sm::msg::TaCommit e;
-    e.ta_id = e.cdb_id = sm::new_ta_id();
+    smx::msg::TaCommit e;
+    e.ta_id = e.content_id = smx::new_ta_id();
     e.sender = "s@example.org";
     e.client_addr = "127.0.0.1";
-    e.arrival_us = sm::now_us();
+    e.arrival_us = smx::now_us();
     for (auto& r : rcpts) e.rcpts.push_back({r, ""});
     s.file(e.ta_id, bytes);
     e.size = bytes.size();

@@ -4,10 +4,10 @@
 // reaper unlinks or the queue takes while the sweep runs; a link, a FIFO, a
 // directory or an oversized file under an id is removed or skipped, never
 // followed or read (docs/design.md, "Trust").
-#include "sweeper.hpp"
+#include "qmgr/sweeper.hpp"
 
-#include "envelope.hpp"
-#include "spool.hpp"
+#include "tests/unit/qmgr/envelope.hpp"
+#include "tests/unit/qmgr/spool.hpp"
 
 #include <sys/stat.h>
 
@@ -37,14 +37,14 @@ struct Sweeping {
     // A content file under a new id, last changed an hour ago (orphan_age
     // is ten minutes).
     std::string old_file(const std::string& bytes = "x") {
-        const std::string id = sm::new_ta_id();
+        const std::string id = smx::new_ta_id();
         Spool::age(s.file(id, bytes), 1h);
         return id;
     }
     // A new id whose path's directory is there: for something else than a
     // file under it.
     std::string slot() {
-        const std::string id = sm::new_ta_id();
+        const std::string id = smx::new_ta_id();
         fs::create_directories(fs::path(s.path(id)).parent_path());
         return id;
     }
@@ -66,19 +66,19 @@ TEST_CASE("orphan sweep: old files nobody names go to quarantine, the queue's an
     // Named by a transaction in memory: by its content id, and (a segment
     // message's DEFEDB copy) by its own id.
     auto queued = envelope({"a@example.net"});
-    queued.cdb_id = w.old_file();
+    queued.content_id = w.old_file();
     w.queue.admit(queued);
     auto in_segment = envelope({"a@example.net"});
-    in_segment.cdb_id = sm::content::segment_ref(sm::new_ta_id(), 0);
+    in_segment.content_id = smx::content::segment_ref(smx::new_ta_id(), 0);
     w.queue.admit(in_segment);
     Spool::age(w.s.file(in_segment.ta_id, "copy"), 1h);
     // Named by DEFEDB only.
     auto parked = envelope({"a@example.net"});
-    parked.cdb_id = parked.ta_id;
+    parked.content_id = parked.ta_id;
     Spool::age(w.s.file(parked.ta_id, "x"), 1h);
     w.s.park(parked);
     // Too new, or not durable yet (SMTPS's own).
-    const std::string young = sm::new_ta_id();
+    const std::string young = smx::new_ta_id();
     w.s.file(young, "x");
     const std::string tmp = w.s.path(orphan) + ".tmp";
     std::ofstream(tmp) << "x";
@@ -91,7 +91,7 @@ TEST_CASE("orphan sweep: old files nobody names go to quarantine, the queue's an
     CHECK(Spool::read(w.s.cfg.quarantine_dir_abs() + "/cdb-" + orphan) ==
           "Subject: lost\r\n\r\nlost\r\n");
     CHECK_FALSE(w.in_content(orphan));
-    for (const auto& id : {queued.cdb_id, in_segment.ta_id, parked.ta_id, young}) {
+    for (const auto& id : {queued.content_id, in_segment.ta_id, parked.ta_id, young}) {
         INFO(id);
         CHECK(w.in_content(id));
         CHECK_FALSE(w.quarantined(id));
@@ -146,9 +146,9 @@ TEST_CASE("orphan sweep: what the reaper unlinks, the queue takes or DEFEDB gets
     Sweeping w;
     const std::string orphan = w.old_file(), unlinked = w.old_file();
     auto taken = envelope({"a@example.net"});
-    taken.cdb_id = w.old_file();
+    taken.content_id = w.old_file();
     auto parked = envelope({"a@example.net"});
-    parked.cdb_id = parked.ta_id;
+    parked.content_id = parked.ta_id;
     Spool::age(w.s.file(parked.ta_id, "x"), 1h);
     // The sweep lists the old files, then waits for DEFEDB behind the gate.
     Gate defedb;
@@ -167,7 +167,7 @@ TEST_CASE("orphan sweep: what the reaper unlinks, the queue takes or DEFEDB gets
     REQUIRE(w.s.run_until([&] { return w.sweeper.quarantined() > 0; }));
     CHECK(w.sweeper.quarantined() == 1);
     CHECK(w.quarantined(orphan));
-    for (const auto& id : {unlinked, taken.cdb_id, parked.ta_id}) {
+    for (const auto& id : {unlinked, taken.content_id, parked.ta_id}) {
         INFO(id);
         CHECK(w.in_content(id));
         CHECK_FALSE(w.quarantined(id));

@@ -1,10 +1,10 @@
 // A local message as the sendmail command makes it (sendmail/message.hpp):
 // line ends, the end of input, the headers added and removed, -t.
-#include "message.hpp"
+#include "sendmail/message.hpp"
 
 #include <catch2/catch.hpp>
 
-using namespace sendmail;
+using namespace smx::sendmail;
 
 namespace {
 

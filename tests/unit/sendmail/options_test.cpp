@@ -1,10 +1,10 @@
 // The sendmail command line as cron, PHP's mail(), logwatch and friends
 // write it (sendmail/options.hpp).
-#include "options.hpp"
+#include "sendmail/options.hpp"
 
 #include <catch2/catch.hpp>
 
-using namespace sendmail;
+using namespace smx::sendmail;
 
 namespace {
 

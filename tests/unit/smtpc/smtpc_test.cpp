@@ -1,15 +1,16 @@
 // SMTPC unit tests: deliveries against a scripted SMTP sink on 127.0.0.1,
 // and the QMGR side against a fake QMGR on a Unix socket.
-#include "agent.hpp"
-#include "body.hpp"
-#include "connection_cache.hpp"
-#include "delivery.hpp"
-#include "nexthop.hpp"
-#include "test_sink.hpp"
+#include "smtpc/agent.hpp"
+#include "smtpc/body.hpp"
+#include "smtpc/connection_cache.hpp"
+#include "smtpc/delivery.hpp"
+#include "smtpc/nexthop.hpp"
+#include "tests/unit/smtpc/test_sink.hpp"
 
-#include "channel.hpp"
-#include "ids.hpp"
-#include "panic.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/ids.hpp"
+#include "libsm/panic.hpp"
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -25,7 +26,7 @@ namespace {
 
 struct TempDir {
     TempDir() {
-        path = fs::temp_directory_path() / ("smtpc-test-" + sm::new_ta_id());
+        path = fs::temp_directory_path() / ("smtpc-test-" + smx::new_ta_id());
         fs::create_directories(path);
     }
     ~TempDir() {
@@ -36,8 +37,8 @@ struct TempDir {
 };
 
 // One SMTPC "process" inside the test: resolver, cache, deliverer on io.
-sm::Config test_config(const fs::path& spool) {
-    sm::Config cfg;
+smx::Config test_config(const fs::path& spool) {
+    smx::Config cfg;
     cfg.queue.spool_dir = spool.string();
     cfg.client.helo_name = "client.test";
     cfg.client.command_timeout = 5s;
@@ -47,16 +48,16 @@ sm::Config test_config(const fs::path& spool) {
 
 struct Harness {
 
-    // Writes a CDB file and returns a DELIVER for it.
-    sm::msg::Deliver message(const std::string& body, std::vector<std::string> rcpts,
+    // Writes a content file and returns a DELIVER for it.
+    smx::msg::Deliver message(const std::string& body, std::vector<std::string> rcpts,
                              const std::string& nexthop) {
-        sm::msg::Deliver d;
+        smx::msg::Deliver d;
         d.da_id = ++da;
-        d.ta_id = d.cdb_id = sm::new_ta_id();
+        d.ta_id = d.content_id = smx::new_ta_id();
         d.sender = "sender@example.org";
         for (std::uint32_t i = 0; i < rcpts.size(); ++i) d.rcpts.push_back({i, rcpts[i], ""});
         d.nexthops = {nexthop};
-        const fs::path p = sm::cdb_path(cfg.content_dir_abs(), d.cdb_id, cfg.queue.cdb_hashed);
+        const fs::path p = smx::content::file_path(cfg.content_dir_abs(), d.content_id, cfg.queue.cdb_hashed);
         fs::create_directories(p.parent_path());
         std::ofstream(p, std::ios::binary) << body;
         d.size = body.size();
@@ -76,7 +77,7 @@ struct Harness {
         return std::move(*out);
     }
 
-    sm::msg::Result deliver(const sm::msg::Deliver& d) { return run(del.deliver(d)); }
+    smx::msg::Result deliver(const smx::msg::Deliver& d) { return run(del.deliver(d)); }
 
     // Lets pending handlers (idle watchers, QUIT) run for a while.
     void settle(std::chrono::milliseconds t = 50ms) {
@@ -85,11 +86,11 @@ struct Harness {
     }
 
     TempDir dir;
-    sm::Config cfg = test_config(dir.path);
+    smx::Config cfg = test_config(dir.path);
     asio::io_context io;
-    smtpc::Resolver dns{io.get_executor()};
-    smtpc::ConnectionCache cache{cfg.client};
-    smtpc::Deliverer del{cfg, dns, cache};
+    smx::smtpc::Resolver dns{io.get_executor()};
+    smx::smtpc::ConnectionCache cache{cfg.client};
+    smx::smtpc::Deliverer del{cfg, dns, cache};
     std::uint64_t da = 0;
 };
 
@@ -99,24 +100,24 @@ const std::string simple = "Received: by test\r\nSubject: hi\r\n\r\nhello\r\n";
 
 TEST_CASE("encode_body doubles leading dots across block boundaries") {
     std::string out;
-    smtpc::BodyState st;
-    smtpc::encode_body(".a\r\n..b\r\nc.d\r\n.", st, out);
+    smx::smtpc::BodyState st;
+    smx::smtpc::encode_body(".a\r\n..b\r\nc.d\r\n.", st, out);
     CHECK(out == "..a\r\n...b\r\nc.d\r\n..");
     CHECK(st.col == 1);
     out.clear();
     st = {};
-    smtpc::encode_body("x\r\n", st, out);
+    smx::smtpc::encode_body("x\r\n", st, out);
     CHECK(st.col == 0);
-    smtpc::encode_body(".y\r", st, out);  // block starts a line
-    smtpc::encode_body("\n.z", st, out);  // LF at the start of a block
+    smx::smtpc::encode_body(".y\r", st, out);  // block starts a line
+    smx::smtpc::encode_body("\n.z", st, out);  // LF at the start of a block
     CHECK(out == "x\r\n..y\r\n..z");
 }
 
 TEST_CASE("encode_body breaks lines over 998 octets with CRLF SPACE, as postfix") {
     const std::string a998(998, 'a');
     std::string out;
-    smtpc::BodyState st;
-    smtpc::encode_body(a998 + "\r\n" + a998 + "b\r\n", st, out);
+    smx::smtpc::BodyState st;
+    smx::smtpc::encode_body(a998 + "\r\n" + a998 + "b\r\n", st, out);
     CHECK(out == a998 + "\r\n" + a998 + "\r\n b\r\n");
     // 998 + 997 + 997 + 1: the space counts towards the continuation line;
     // blocks cut anywhere, also between CR and LF at the limit.
@@ -126,8 +127,8 @@ TEST_CASE("encode_body breaks lines over 998 octets with CRLF SPACE, as postfix"
         const std::string in = line + "\r\n.\r\n";
         out.clear();
         st = {};
-        smtpc::encode_body(std::string_view(in).substr(0, cut), st, out);
-        smtpc::encode_body(std::string_view(in).substr(cut), st, out);
+        smx::smtpc::encode_body(std::string_view(in).substr(0, cut), st, out);
+        smx::smtpc::encode_body(std::string_view(in).substr(cut), st, out);
         CHECK(out == ".." + line.substr(1, 997) + "\r\n " + line.substr(998, 997) + "\r\n " +
                          line.substr(1995, 997) + "\r\n " + line.substr(2992) + "\r\n..\r\n");
         CHECK(st.col == 0);
@@ -143,9 +144,9 @@ TEST_CASE("answer_ttl takes the smallest TTL of the answers") {
         0xC0, 12, 0, 15, 0, 1, 0, 0, 1, 44, 0, 4, 0, 10, 0xC0, 12,
         0xC0, 12, 0, 15, 0, 1, 0, 0, 0, 120, 0, 4, 0, 20, 0xC0, 12,
     };
-    CHECK(smtpc::answer_ttl(pkt, sizeof pkt) == 120);
-    CHECK(smtpc::answer_ttl(pkt, 12) == 0);
-    CHECK(smtpc::answer_ttl(pkt, 30) == 0);  // truncated answer: ignored
+    CHECK(smx::smtpc::answer_ttl(pkt, sizeof pkt) == 120);
+    CHECK(smx::smtpc::answer_ttl(pkt, 12) == 0);
+    CHECK(smx::smtpc::answer_ttl(pkt, 30) == 0);  // truncated answer: ignored
 }
 
 TEST_CASE("several messages go over one reused connection") {
@@ -372,7 +373,7 @@ TEST_CASE("missing queue file gives 4xx without connecting") {
     Harness h;
     Sink sink(h.io);
     auto d = h.message(simple, {"a@x.test"}, sink.nexthop());
-    fs::remove(sm::cdb_path(h.cfg.content_dir_abs(), d.cdb_id, true));
+    fs::remove(smx::content::file_path(h.cfg.content_dir_abs(), d.content_id, true));
     auto r = h.deliver(d);
     CHECK(r.rcpts[0].code == 451);
     CHECK(r.rcpts[0].enhanced == "4.3.0");
@@ -384,7 +385,7 @@ TEST_CASE("a queue file id that is not an id gives 4xx without connecting") {
     Harness h;
     Sink sink(h.io);
     auto d = h.message(simple, {"a@x.test"}, sink.nexthop());
-    d.cdb_id = "../" + d.cdb_id.substr(3);
+    d.content_id = "../" + d.content_id.substr(3);
     auto r = h.deliver(d);
     CHECK(r.rcpts[0].code == 451);
     CHECK(r.rcpts[0].text == "bad queue file id");
@@ -402,11 +403,11 @@ TEST_CASE("a named literal next hop is looked up (hosts file) without MX") {
 TEST_CASE("concurrent deliveries share the destination's connections") {
     Harness h;
     Sink sink(h.io);
-    std::vector<sm::msg::Result> results;
-    std::vector<sm::msg::Deliver> ds;  // deliver() keeps a reference
+    std::vector<smx::msg::Result> results;
+    std::vector<smx::msg::Deliver> ds;  // deliver() keeps a reference
     for (int i = 0; i < 10; ++i) ds.push_back(h.message(simple, {"a@x.test"}, sink.nexthop()));
     for (const auto& d : ds) {
-        asio::co_spawn(h.io, h.del.deliver(d), [&](std::exception_ptr, sm::msg::Result r) {
+        asio::co_spawn(h.io, h.del.deliver(d), [&](std::exception_ptr, smx::msg::Result r) {
             results.push_back(std::move(r));
         });
     }
@@ -426,40 +427,40 @@ TEST_CASE("fake QMGR: HELLO, DELIVERs in, RESULTs out") {
     asio::local::stream_protocol::acceptor acc(h.io, asio::local::stream_protocol::endpoint(path));
     auto d1 = h.message(simple, {"a@x.test"}, sink.nexthop());
     auto d2 = h.message(simple, {"b@x.test", "c@x.test"}, sink.nexthop());
-    std::map<std::uint64_t, sm::msg::Result> got;
+    std::map<std::uint64_t, smx::msg::Result> got;
     std::string hello_role;
 
     // The QMGR side: accept, HELLO_ACK, two DELIVERs, collect RESULTs.
     asio::co_spawn(h.io, [&]() -> asio::awaitable<void> {
         auto [ec, s] = co_await acc.async_accept(asio::as_tuple(asio::use_awaitable));
         REQUIRE_FALSE(ec);
-        auto ch = std::make_shared<sm::Channel>(std::move(s), "smtpc");
+        auto ch = std::make_shared<smx::Channel>(std::move(s), "smtpc");
         ch->start();
         auto f = co_await ch->read();
         REQUIRE(f);
         std::string err;
-        auto hello = sm::msg::decode<sm::msg::Hello>(*f, err);
+        auto hello = smx::msg::decode<smx::msg::Hello>(*f, err);
         REQUIRE(hello);
         hello_role = hello->role;
-        ch->send(sm::msg::encode(sm::msg::HelloAck{0, "ok"}));
-        ch->send(sm::msg::encode(d1));
-        ch->send(sm::msg::encode(d2));
+        ch->send(smx::msg::encode(smx::msg::HelloAck{0, "ok"}));
+        ch->send(smx::msg::encode(d1));
+        ch->send(smx::msg::encode(d2));
         while (got.size() < 2) {
             auto rf = co_await ch->read();
             REQUIRE(rf);
-            REQUIRE(rf->hdr.type == sm::msg::RESULT);
-            auto r = sm::msg::decode<sm::msg::Result>(*rf, err);
+            REQUIRE(rf->hdr.type == smx::msg::RESULT);
+            auto r = smx::msg::decode<smx::msg::Result>(*rf, err);
             REQUIRE(r);
             got[r->da_id] = *r;
         }
         ch->close();  // QMGR goes away: serve_qmgr must return
-    }, sm::crash_on_exception("fake QMGR"));
+    }, smx::crash_on_exception("fake QMGR"));
 
     bool served = h.run([&]() -> asio::awaitable<bool> {
         std::string err;
-        auto ch = co_await sm::connect_qmgr(path, "smtpc", err);
+        auto ch = co_await smx::connect_qmgr(path, "smtpc", err);
         if (!ch) co_return false;
-        co_await smtpc::serve_qmgr(ch, h.del);
+        co_await smx::smtpc::serve_qmgr(ch, h.del);
         co_return true;
     }());
     CHECK(served);
@@ -490,7 +491,7 @@ public:
         a("b.mx.test", "127.0.0.1");
         a("nomx.test", "127.0.0.1");
         zone_["null.test"][15] = {rr(15, u16(0) + std::string(1, '\0'))};
-        asio::co_spawn(io, serve(), sm::crash_on_exception("fake DNS"));
+        asio::co_spawn(io, serve(), smx::crash_on_exception("fake DNS"));
     }
     std::string server() const { return "127.0.0.1:" + std::to_string(sock_.local_endpoint().port()); }
     void mx(const std::string& name, const std::vector<std::pair<unsigned, std::string>>& hosts) {
@@ -710,11 +711,11 @@ TEST_CASE("throughput over cached connections", "[.perf]") {
     Harness h;
     Sink sink(h.io);
     const std::string body = simple + std::string(2000, 'x') + "\r\n";
-    std::vector<sm::msg::Deliver> ds;
+    std::vector<smx::msg::Deliver> ds;
     for (int i = 0; i < 5000; ++i) ds.push_back(h.message(body, {"a@x.test", "b@x.test"}, sink.nexthop()));
     std::size_t done = 0, next = 0;
     std::function<void()> spawn = [&] {
-        asio::co_spawn(h.io, h.del.deliver(ds[next++]), [&](std::exception_ptr, sm::msg::Result r) {
+        asio::co_spawn(h.io, h.del.deliver(ds[next++]), [&](std::exception_ptr, smx::msg::Result r) {
             CHECK(r.rcpts[0].code == 250);
             ++done;
             if (next < ds.size()) spawn();
@@ -728,21 +729,21 @@ TEST_CASE("throughput over cached connections", "[.perf]") {
 }
 
 TEST_CASE("fit_result shortens texts until the RESULT fits its record, dropping no recipient") {
-    sm::msg::Result r;
+    smx::msg::Result r;
     r.da_id = 7;
     r.relay = "mx[192.0.2.1]:25";
     for (std::uint32_t i = 0; i < 20; ++i)
         r.rcpts.push_back({i, 550, "5.1.1", std::string(1 << 20, 'x')});
-    smtpc::fit_result(r);
+    smx::smtpc::fit_result(r);
     REQUIRE(r.rcpts.size() == 20);
-    CHECK(sm::msg::encode(r, r.da_id).size() <= sm::rec::max_body);
+    CHECK(smx::msg::encode(r, r.da_id).size() <= smx::rec::max_body);
     for (const auto& x : r.rcpts) CHECK(x.text.size() >= 32);
-    sm::msg::Result small{8, "", {{0, 250, "2.0.0", "Ok"}}};
-    smtpc::fit_result(small);
+    smx::msg::Result small{8, "", {{0, 250, "2.0.0", "Ok"}}};
+    smx::smtpc::fit_result(small);
     CHECK(small.rcpts[0].text == "Ok");
-    sm::msg::Result many{9, "", {}};
+    smx::msg::Result many{9, "", {}};
     for (std::uint32_t i = 0; i < 40000; ++i)
         many.rcpts.push_back({i, 451, "4.0.0", std::string(200, 'y')});
-    smtpc::fit_result(many);
-    CHECK(sm::msg::encode(many, 9).size() <= sm::rec::max_body);
+    smx::smtpc::fit_result(many);
+    CHECK(smx::msg::encode(many, 9).size() <= smx::rec::max_body);
 }

@@ -3,8 +3,8 @@
 // told to reject, hang or close at chosen points.
 #pragma once
 
-#include "smtp_io.hpp"
-#include "panic.hpp"
+#include "libsm/panic.hpp"
+#include "libsm/smtp_io.hpp"
 
 #include <boost/asio.hpp>
 #include <map>
@@ -28,7 +28,7 @@ struct Received {
 class Sink {
 public:
     explicit Sink(asio::io_context& io) : acc_(io, {asio::ip::make_address("127.0.0.1"), 0}) {
-        asio::co_spawn(io, accept_loop(), sm::crash_on_exception("test sink: accept"));
+        asio::co_spawn(io, accept_loop(), smx::crash_on_exception("test sink: accept"));
     }
     std::uint16_t port() const { return acc_.local_endpoint().port(); }
     std::string nexthop() const { return "[127.0.0.1]:" + std::to_string(port()); }
@@ -62,7 +62,7 @@ private:
             ++connections;
             s.set_option(tcp::no_delay(true));
             asio::co_spawn(acc_.get_executor(), session(std::make_shared<tcp::socket>(std::move(s))),
-                           sm::crash_on_exception("test sink: session"));
+                           smx::crash_on_exception("test sink: session"));
         }
     }
 
@@ -73,10 +73,10 @@ private:
     }
 
     asio::awaitable<void> session(std::shared_ptr<tcp::socket> s) {
-        sm::smtp::LineReader<tcp::socket> r(*s);
+        smx::smtp::LineReader<tcp::socket> r(*s);
         auto say = [&](std::string line) -> asio::awaitable<bool> {
             line += "\r\n";
-            co_return co_await sm::smtp::write_all(*s, line, 5s);
+            co_return co_await smx::smtp::write_all(*s, line, 5s);
         };
         bool ok = co_await say("220 sink ESMTP");  // (GCC 12: no co_await in conditions)
         if (!ok) co_return;
@@ -85,7 +85,7 @@ private:
         std::map<std::string, int> seen;
         for (;;) {
             auto l = co_await r.read_line(30s);
-            if (l.status != sm::smtp::ReadStatus::ok) co_return;
+            if (l.status != smx::smtp::ReadStatus::ok) co_return;
             const std::string line(l.text);
             commands.push_back(line);
             std::string verb = line.substr(0, line.find_first_of(" :"));
@@ -165,11 +165,11 @@ private:
         }
     }
 
-    static asio::awaitable<bool> read_data(sm::smtp::LineReader<tcp::socket>& r, Received& cur) {
+    static asio::awaitable<bool> read_data(smx::smtp::LineReader<tcp::socket>& r, Received& cur) {
         std::string line;
         for (;;) {
             auto l = co_await r.read_line(30s);
-            if (l.status != sm::smtp::ReadStatus::ok) co_return false;
+            if (l.status != smx::smtp::ReadStatus::ok) co_return false;
             line.append(l.text);
             if (!l.complete) continue;
             if (line == ".") co_return true;

@@ -1,5 +1,5 @@
 // BDAT (RFC 3030) sessions over real TCP against a fake QMGR.
-#include "harness.hpp"
+#include "tests/unit/smtps/harness.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -24,7 +24,7 @@ std::string chunk(Client& c, const std::string& bdat, const std::string& octets)
 
 // The message as stored, without the Received: header SMTPS put first.
 std::string stored(Harness& h, const std::string& reply) {
-    const std::string f = read_file(h.cdb_path(queued_id(reply)));
+    const std::string f = read_file(h.content_path(queued_id(reply)));
     const auto end = f.find("\r\n", f.find("\r\n\tfor ") + 2);
     return f.substr(end + 2);
 }
@@ -96,11 +96,11 @@ TEST_CASE("BDAT out of order is refused and its octets still read") {
     CHECK(chunk(c, "BDAT 2 LAST", "xy") == "503 5.5.1 Error: need MAIL command");
     CHECK(starts(c.cmd("NOOP"), "250 "));
     CHECK(h.commits().size() == 1);
-    CHECK(h.cdb_files().size() == 1);
+    CHECK(h.content_files().size() == 1);
 }
 
 TEST_CASE("BDAT: the size limit, and the chunk past it is read to its end") {
-    Harness h([](sm::Config& c) { c.server.max_message_size = 100; });
+    Harness h([](smx::Config& c) { c.server.max_message_size = 100; });
     Client c(h.port());
     envelope(c);
     CHECK(starts(chunk(c, "BDAT 60", std::string(60, 'a')), "250 "));
@@ -110,7 +110,7 @@ TEST_CASE("BDAT: the size limit, and the chunk past it is read to its end") {
     CHECK(chunk(c, "BDAT 3 LAST", "abc") == "503 5.5.1 Error: need MAIL command");
     CHECK(starts(c.cmd("NOOP"), "250 "));
     CHECK(h.commits().empty());
-    CHECK(h.cdb_files().empty());
+    CHECK(h.content_files().empty());
 }
 
 TEST_CASE("BDAT: bare LF is rejected, also across chunks (no smuggling)") {
@@ -125,11 +125,11 @@ TEST_CASE("BDAT: bare LF is rejected, also across chunks (no smuggling)") {
     CHECK(chunk(c, "BDAT 3 LAST", "x\r\n") == "550 5.6.11 Error: bare LF/CR not allowed");
     CHECK(starts(c.cmd("NOOP"), "250 "));
     CHECK(h.commits().empty());
-    CHECK(h.cdb_files().empty());
+    CHECK(h.content_files().empty());
 }
 
 TEST_CASE("BDAT: a chunk that stops coming meets data_timeout") {
-    Harness h([](sm::Config& c) { c.server.data_timeout = std::chrono::seconds(1); });
+    Harness h([](smx::Config& c) { c.server.data_timeout = std::chrono::seconds(1); });
     Client c(h.port());
     envelope(c);
     c.send("BDAT 100 LAST\r\nonly a few bytes");

@@ -1,11 +1,11 @@
 // ContentReader on its own: what it stores and what it reports.
-#include "content.hpp"
+#include "smtps/content.hpp"
 
 #include <catch2/catch.hpp>
 
-using smtps::BdatContent;
-using smtps::ContentReader;
-using sm::smtp::Line;
+using smx::smtps::BdatContent;
+using smx::smtps::ContentReader;
+using smx::smtp::Line;
 
 namespace {
 
@@ -118,6 +118,6 @@ TEST_CASE("the first Message-ID of the header is kept for the log, folded or not
         ContentReader c(false, 100000);
         const std::string id = "<" + std::string(2000, 'x') + "@y>";
         feed(c, {{"Message-ID: " + id, false}, {"", false}, {".", false}});
-        CHECK(c.result().message_id == id.substr(0, smtps::max_message_id));
+        CHECK(c.result().message_id == id.substr(0, smx::smtps::max_message_id));
     }
 }

@@ -1,8 +1,8 @@
-#include "harness.hpp"
+#include "tests/unit/smtps/harness.hpp"
 
-#include "channel.hpp"
-#include "content_file.hpp"
-#include "panic.hpp"
+#include "libsm/channel.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/panic.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -17,24 +17,24 @@
 
 namespace smtps_test {
 
-Harness::Harness(const std::function<void(sm::Config&)>& tweak) {
+Harness::Harness(const std::function<void(smx::Config&)>& tweak) {
     std::random_device rd;
     dir_ = std::filesystem::temp_directory_path() / ("smtps-test-" + std::to_string(rd()));
     std::filesystem::create_directories(dir_ / "run");
-    cfg_ = sm::load_config("");
+    cfg_ = smx::load_config("");
     cfg_.queue.spool_dir = (dir_ / "spool").string();
     cfg_.queue.run_dir = (dir_ / "run").string();
     cfg_.server.hostname = "mx.test";
     if (tweak) tweak(cfg_);
-    cdb_ = std::make_unique<smtps::CdbStore>(
+    store_ = std::make_unique<smx::smtps::ContentStore>(
         cfg_.content_dir_abs(), cfg_.queue.cdb_hashed, pool_, 0,
-        cfg_.queue.content_sync == sm::QueueConfig::ContentSync::file, sm::content::sync_names(cfg_));
+        cfg_.queue.content_sync == smx::QueueConfig::ContentSync::file, smx::content::sync_names(cfg_));
     qmgr_acceptor_ = std::make_unique<asio::local::stream_protocol::acceptor>(
         io_, asio::local::stream_protocol::endpoint(cfg_.qmgr_socket()));
     std::promise<void> ready;
     auto fut = ready.get_future();
-    asio::co_spawn(io_, fake_qmgr(), sm::crash_on_exception("harness: fake QMGR"));
-    asio::co_spawn(io_, start(ready), sm::crash_on_exception("harness: server"));
+    asio::co_spawn(io_, fake_qmgr(), smx::crash_on_exception("harness: fake QMGR"));
+    asio::co_spawn(io_, start(ready), smx::crash_on_exception("harness: server"));
     thread_ = std::thread([this] { io_.run(); });
     if (fut.wait_for(std::chrono::seconds(5)) != std::future_status::ready)
         throw std::runtime_error("server did not start");
@@ -50,14 +50,14 @@ Harness::~Harness() {
 
 asio::awaitable<void> Harness::start(std::promise<void>& ready) {
     std::string err;
-    auto ch = co_await sm::connect_qmgr(cfg_.qmgr_socket(), "smtps", err);
+    auto ch = co_await smx::connect_qmgr(cfg_.qmgr_socket(), "smtps", err);
     if (!ch) throw std::runtime_error(err);
-    qmgr_ = std::make_unique<smtps::QmgrClient>(io_.get_executor(), ch,
+    qmgr_ = std::make_unique<smx::smtps::QmgrClient>(io_.get_executor(), ch,
                                                 std::chrono::seconds(2),
                                                 [this] { qmgr_lost = true; });
     qmgr_->start();
-    server_ = std::make_unique<smtps::Server>(
-        io_.get_executor(), std::make_shared<smtps::Shared>(cfg_, nullptr), *qmgr_, *cdb_, 1);
+    server_ = std::make_unique<smx::smtps::Server>(
+        io_.get_executor(), std::make_shared<smx::smtps::Shared>(cfg_, nullptr), *qmgr_, *store_, 1);
     tcp::acceptor a(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
     port_ = a.local_endpoint().port();
     server_->listen(std::move(a));
@@ -67,39 +67,39 @@ asio::awaitable<void> Harness::start(std::promise<void>& ready) {
 asio::awaitable<void> Harness::fake_qmgr() {
     auto [ec, s] = co_await qmgr_acceptor_->async_accept(asio::as_tuple(asio::use_awaitable));
     if (ec) co_return;
-    auto ch = std::make_shared<sm::Channel>(std::move(s), "smtps");
+    auto ch = std::make_shared<smx::Channel>(std::move(s), "smtps");
     ch->start();
     auto hello = co_await ch->read();
     if (!hello) co_return;
-    ch->send(sm::msg::encode(sm::msg::HelloAck{0, "ok"}));
+    ch->send(smx::msg::encode(smx::msg::HelloAck{0, "ok"}));
     while (auto f = co_await ch->read()) {
         std::string err;
-        auto ta = sm::msg::decode<sm::msg::TaCommit>(*f, err);
+        auto ta = smx::msg::decode<smx::msg::TaCommit>(*f, err);
         if (!ta) break;
         {
             std::lock_guard lk(mu_);
             commits_.push_back(*ta);
         }
-        sm::msg::TaAck ack;
+        smx::msg::TaAck ack;
         ack.ta_id = ta->ta_id;
         switch (mode.load()) {
         case QmgrMode::ok: break;
         case QmgrMode::tempfail:
-            ack.status = sm::msg::AckStatus::tempfail;
+            ack.status = smx::msg::AckStatus::tempfail;
             ack.text = "4.3.2 Queue full";
             break;
         case QmgrMode::reject:
-            ack.status = sm::msg::AckStatus::reject;
+            ack.status = smx::msg::AckStatus::reject;
             ack.text = "Go away";
             break;
         case QmgrMode::silent: continue;
         case QmgrMode::hang_up: ch->close(); co_return;
         }
-        ch->send(sm::msg::encode(ack, f->hdr.req_id));
+        ch->send(smx::msg::encode(ack, f->hdr.req_id));
     }
 }
 
-std::vector<std::string> Harness::cdb_files() const {
+std::vector<std::string> Harness::content_files() const {
     std::vector<std::string> out;
     std::error_code ec;
     for (auto it = std::filesystem::recursive_directory_iterator(cfg_.content_dir_abs(), ec);
@@ -108,7 +108,7 @@ std::vector<std::string> Harness::cdb_files() const {
     return out;
 }
 
-std::vector<sm::msg::TaCommit> Harness::commits() {
+std::vector<smx::msg::TaCommit> Harness::commits() {
     std::lock_guard lk(mu_);
     return commits_;
 }

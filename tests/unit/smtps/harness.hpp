@@ -2,11 +2,11 @@
 // Unix socket, run on a background io thread, plus a blocking SMTP client.
 #pragma once
 
-#include "cdb_writer.hpp"
-#include "config.hpp"
-#include "messages.hpp"
-#include "qmgr_client.hpp"
-#include "server.hpp"
+#include "libsm/config.hpp"
+#include "libsm/messages.hpp"
+#include "smtps/content_writer.hpp"
+#include "smtps/qmgr_client.hpp"
+#include "smtps/server.hpp"
 
 #include <boost/asio.hpp>
 #include <atomic>
@@ -28,15 +28,15 @@ enum class QmgrMode { ok, tempfail, reject, silent, hang_up };
 
 class Harness {
 public:
-    explicit Harness(const std::function<void(sm::Config&)>& tweak = {});
+    explicit Harness(const std::function<void(smx::Config&)>& tweak = {});
     ~Harness();
 
     std::uint16_t port() const { return port_; }
-    const sm::Config& cfg() const { return cfg_; }
-    std::string cdb_path(const std::string& ta_id) const { return cdb_->path_for(ta_id); }
+    const smx::Config& cfg() const { return cfg_; }
+    std::string content_path(const std::string& ta_id) const { return store_->path_for(ta_id); }
     // Files under the content directory, temporary ones included.
-    std::vector<std::string> cdb_files() const;
-    std::vector<sm::msg::TaCommit> commits();
+    std::vector<std::string> content_files() const;
+    std::vector<smx::msg::TaCommit> commits();
     std::atomic<QmgrMode> mode{QmgrMode::ok};
     std::atomic<bool> qmgr_lost{false};
 
@@ -45,16 +45,16 @@ private:
     asio::awaitable<void> start(std::promise<void>& ready);
 
     std::filesystem::path dir_;
-    sm::Config cfg_;
+    smx::Config cfg_;
     asio::io_context io_;
     asio::thread_pool pool_{2};
-    std::unique_ptr<smtps::CdbStore> cdb_;
+    std::unique_ptr<smx::smtps::ContentStore> store_;
     std::unique_ptr<asio::local::stream_protocol::acceptor> qmgr_acceptor_;
-    std::unique_ptr<smtps::QmgrClient> qmgr_;
-    std::unique_ptr<smtps::Server> server_;
+    std::unique_ptr<smx::smtps::QmgrClient> qmgr_;
+    std::unique_ptr<smx::smtps::Server> server_;
     std::uint16_t port_ = 0;
     std::mutex mu_;
-    std::vector<sm::msg::TaCommit> commits_;
+    std::vector<smx::msg::TaCommit> commits_;
     std::thread thread_;
 };
 

@@ -1,8 +1,8 @@
-#include "policy.hpp"
+#include "smtps/policy.hpp"
 
 #include <catch2/catch.hpp>
 
-using namespace smtps;
+using namespace smx::smtps;
 
 TEST_CASE("parse_path") {
     auto p = parse_path("FROM:<a@b.c> SIZE=10  BODY=8BITMIME ", "FROM:");
@@ -63,8 +63,8 @@ TEST_CASE("routing in the local part") {
 }
 
 TEST_CASE("relay policy") {
-    sm::ServerConfig cfg;
-    cfg.relay_networks.push_back(sm::parse_cidr("k", "10.0.0.0/8"));
+    smx::ServerConfig cfg;
+    cfg.relay_networks.push_back(smx::parse_cidr("k", "10.0.0.0/8"));
     cfg.relay_domains = {"example.com", ".example.net"};
     RelayPolicy p(cfg);
     CHECK(p.trusted_client("10.1.2.3"));

@@ -1,5 +1,5 @@
 // SMTPS sessions over real TCP against a fake QMGR.
-#include "harness.hpp"
+#include "tests/unit/smtps/harness.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -30,17 +30,17 @@ void ehlo(Client& c) {
 
 } // namespace
 
-TEST_CASE("stale temporary CDB files are removed at start-up") {
+TEST_CASE("stale temporary content files are removed at start-up") {
     Harness h;
     const std::string id = "0123456789ABCDEF0";
-    const std::string tmp = h.cdb_path(id) + ".tmp";
+    const std::string tmp = h.content_path(id) + ".tmp";
     std::filesystem::create_directories(std::filesystem::path(tmp).parent_path());
     { std::ofstream(tmp) << "partial"; }
-    { std::ofstream(h.cdb_path(id)) << "complete"; }
+    { std::ofstream(h.content_path(id)) << "complete"; }
     asio::thread_pool pool(1);
-    smtps::CdbStore store(h.cfg().content_dir_abs(), true, pool);
+    smx::smtps::ContentStore store(h.cfg().content_dir_abs(), true, pool);
     CHECK(store.remove_stale_tmp() == 1);
-    CHECK(h.cdb_files() == std::vector<std::string>{h.cdb_path(id)});
+    CHECK(h.content_files() == std::vector<std::string>{h.content_path(id)});
 }
 
 // The account's arithmetic is tested with its own gauges (libsm
@@ -53,11 +53,11 @@ TEST_CASE("the free-space reserve: a declared SIZE must fit above it") {
     REQUIRE(::statvfs(h.cfg().spool_dir_abs().c_str(), &vfs) == 0);
     const std::uint64_t free = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
     REQUIRE(free > (64u << 20));
-    smtps::CdbStore none(h.cfg().spool_dir_abs(), true, pool, 0);
+    smx::smtps::ContentStore none(h.cfg().spool_dir_abs(), true, pool, 0);
     CHECK(none.has_room(UINT64_MAX / 2));  // 0: no check
     // Half the free space as reserve leaves room for a quarter of it but
     // not for three quarters (slack for other writers on this machine).
-    smtps::CdbStore half(h.cfg().spool_dir_abs(), true, pool, free / 2);
+    smx::smtps::ContentStore half(h.cfg().spool_dir_abs(), true, pool, free / 2);
     CHECK(half.has_room(0));
     CHECK(half.has_room(free / 4));
     CHECK_FALSE(half.has_room(free / 4 * 3));
@@ -67,31 +67,31 @@ TEST_CASE("the free-space reserve: a declared SIZE must fit above it") {
     CHECK_FALSE(half.has_room(free / 3));
     claim.reset();
     CHECK(half.has_room(free / 3));
-    smtps::CdbStore all(h.cfg().spool_dir_abs(), true, pool, free * 2);
+    smx::smtps::ContentStore all(h.cfg().spool_dir_abs(), true, pool, free * 2);
     CHECK_FALSE(all.has_room(0));
 }
 
 TEST_CASE("queue.content_dir: content files go there, not into the spool") {
     const auto content = std::filesystem::temp_directory_path() /
                          ("smtps-content-" + std::to_string(::getpid()));
-    Harness h([&](sm::Config& c) {
+    Harness h([&](smx::Config& c) {
         c.queue.content_dir = content.string();
-        c.queue.content_sync = sm::QueueConfig::ContentSync::file;
+        c.queue.content_sync = smx::QueueConfig::ContentSync::file;
     });
     Client c(h.port());
     ehlo(c);
     const std::string r = send_message(c, "sender@a.test", {"rcpt@b.test"}, "Subject: x\r\n\r\nbody\r\n.\r\n");
     REQUIRE(starts(r, "250 2.0.0 Ok: queued as "));
-    const std::string path = h.cdb_path(queued_id(r));
+    const std::string path = h.content_path(queued_id(r));
     CHECK(starts(path, content.string() + "/"));
     CHECK(read_file(path).find("\r\nbody\r\n") != std::string::npos);
-    CHECK(h.cdb_files() == std::vector<std::string>{path});
+    CHECK(h.content_files() == std::vector<std::string>{path});
     CHECK_FALSE(std::filesystem::exists(std::filesystem::path(h.cfg().spool_dir_abs()) / "cdb"));
     std::filesystem::remove_all(content);
 }
 
 TEST_CASE("greeting and EHLO keywords") {
-    Harness h([](sm::Config& c) { c.server.max_message_size = 12345; });
+    Harness h([](smx::Config& c) { c.server.max_message_size = 12345; });
     Client c(h.port());
     CHECK(c.reply() == "220 mx.test ESMTP smx");
     const std::string e = c.cmd("EHLO client.test");
@@ -120,7 +120,7 @@ TEST_CASE("a message is stored byte-exact with dot-unstuffing and committed") {
     const std::string r = send_message(c, "sender@a.test", {"rcpt@b.test"}, sent);
     REQUIRE(starts(r, "250 2.0.0 Ok: queued as "));
     const std::string id = queued_id(r);
-    const std::string file = read_file(h.cdb_path(id));
+    const std::string file = read_file(h.content_path(id));
     const auto [received, content] = split_received(file);
     CHECK(content == stored);
     CHECK(starts(received, "Received: from client.test (unknown [127.0.0.1])\r\n"
@@ -131,14 +131,14 @@ TEST_CASE("a message is stored byte-exact with dot-unstuffing and committed") {
     REQUIRE(commits.size() == 1);
     const auto& ta = commits[0];
     CHECK(ta.ta_id == id);
-    CHECK(ta.cdb_id == id);
+    CHECK(ta.content_id == id);
     CHECK(ta.sender == "sender@a.test");
     REQUIRE(ta.rcpts.size() == 1);
     CHECK(ta.rcpts[0].addr == "rcpt@b.test");
     CHECK(ta.helo == "client.test");
     CHECK(ta.client_addr == "127.0.0.1");
     CHECK(ta.size == file.size());
-    CHECK(h.cdb_files().size() == 1);  // no temporary file left
+    CHECK(h.content_files().size() == 1);  // no temporary file left
     CHECK(starts(c.cmd("QUIT"), "221"));
 }
 
@@ -148,7 +148,7 @@ TEST_CASE("an empty message and a message without final CRLF before the dot") {
     ehlo(c);
     std::string r = send_message(c, "", {"x@b.test"}, ".\r\n");  // null sender, empty body
     REQUIRE(starts(r, "250 2.0.0"));
-    CHECK(split_received(read_file(h.cdb_path(queued_id(r)))).second.empty());
+    CHECK(split_received(read_file(h.content_path(queued_id(r)))).second.empty());
     CHECK(h.commits().back().sender.empty());
 }
 
@@ -174,7 +174,7 @@ TEST_CASE("pipelined commands get their replies in one batch") {
     const std::string r2 = c.reply();
     CHECK(starts(r2, "250 2.0.0"));
     // Two recipients: no "for" clause.
-    const std::string f1 = read_file(h.cdb_path(queued_id(r1)));
+    const std::string f1 = read_file(h.content_path(queued_id(r1)));
     CHECK(f1.find("\tfor ") == std::string::npos);
     CHECK(f1.find("id " + queued_id(r1) + ";\r\n\t") != std::string::npos);
     CHECK(f1.substr(f1.size() - 7) == "hello\r\n");
@@ -197,18 +197,18 @@ TEST_CASE("bare LF and bare CR in DATA are rejected") {
                  "550 5.6.11"));
     CHECK(starts(c.cmd("NOOP"), "250"));
     CHECK(h.commits().empty());
-    CHECK(h.cdb_files().empty());
+    CHECK(h.content_files().empty());
 }
 
 TEST_CASE("bare LF and CR are normalised when configured") {
-    Harness h([](sm::Config& c) { c.server.reject_bare_lf = false; });
+    Harness h([](smx::Config& c) { c.server.reject_bare_lf = false; });
     Client c(h.port());
     ehlo(c);
     const std::string r =
         send_message(c, "a@a.test", {"b@b.test"}, "one\ntwo\rthree\r\n\n.\nsmuggled\r\n.\r\n");
     REQUIRE(starts(r, "250 2.0.0"));
     // ".<LF>" is not the end of data; as a dot line it is unstuffed.
-    CHECK(split_received(read_file(h.cdb_path(queued_id(r)))).second ==
+    CHECK(split_received(read_file(h.content_path(queued_id(r)))).second ==
           "one\r\ntwo\r\nthree\r\n\r\n\r\nsmuggled\r\n");
     CHECK(h.commits().size() == 1);
 }
@@ -226,12 +226,12 @@ TEST_CASE("over-long lines: commands are refused, DATA passes them through") {
     const std::string content = "X: y\r\n\r\n" + long_line + "\r\n.." + long_line + "\r\nend\r\n";
     const std::string r = send_message(c, "a@a.test", {"b@b.test"}, content + ".\r\n");
     REQUIRE(starts(r, "250 2.0.0"));
-    CHECK(split_received(read_file(h.cdb_path(queued_id(r)))).second ==
+    CHECK(split_received(read_file(h.content_path(queued_id(r)))).second ==
           "X: y\r\n\r\n" + long_line + "\r\n." + long_line + "\r\nend\r\n");
 }
 
 TEST_CASE("message size limit") {
-    Harness h([](sm::Config& c) { c.server.max_message_size = 1000; });
+    Harness h([](smx::Config& c) { c.server.max_message_size = 1000; });
     Client c(h.port());
     ehlo(c);
     CHECK(starts(c.cmd("MAIL FROM:<a@a.test> SIZE=1001"), "552 5.3.4"));
@@ -239,13 +239,13 @@ TEST_CASE("message size limit") {
     CHECK(starts(c.cmd("MAIL FROM:<a@a.test> FOO=1"), "555 5.5.4"));
     const std::string big(2000, 'x');
     CHECK(starts(send_message(c, "a@a.test", {"b@b.test"}, big + "\r\n.\r\n"), "552 5.3.4"));
-    CHECK(h.cdb_files().empty());
+    CHECK(h.content_files().empty());
     // The session goes on, and a small message passes.
     CHECK(starts(send_message(c, "a@a.test", {"b@b.test"}, "small\r\n.\r\n"), "250 2.0.0"));
 }
 
 TEST_CASE("relay access is denied outside relay_networks and relay_domains") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.relay_networks.clear();
         c.server.relay_domains = {"ok.test", ".sub.test"};
     });
@@ -264,7 +264,7 @@ TEST_CASE("relay access is denied outside relay_networks and relay_domains") {
 }
 
 TEST_CASE("too many recipients") {
-    Harness h([](sm::Config& c) { c.server.max_recipients = 2; });
+    Harness h([](smx::Config& c) { c.server.max_recipients = 2; });
     Client c(h.port());
     ehlo(c);
     CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
@@ -274,7 +274,7 @@ TEST_CASE("too many recipients") {
 }
 
 TEST_CASE("command sequence and syntax errors") {
-    Harness h([](sm::Config& c) { c.server.max_errors = 100; });
+    Harness h([](smx::Config& c) { c.server.max_errors = 100; });
     Client c(h.port());
     REQUIRE(starts(c.reply(), "220"));
     CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "503 5.5.1"));
@@ -294,7 +294,7 @@ TEST_CASE("command sequence and syntax errors") {
 }
 
 TEST_CASE("too many errors close the session") {
-    Harness h([](sm::Config& c) { c.server.max_errors = 3; });
+    Harness h([](smx::Config& c) { c.server.max_errors = 3; });
     Client c(h.port());
     REQUIRE(starts(c.reply(), "220"));
     CHECK(starts(c.cmd("FOO"), "500"));
@@ -306,7 +306,7 @@ TEST_CASE("too many errors close the session") {
 }
 
 TEST_CASE("past max_junk_commands NOOP, VRFY, RSET and HELP count as errors; a queued message forgives them") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.max_junk_commands = 3;
         c.server.max_errors = 2;
     });
@@ -330,7 +330,7 @@ TEST_CASE("past max_junk_commands NOOP, VRFY, RSET and HELP count as errors; a q
 }
 
 TEST_CASE("max_junk_commands = 0: every NOOP counts as an error") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.max_junk_commands = 0;
         c.server.max_errors = 2;
     });
@@ -344,7 +344,7 @@ TEST_CASE("max_junk_commands = 0: every NOOP counts as an error") {
 }
 
 TEST_CASE("command and data timeouts") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.command_timeout = std::chrono::seconds(1);
         c.server.data_timeout = std::chrono::seconds(1);
     });
@@ -364,11 +364,11 @@ TEST_CASE("command and data timeouts") {
         CHECK(c.reply() == "421 4.4.2 mx.test Error: timeout exceeded");
         CHECK(c.closed());
     }
-    CHECK(h.cdb_files().empty());
+    CHECK(h.content_files().empty());
 }
 
 TEST_CASE("a message past the spill size is written under its final name and removed when lost") {
-    Harness h([](sm::Config& c) { c.server.data_timeout = std::chrono::seconds(3); });
+    Harness h([](smx::Config& c) { c.server.data_timeout = std::chrono::seconds(3); });
     Client c(h.port());
     ehlo(c);
     CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
@@ -379,18 +379,18 @@ TEST_CASE("a message past the spill size is written under its final name and rem
     std::vector<std::string> during;
     for (int i = 0; i < 200 && during.empty(); ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        during = h.cdb_files();
+        during = h.content_files();
     }
     REQUIRE(during.size() == 1);
     CHECK_FALSE(during[0].ends_with(".tmp"));  // no temporary name
     CHECK(c.reply() == "421 4.4.2 mx.test Error: timeout exceeded");
     CHECK(c.closed());
-    CHECK(h.cdb_files().empty());
+    CHECK(h.content_files().empty());
     CHECK(h.commits().empty());
 }
 
 TEST_CASE("hop count limit") {
-    Harness h([](sm::Config& c) { c.server.max_hops = 2; });
+    Harness h([](smx::Config& c) { c.server.max_hops = 2; });
     Client c(h.port());
     ehlo(c);
     const std::string hdr = "Received: from a\r\nreceived: from b\r\nRECEIVED: from c\r\n";
@@ -410,7 +410,7 @@ TEST_CASE("QMGR answers: tempfail, reject, no answer") {
     CHECK(send_message(c, "a@a.test", {"b@b.test"}, "x\r\n.\r\n") == "451 4.3.2 Queue full");
     h.mode = QmgrMode::reject;
     CHECK(send_message(c, "a@a.test", {"b@b.test"}, "x\r\n.\r\n") == "554 5.3.0 Go away");
-    CHECK(h.cdb_files().empty());  // refused transactions leave no file
+    CHECK(h.content_files().empty());  // refused transactions leave no file
     h.mode = QmgrMode::silent;     // the harness waits 2 s for an ack
     CHECK(starts(send_message(c, "a@a.test", {"b@b.test"}, "x\r\n.\r\n"), "451 4.3.0"));
     CHECK(h.commits().size() == 3);
@@ -431,7 +431,7 @@ TEST_CASE("QMGR going away answers 451 and is reported") {
 }
 
 TEST_CASE("connection limits per client and in total") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.relay_networks.clear();
         c.server.max_connections_per_client = 2;
         c.server.max_connections = 3;
@@ -456,7 +456,7 @@ TEST_CASE("connection limits per client and in total") {
 }
 
 TEST_CASE("trusted clients are exempt from the per-client limit") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.max_connections_per_client = 1;
         c.server.max_connections = 2;
     });
@@ -467,7 +467,7 @@ TEST_CASE("trusted clients are exempt from the per-client limit") {
 }
 
 TEST_CASE("routing in the local part is refused from untrusted clients") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.relay_networks.clear();
         c.server.relay_domains = {"ok.test"};
     });
@@ -486,7 +486,7 @@ TEST_CASE("routing in the local part: trusted clients and allow_untrusted_routin
     ehlo(c);
     CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
     CHECK(starts(c.cmd("RCPT TO:<u%evil.test@ok.test>"), "250"));
-    Harness allowed([](sm::Config& cfg) {
+    Harness allowed([](smx::Config& cfg) {
         cfg.server.relay_networks.clear();
         cfg.server.relay_domains = {"ok.test"};
         cfg.server.allow_untrusted_routing = true;
@@ -499,7 +499,7 @@ TEST_CASE("routing in the local part: trusted clients and allow_untrusted_routin
 
 TEST_CASE("the envelope stays within its encoded size: 452 beyond it") {
     // A limit a config file could not have (check-config refuses it).
-    Harness h([](sm::Config& c) { c.server.max_recipients = 100000; });
+    Harness h([](smx::Config& c) { c.server.max_recipients = 100000; });
     Client c(h.port());
     ehlo(c);
     CHECK(starts(c.cmd("MAIL FROM:<a@a.test>"), "250"));
@@ -528,7 +528,7 @@ TEST_CASE("the envelope stays within its encoded size: 452 beyond it") {
     }
     writer.join();
     CHECK(refused > 0);
-    CHECK(accepted * (254 + sm::msg::rcpt_overhead) <= sm::msg::max_envelope);
+    CHECK(accepted * (254 + smx::msg::rcpt_overhead) <= smx::msg::max_envelope);
     CHECK(starts(c.cmd("DATA"), "354"));
     c.send("hi\r\n.\r\n");
     CHECK(starts(c.reply(), "250"));  // what was accepted is committed
@@ -538,7 +538,7 @@ TEST_CASE("the envelope stays within its encoded size: 452 beyond it") {
 
 TEST_CASE("no reply is lost while a client pipelines without reading") {
     // NOOPs here test the replies, not server.max_junk_commands.
-    Harness h([](sm::Config& c) { c.server.max_junk_commands = 1000000; });
+    Harness h([](smx::Config& c) { c.server.max_junk_commands = 1000000; });
     Client c(h.port());
     ehlo(c);
     // 40,000 NOOPs in writes that each end mid-line, read back concurrently:
@@ -561,7 +561,7 @@ TEST_CASE("no reply is lost while a client pipelines without reading") {
 }
 
 TEST_CASE("DATA must go on at min_data_rate") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.data_timeout = std::chrono::seconds(2);
         c.server.min_data_rate = 100;
     });
@@ -583,7 +583,7 @@ TEST_CASE("DATA must go on at min_data_rate") {
 }
 
 TEST_CASE("a command line dripped byte by byte ends at command_timeout") {
-    Harness h([](sm::Config& c) { c.server.command_timeout = std::chrono::seconds(2); });
+    Harness h([](smx::Config& c) { c.server.command_timeout = std::chrono::seconds(2); });
     Client c(h.port());
     ehlo(c);
     const auto t0 = std::chrono::steady_clock::now();
@@ -598,7 +598,7 @@ TEST_CASE("a command line dripped byte by byte ends at command_timeout") {
 }
 
 TEST_CASE("a recipient named twice is stored once, the domain in any case") {
-    Harness h([](sm::Config& c) { c.server.max_recipients = 2; });
+    Harness h([](smx::Config& c) { c.server.max_recipients = 2; });
     Client c(h.port());
     ehlo(c);
     REQUIRE(starts(c.cmd("MAIL FROM:<a@a.test>"), "250 "));

@@ -1,5 +1,5 @@
 // server.max_transactions and server.transaction_wait, through real sessions.
-#include "harness.hpp"
+#include "tests/unit/smtps/harness.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -31,7 +31,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 } // namespace
 
 TEST_CASE("past max_transactions a MAIL waits for a transaction to end") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.max_transactions = 2;
         c.server.transaction_wait = std::chrono::seconds(30);
     });
@@ -62,7 +62,7 @@ TEST_CASE("past max_transactions a MAIL waits for a transaction to end") {
 }
 
 TEST_CASE("a MAIL waits at most transaction_wait, then goes ahead over the limit") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.max_transactions = 1;
         c.server.transaction_wait = std::chrono::milliseconds(500);
     });
@@ -85,7 +85,7 @@ TEST_CASE("a MAIL waits at most transaction_wait, then goes ahead over the limit
 }
 
 TEST_CASE("waiting MAILs get places in the order they came") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.max_transactions = 1;
         c.server.transaction_wait = std::chrono::seconds(30);
     });
@@ -105,7 +105,7 @@ TEST_CASE("waiting MAILs get places in the order they came") {
 }
 
 TEST_CASE("a refused MAIL holds no place; max_transactions = 0 is no limit") {
-    Harness h([](sm::Config& c) {
+    Harness h([](smx::Config& c) {
         c.server.max_transactions = 1;
         c.server.transaction_wait = std::chrono::seconds(30);
     });
@@ -118,7 +118,7 @@ TEST_CASE("a refused MAIL holds no place; max_transactions = 0 is no limit") {
     // A second MAIL in a transaction is refused without waiting for itself.
     CHECK(starts(b.cmd("MAIL FROM:<b@a.test>"), "503"));
 
-    Harness open([](sm::Config& c) { c.server.max_transactions = 0; });
+    Harness open([](smx::Config& c) { c.server.max_transactions = 0; });
     std::vector<std::unique_ptr<Client>> many;
     for (int i = 0; i < 20; ++i) {
         many.push_back(std::make_unique<Client>(open.port()));

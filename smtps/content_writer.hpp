@@ -14,9 +14,9 @@
 // envelope, before the ack. Anything not committed is unlinked.
 #pragma once
 
-#include "segment_writer.hpp"
+#include "smtps/segment_writer.hpp"
 
-#include "space_account.hpp"
+#include "libsm/space_account.hpp"
 
 #include <boost/asio.hpp>
 #include <chrono>
@@ -26,7 +26,7 @@
 #include <string>
 #include <string_view>
 
-namespace smtps {
+namespace smx::smtps {
 
 namespace asio = boost::asio;
 
@@ -35,21 +35,21 @@ namespace asio = boost::asio;
 // segment when the loop has one, else to disk in one write at commit.
 inline constexpr std::size_t spill_size = 256 * 1024;
 
-// Where CDB files go, the pool that syncs them, and the free-space reserve.
-class CdbStore {
+// Where content files go, the pool that syncs them, and the free-space reserve.
+class ContentStore {
 public:
     // content_dir: Config::content_dir_abs(). sync_names: also fsync a
-    // file's directory after the rename (content_sync = "file" with the
+    // file's directory after creating it (content_sync = "file" with the
     // IBDB on another file system, whose fdatasync then no longer commits
-    // the rename with it).
+    // the new name with it).
     // segment_for: small messages go to content segments, each taking
     // messages for that long (0: a file each). reserve: queue.min_free_space.
-    CdbStore(std::string content_dir, bool hashed, asio::thread_pool& pool,
-             std::uint64_t reserve = 0, bool sync_each = true, bool sync_names = false,
-             std::chrono::milliseconds segment_for = {})
+    ContentStore(std::string content_dir, bool hashed, asio::thread_pool& pool,
+                 std::uint64_t reserve = 0, bool sync_each = true, bool sync_names = false,
+                 std::chrono::milliseconds segment_for = {})
         : content_(std::move(content_dir)), hashed_(hashed), pool_(pool),
           sync_each_(sync_each), sync_names_(sync_names), segment_for_(segment_for),
-          space_(reserve, sm::SpaceAccount::measure(content_, content_)) {}
+          space_(reserve, smx::SpaceAccount::measure(content_, content_)) {}
     const std::string& content_dir() const { return content_; }
     std::chrono::milliseconds segment_for() const { return segment_for_; }
     std::string path_for(std::string_view ta_id) const;
@@ -65,13 +65,13 @@ public:
     // At MAIL: false when a message of `size` bytes (a declared SIZE, or 0),
     // with the copy a segment's message needs when deferred, would leave
     // less than the reserve (queue.min_free_space) free on the content file
-    // system (sm::SpaceAccount), so that a client hears 452 before it sends
+    // system (smx::SpaceAccount), so that a client hears 452 before it sends
     // its data. Any thread may call it, and claim().
     bool has_room(std::uint64_t size);
     // Before content is written: holds `now` bytes (and a later copy of
     // them) against the reserve until the claim ends; nullopt when they do
     // not fit.
-    std::optional<sm::SpaceAccount::Claim> claim(std::uint64_t now, std::uint64_t copy);
+    std::optional<smx::SpaceAccount::Claim> claim(std::uint64_t now, std::uint64_t copy);
 
 private:
     // The segments are listed again on the pool when the last list is a
@@ -84,23 +84,24 @@ private:
     bool sync_each_;
     bool sync_names_;
     std::chrono::milliseconds segment_for_;
-    sm::SpaceAccount space_;
+    smx::SpaceAccount space_;
 };
 
-class CdbWriter {
+class ContentWriter {
 public:
     // segment: the event loop's segment (null: a content file always).
-    CdbWriter(CdbStore& store, std::string_view ta_id, std::shared_ptr<SegmentWriter> segment);
-    ~CdbWriter();
-    CdbWriter(const CdbWriter&) = delete;
-    CdbWriter& operator=(const CdbWriter&) = delete;
+    ContentWriter(ContentStore& store, std::string_view ta_id,
+                  std::shared_ptr<SegmentWriter> segment);
+    ~ContentWriter();
+    ContentWriter(const ContentWriter&) = delete;
+    ContentWriter& operator=(const ContentWriter&) = delete;
 
     // Buffers bytes; large messages are written out in big chunks. A write
     // error is kept and reported by commit().
     void append(std::string_view bytes);
     std::uint64_t size() const { return size_; }
-    // What names the content once commit() succeeded: the TA_COMMIT's cdb_id.
-    const std::string& cdb_id() const { return cdb_id_; }
+    // What names the content once commit() succeeded: the TA_COMMIT's content_id.
+    const std::string& content_id() const { return content_id_; }
 
     // Writes the rest, fdatasyncs (content_sync = "file"), closes. Returns 0
     // or the errno of the first failure (the file is then removed).
@@ -119,9 +120,9 @@ private:
     void refuse();
     asio::awaitable<int> commit_to_segment();
 
-    CdbStore& store_;
+    ContentStore& store_;
     std::shared_ptr<SegmentWriter> segment_;
-    std::string ta_id_, cdb_id_, path_;
+    std::string ta_id_, content_id_, path_;
     std::string buf_;
     std::uint64_t size_ = 0;
     int fd_ = -1;
@@ -131,4 +132,4 @@ private:
     bool short_ = false;
 };
 
-} // namespace smtps
+} // namespace smx::smtps

@@ -1,37 +1,37 @@
-#include "cdb_writer.hpp"
+#include "smtps/content_writer.hpp"
 
-#include "content_file.hpp"
-#include "content_segment.hpp"
-#include "ids.hpp"
+#include "libsm/content_file.hpp"
+#include "libsm/content_segment.hpp"
+#include "libsm/ids.hpp"
 
 #include <cerrno>
 #include <cstdint>
 #include <filesystem>
 #include <unistd.h>
 
-namespace smtps {
+namespace smx::smtps {
 
-std::string CdbStore::path_for(std::string_view ta_id) const {
-    return sm::cdb_path(content_, ta_id, hashed_);
+std::string ContentStore::path_for(std::string_view ta_id) const {
+    return smx::content::file_path(content_, ta_id, hashed_);
 }
 
-bool CdbStore::has_room(std::uint64_t size) {
+bool ContentStore::has_room(std::uint64_t size) {
     recount_if_due();
     // A message that will not spill goes to a segment (when there are any),
     // and is copied out if it is deferred.
     return space_.has_room(size, segment_for_.count() > 0 && size < spill_size ? size : 0);
 }
 
-std::optional<sm::SpaceAccount::Claim> CdbStore::claim(std::uint64_t now, std::uint64_t copy) {
+std::optional<smx::SpaceAccount::Claim> ContentStore::claim(std::uint64_t now, std::uint64_t copy) {
     recount_if_due();
     return space_.claim(now, copy);
 }
 
-void CdbStore::recount_if_due() {
+void ContentStore::recount_if_due() {
     if (space_.recount_due()) asio::post(pool_, [this] { space_.recount_segments(); });
 }
 
-std::size_t CdbStore::remove_stale_tmp() const {
+std::size_t ContentStore::remove_stale_tmp() const {
     namespace fs = std::filesystem;
     std::size_t n = 0;
     std::error_code ec;
@@ -44,18 +44,18 @@ std::size_t CdbStore::remove_stale_tmp() const {
     return n;
 }
 
-CdbWriter::CdbWriter(CdbStore& store, std::string_view ta_id,
-                     std::shared_ptr<SegmentWriter> segment)
-    : store_(store), segment_(std::move(segment)), ta_id_(ta_id), cdb_id_(ta_id) {
+ContentWriter::ContentWriter(ContentStore& store, std::string_view ta_id,
+                             std::shared_ptr<SegmentWriter> segment)
+    : store_(store), segment_(std::move(segment)), ta_id_(ta_id), content_id_(ta_id) {
     buf_.reserve(4096);
 }
 
-CdbWriter::~CdbWriter() {
+ContentWriter::~ContentWriter() {
     if (fd_ >= 0) ::close(fd_);
     if (created_) ::unlink(path_.c_str());
 }
 
-void CdbWriter::append(std::string_view bytes) {
+void ContentWriter::append(std::string_view bytes) {
     size_ += bytes.size();
     if (err_) return;
     buf_.append(bytes);
@@ -63,26 +63,26 @@ void CdbWriter::append(std::string_view bytes) {
 }
 
 // Made when a file is: a message that goes into a segment never needs it.
-const std::string& CdbWriter::path() {
+const std::string& ContentWriter::path() {
     if (path_.empty()) path_ = store_.path_for(ta_id_);
     return path_;
 }
 
-void CdbWriter::spill() {
+void ContentWriter::spill() {
     // Written now, on the loop: held only while it is written.
     const auto room = store_.claim(buf_.size(), 0);
     if (!room) return refuse();
     if (fd_ < 0) {
-        if ((err_ = sm::content::create(path(), fd_)) != 0) return;
+        if ((err_ = smx::content::create(path(), fd_)) != 0) return;
         created_ = true;
     }
-    err_ = sm::content::write_all(fd_, buf_);
+    err_ = smx::content::write_all(fd_, buf_);
     buf_.clear();
 }
 
 // The rest of the message would cross the reserve: what was spilled goes
 // now (the client gets 452 at its end of data), the rest is only counted.
-void CdbWriter::refuse() {
+void ContentWriter::refuse() {
     short_ = true;
     err_ = ENOSPC;
     buf_ = std::string();
@@ -96,7 +96,7 @@ void CdbWriter::refuse() {
     }
 }
 
-asio::awaitable<int> CdbWriter::commit() {
+asio::awaitable<int> ContentWriter::commit() {
     if (err_) co_return err_;
     if (segment_ && fd_ < 0) co_return co_await commit_to_segment();
     // Held until the write is back: other sessions see it meanwhile.
@@ -114,14 +114,14 @@ asio::awaitable<int> CdbWriter::commit() {
     auto job = [fd, buf = std::move(buf_), path = path(), sync = store_.sync_each(),
                 sync_name = store_.sync_names()]() mutable -> asio::awaitable<int> {
         int err = 0;
-        if (fd < 0) err = sm::content::create(path, fd);
-        if (!err) err = sm::content::write_all(fd, buf);
+        if (fd < 0) err = smx::content::create(path, fd);
+        if (!err) err = smx::content::write_all(fd, buf);
         // With sync (content_sync = "file") the data is durable before
         // TA_COMMIT; either way QMGR's group commit (its syncfs of this file
         // system, or the journal commit of its IBDB fdatasync, or with the
         // IBDB elsewhere our sync_name) makes data and directory entry
         // durable before any 250.
-        co_return sm::content::close_created(fd, err, path, sync, sync_name);
+        co_return smx::content::close_created(fd, err, path, sync, sync_name);
     };
     err_ = co_await asio::co_spawn(store_.pool(), std::move(job), asio::use_awaitable);
     committed_ = err_ == 0;
@@ -137,8 +137,8 @@ asio::awaitable<int> CdbWriter::commit() {
 // the pool. Durable as a file is: QMGR's batch syncfs, or with
 // content_sync = "file" that fdatasync (which makes the segment's other
 // records durable too).
-asio::awaitable<int> CdbWriter::commit_to_segment() {
-    const std::uint64_t record = sm::content::segment_header_size + buf_.size();
+asio::awaitable<int> ContentWriter::commit_to_segment() {
+    const std::uint64_t record = smx::content::segment_header_size + buf_.size();
     // The record, and the content file it is copied to if it is deferred.
     auto room = store_.claim(record, buf_.size());
     if (!room) {
@@ -148,14 +148,14 @@ asio::awaitable<int> CdbWriter::commit_to_segment() {
     auto place = segment_->reserve(record);
     const bool sync = store_.sync_each();
     if (const int fd = place.file->made_fd(); fd >= 0 && !sync) {
-        err_ = sm::content::write_segment_record(fd, place.offset, ta_id_, buf_);
+        err_ = smx::content::write_segment_record(fd, place.offset, ta_id_, buf_);
         buf_.clear();
     } else {
         auto job = [file = place.file, offset = place.offset, id = ta_id_, buf = std::move(buf_),
                     sync]() -> asio::awaitable<int> {
             const int fd = file->fd();
             if (fd < 0) co_return -fd;
-            int err = sm::content::write_segment_record(fd, offset, id, buf);
+            int err = smx::content::write_segment_record(fd, offset, id, buf);
             if (!err && sync && ::fdatasync(fd) != 0) err = errno;
             co_return err;
         };
@@ -163,13 +163,13 @@ asio::awaitable<int> CdbWriter::commit_to_segment() {
     }
     if (!err_) {
         room->written();
-        cdb_id_ = sm::content::segment_ref(place.file->id(), place.offset);
+        content_id_ = smx::content::segment_ref(place.file->id(), place.offset);
     }
     co_return err_;
 }
 
-void CdbWriter::remove_committed() {
+void ContentWriter::remove_committed() {
     if (committed_) ::unlink(path_.c_str());
 }
 
-} // namespace smtps
+} // namespace smx::smtps
