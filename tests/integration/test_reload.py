@@ -24,11 +24,16 @@ def rewrite(relay, sink_port, extra=""):
         f.write(relay.config_text(sink_port, extra))
 
 
+# The children that re-read the config on SIGHUP.
+RELOADING = ("smx-qmgr", "smx-smtpc", "smx-smtps", "smx-pickup")
+
+
 def reloaded(relay, before):
     """Waits until each child has logged one more "config reloaded" line."""
+    children = sum(len(relay.child_pids(name)) for name in RELOADING)
     def count():
         return relay.log_text().count("config reloaded from")
-    wait_until(lambda: count() >= before + 3, 10, "three children to reload")
+    wait_until(lambda: count() >= before + children, 10, "%d children to reload" % children)
 
 
 def reload(relay):

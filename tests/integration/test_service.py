@@ -57,7 +57,7 @@ def test_sysusers_and_tmpfiles_make_the_accounts_and_the_spool(destdir):  # noqa
         lines = (destdir / "etc" / name).read_text().splitlines()
         return {l.split(":")[0]: l.split(":") for l in lines}
     passwd, group = entries("passwd"), entries("group")
-    assert "smx" in group
+    assert "smx" in group and "smxdrop" in group
     for user in ("smxs", "smxq", "smxc"):
         assert user in passwd, user
         assert passwd[user][3] == group[user][2]  # a group of its own
@@ -67,9 +67,13 @@ def test_sysusers_and_tmpfiles_make_the_accounts_and_the_spool(destdir):  # noqa
                         str(destdir / "usr/lib/tmpfiles.d/smx.conf")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+    # Others pass through (not list) to reach the maildrop with smx-postdrop.
     st = os.stat(destdir / "var/spool/smx")
-    assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o750
+    assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o751
     assert st.st_gid == int(group["smx"][2])
+    drop = os.stat(destdir / "var/spool/smx/maildrop")
+    assert stat.S_IMODE(drop.st_mode) == 0o1730
+    assert drop.st_uid == int(passwd["smxs"][2]) and drop.st_gid == int(group["smxdrop"][2])
 
 
 @pytest.fixture
