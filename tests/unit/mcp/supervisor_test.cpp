@@ -90,6 +90,13 @@ struct Sandbox {
         log = dir + "/smx.log";
     }
     ~Sandbox() {
+        // A test that stopped early (a failed REQUIRE) leaves no relay
+        // running: SIGTERM stops its children too.
+        if (run_pid > 0 && ::waitpid(run_pid, nullptr, WNOHANG) == 0 &&
+            ::kill(run_pid, SIGTERM) == 0 && wait_exit(run_pid, 10s) == -1) {
+            ::kill(run_pid, SIGKILL);
+            ::waitpid(run_pid, nullptr, 0);
+        }
         std::error_code ec;
         fs::remove_all(dir, ec);
     }
@@ -115,7 +122,8 @@ struct Sandbox {
     }
 
     pid_t start_run(const std::vector<std::string>& env = {}) const {
-        return spawn({"run", "-c", config}, log, env);
+        run_pid = spawn({"run", "-c", config}, log, env);
+        return run_pid;
     }
 
     // Runs `smx ARGS...` to the end: exit status and output.
@@ -157,6 +165,7 @@ struct Sandbox {
 
     std::string dir, config, log;
     int port = 0;
+    mutable pid_t run_pid = -1;  // smx run, once start_run made it
 };
 
 std::string greeting(int port) {
