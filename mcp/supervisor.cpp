@@ -4,7 +4,6 @@
 #include "mcp/reload.hpp"
 #include "mcp/supervisor.hpp"
 
-#include "libsm/channel.hpp"
 #include "libsm/log.hpp"
 
 #include <spdlog/spdlog.h>
