@@ -87,7 +87,8 @@ def test_next_hop_down_then_back_with_qmgr_restart(tmp_path, make_sink, make_rel
     wait_until(lambda: [p for p in relay.child_pids("smx-qmgr") if p not in qmgr], 20,
                "a new qmgr")
     back = make_sink("--port", str(port), sub="back")
-    relay.smx("flush")
+    # The new QMGR's pid shows before its control socket is bound.
+    wait_until(lambda: relay.smx("flush", check=False).returncode == 0, 30, "QMGR taking a flush")
     wait_until(lambda: back.count() >= n, 90, "every message after the next hop came back")
     froms = sorted(m["from"] for m in back.messages())
     assert set(froms) == {"d%d@client.test" % i for i in range(n)}
