@@ -1,0 +1,291 @@
+#include "libsm/lookup_table.hpp"
+
+#include "libsm/domain.hpp"
+#include "libsm/fd.hpp"
+#include "libsm/table_text.hpp"
+
+#include <db_cxx.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+
+namespace smx::table {
+namespace {
+
+// texthash: is for short tables; a long one belongs in hash:.
+constexpr off_t max_text_table = 16 << 20;
+
+// path opened for reading as a regular file, not through a symbolic link
+// in its last component, without blocking on a FIFO.
+smx::Fd open_regular(const std::string& spec, const std::string& path, struct stat& st) {
+    smx::Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (!fd)
+        throw TableError(spec + ": cannot open " + path + ": " +
+                         (errno == ELOOP ? "it is a symbolic link" : std::strerror(errno)));
+    if (::fstat(fd.get(), &st) != 0)
+        throw TableError(spec + ": cannot stat " + path + ": " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) throw TableError(spec + ": " + path + " is not a regular file");
+    return fd;
+}
+
+std::string read_text(const std::string& spec, const std::string& path) {
+    struct stat st{};
+    const smx::Fd fd = open_regular(spec, path, st);
+    if (st.st_size > max_text_table)
+        throw TableError(spec + ": " + path + " is " + std::to_string(st.st_size) +
+                         " bytes, over texthash:'s " + std::to_string(max_text_table) +
+                         " (build it with `smx map build` and name it hash:)");
+    std::string text(static_cast<std::size_t>(st.st_size), '\0');
+    std::size_t got = 0;
+    while (got < text.size()) {
+        const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw TableError(spec + ": cannot read " + path + ": " + std::strerror(errno));
+        if (n == 0) break;  // shrank since fstat: what was there
+        got += static_cast<std::size_t>(n);
+    }
+    text.resize(got);
+    return text;
+}
+
+// Entries held in memory: texthash: and inline:. The first of a key given
+// twice counts, as postmap keeps it.
+class MemoryTable final : public Table {
+public:
+    MemoryTable(std::string spec, std::string_view text, const std::string& name) : Table(std::move(spec)) {
+        try {
+            parse_text(text, name, Syntax::table,
+                       [this](Entry&& e) { entries_.try_emplace(std::move(e.key), std::move(e.value)); });
+        } catch (const TextError& e) {
+            throw TableError(this->spec() + ": " + e.what());
+        }
+    }
+    Lookup find(std::string_view key) const override {
+        const auto it = entries_.find(smx::lower(key));
+        if (it == entries_.end()) return {};
+        return {Status::found, it->second};
+    }
+
+private:
+    std::unordered_map<std::string, std::string> entries_;
+};
+
+// inline:{ k1=v1, { k2 = v, w } }: the entries as table text, one a line.
+std::string inline_text(const std::string& spec, std::string_view body) {
+    while (!body.empty() && body.front() == ' ') body.remove_prefix(1);
+    while (!body.empty() && body.back() == ' ') body.remove_suffix(1);
+    if (body.size() < 2 || body.front() != '{' || body.back() != '}')
+        throw TableError(spec + ": expected inline:{ key=value, ... }");
+    body = body.substr(1, body.size() - 2);
+    std::string text;
+    std::string item;
+    int depth = 0;
+    const auto add = [&] {
+        std::string_view it = item;
+        while (!it.empty() && (it.front() == ' ' || it.front() == '\t')) it.remove_prefix(1);
+        while (!it.empty() && (it.back() == ' ' || it.back() == '\t')) it.remove_suffix(1);
+        if (!it.empty() && it.front() == '{' && it.back() == '}') it = it.substr(1, it.size() - 2);
+        if (it.find_first_not_of(" \t") == std::string_view::npos) {
+            item.clear();
+            return;
+        }
+        const auto eq = it.find('=');
+        if (eq == std::string_view::npos)
+            throw TableError(spec + ": \"" + std::string(it) + "\" is not key=value");
+        std::string key(it.substr(0, eq));
+        std::erase_if(key, [](char c) { return c == ' ' || c == '\t'; });
+        std::string_view value = it.substr(eq + 1);
+        while (!value.empty() && (value.front() == ' ' || value.front() == '{')) value.remove_prefix(1);
+        while (!value.empty() && (value.back() == ' ' || value.back() == '}')) value.remove_suffix(1);
+        text += key;
+        text += ' ';
+        text += value;
+        text += '\n';
+        item.clear();
+    };
+    for (const char c : body) {
+        if (c == '\n' || c == '\r') throw TableError(spec + ": a line break in an inline table");
+        if (c == '{') ++depth;
+        if (c == '}' && --depth < 0) throw TableError(spec + ": unbalanced braces");
+        if (c == ',' && depth == 0) {
+            add();
+            continue;
+        }
+        item += c;
+    }
+    if (depth != 0) throw TableError(spec + ": unbalanced braces");
+    add();
+    return text;
+}
+
+// What Berkeley DB said last on this thread (it reports through a callback,
+// not in its return values).
+thread_local std::string db_said;
+void on_db_error(const DbEnv*, const char*, const char* msg) { db_said = msg ? msg : ""; }
+
+// hash: and btree:, read-only. The handle is opened with DB_THREAD, so
+// sessions on several threads may look up at once; each get has its own
+// result memory.
+class DbTable final : public Table {
+public:
+    DbTable(std::string spec, const std::string& path, DBTYPE type)
+        : Table(std::move(spec)), db_(std::make_unique<Db>(nullptr, DB_CXX_NO_EXCEPTIONS)) {
+        struct stat st{};
+        const smx::Fd fd = open_regular(this->spec(), path, st);
+        // Berkeley DB opens by name: the name of the descriptor checked
+        // above, so that a file swapped in since is not the one read.
+        const std::string by_fd = "/proc/self/fd/" + std::to_string(fd.get());
+        db_->set_errcall(on_db_error);
+        db_said.clear();
+        const int r = db_->open(nullptr, by_fd.c_str(), nullptr, type, DB_RDONLY | DB_THREAD, 0);
+        if (r != 0) {
+            db_->close(0);
+            db_.reset();
+            throw TableError(this->spec() + ": cannot open " + path + " as a " +
+                             (type == DB_HASH ? "hash" : "btree") + " file: " + db_strerror(r) +
+                             (db_said.empty() ? "" : " (" + db_said + ")"));
+        }
+    }
+    ~DbTable() override {
+        if (db_) db_->close(0);
+    }
+    Lookup find(std::string_view key) const override {
+        std::string k = smx::lower(key);
+        // postmap stores keys with their NUL; `smx map build` does the same.
+        k.push_back('\0');
+        Lookup l = get(k);
+        if (l.status == Status::not_found) {
+            k.pop_back();
+            l = get(k);
+        }
+        return l;
+    }
+
+private:
+    Lookup get(std::string& k) const {
+        Dbt key(k.data(), static_cast<u_int32_t>(k.size()));
+        Dbt value;
+        value.set_flags(DB_DBT_MALLOC);
+        const int r = db_->get(nullptr, &key, &value, 0);
+        if (r == DB_NOTFOUND) return {};
+        if (r != 0) return {Status::failed, {}};
+        Lookup l{Status::found, std::string(static_cast<const char*>(value.get_data()), value.get_size())};
+        std::free(value.get_data());
+        if (!l.value.empty() && l.value.back() == '\0') l.value.pop_back();
+        return l;
+    }
+
+    std::unique_ptr<Db> db_;
+};
+
+} // namespace
+
+std::shared_ptr<const Table> open(const std::string& spec) {
+    const auto colon = spec.find(':');
+    if (colon == std::string::npos || colon == 0)
+        throw TableError("\"" + spec + "\": expected type:name (hash:/etc/smx/access, texthash:..., inline:{...})");
+    const std::string type = spec.substr(0, colon);
+    const std::string name = spec.substr(colon + 1);
+    if (type == "inline") return std::make_shared<MemoryTable>(spec, inline_text(spec, name), spec);
+    if (name.empty() || name.front() != '/')
+        throw TableError(spec + ": the file name must be an absolute path");
+    if (type == "hash") return std::make_shared<DbTable>(spec, name + ".db", DB_HASH);
+    if (type == "btree") return std::make_shared<DbTable>(spec, name + ".db", DB_BTREE);
+    if (type == "texthash") return std::make_shared<MemoryTable>(spec, read_text(spec, name), name);
+    throw TableError(spec + ": unknown table type \"" + type +
+                     "\" (hash, btree, texthash or inline)");
+}
+
+TableList TableList::open(const std::vector<std::string>& specs) {
+    std::vector<std::shared_ptr<const Table>> tables;
+    tables.reserve(specs.size());
+    for (const auto& s : specs) tables.push_back(smx::table::open(s));
+    return TableList(std::move(tables));
+}
+
+Lookup TableList::find(std::string_view key) const {
+    for (const auto& t : tables_) {
+        Lookup l = t->find(key);
+        if (l.status != Status::not_found) return l;
+    }
+    return {};
+}
+
+Lookup TableList::find_first(const std::vector<std::string>& keys) const {
+    for (const auto& k : keys) {
+        Lookup l = find(k);
+        if (l.status != Status::not_found) return l;
+    }
+    return {};
+}
+
+std::vector<std::string> domain_keys(std::string_view domain, bool dotted_parents) {
+    std::vector<std::string> keys;
+    std::string d = smx::lower(domain);
+    while (!d.empty() && d.back() == '.') d.pop_back();
+    if (d.empty()) return keys;
+    keys.push_back(d);
+    for (auto dot = d.find('.'); dot != std::string::npos; dot = d.find('.', dot + 1)) {
+        if (dot + 1 >= d.size()) break;
+        keys.push_back(dotted_parents ? d.substr(dot) : d.substr(dot + 1));
+    }
+    return keys;
+}
+
+std::vector<std::string> address_keys(std::string_view addr, std::string_view delimiters,
+                                      Order order) {
+    std::vector<std::string> keys;
+    if (addr.empty()) {
+        if (order == Order::access) keys.emplace_back("<>");
+        return keys;
+    }
+    const std::string a = smx::lower(addr);
+    const auto at = a.rfind('@');
+    const std::string local = a.substr(0, at);
+    const std::string domain = at == std::string::npos ? std::string() : a.substr(at + 1);
+    std::string base = local;  // the local part without its extension
+    if (!delimiters.empty()) {
+        const auto d = local.find_first_of(delimiters);
+        if (d != std::string::npos && d > 0) base = local.substr(0, d);
+    }
+    const auto with_domain = [&](const std::string& l) { return domain.empty() ? l : l + "@" + domain; };
+    keys.push_back(with_domain(local));
+    if (base != local) keys.push_back(with_domain(base));
+    switch (order) {
+    case Order::address:
+        if (!domain.empty()) keys.push_back("@" + domain);
+        break;
+    case Order::access:
+        for (auto& k : domain_keys(domain, false)) keys.push_back(std::move(k));
+        keys.push_back(local + "@");
+        if (base != local) keys.push_back(base + "@");
+        break;
+    case Order::transport:
+        for (auto& k : domain_keys(domain, true)) keys.push_back(std::move(k));
+        keys.emplace_back("*");
+        break;
+    }
+    return keys;
+}
+
+std::vector<std::string> client_address_keys(std::string_view ip) {
+    std::vector<std::string> keys;
+    std::string a = smx::lower(ip);
+    const char sep = a.find(':') != std::string::npos ? ':' : '.';
+    while (!a.empty()) {
+        keys.push_back(a);
+        const auto p = a.rfind(sep);
+        if (p == std::string::npos) break;
+        a.resize(p);
+        // "2001:db8::" stops where the compressed zeros are
+        while (!a.empty() && a.back() == sep) a.pop_back();
+    }
+    return keys;
+}
+
+} // namespace smx::table
