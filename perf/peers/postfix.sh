@@ -4,7 +4,14 @@
 #                                         write configs, create the queue;
 #                                         with CERT and KEY: STARTTLS in
 #                                         (offered) and out (required)
-#   postfix.sh start DIR | stop DIR       start / stop (by the master's PID)
+#   postfix.sh policy DIR PORT RESOLV_CONF
+#                                         after setup, relay-bench --policy:
+#                                         the gateway policy (postfix/policy*.in;
+#                                         the maps built in DIR/etc first) and
+#                                         RESOLV_CONF as the instance's resolver
+#   postfix.sh start DIR | stop DIR       start / stop (by the master's PID); with
+#                                         a policy, in a private mount namespace
+#                                         whose /etc/resolv.conf is RESOLV_CONF
 #   postfix.sh pids DIR                   PIDs of the master and its children
 #   postfix.sh version
 # Needs the Debian postfix package (relay-bench installs it with the
@@ -35,8 +42,26 @@ setup)
     postfix -c "$dir/etc" set-permissions >/dev/null 2>&1 || true
     postfix -c "$dir/etc" check
     ;;
+policy)
+    dir=$2 port=$3
+    postconf -c "$dir/etc" -e "mynetworks = 192.0.2.0/24"
+    sed -e "s|@DIR@|$dir|g" "$here/postfix/policy.cf.in" >> "$dir/etc/main.cf"
+    # postscreen takes the smtpd's place on the port.
+    sed -i -e "/^127\.0\.0\.1:$port inet /d" "$dir/etc/master.cf"
+    sed -e "s|@PORT@|$port|g" "$here/postfix/policy-master.cf.in" >> "$dir/etc/master.cf"
+    cp "$4" "$dir/etc/resolv.conf"
+    postfix -c "$dir/etc" check
+    ;;
 start)
-    postfix -c "$2/etc" start
+    if [ -f "$2/etc/resolv.conf" ]; then
+        # postfix's resolver has no port setting: master and every child
+        # (dnsblog) see the policy's resolv.conf in a mount namespace of
+        # their own, which lives as long as they do.
+        unshare --mount --propagation private sh -c \
+            'mount --bind "$1/etc/resolv.conf" /etc/resolv.conf && exec postfix -c "$1/etc" start' sh "$2"
+    else
+        postfix -c "$2/etc" start
+    fi
     await_pid "$2/spool/pid/master.pid"
     ;;
 stop)

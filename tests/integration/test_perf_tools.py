@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, free_port
 from test_tls import make_cert
 
 SINK = os.path.join(BUILD, "perf", "smx-sink")
@@ -178,6 +178,7 @@ def test_a_timed_run_with_either_load_generator_counts_its_cpu(tmp_path, tool):
     (["--source", "smtp-source", "--tls"], "smtp-source has no STARTTLS"),
     (["--smx-env", "tc=1"], "--smx-env wants NAME:VAR=VALUE"),
     (["--smx-set", "t2:threads=2"], "--smx-set wants NAME:SECTION.KEY=VALUE"),
+    (["--policy", "--scale", "40"], "--policy's recipient table covers 100000 messages, a run sends 120000"),
 ])
 def test_relay_bench_refuses_bad_options_before_it_starts(tmp_path, args, says):
     out = str(tmp_path / "results")
@@ -215,6 +216,60 @@ def test_relay_bench_interleaves_session_counts_and_pairs_them_by_round(tmp_path
     with open(os.path.join(out, "results.md")) as f:
         md = f.read()
     assert "| 1K, 1 rcpt | direct | 8 ÷ 4 | %.2f [%.2f–%.2f] | 3 |" % (row["ratio"], row["min"], row["max"]) in md
+
+
+def test_relay_bench_policy_configures_both_relays(tmp_path):
+    """relay-bench --policy's smx+policy and postfix+policy, configured as the
+    bench does but not run (no rbldnsd): postfix's config passes `postfix
+    check` with postscreen on the port and both maps built by postmap, smx's
+    has issue 28's keys; in both the client 127.0.0.1 is untrusted and every
+    recipient the source sends to is in the table, and no other."""
+    if not shutil.which("postconf"):
+        pytest.skip("postfix is not installed (apt-get install postfix)")
+    sys.path.insert(0, os.path.join(PERF, "lib"))
+    from smxbench import policy, systems
+    lab = policy.PolicyLab(str(tmp_path), entries=1000)
+    dns_port = free_port()
+    lab.listen(dns_port, "127.0.0.153")
+
+    pf = systems.Postfix(str(tmp_path), free_port(), label="postfix+policy", policy=lab)
+    port = free_port()
+    pf.setup(port)  # raises if postmap or `postfix check` fails
+    etc = os.path.join(pf.dir, "etc")
+
+    def postconf(*args):
+        return subprocess.run(["postconf", "-c", etc] + list(args), capture_output=True, text=True,
+                              check=True).stdout.strip()
+    assert postconf("-h", "mynetworks") == "192.0.2.0/24"
+    assert postconf("-h", "relay_domains") == "sink.example"
+    assert postconf("-h", "relay_recipient_maps") == "hash:%s/relay_recipients" % etc
+    assert postconf("-h", "smtpd_client_event_limit_exceptions") == ""
+    assert postconf("-h", "postscreen_dnsbl_sites") == "bl.perf.example*1"
+    assert postconf("-M", "127.0.0.1:%d/inet" % port).split()[-1] == "postscreen"
+    assert postconf("-M", "smtpd/pass").split()[-1] == "smtpd"
+    with open(os.path.join(etc, "resolv.conf")) as f:
+        assert f.read() == "nameserver 127.0.0.153\n"
+    assert pf.table_build["tool"] == "postmap" and pf.table_build["seconds"] > 0
+
+    def lookup(table, key):
+        return subprocess.run(["postmap", "-c", etc, "-q", key, "hash:" + os.path.join(etc, table)],
+                              capture_output=True, text=True).stdout.strip()
+    assert [lookup("relay_recipients", k) for k in ("u0.0@sink.example", "u99.9@sink.example",
+                                                    "U5.3@SINK.example", "rcpt@sink.example")] == ["OK"] * 4
+    assert lookup("relay_recipients", "u100.0@sink.example") == ""
+    assert lookup("client_access", "10.2.99") == "REJECT" and lookup("client_access", "127.0.0") == ""
+
+    smx = systems.Smx(str(tmp_path), 2525, BUILD, label="smx+policy", policy=lab)
+    import tomllib
+    cfg = tomllib.loads(smx.config(free_port()))
+    assert cfg["server"]["relay_networks"] == ["192.0.2.0/24"]
+    assert cfg["server"]["relay_domains"] == ["sink.example"]
+    assert cfg["policy"]["relay_recipient_maps"] == ["hash:%s/relay_recipients" % smx.dir]
+    assert cfg["policy"]["client_access"] == ["hash:%s/client_access" % smx.dir]
+    assert cfg["anvil"]["exceptions"] == [] and cfg["anvil"]["recipient_rate_limit"] == policy.RATE
+    assert cfg["dnsbl"]["sites"] == ["bl.perf.example*1"]
+    assert cfg["client"]["dns_servers"] == ["127.0.0.1:%d" % dns_port]
+    assert cfg["routes"]["default"] == "[127.0.0.1]:2525"
 
 
 def test_profile_refuses_a_size_mix_for_smtp_source():

@@ -71,7 +71,9 @@ def apt_install(packages):
 
 
 def ensure_packages(need_plot=True):
-    missing = [p for p, probe in (("postfix", "postfix"), ("strace", "strace"), ("linux-perf", "perf"))
+    # rbldnsd and dig: the DNSBL of --policy.
+    missing = [p for p, probe in (("postfix", "postfix"), ("strace", "strace"), ("linux-perf", "perf"),
+                                  ("rbldnsd", "rbldnsd"), ("bind9-dnsutils", "dig"))
                if not shutil.which(probe)]
     if not shutil.which("smtp-source"):
         missing.append("postfix")

@@ -220,6 +220,8 @@ def relay_command(j, path):
         args += ["--source", j["load_generator"]]
     if any("+tls" in n for n in names):
         args.append("--tls")
+    if any("+policy" in n for n in names):
+        args.append("--policy")
     for cpus in _ordered(n.split("@")[1] for n in names if "@" in n):
         args += ["--cpus", cpus]
     delays = _ordered(t[3] for t in tags if t[3] is not None)

@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 
+from . import policy as gateway
 from .env import PERF, log, wait_port
 from .measure import ProcessGroup
 
@@ -17,12 +18,16 @@ class System:
     relay = True
     cpus = None  # pinned() sets it
 
-    def __init__(self, workdir, sink_port, tls=None, label=None):
+    def __init__(self, workdir, sink_port, tls=None, label=None, policy=None):
         """tls: {"cert": PEM, "key": PEM} for STARTTLS in and out (the
-        source's connections and the relay's to the sink), else None."""
+        source's connections and the relay's to the sink), else None.
+        policy: a policy.PolicyLab (relay-bench --policy), else None."""
         if label:
             self.name = label
         self.tls = tls
+        self.policy = policy
+        # With a policy: {"tool", "seconds"} of building its recipient table.
+        self.table_build = None
         self.dir = os.path.join(workdir, self.name)
         self.sink_port = sink_port
         self.port = None
@@ -74,6 +79,11 @@ class Postfix(System):
         tls = [self.tls["cert"], self.tls["key"]] if self.tls else []
         subprocess.run([os.path.join(PEERS, "postfix.sh"), "setup", self.dir, str(port), str(self.sink_port)] + tls,
                        check=True)
+        if self.policy:
+            etc = os.path.join(self.dir, "etc")
+            self.table_build = {"tool": "postmap", "seconds": self.policy.build(etc, ["postmap", "-c", etc])}
+            subprocess.run([os.path.join(PEERS, "postfix.sh"), "policy", self.dir, str(port), self.policy.resolv],
+                           check=True)
 
     def start(self):
         self.group = ProcessGroup(self.name, self.cpus)
@@ -82,6 +92,8 @@ class Postfix(System):
         self.group.roots = self._pids()[:1]
         if not wait_port(self.port):
             raise RuntimeError("postfix does not listen on %d" % self.port)
+        if self.policy:
+            gateway.probe(self.port, self.policy, "postfix")
 
     def _pids(self):
         out = subprocess.run([os.path.join(PEERS, "postfix.sh"), "pids", self.dir],
@@ -167,8 +179,8 @@ def toml_value(v):
 class Smx(System):
     name = "smx"
 
-    def __init__(self, workdir, sink_port, build, overrides=None, label=None, tls=None):
-        super().__init__(workdir, sink_port, tls, label)
+    def __init__(self, workdir, sink_port, build, overrides=None, label=None, tls=None, policy=None):
+        super().__init__(workdir, sink_port, tls, label, policy)
         self.binary = os.path.join(build, "mcp", "smx")
         self.overrides = overrides or {}
         self.proc = None
@@ -202,7 +214,8 @@ class Smx(System):
             # The children stay root, as before there were smxs/smxq/smxc: the
             # work directory may be out of their accounts' reach.
             cfg["server"]["user"] = "root"
-        for section, keys in self.overrides.items():
+        overrides = list(gateway.smx_overrides(self.policy, self.dir).items()) if self.policy else []
+        for section, keys in overrides + list(self.overrides.items()):
             cfg.setdefault(section, {}).update(keys)
         lines = []
         for section, keys in cfg.items():
@@ -219,6 +232,13 @@ class Smx(System):
         self.conf = os.path.join(self.dir, "smx.toml")
         with open(self.conf, "w") as f:
             f.write(self.config(port))
+        if self.policy:
+            self.table_build = {"tool": "smx map build",
+                                "seconds": self.policy.build(self.dir, [self.binary, "map", "build"])}
+            # Its keys are newer than some builds: say why it cannot run.
+            check = subprocess.run([self.binary, "check-config", "-c", self.conf], capture_output=True, text=True)
+            if check.returncode:
+                raise RuntimeError("smx refuses the policy config: %s" % (check.stderr or check.stdout).strip()[-500:])
 
     def start(self):
         self.group = ProcessGroup(self.name, self.cpus)
@@ -229,6 +249,8 @@ class Smx(System):
         if not wait_port(self.port):
             self.stop()
             raise RuntimeError("smx does not listen on %d (see %s/stderr)" % (self.port, self.dir))
+        if self.policy:
+            gateway.probe(self.port, self.policy, "smx")
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
