@@ -32,6 +32,8 @@ setup)
         sed -e "s|@DIR@|$dir|g" -e "s|@PORT@|$port|g" -e "s|@SINK_PORT@|$sink|g" \
             -e "s|@MAILLOG@|$maillog|" "$here/postfix/$f.in" > "$dir/etc/$f"
     done
+    # postfix refuses a maillog_file outside maillog_file_prefixes (/var).
+    [ "${PEER_LOG:-0}" = 1 ] && postconf -c "$dir/etc" -e "maillog_file_prefixes = $dir"
     if [ -n "$cert" ]; then
         cat "$here/postfix/tls.cf.in" >> "$dir/etc/main.cf"
         postconf -c "$dir/etc" -e "smtpd_tls_cert_file = $cert" "smtpd_tls_key_file = $key"
