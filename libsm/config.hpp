@@ -4,6 +4,8 @@
 // (config_keys.cpp), which names the member it sets.
 #pragma once
 
+#include "libsm/dnsbl_site.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -234,6 +236,34 @@ struct StatsConfig {
     std::string listen;  // Prometheus text on http://listen/metrics; empty: off
 };
 
+// [policy]: what SMTPS asks of a client before it takes mail. The client
+// name keys are issue 28's item 7 (smtps/client_check.hpp).
+struct PolicyConfig {
+    // Refusals of the client answered at RCPT, not at connect (postfix's
+    // smtpd_delay_reject), so that the log shows sender and recipient.
+    bool delay_reject = true;
+    // The client's name: PTR, confirmed by an address lookup of the name
+    // (postfix's "name[ip]"); false: every client is unknown.
+    bool client_name_lookup = true;
+    std::chrono::milliseconds client_name_timeout{5000};
+    // Clients without a confirmed name get 450 4.7.25 (the lookup failed
+    // for now) or 550 5.7.25 (postfix's reject_unknown_client_hostname).
+    bool reject_unknown_client_hostname = false;
+};
+
+// [dnsbl]: DNS block and allow lists asked at connect (postscreen's
+// postscreen_dnsbl_* parameters).
+struct DnsblConfig {
+    std::vector<DnsblSite> sites;
+    int threshold = 1;             // a score this high or higher: blocked
+    int whitelist_threshold = -1;  // this low or lower: allow-listed
+    std::chrono::milliseconds timeout{10000};  // per query; then not listed
+    bool reject = true;                        // action: "reject"; false: "ignore" (log only)
+    // The client must not talk before the greeting, which waits this long
+    // (postscreen_greet_wait); 0: no such wait.
+    std::chrono::milliseconds pregreet_wait{0};
+};
+
 struct Config {
     std::string path;  // the file it came from, empty for built-in defaults
     ServerConfig server;
@@ -241,6 +271,8 @@ struct Config {
     ClientConfig client;
     LogConfig log;
     StatsConfig stats;
+    PolicyConfig policy;
+    DnsblConfig dnsbl;
     std::map<std::string, Route> routes;  // lower-case domain → route
     // Without routes (no or an empty [routes] table): "mx", every domain by
     // its MX, as postfix; routes but no default key: none (others wait).

@@ -36,6 +36,12 @@ template <> struct Section<LogConfig> : In<LogConfig, &Config::log> {
 template <> struct Section<StatsConfig> : In<StatsConfig, &Config::stats> {
     static constexpr std::string_view name = "stats";
 };
+template <> struct Section<PolicyConfig> : In<PolicyConfig, &Config::policy> {
+    static constexpr std::string_view name = "policy";
+};
+template <> struct Section<DnsblConfig> : In<DnsblConfig, &Config::dnsbl> {
+    static constexpr std::string_view name = "dnsbl";
+};
 
 // A member of a section read through read_value and shown through show_value.
 template <class S, class T>
@@ -96,6 +102,52 @@ Member duration(std::chrono::duration<Rep, Period> S::*f, std::uint64_t min,
             return D(static_cast<Rep>(integer_of(key, n, min, max)));
         },
         [](const D& v) { return std::to_string(v.count()); });
+}
+
+// A span of time written with its unit, "10s", "500ms", "5m", "1h" (postfix's
+// time values), held in milliseconds, within min..max ms.
+template <class S>
+Member span(std::chrono::milliseconds S::*f, std::chrono::milliseconds min,
+            std::chrono::milliseconds max) {
+    using std::chrono::milliseconds;
+    const auto show = [](const milliseconds& v) {
+        const auto ms = v.count();
+        return toml_string(ms % 1000 != 0 ? std::to_string(ms) + "ms" : std::to_string(ms / 1000) + "s");
+    };
+    return field<S, milliseconds>(
+        f, "time with a unit (ms, s, m, h), " + show(min) + " to " + show(max),
+        [=](const std::string& key, const toml::node& n) {
+            const std::string v = config_string(key, n);
+            std::size_t digits = 0;
+            while (digits < v.size() && digits < 9 && std::isdigit(static_cast<unsigned char>(v[digits])))
+                ++digits;
+            const std::string unit = v.substr(digits);
+            const long long x = digits ? std::stoll(v.substr(0, digits)) : -1;
+            const long long scale = unit == "ms" ? 1 : unit == "s" ? 1000 : unit == "m" ? 60000
+                                                  : unit == "h" ? 3600000 : 0;
+            if (x < 0 || scale == 0)
+                throw ConfigError(key, "'" + v + "' is not a number with a unit (ms, s, m, h)");
+            const milliseconds d(x * scale);
+            if (d < min || d > max)
+                throw ConfigError(key, "must be " + show(min) + " to " + show(max));
+            return d;
+        },
+        show);
+}
+
+// A whole number in min..max that may be negative.
+template <class S>
+Member signed_number(int S::*f, int min, int max) {
+    return field<S, int>(
+        f, "integer " + std::to_string(min) + ".." + std::to_string(max),
+        [=](const std::string& key, const toml::node& n) {
+            auto v = n.value<std::int64_t>();
+            if (!v) throw ConfigError(key, "wrong type");
+            if (*v < min || *v > max)
+                throw ConfigError(key, "must be " + std::to_string(min) + ".." + std::to_string(max));
+            return static_cast<int>(*v);
+        },
+        [](const int& v) { return std::to_string(v); });
 }
 
 template <class S>
@@ -189,6 +241,8 @@ using S = ServerConfig;
 using Q = QueueConfig;
 using C = ClientConfig;
 using L = LogConfig;
+using P = PolicyConfig;
+using D = DnsblConfig;
 constexpr auto reload = Reload::reload;
 constexpr auto restart = Reload::restart;
 
@@ -401,6 +455,45 @@ std::vector<ConfigKey> make_keys() {
                   "name servers for MX lookups, \"ip\" or \"ip:port\"; []: /etc/resolv.conf"),
         ConfigKey("client.smtp_port", number<C>(&C::smtp_port, 1, 65535), restart,
                   "the port of hosts found by MX lookup"),
+
+        // [policy] (the client name keys; issue 28 item 7) and [dnsbl]: SMTPS at connect.
+        ConfigKey("policy.delay_reject", flag<P>(&P::delay_reject), reload,
+                  "refusals of the client (its name) answered at RCPT, not at connect"),
+        ConfigKey("policy.client_name_lookup", flag<P>(&P::client_name_lookup), reload,
+                  "look the client's name up (PTR, confirmed by its address); false: unknown"),
+        ConfigKey("policy.client_name_timeout",
+                  span<P>(&P::client_name_timeout, std::chrono::milliseconds(100),
+                          std::chrono::milliseconds(60000)),
+                  reload, "the longest the name lookup may take; then the client is unknown"),
+        ConfigKey("policy.reject_unknown_client_hostname",
+                  flag<P>(&P::reject_unknown_client_hostname), reload,
+                  "clients without a confirmed name get 450 4.7.25, or 550 5.7.25 when no name "
+                  "exists"),
+        ConfigKey("dnsbl.sites",
+                  list<D, DnsblSite>(&D::sites, parse_dnsbl_site,
+                                     [](const DnsblSite& d) { return d.text; }),
+                  reload,
+                  "lists asked at connect, \"zone[=filter][*weight]\" (postscreen_dnsbl_sites); "
+                  "a negative weight allows")
+            .shown_as("[\"zen.spamhaus.org*2\", \"list.dnswl.org=127.0.[0..255].[1..3]*-5\"]"),
+        ConfigKey("dnsbl.threshold", signed_number<D>(&D::threshold, 1, 1000000), reload,
+                  "a client whose weights add up to this is blocked"),
+        ConfigKey("dnsbl.whitelist_threshold",
+                  signed_number<D>(&D::whitelist_threshold, -1000000, 0), reload,
+                  "a client whose weights add up to this or less skips the pregreet check "
+                  "(0: every unlisted client)"),
+        ConfigKey("dnsbl.timeout",
+                  span<D>(&D::timeout, std::chrono::milliseconds(100),
+                          std::chrono::milliseconds(60000)),
+                  reload, "the longest a list's answer is waited for; then not listed"),
+        ConfigKey("dnsbl.action", choice<D, bool>(&D::reject, {{"reject", true}, {"ignore", false}}),
+                  reload, "reject: a blocked client gets 550 5.7.1 to all but QUIT; ignore: logged"),
+        ConfigKey("dnsbl.pregreet_wait",
+                  span<D>(&D::pregreet_wait, std::chrono::milliseconds(0),
+                          std::chrono::milliseconds(60000)),
+                  reload,
+                  "the greeting waits this long and a client that talks first is refused; "
+                  "\"0s\": no wait"),
 
         // [log] and [stats]: opened at start, but for the level.
         ConfigKey("log.level",

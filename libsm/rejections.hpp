@@ -27,8 +27,11 @@ enum class Rejection : std::uint32_t {
     bad_syntax,            // 501, 553, 555 (arguments, addresses, parameters)
     bad_sequence,          // 503, 554 5.5.1 (commands out of order)
     timeout,               // 421 4.4.2
+    dnsbl,                 // 550 5.7.1 (dnsbl.sites: the client is listed)
+    pregreet,              // 521 5.5.1 (the client talked before the greeting)
+    unknown_client,        // 450 4.7.25, 550 5.7.25 (no confirmed client name)
 };
-inline constexpr std::size_t rejection_reasons = 15;
+inline constexpr std::size_t rejection_reasons = 18;
 
 // The label value: "relay_denied".
 std::string_view rejection_name(Rejection r);

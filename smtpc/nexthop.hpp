@@ -1,12 +1,11 @@
 // Next-hop resolution for SMTPC: turns a DELIVER nexthop ("[host]:port",
 // "host:port" or "mx") into the server addresses to try, in order. DNS goes
-// through c-ares on the process's io_context, cached by TTL; concurrent
-// lookups of one name share a single query.
+// through libsm's c-ares resolver on the process's io_context.
 #pragma once
 
 #include "libsm/config.hpp"
+#include "libsm/dns_resolver.hpp"
 
-#include <ares.h>
 #include <boost/asio.hpp>
 
 #include <chrono>
@@ -52,13 +51,10 @@ struct Targets {
 
 class Resolver {
 public:
-    explicit Resolver(asio::any_io_executor ex);
-    ~Resolver();
-    Resolver(const Resolver&) = delete;
-    Resolver& operator=(const Resolver&) = delete;
+    explicit Resolver(asio::any_io_executor ex) : dns_(std::move(ex)) {}
 
     // Overrides the name servers of /etc/resolv.conf ("127.0.0.1:5353,...").
-    bool set_servers(const std::string& csv);
+    bool set_servers(const std::string& csv) { return dns_.set_servers(csv); }
     // Takes [client] dns_servers and smtp_port, and who we are for loop
     // detection: server.hostname and the listen addresses (a wildcard listen
     // address stands for every interface address). False: bad dns_servers.
@@ -69,32 +65,7 @@ public:
     asio::awaitable<Targets> targets(const std::string& nexthop,
                                      const std::string& rcpt_domain);
 
-    enum class Kind { mx, addr };
-    struct Answer {
-        int status = ARES_SUCCESS;  // ares status of the lookup
-        std::vector<std::pair<unsigned, std::string>> mx;  // preference, host
-        std::vector<asio::ip::address> addrs;
-        std::chrono::steady_clock::time_point expires;
-    };
-    // One cached lookup (MX or A+AAAA of a name).
-    asio::awaitable<Answer> lookup(Kind kind, const std::string& name);
-
 private:
-    struct Pending {
-        explicit Pending(asio::any_io_executor ex) : wake(ex) {
-            wake.expires_at(asio::steady_timer::time_point::max());
-        }
-        asio::steady_timer wake;
-        bool done = false;
-        Answer answer;
-    };
-    struct Query {
-        Resolver* self;
-        std::string key;
-        std::shared_ptr<Pending> pending;
-    };
-    struct Watch;
-
     // What a name looked up is: the domain mail goes to (the recipient
     // domain, or a route's host:port, when it has no MX), or a host named as
     // one (an MX host, a route's [host]). Its NXDOMAIN is 5.1.2 (bad
@@ -103,27 +74,11 @@ private:
     asio::awaitable<Targets> addresses(const std::string& host, std::uint16_t port, Role role);
     asio::awaitable<Targets> mx_targets(const std::string& domain, std::uint16_t port);
     bool is_self(const std::string& host, const std::vector<Target>& addrs) const;
-    void finish(Query& q, Answer a, std::uint32_t ttl);
-    static void on_mx(void* arg, int status, int timeouts, unsigned char* abuf, int alen);
-    static void on_addr(void* arg, int status, int timeouts, struct ares_addrinfo* res);
-    static void on_sock_state(void* data, ares_socket_t fd, int readable, int writable);
-    void arm(const std::shared_ptr<Watch>& w);
-    void wait(const std::shared_ptr<Watch>& w, asio::posix::descriptor_base::wait_type type,
-              bool Watch::*busy);
-    void arm_timer();
 
-    asio::any_io_executor ex_;
-    ares_channel chan_ = nullptr;
-    asio::steady_timer timer_;
-    std::map<ares_socket_t, std::shared_ptr<Watch>> watches_;
-    std::unordered_map<std::string, Answer> cache_;
-    std::unordered_map<std::string, std::shared_ptr<Pending>> pending_;
+    smx::dns::Resolver dns_;
     std::uint16_t smtp_port_ = 25;
     std::string hostname_;                       // lower case; empty: no name check
     std::vector<asio::ip::address> self_addrs_;  // our addresses (loop detection)
 };
-
-// The minimum TTL of the answer records of a DNS response; 0 when none.
-std::uint32_t answer_ttl(const unsigned char* abuf, int alen);
 
 } // namespace smx::smtpc

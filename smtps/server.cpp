@@ -94,7 +94,7 @@ Server::Server(asio::any_io_executor ex, std::shared_ptr<Shared> shared, QmgrCli
                    ? std::make_shared<SegmentWriter>(ex_, store.content_dir(), store.sync_names(),
                                                      store.segment_for())
                    : nullptr),
-      loops_(loops) {
+      loops_(loops), client_checks_(ex_, *shared_->settings()->config) {
     if (loops_ == 0) smx::panic("smtps: a Server of 0 event loops");
 }
 

@@ -7,6 +7,7 @@
 #include "libsm/config.hpp"
 #include "libsm/rejections.hpp"
 #include "libsm/session_counts.hpp"
+#include "smtps/client_check.hpp"
 #include "smtps/content_writer.hpp"
 #include "smtps/policy.hpp"
 #include "smtps/qmgr_client.hpp"
@@ -134,6 +135,8 @@ public:
     // This loop's content segment (null with queue.content_segments off).
     const std::shared_ptr<SegmentWriter>& segment() const { return segment_; }
     const std::shared_ptr<TransactionGate>& gate() { return gate_; }
+    // This loop's client name and DNSBL lookups (smtps/client_check.hpp).
+    ClientChecks& client_checks() { return client_checks_; }
     // This loop's share of max_transactions (0: no limit).
     std::size_t transaction_limit(const smx::ServerConfig& cfg) const {
         return (cfg.max_transactions + loops_ - 1) / loops_;
@@ -150,6 +153,7 @@ private:
     const std::shared_ptr<SegmentWriter> segment_;
     const unsigned loops_;
     const std::shared_ptr<TransactionGate> gate_ = std::make_shared<TransactionGate>();
+    ClientChecks client_checks_;
     std::list<tcp::acceptor> acceptors_;
     unsigned long accepted_ = 0;
     // This loop's sessions; shared, as a session's coroutine may outlive

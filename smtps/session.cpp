@@ -7,6 +7,7 @@
 #include "libsm/smtp_io.hpp"
 #include "libsm/smtp_stream.hpp"
 #include "libsm/tls.hpp"
+#include "smtps/client_check.hpp"
 #include "smtps/command.hpp"
 #include "smtps/content.hpp"
 #include "smtps/policy.hpp"
@@ -208,6 +209,7 @@ private:
     std::string ip_;
     SessionLog log_;
     bool trusted_;
+    ClientVerdict client_;  // its name, and a refusal of it at connect or RCPT
     std::string out_;
     std::string helo_;
     std::string tls_info_;  // "TLSv1.3 with cipher ..." once TLS is on
@@ -276,8 +278,15 @@ asio::awaitable<Line> Session::next_bytes(std::size_t max,
 }
 
 asio::awaitable<void> Session::run() {
+    client_ = co_await srv_.client_checks().check(*settings_->config, stream_.socket(), ip_, trusted_);
+    log_.named(client_.name);
     log_.connected();
-    reply("220 " + cfg_.hostname + " ESMTP smx");
+    if (client_.close) {
+        reject(client_.why, client_.refusal);
+        closing_ = true;
+    } else {
+        reply("220 " + cfg_.hostname + " ESMTP smx");
+    }
     while (!closing_) {
         const Line l = co_await next_line(cfg_.command_timeout);
         if (l.status == ReadStatus::timeout) {
@@ -305,6 +314,12 @@ asio::awaitable<void> Session::run() {
                                                        : 0;
         if (l.text.size() > cfg_.max_line_length + extra) {
             error(smx::Rejection::bad_command, "500 5.5.2 Error: line too long");
+            continue;
+        }
+        // A client refused at connect gets its refusal to all but QUIT.
+        if (!client_.refusal.empty() && !client_.at_rcpt && verb != Verb::quit) {
+            reject(client_.why, client_.refusal);
+            count_error();
             continue;
         }
         switch (verb) {
@@ -524,6 +539,7 @@ void Session::rcpt(std::string_view arg) {
         smx::msg::max_envelope)
         return reject(Rejection::too_many_recipients,
                       "452 4.5.3 Error: too many recipients (envelope too large)", p->addr);
+    if (client_.at_rcpt) return reject(client_.why, client_.refusal, p->addr);
     // Untrusted clients may not route through us in the local part
     // ("u@evil"@relay, u%evil@relay, evil!u@relay), as postfix refuses.
     const bool routed = !trusted_ && !cfg_.allow_untrusted_routing && routes_in_local_part(p->addr);
@@ -545,7 +561,8 @@ std::string Session::received_header() const {
     h.reserve(256 + helo_.size() + tls_info_.size() + cfg_.hostname.size() +
               (rcpts_.size() == 1 ? rcpts_.front().addr.size() : 0));
     for (std::string_view part : {std::string_view("Received: from "), std::string_view(helo_),
-                                  std::string_view(" (unknown ["), std::string_view(ip_),
+                                  std::string_view(" ("), std::string_view(client_.name),
+                                  std::string_view(" ["), std::string_view(ip_),
                                   std::string_view("])\r\n\t")})
         h += part;
     if (!tls_info_.empty()) {
@@ -752,7 +769,7 @@ asio::awaitable<std::string> Session::commit(ContentWriter& w, const std::string
     smx::msg::TaCommit ta;
     ta.ta_id = ta_id_;
     ta.client_addr = ip_;
-    ta.client_name = "unknown";
+    ta.client_name = client_.name;
     ta.helo = helo_;
     // The transaction ends with this commit (reset() follows): its
     // envelope moves, not copies.

@@ -24,7 +24,7 @@ unsigned reply_code(std::string_view reply) {
 } // namespace
 
 SessionLog::SessionLog(std::string ip, std::shared_ptr<smx::RejectionCounts> counts)
-    : client_("unknown[" + ip + "]"), counts_(std::move(counts)) {}
+    : ip_(std::move(ip)), client_("unknown[" + ip_ + "]"), counts_(std::move(counts)) {}
 
 void SessionLog::connected() const { spdlog::info("connect from {}", client_); }
 

@@ -1,7 +1,7 @@
 // What an SMTP session logs, in the shape postfix's smtpd gives the same
 // events (docs/operation.md, Logs), so that pflogsumm and fail2ban's postfix
 // filter read them:
-//   connect from unknown[192.0.2.1]
+//   connect from unknown[192.0.2.1]                  (or name[192.0.2.1])
 //   ID: client=unknown[192.0.2.1]                    (the first recipient taken)
 //   NOQUEUE: reject: RCPT from unknown[192.0.2.1]: 554 5.7.1 <u@x>: Relay access
 //       denied; from=<s> to=<u@x> proto=ESMTP helo=<h>
@@ -29,8 +29,11 @@ class SessionLog {
 public:
     SessionLog(std::string ip, std::shared_ptr<smx::RejectionCounts> counts);
 
-    // "unknown[addr]", as postfix names a client without a reverse name.
+    // "name[addr]", or "unknown[addr]" as postfix names a client without a
+    // confirmed name.
     const std::string& client() const { return client_; }
+    // The client's name is known (before connected()).
+    void named(const std::string& name) { client_ = name + "[" + ip_ + "]"; }
 
     void connected() const;
     // A command begins (counted for the disconnect line; its name is where
@@ -61,7 +64,8 @@ private:
                  std::string_view details);
     std::string after(std::optional<std::uint64_t> bytes) const;
 
-    const std::string client_;
+    const std::string ip_;
+    std::string client_;
     const std::shared_ptr<smx::RejectionCounts> counts_;
     std::string queue_id_ = "NOQUEUE";
     std::string_view where_ = "CONNECT";

@@ -117,6 +117,18 @@ def content_files(content_dir):
     return found
 
 
+def local_client():
+    """How smx names a client at 127.0.0.1 in its logs (policy.client_name_lookup):
+    the hosts file's name for it, confirmed by that name's addresses."""
+    try:
+        name = socket.gethostbyaddr("127.0.0.1")[0].lower()
+        if "127.0.0.1" in socket.gethostbyname_ex(name)[2]:
+            return name + "[127.0.0.1]"
+    except OSError:
+        pass
+    return "unknown[127.0.0.1]"
+
+
 def wait_until(pred, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -177,12 +189,15 @@ class Sink:
 
 
 class Raw:
-    """A byte-level SMTP client for what smtplib will not send."""
+    """A byte-level SMTP client for what smtplib will not send; source: the
+    local address to connect from (127.0.0.2: a client outside
+    relay_networks = ["127.0.0.1/32"]); greet=False leaves the greeting unread."""
 
-    def __init__(self, port):
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    def __init__(self, port, source=None, greet=True):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=10,
+                                          source_address=(source, 0) if source else None)
         self.buf = b""
-        self.greeting = self.reply()
+        self.greeting = self.reply() if greet else None
 
     def send(self, data):
         self.s.sendall(data)

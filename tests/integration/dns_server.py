@@ -6,6 +6,8 @@ failures no real server gives on demand (SERVFAIL, REFUSED).
         "example.test": {"MX": [(10, "mx1.example.test"), (20, "mx2.example.test")]},
         "mx1.example.test": "SERVFAIL",        # every type, every time
         "mx2.example.test": {"A": ["127.0.0.2"]},
+        "2.0.0.127.in-addr.arpa": {"PTR": ["mx2.example.test"]},
+        "slow.example.test": "DROP",           # never answered (a timeout)
     }
     with DnsServer(zone) as dns:               # dns.port, dns.queries
         ...
@@ -19,7 +21,7 @@ import struct
 import threading
 
 RCODES = {"NOERROR": 0, "SERVFAIL": 2, "NXDOMAIN": 3, "REFUSED": 5}
-TYPES = {"A": 1, "MX": 15, "AAAA": 28}
+TYPES = {"A": 1, "PTR": 12, "MX": 15, "AAAA": 28}
 TTL = 60
 
 
@@ -33,6 +35,8 @@ def rdata(rtype, value):
         return socket.inet_pton(socket.AF_INET, value)
     if rtype == "AAAA":
         return socket.inet_pton(socket.AF_INET6, value)
+    if rtype == "PTR":
+        return encode_name(value)
     if rtype == "MX":
         pref, host = value
         return struct.pack(">H", pref) + encode_name(host)
@@ -83,6 +87,8 @@ class DnsServer:
         self.queries.append((name, qtype))
         entry = self.zone.get(name)
         answers = []
+        if entry == "DROP":
+            return None
         if entry is None:
             rcode = RCODES["NXDOMAIN"]
         elif isinstance(entry, str):

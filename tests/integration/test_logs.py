@@ -15,10 +15,12 @@ import time
 
 import pytest
 
-from conftest import REPO, SMX, send, wait_until
+from conftest import REPO, SMX, local_client, send, wait_until
 
 MESSAGE = b"Subject: log test\r\nMessage-ID: <log-test@client.test>\r\n\r\nhello\r\n"
 # docs/operation.md, Logs: "smx/PROCESS[PID]: QUEUEID: to=<RCPT>, relay=..., status=..."
+# The client, as smx names 127.0.0.1 (policy.client_name_lookup).
+CLIENT = re.escape(local_client())
 SENT = (r"smx/qmgr\[\d+\]: ([0-9A-F]+): to=<bob@example\.net>, relay=127\.0\.0\.1\[127\.0\.0\.1\]:\d+, "
         r"delay=[\d.]+, delays=[\d.]+/[\d.]+/[\d.]+/[\d.]+, dsn=2\.0\.0, status=sent \(250 ")
 # "Nov  4 21:00:00 host ": syslog's time stamp, to the second, and the host.
@@ -41,7 +43,7 @@ def test_log_file_has_the_shape_of_syslog_and_postfix_program_names(sink, make_r
     qid = re.search(SENT, text).group(1)
     # One line per event, keyed by the queue id; each process's in the order
     # it logged them (the processes' lines interleave as they come).
-    for events in ([r"smx/smtpd\[\d+\]: %s: client=unknown\[127\.0\.0\.1\]$",
+    for events in ([r"smx/smtpd\[\d+\]: %s: client=" + CLIENT + r"$",
                     r"smx/cleanup\[\d+\]: %s: message-id=<log-test@client\.test>$",
                     r"smx/smtpd\[\d+\]: %s: from=<alice@client\.test>, size=\d+, nrcpt=1 \(queued\)$"],
                    [r"smx/qmgr\[\d+\]: %s: from=<alice@client\.test>, size=\d+, nrcpt=1 \(queue active\)$",
@@ -51,7 +53,7 @@ def test_log_file_has_the_shape_of_syslog_and_postfix_program_names(sink, make_r
         at = [next(i for i, l in enumerate(lines) if re.search(e % qid, l)) for e in events]
         assert at == sorted(at), [lines[i] for i in at]
     # The session, as postfix's smtpd logs one.
-    assert re.search(r"smx/smtpd\[\d+\]: disconnect from unknown\[127\.0\.0\.1\] ehlo=1 mail=1 "
+    assert re.search(r"smx/smtpd\[\d+\]: disconnect from " + CLIENT + r" ehlo=1 mail=1 "
                      r"rcpt=1 data=1 quit=1 commands=5$", text, re.M)
     # Nothing went to stderr.
     assert relay.log_text() == ""
@@ -87,18 +89,18 @@ def test_failures_name_no_relay_and_every_refusal_is_logged_with_its_code(make_s
         assert c.data(b"Subject: big\r\n\r\n" + b"x" * 8000 + b"\r\n")[0] == 552
     who = r"smx/smtpd\[\d+\]: "
     # The session's summary: what each command got.
-    wait_until(lambda: re.search(who + r"disconnect from unknown\[127\.0\.0\.1\] ehlo=1 mail=1/2 "
+    wait_until(lambda: re.search(who + r"disconnect from " + CLIENT + r" ehlo=1 mail=1/2 "
                                  r"rcpt=1/2 data=0/1 quit=1 unknown=0/1 commands=4/8$", log(), re.M),
                10, "the session's end")
     text = log()
-    assert re.search(who + r"NOQUEUE: reject: MAIL from unknown\[127\.0\.0\.1\]: 552 5\.3\.4 Message "
+    assert re.search(who + r"NOQUEUE: reject: MAIL from " + CLIENT + r": 552 5\.3\.4 Message "
                      r"size exceeds fixed limit; from=<a@client\.test> proto=ESMTP helo=<client\.test>$",
                      text, re.M), text
-    assert re.search(who + r"NOQUEUE: error: RCPT from unknown\[127\.0\.0\.1\]: 503 5\.5\.1 Error: need "
+    assert re.search(who + r"NOQUEUE: error: RCPT from " + CLIENT + r": 503 5\.5\.1 Error: need "
                      r"MAIL command; proto=ESMTP helo=<client\.test>$", text, re.M), text
-    assert re.search(who + r"NOQUEUE: error: UNKNOWN from unknown\[127\.0\.0\.1\]: 500 5\.5\.2 Error: "
+    assert re.search(who + r"NOQUEUE: error: UNKNOWN from " + CLIENT + r": 500 5\.5\.2 Error: "
                      r"command not recognized; proto=ESMTP helo=<client\.test>$", text, re.M), text
-    assert re.search(who + r"[0-9A-F]{17}: reject: END-OF-MESSAGE from unknown\[127\.0\.0\.1\]: 552 "
+    assert re.search(who + r"[0-9A-F]{17}: reject: END-OF-MESSAGE from " + CLIENT + r": 552 "
                      r"5\.3\.4 Error: message file too big; from=<a@client\.test> to=<b@example\.net> "
                      r"proto=ESMTP helo=<client\.test>$", text, re.M), text
     # And counted: `smx stats` (SMTPS reports them each second).

@@ -144,9 +144,9 @@ TEST_CASE("answer_ttl takes the smallest TTL of the answers") {
         0xC0, 12, 0, 15, 0, 1, 0, 0, 1, 44, 0, 4, 0, 10, 0xC0, 12,
         0xC0, 12, 0, 15, 0, 1, 0, 0, 0, 120, 0, 4, 0, 20, 0xC0, 12,
     };
-    CHECK(smx::smtpc::answer_ttl(pkt, sizeof pkt) == 120);
-    CHECK(smx::smtpc::answer_ttl(pkt, 12) == 0);
-    CHECK(smx::smtpc::answer_ttl(pkt, 30) == 0);  // truncated answer: ignored
+    CHECK(smx::dns::answer_ttl(pkt, sizeof pkt) == 120);
+    CHECK(smx::dns::answer_ttl(pkt, 12) == 0);
+    CHECK(smx::dns::answer_ttl(pkt, 30) == 0);  // truncated answer: ignored
 }
 
 TEST_CASE("several messages go over one reused connection") {

@@ -25,6 +25,8 @@ Harness::Harness(const std::function<void(smx::Config&)>& tweak) {
     cfg_.queue.spool_dir = (dir_ / "spool").string();
     cfg_.queue.run_dir = (dir_ / "run").string();
     cfg_.server.hostname = "mx.test";
+    // Sessions do not depend on this machine's hosts file or name servers.
+    cfg_.policy.client_name_lookup = false;
     if (tweak) tweak(cfg_);
     store_ = std::make_unique<smx::smtps::ContentStore>(
         cfg_.content_dir_abs(), cfg_.queue.cdb_hashed, pool_, 0,
