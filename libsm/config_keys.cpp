@@ -36,6 +36,9 @@ template <> struct Section<LogConfig> : In<LogConfig, &Config::log> {
 template <> struct Section<StatsConfig> : In<StatsConfig, &Config::stats> {
     static constexpr std::string_view name = "stats";
 };
+template <> struct Section<AnvilConfig> : In<AnvilConfig, &Config::anvil> {
+    static constexpr std::string_view name = "anvil";
+};
 
 // A member of a section read through read_value and shown through show_value.
 template <class S, class T>
@@ -96,6 +99,35 @@ Member duration(std::chrono::duration<Rep, Period> S::*f, std::uint64_t min,
             return D(static_cast<Rep>(integer_of(key, n, min, max)));
         },
         [](const D& v) { return std::to_string(v.count()); });
+}
+
+// A time as postfix writes it: "60s", "10m", "1h", "1d", or a bare number
+// of seconds (a string or an integer); min..max seconds.
+template <class S>
+Member span(std::chrono::seconds S::*f, std::uint64_t min, std::uint64_t max) {
+    return field<S, std::chrono::seconds>(
+        f, "time " + range(min, max) + " seconds (\"60s\", \"10m\", \"1h\", \"1d\")",
+        [=](const std::string& key, const toml::node& n) {
+            if (n.is_integer()) return std::chrono::seconds(integer_of(key, n, min, max));
+            const std::string v = config_string(key, n);
+            std::size_t digits = 0;
+            while (digits < v.size() && std::isdigit(static_cast<unsigned char>(v[digits])))
+                ++digits;
+            const std::string_view unit = std::string_view(v).substr(digits);
+            const std::uint64_t scale = unit.empty() || unit == "s" ? 1
+                                        : unit == "m"               ? 60
+                                        : unit == "h"               ? 3600
+                                        : unit == "d"               ? 86400
+                                                                    : 0;
+            if (digits == 0 || digits > 9 || scale == 0)
+                throw ConfigError(key, "'" + v + "' is not a time such as \"60s\", \"10m\", "
+                                       "\"1h\" or \"1d\"");
+            const std::uint64_t secs = std::stoull(v.substr(0, digits)) * scale;
+            if (secs < min || secs > max)
+                throw ConfigError(key, "must be " + range(min, max) + " seconds");
+            return std::chrono::seconds(secs);
+        },
+        [](const std::chrono::seconds& v) { return toml_string(std::to_string(v.count()) + "s"); });
 }
 
 template <class S>
@@ -189,6 +221,7 @@ using S = ServerConfig;
 using Q = QueueConfig;
 using C = ClientConfig;
 using L = LogConfig;
+using A = AnvilConfig;
 constexpr auto reload = Reload::reload;
 constexpr auto restart = Reload::restart;
 
@@ -266,8 +299,8 @@ std::vector<ConfigKey> make_keys() {
         ConfigKey("server.max_connections", number<S>(&S::max_connections, 1, 1000000), reload,
                   "concurrent SMTP sessions; then 421 4.7.0"),
         ConfigKey("server.max_connections_per_client",
-                  number<S>(&S::max_connections_per_client, 1, 1000000), reload,
-                  "concurrent sessions from one address; relay_networks are exempt"),
+                  number<S>(&S::max_connections_per_client, 0, 1000000), reload,
+                  "concurrent sessions from one address (all processes); 0: no limit"),
         ConfigKey("server.max_transactions", number<S>(&S::max_transactions, 0, 1000000), reload,
                   "mail transactions at once; a MAIL past it waits; 0: no limit"),
         ConfigKey("server.transaction_wait_ms", duration<S>(&S::transaction_wait, 0, 60000), reload,
@@ -442,6 +475,25 @@ std::vector<ConfigKey> make_keys() {
                                         parse_hostport(key, v, 9525);
                                     }),
                   restart, "\"host:port\": Prometheus text at http://host:port/metrics; \"\": off"),
+
+        // [anvil]: per-client limits, counted by QMGR for every smx-smtps.
+        ConfigKey("anvil.rate_time_unit", span<A>(&A::rate_time_unit, 1, 7 * 86400), reload,
+                  "the time the rate limits count over"),
+        ConfigKey("anvil.connection_rate_limit", number<A>(&A::connection_rate_limit, 0, 1u << 30),
+                  reload, "connections from one client per rate_time_unit; then 421; 0: no limit"),
+        ConfigKey("anvil.message_rate_limit", number<A>(&A::message_rate_limit, 0, 1u << 30),
+                  reload, "MAIL commands from one client per rate_time_unit; then 450; 0: no limit"),
+        ConfigKey("anvil.recipient_rate_limit", number<A>(&A::recipient_rate_limit, 0, 1u << 30),
+                  reload, "RCPT commands from one client per rate_time_unit; then 450; 0: no limit"),
+        ConfigKey("anvil.ipv6_prefix", number<A>(&A::ipv6_prefix, 1, 128), reload,
+                  "IPv6 clients are counted by their network of this many bits"),
+        ConfigKey("anvil.exceptions",
+                  list<A, Cidr>(&A::exceptions, parse_cidr, [](const Cidr& c) { return c.str(); }),
+                  reload, "clients (CIDR) never counted or limited"),
+        ConfigKey("anvil.exempt_relay_networks", flag<A>(&A::exempt_relay_networks), reload,
+                  "true: clients in server.relay_networks are never counted or limited"),
+        ConfigKey("anvil.max_clients", number<A>(&A::max_clients, 1000, 10000000), reload,
+                  "clients QMGR tracks at most; the least recently seen idle one goes first"),
     };
 }
 

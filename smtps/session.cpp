@@ -7,6 +7,7 @@
 #include "libsm/smtp_io.hpp"
 #include "libsm/smtp_stream.hpp"
 #include "libsm/tls.hpp"
+#include "smtps/client_limits.hpp"
 #include "smtps/command.hpp"
 #include "smtps/content.hpp"
 #include "smtps/policy.hpp"
@@ -80,7 +81,8 @@ public:
         : srv_(srv), settings_(srv.settings()), cfg_(settings_->server()),
           stream_(std::move(sock)),
           reader_(stream_, cfg_.max_line_length + smx::dsn::rcpt_line_extra),
-          ip_(std::move(ip)), log_(ip_, srv.rejections()), trusted_(trusted) {}
+          ip_(std::move(ip)), log_(ip_, srv.rejections()), trusted_(trusted),
+          limits_(srv.qmgr(), *settings_->config, ip_, trusted_, log_.client()) {}
 
     asio::awaitable<void> run();
 
@@ -159,6 +161,9 @@ private:
     // for one (a coroutine only then).
     bool take_place();
     asio::awaitable<void> wait_for_place();
+    // An in-sequence MAIL past the client's message rate is refused before
+    // its syntax is read, as postfix's; true when refused.
+    asio::awaitable<bool> mail_over_limit();
     void mail(std::string_view arg);
     void rcpt(std::string_view arg);
     asio::awaitable<bool> data(std::string_view arg);
@@ -190,6 +195,7 @@ private:
         ta_id_.clear();
         chunking_.reset();
         log_.transaction_ended();
+        limits_.transaction_ended();
     }
     const std::string& client() const { return log_.client(); }
     std::string received_header() const;
@@ -208,6 +214,7 @@ private:
     std::string ip_;
     SessionLog log_;
     bool trusted_;
+    ClientLimits limits_;  // server.max_connections_per_client and [anvil]
     std::string out_;
     std::string helo_;
     std::string tls_info_;  // "TLSv1.3 with cipher ..." once TLS is on
@@ -277,7 +284,13 @@ asio::awaitable<Line> Session::next_bytes(std::size_t max,
 
 asio::awaitable<void> Session::run() {
     log_.connected();
-    reply("220 " + cfg_.hostname + " ESMTP smx");
+    const auto over = co_await limits_.connect();
+    if (over) {
+        reject(over->why, over->reply);
+        closing_ = true;
+    } else {
+        reply("220 " + cfg_.hostname + " ESMTP smx");
+    }
     while (!closing_) {
         const Line l = co_await next_line(cfg_.command_timeout);
         if (l.status == ReadStatus::timeout) {
@@ -315,12 +328,17 @@ asio::awaitable<void> Session::run() {
             break;
         }
         case Verb::helo: helo(arg, false); break;
-        case Verb::mail:
+        case Verb::mail: {
             if (!take_place()) co_await wait_for_place();
-            mail(arg);
+            const bool over = co_await mail_over_limit();
+            if (!over) mail(arg);
             if (!in_mail_) reset();  // refused: its place goes on
             break;
-        case Verb::rcpt: rcpt(arg); break;
+        }
+        case Verb::rcpt:
+            if (in_mail_ && limits_.asks_at_rcpt()) co_await limits_.ask_rcpt();
+            rcpt(arg);
+            break;
         case Verb::data: {
             const bool go_on = co_await data(arg);
             if (!go_on) closing_ = true;
@@ -356,6 +374,7 @@ asio::awaitable<void> Session::run() {
     if (flushed && quit_ && stream_.tls()) co_await stream_.close_tls(close_notify_timeout);
     // No shutdown(2): the socket closes as the session ends, right after.
     log_.disconnected();
+    limits_.session_ended();
 }
 
 std::string Session::details(std::string_view to) const {
@@ -424,6 +443,13 @@ asio::awaitable<bool> Session::starttls(std::string_view arg) {
     helo_.clear();
     esmtp_ = false;
     co_return true;
+}
+
+asio::awaitable<bool> Session::mail_over_limit() {
+    if (in_mail_ || helo_.empty() || tls_required() || !limits_.asks_at_mail()) co_return false;
+    const auto over = co_await limits_.mail();
+    if (over) reject(over->why, over->reply);
+    co_return over.has_value();
 }
 
 void Session::mail(std::string_view arg) {
@@ -508,6 +534,7 @@ void Session::rcpt(std::string_view arg) {
     // NOTIFY and ORCPT (RFC 3461) only; kept as received for QMGR and SMTPC.
     if (auto e = smx::dsn::check_params(p->params, true); !e.empty())
         return error(Rejection::bad_syntax, e);
+    if (const auto over = limits_.take_rcpt()) return reject(over->why, over->reply, p->addr);
     // A recipient named twice gets one copy (postfix's duplicate filter):
     // the same local part, the domain in any case.
     // A set, not a scan of rcpts_: a client may send RCPTs without end.
