@@ -148,6 +148,12 @@ bool ServerConfig::in_relay_networks(const std::string& ip) const {
                        [&](const Cidr& c) { return c.contains(ip); });
 }
 
+bool AnvilConfig::counts(const std::string& ip, bool trusted) const {
+    if (trusted && exempt_relay_networks) return false;
+    return std::none_of(exceptions.begin(), exceptions.end(),
+                        [&](const Cidr& c) { return c.contains(ip); });
+}
+
 const std::string& ServerConfig::user_for(Process p) const {
     if (!user.empty()) return user;
     switch (p) {

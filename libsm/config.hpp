@@ -78,7 +78,9 @@ struct ServerConfig {
     bool in_relay_networks(const std::string& ip) const;
     std::vector<std::string> relay_domains;
     unsigned max_connections = 2000;
-    unsigned max_connections_per_client = 50;  // relay_networks are exempt
+    // Counted by QMGR's anvil across all smx-smtps loops and processes;
+    // 0: no limit. Exempt: as [anvil] says.
+    unsigned max_connections_per_client = 50;
     // Mail transactions SMTPS runs at once (0: no limit); a MAIL past it
     // waits at most transaction_wait for one to end (smtps/transaction_gate).
     unsigned max_transactions = 100;
@@ -264,6 +266,27 @@ struct DnsblConfig {
     std::chrono::milliseconds pregreet_wait{0};
 };
 
+// Per-client limits (postfix's anvil): SMTPS asks QMGR's table, which
+// counts them for all smx-smtps loops and processes (docs/design.md).
+// Each rate counts over rate_time_unit; 0: no limit.
+struct AnvilConfig {
+    std::chrono::seconds rate_time_unit{60};
+    unsigned connection_rate_limit = 0;
+    unsigned message_rate_limit = 0;
+    unsigned recipient_rate_limit = 0;
+    // IPv6 clients are counted by their network of this many bits.
+    unsigned ipv6_prefix = 64;
+    // Clients never counted: these, and relay_networks unless
+    // exempt_relay_networks is false.
+    std::vector<Cidr> exceptions;
+    bool exempt_relay_networks = true;
+    // Clients QMGR's table tracks at most; the least recently seen one
+    // without a connection goes first.
+    unsigned max_clients = 100000;
+    // The client is counted (not exempt); trusted: in relay_networks.
+    bool counts(const std::string& ip, bool trusted) const;
+};
+
 struct Config {
     std::string path;  // the file it came from, empty for built-in defaults
     ServerConfig server;
@@ -273,6 +296,7 @@ struct Config {
     StatsConfig stats;
     PolicyConfig policy;
     DnsblConfig dnsbl;
+    AnvilConfig anvil;
     std::map<std::string, Route> routes;  // lower-case domain → route
     // Without routes (no or an empty [routes] table): "mx", every domain by
     // its MX, as postfix; routes but no default key: none (others wait).

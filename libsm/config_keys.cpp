@@ -42,6 +42,9 @@ template <> struct Section<PolicyConfig> : In<PolicyConfig, &Config::policy> {
 template <> struct Section<DnsblConfig> : In<DnsblConfig, &Config::dnsbl> {
     static constexpr std::string_view name = "dnsbl";
 };
+template <> struct Section<AnvilConfig> : In<AnvilConfig, &Config::anvil> {
+    static constexpr std::string_view name = "anvil";
+};
 
 // A member of a section read through read_value and shown through show_value.
 template <class S, class T>
@@ -104,32 +107,40 @@ Member duration(std::chrono::duration<Rep, Period> S::*f, std::uint64_t min,
         [](const D& v) { return std::to_string(v.count()); });
 }
 
-// A span of time written with its unit, "10s", "500ms", "5m", "1h" (postfix's
-// time values), held in milliseconds, within min..max ms.
-template <class S>
-Member span(std::chrono::milliseconds S::*f, std::chrono::milliseconds min,
-            std::chrono::milliseconds max) {
+// A time as postfix writes it: "500ms", "60s", "10m", "1h", "1d", or a bare
+// number of seconds (a string or an integer); min..max. A member held in
+// seconds takes whole seconds only.
+template <class S, class Rep, class Period>
+Member span(std::chrono::duration<Rep, Period> S::*f, std::chrono::duration<Rep, Period> min,
+            std::chrono::duration<Rep, Period> max) {
+    using D = std::chrono::duration<Rep, Period>;
     using std::chrono::milliseconds;
-    const auto show = [](const milliseconds& v) {
-        const auto ms = v.count();
+    const auto show = [](const D& v) {
+        const auto ms = std::chrono::duration_cast<milliseconds>(v).count();
         return toml_string(ms % 1000 != 0 ? std::to_string(ms) + "ms" : std::to_string(ms / 1000) + "s");
     };
-    return field<S, milliseconds>(
-        f, "time with a unit (ms, s, m, h), " + show(min) + " to " + show(max),
+    return field<S, D>(
+        f, "time (ms, s, m, h, d; a bare number is seconds), " + show(min) + " to " + show(max),
         [=](const std::string& key, const toml::node& n) {
-            const std::string v = config_string(key, n);
+            const std::string v =
+                n.is_integer() ? std::to_string(integer_of(key, n, 0, 999999999)) : config_string(key, n);
             std::size_t digits = 0;
-            while (digits < v.size() && digits < 9 && std::isdigit(static_cast<unsigned char>(v[digits])))
-                ++digits;
-            const std::string unit = v.substr(digits);
-            const long long x = digits ? std::stoll(v.substr(0, digits)) : -1;
-            const long long scale = unit == "ms" ? 1 : unit == "s" ? 1000 : unit == "m" ? 60000
-                                                  : unit == "h" ? 3600000 : 0;
-            if (x < 0 || scale == 0)
-                throw ConfigError(key, "'" + v + "' is not a number with a unit (ms, s, m, h)");
-            const milliseconds d(x * scale);
-            if (d < min || d > max)
-                throw ConfigError(key, "must be " + show(min) + " to " + show(max));
+            while (digits < v.size() && std::isdigit(static_cast<unsigned char>(v[digits]))) ++digits;
+            const std::string_view unit = std::string_view(v).substr(digits);
+            const long long scale = unit == "ms"                  ? 1
+                                    : unit.empty() || unit == "s" ? 1000
+                                    : unit == "m"                 ? 60000
+                                    : unit == "h"                 ? 3600000
+                                    : unit == "d"                 ? 86400000
+                                                                  : 0;
+            if (digits == 0 || digits > 9 || scale == 0)
+                throw ConfigError(key, "'" + v + "' is not a time such as \"500ms\", \"60s\", "
+                                       "\"10m\", \"1h\" or \"1d\"");
+            const milliseconds ms(std::stoll(v.substr(0, digits)) * scale);
+            const D d = std::chrono::duration_cast<D>(ms);
+            if (std::chrono::duration_cast<milliseconds>(d) != ms)
+                throw ConfigError(key, "'" + v + "' is not a whole number of seconds");
+            if (d < min || d > max) throw ConfigError(key, "must be " + show(min) + " to " + show(max));
             return d;
         },
         show);
@@ -243,6 +254,7 @@ using C = ClientConfig;
 using L = LogConfig;
 using P = PolicyConfig;
 using D = DnsblConfig;
+using A = AnvilConfig;
 constexpr auto reload = Reload::reload;
 constexpr auto restart = Reload::restart;
 
@@ -320,8 +332,8 @@ std::vector<ConfigKey> make_keys() {
         ConfigKey("server.max_connections", number<S>(&S::max_connections, 1, 1000000), reload,
                   "concurrent SMTP sessions; then 421 4.7.0"),
         ConfigKey("server.max_connections_per_client",
-                  number<S>(&S::max_connections_per_client, 1, 1000000), reload,
-                  "concurrent sessions from one address; relay_networks are exempt"),
+                  number<S>(&S::max_connections_per_client, 0, 1000000), reload,
+                  "concurrent sessions from one address (all processes); 0: no limit"),
         ConfigKey("server.max_transactions", number<S>(&S::max_transactions, 0, 1000000), reload,
                   "mail transactions at once; a MAIL past it waits; 0: no limit"),
         ConfigKey("server.transaction_wait_ms", duration<S>(&S::transaction_wait, 0, 60000), reload,
@@ -535,6 +547,27 @@ std::vector<ConfigKey> make_keys() {
                                         parse_hostport(key, v, 9525);
                                     }),
                   restart, "\"host:port\": Prometheus text at http://host:port/metrics; \"\": off"),
+
+        // [anvil]: per-client limits, counted by QMGR for every smx-smtps.
+        ConfigKey("anvil.rate_time_unit",
+                  span<A>(&A::rate_time_unit, std::chrono::seconds(1), std::chrono::seconds(7 * 86400)),
+                  reload,
+                  "the time the rate limits count over"),
+        ConfigKey("anvil.connection_rate_limit", number<A>(&A::connection_rate_limit, 0, 1u << 30),
+                  reload, "connections from one client per rate_time_unit; then 421; 0: no limit"),
+        ConfigKey("anvil.message_rate_limit", number<A>(&A::message_rate_limit, 0, 1u << 30),
+                  reload, "MAIL commands from one client per rate_time_unit; then 450; 0: no limit"),
+        ConfigKey("anvil.recipient_rate_limit", number<A>(&A::recipient_rate_limit, 0, 1u << 30),
+                  reload, "RCPT commands from one client per rate_time_unit; then 450; 0: no limit"),
+        ConfigKey("anvil.ipv6_prefix", number<A>(&A::ipv6_prefix, 1, 128), reload,
+                  "IPv6 clients are counted by their network of this many bits"),
+        ConfigKey("anvil.exceptions",
+                  list<A, Cidr>(&A::exceptions, parse_cidr, [](const Cidr& c) { return c.str(); }),
+                  reload, "clients (CIDR) never counted or limited"),
+        ConfigKey("anvil.exempt_relay_networks", flag<A>(&A::exempt_relay_networks), reload,
+                  "true: clients in server.relay_networks are never counted or limited"),
+        ConfigKey("anvil.max_clients", number<A>(&A::max_clients, 1000, 10000000), reload,
+                  "clients QMGR tracks at most; the least recently seen idle one goes first"),
     };
 }
 

@@ -67,7 +67,7 @@ struct ConfigKey {
     ConfigKey&& decided() &&;
 };
 
-// Every key, [server] first, then [queue], [client], [log], [stats]; keys of
+// Every key, [server] first, then [queue], [client], [log], [stats], [anvil]; keys of
 // a section in the order the docs and the example config list them.
 const std::vector<ConfigKey>& config_keys();
 

@@ -53,7 +53,6 @@ ServerConfig process_share(const ServerConfig& s, unsigned processes) {
     ServerConfig out = s;
     auto part = [processes](unsigned v) { return v == 0 ? 0 : (v + processes - 1) / processes; };
     out.max_connections = part(s.max_connections);
-    out.max_connections_per_client = part(s.max_connections_per_client);
     out.max_transactions = part(s.max_transactions);
     return out;
 }

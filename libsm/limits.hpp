@@ -44,10 +44,11 @@ unsigned loops_per_process(unsigned threads, unsigned processes);
 SmtpsLayout smtps_layout(const ServerConfig& s, unsigned long limit, std::string& warning);
 
 // One of `processes` smx-smtps processes' part of the server-wide limits:
-// max_connections, max_connections_per_client and max_transactions divided
-// among them, rounded up (the kernel spreads connections evenly, by a hash
-// of their addresses). smx-smtps counts max_connections for all of them
-// together (smx::SessionCounts); its share is what the layout must fit.
+// max_connections and max_transactions divided among them, rounded up (the
+// kernel spreads connections evenly, by a hash of their addresses).
+// smx-smtps counts max_connections for all of them together
+// (smx::SessionCounts), QMGR's anvil max_connections_per_client; the share
+// is what the layout must fit.
 ServerConfig process_share(const ServerConfig& s, unsigned processes);
 
 } // namespace smx

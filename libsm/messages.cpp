@@ -14,6 +14,7 @@ enum Tag : std::uint16_t {
     T_ARRIVAL, T_DA_ID, T_IDX, T_ADDR, T_NEXTHOP, T_RELAY, T_CODE, T_ENHANCED,
     T_COMMAND, T_ARG, T_PEER_DSN, T_LOOP, T_SESSIONS, T_TRANSACTIONS, T_WAITING,
     T_CONTENT_ERROR, T_REJECTED, T_REASON, T_CLASS, T_COUNT, T_SETUP,
+    T_OP, T_CLIENT, T_MAIL_LIMIT, T_RCPT_LIMIT, T_CONNECTIONS, T_RATE, T_GRANTED,
 };
 
 // Where a field's value goes: a reference to a callable that lives for the
@@ -168,6 +169,14 @@ std::string encode(const SmtpsLoad& m, std::uint64_t id) {
                                  .u32(T_CLASS, e.reply_class).u64(T_COUNT, e.n));
     return w.frame(SMTPS_LOAD, id);
 }
+std::string encode(const AnvilRequest& m, std::uint64_t id) {
+    return rec::Writer().u32(T_OP, static_cast<std::uint32_t>(m.op)).str(T_CLIENT, m.client)
+        .u32(T_MAIL_LIMIT, m.mail_limit).u32(T_RCPT_LIMIT, m.rcpt_limit).frame(ANVIL_REQ, id);
+}
+std::string encode(const AnvilReply& m, std::uint64_t id) {
+    return rec::Writer().u32(T_CONNECTIONS, m.connections).u32(T_RATE, m.rate)
+        .u32(T_GRANTED, m.rcpt_granted ? 1 : 0).frame(ANVIL_REPLY, id);
+}
 std::string encode(const Deliver& m, std::uint64_t id) {
     rec::Writer w;
     w.u64(T_DA_ID, m.da_id).str(T_TA_ID, m.ta_id).str(T_CONTENT_ID, m.content_id)
@@ -263,6 +272,43 @@ std::optional<SmtpsLoad> decode<SmtpsLoad>(const rec::Frame& f, std::string& err
                         {T_WAITING, true, false, num(m.waiting)},
                         {T_REJECTED, false, true, rejected}}, err))
         return std::nullopt;
+    return m;
+}
+template <>
+std::optional<AnvilRequest> decode<AnvilRequest>(const rec::Frame& f, std::string& err) {
+    AnvilRequest m;
+    std::uint32_t op = 0;
+    if (!type_is(f, ANVIL_REQ, err) ||
+        !apply(f.body, {{T_OP, true, false, num(op)},
+                        {T_CLIENT, true, false, str(m.client)},
+                        {T_MAIL_LIMIT, false, false, num(m.mail_limit)},
+                        {T_RCPT_LIMIT, false, false, num(m.rcpt_limit)}}, err))
+        return std::nullopt;
+    if (op >= anvil_ops) {
+        err = "anvil op " + std::to_string(op);
+        return std::nullopt;
+    }
+    if (m.client.empty() || m.client.size() > max_anvil_client) {
+        err = "anvil client of " + std::to_string(m.client.size()) + " bytes";
+        return std::nullopt;
+    }
+    m.op = static_cast<AnvilOp>(op);
+    return m;
+}
+template <>
+std::optional<AnvilReply> decode<AnvilReply>(const rec::Frame& f, std::string& err) {
+    AnvilReply m;
+    std::uint32_t granted = 0;
+    if (!type_is(f, ANVIL_REPLY, err) ||
+        !apply(f.body, {{T_CONNECTIONS, true, false, num(m.connections)},
+                        {T_RATE, true, false, num(m.rate)},
+                        {T_GRANTED, false, false, num(granted)}}, err))
+        return std::nullopt;
+    if (granted > 1) {
+        err = "bad anvil grant";
+        return std::nullopt;
+    }
+    m.rcpt_granted = granted == 1;
     return m;
 }
 template <>

@@ -15,7 +15,8 @@
 namespace smx::msg {
 
 // 2: SMTPS_LOAD. 4: its rejection counts, and RESULT's setup time.
-inline constexpr std::uint32_t protocol_version = 4;
+// 5: ANVIL_REQ and ANVIL_REPLY.
+inline constexpr std::uint32_t protocol_version = 5;
 
 enum Type : std::uint16_t {
     HELLO = 1,       // peer → QMGR: role, version
@@ -23,6 +24,8 @@ enum Type : std::uint16_t {
     TA_COMMIT = 10,  // SMTPS → QMGR
     TA_ACK = 11,     // QMGR → SMTPS
     SMTPS_LOAD = 12, // SMTPS → QMGR, when it changes
+    ANVIL_REQ = 13,   // SMTPS → QMGR: a client's connection, MAIL or RCPT
+    ANVIL_REPLY = 14, // QMGR → SMTPS: its counts
     DELIVER = 20,    // QMGR → SMTPC
     RESULT = 21,     // SMTPC → QMGR
     CTL_REQ = 30,    // CLI → QMGR
@@ -68,6 +71,34 @@ struct SmtpsLoad {
     // Refusals since the loop's last report (QMGR adds them up).
     std::vector<RejectionCounts::Entry> rejected = {};
     bool operator==(const SmtpsLoad&) const = default;
+};
+
+// Per-client counting in QMGR's anvil (qmgr/anvil.hpp). disconnect and
+// unused_rcpt get no reply (req_id 0); the others an AnvilReply.
+enum class AnvilOp : std::uint32_t {
+    connect,      // a connection begins: counts it (concurrent and rate)
+    disconnect,   // it ended
+    mail,         // a MAIL: counts it; may grant one RCPT ahead (rcpt_limit)
+    rcpt,         // a RCPT without a granted one: counts it
+    unused_rcpt,  // a granted RCPT the transaction did not use
+};
+inline constexpr std::uint32_t anvil_ops = 5;
+// The longest client key: an IPv6 network with its prefix length.
+inline constexpr std::size_t max_anvil_client = 64;
+
+struct AnvilRequest {
+    AnvilOp op = AnvilOp::connect;
+    std::string client;  // "192.0.2.1", or "2001:db8:1:2::/64"
+    // mail: grant one RCPT ahead when the MAIL is within mail_limit (0: no
+    // limit) and the client's recipient rate below rcpt_limit (0: none).
+    std::uint32_t mail_limit = 0;
+    std::uint32_t rcpt_limit = 0;
+};
+
+struct AnvilReply {
+    std::uint32_t connections = 0;  // the client's now, this one included
+    std::uint32_t rate = 0;         // of the op's kind in this rate_time_unit, this one included
+    bool rcpt_granted = false;      // mail: one RCPT is counted ahead
 };
 
 enum class AckStatus : std::uint32_t { ok = 0, tempfail = 1, reject = 2 };
@@ -154,6 +185,8 @@ std::string encode(const HelloAck&, std::uint64_t req_id = 0);
 std::string encode(const TaCommit&, std::uint64_t req_id);
 std::string encode(const TaAck&, std::uint64_t req_id);
 std::string encode(const SmtpsLoad&, std::uint64_t req_id = 0);
+std::string encode(const AnvilRequest&, std::uint64_t req_id = 0);
+std::string encode(const AnvilReply&, std::uint64_t req_id);
 std::string encode(const Deliver&, std::uint64_t req_id = 0);
 std::string encode(const Result&, std::uint64_t req_id = 0);
 std::string encode(const CtlRequest&, std::uint64_t req_id = 0);

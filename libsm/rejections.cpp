@@ -12,7 +12,8 @@ std::string_view rejection_name(Rejection r) {
         "too_many_errors",      "insufficient_storage", "queue_unavailable", "queue_refused",
         "bare_line_end",        "too_many_hops",     "tls_required",        "bad_command",
         "bad_syntax",           "bad_sequence",      "timeout",
-        "dnsbl",                "pregreet",          "unknown_client"};
+        "dnsbl",                "pregreet",          "unknown_client",
+        "connection_rate",      "message_rate",      "recipient_rate"};
     const auto i = static_cast<std::size_t>(r);
     if (i >= names.size()) panic("rejection_name: reason " + std::to_string(i));
     return names[i];

@@ -15,7 +15,7 @@ enum class Rejection : std::uint32_t {
     relay_denied,          // 554 5.7.1 (RCPT to a domain not relayed for this client)
     message_too_big,       // 552 5.3.4 (SIZE= or the content)
     too_many_recipients,   // 452 4.5.3
-    too_many_connections,  // 421 (max_connections, max_connections_per_client)
+    too_many_connections,  // 421 (max_connections; max_connections_per_client, counted by anvil)
     too_many_errors,       // 421 4.7.0 (max_errors)
     insufficient_storage,  // 452 4.3.1 (min_free_space, a full disk)
     queue_unavailable,     // 451 4.3.0 (QMGR down or not answering, a write error)
@@ -30,8 +30,11 @@ enum class Rejection : std::uint32_t {
     dnsbl,                 // 550 5.7.1 (dnsbl.sites: the client is listed)
     pregreet,              // 521 5.5.1 (the client talked before the greeting)
     unknown_client,        // 450 4.7.25, 550 5.7.25 (no confirmed client name)
+    connection_rate,       // 421 4.7.0 (anvil.connection_rate_limit)
+    message_rate,          // 450 4.7.1 (anvil.message_rate_limit)
+    recipient_rate,        // 450 4.7.1 (anvil.recipient_rate_limit)
 };
-inline constexpr std::size_t rejection_reasons = 18;
+inline constexpr std::size_t rejection_reasons = 21;
 
 // The label value: "relay_denied".
 std::string_view rejection_name(Rejection r);

@@ -52,6 +52,10 @@ std::vector<Metric> Qmgr::metrics() const {
          "SMTP transactions open in SMTPS, MAIL to the reply after the content (reported each second)"},
         {"smtps_transactions_waiting", smtps.waiting, false,
          "MAIL commands waiting for server.max_transactions (reported each second)"},
+        {"anvil_clients", anvil_.clients(), false,
+         "Clients the per-client limits track (anvil.max_clients, plus those connected)"},
+        {"anvil_evicted", anvil_.evicted(), true,
+         "Clients forgotten before their rate window ended, for anvil.max_clients"},
     };
 }
 

@@ -54,7 +54,8 @@ Qmgr::Qmgr(const smx::Config& cfg, asio::any_io_executor ex, asio::thread_pool& 
                  defer(ta, idx, {}, why, until);
              },
              clock),
-      space_(cfg), disk_timer_(ex), reclaim_timer_(ex) {
+      anvil_(cfg.anvil.rate_time_unit, cfg.anvil.max_clients), space_(cfg), disk_timer_(ex),
+      reclaim_timer_(ex) {
     tasks_.spawn(ex_, watch_disk(), "disk watch");
     tasks_.spawn(ex_, reclaim_overdue(), "delivery reclaim");
 }

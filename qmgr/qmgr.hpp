@@ -9,6 +9,7 @@
 //   OrphanSweeper (sweeper.cpp)  content files nobody names
 //   DefedbStrand                 the order of DEFEDB calls
 //   DiskSpace (disk_space.cpp)   room intake may take, emergency reserve files
+//   Anvil (anvil.cpp)            per-client connection and rate counts
 // Qmgr itself: intake and the disk watch (intake.cpp), results
 // (results.cpp), control (control.cpp; the queue reports in
 // queue_report.cpp), metrics beside the counters (metrics.cpp), start-up
@@ -20,6 +21,7 @@
 // the loop go.
 #pragma once
 
+#include "qmgr/anvil.hpp"
 #include "qmgr/bounce.hpp"
 #include "qmgr/coro.hpp"
 #include "qmgr/defedb.hpp"
@@ -108,10 +110,12 @@ public:
     // component's coroutines run to their end (idle() once they have).
     void stop();
     // Reload (libsm/config_reload.hpp): recipients routed from now on follow cfg's
-    // [routes], the scheduler takes the new client.rate_limit; QMGR's other
-    // parts keep the config they started with (the keys they use need a restart).
+    // [routes], the scheduler takes the new client.rate_limit, the anvil
+    // [anvil]; QMGR's other parts keep the config they started with (the
+    // keys they use need a restart).
     void reload(std::shared_ptr<const smx::Config> cfg) {
         sched_.set_rate(cfg->client.rate_limit, cfg->client.rate_interval);
+        anvil_.configure(cfg->anvil.rate_time_unit, cfg->anvil.max_clients);
         router_.reload(std::move(cfg));
     }
     bool idle() const;
@@ -142,7 +146,14 @@ public:
     // SMTPS links come and go and report their loop's load; a TA_COMMIT
     // too large to decode was refused.
     std::uint64_t add_smtps() { return smtps_loads_.add_link(); }
-    void remove_smtps(std::uint64_t link) { smtps_loads_.remove_link(link); }
+    void remove_smtps(std::uint64_t link) {
+        smtps_loads_.remove_link(link);
+        anvil_.drop_link(link);
+    }
+    // A link's per-client request (ANVIL_REQ): the reply, if it gets one.
+    std::optional<smx::msg::AnvilReply> anvil(std::uint64_t link, const smx::msg::AnvilRequest& r) {
+        return anvil_.handle(link, r, std::chrono::steady_clock::now());
+    }
     void smtps_load(std::uint64_t link, const smx::msg::SmtpsLoad& l) { smtps_loads_.update(link, l); }
     LabelCounts smtps_sessions_by_loop() const { return smtps_loads_.sessions_by_loop(); }
     void commit_refused() { ++counters_.rejected; }
@@ -213,6 +224,7 @@ private:
     Scheduler sched_;
     Counters counters_;
     SmtpsLoads smtps_loads_;
+    Anvil anvil_;
     DiskSpace space_;
     asio::steady_timer disk_timer_;
     bool disk_short_ = false;  // as the disk watch last logged it

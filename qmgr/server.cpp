@@ -59,6 +59,16 @@ std::optional<Next<T>> take(const smx::Channel& ch, const smx::rec::Frame& f, st
     }
     return n;
 }
+// A record of a few fields, which no peer sends over the frame limit:
+// nullopt (logged) when it is malformed or oversize, and the peer goes.
+template <class T>
+std::optional<T> small(const smx::Channel& ch, const smx::rec::Frame& f, std::uint16_t type,
+                       const char* name) {
+    auto n = take<T>(ch, f, type);
+    if (!n) return std::nullopt;
+    if (!n->rec) spdlog::error("{}: protocol error: oversize {}; dropping the peer", ch.peer(), name);
+    return std::move(n->rec);
+}
 template <class T>
 asio::awaitable<std::optional<Next<T>>> next(smx::Channel& ch, std::uint16_t type) {
     auto f = co_await ch.read();
@@ -221,14 +231,15 @@ asio::awaitable<void> Server::smtps(std::shared_ptr<smx::Channel> ch, bool picku
     spdlog::info("{}: connected", ch->peer());
     while (auto f = co_await ch->read()) {
         if (f->hdr.type == smx::msg::SMTPS_LOAD && !pickup) {
-            auto load = take<smx::msg::SmtpsLoad>(*ch, *f, smx::msg::SMTPS_LOAD);
+            const auto load = small<smx::msg::SmtpsLoad>(*ch, *f, smx::msg::SMTPS_LOAD, "SMTPS_LOAD");
             if (!load) break;
-            // A few counts: no SMTPS sends one over the frame limit.
-            if (!load->rec) {
-                spdlog::error("{}: protocol error: oversize SMTPS_LOAD; dropping the peer", ch->peer());
-                break;
-            }
-            q_.smtps_load(*link, *load->rec);
+            q_.smtps_load(*link, *load);
+            continue;
+        }
+        if (f->hdr.type == smx::msg::ANVIL_REQ && !pickup) {
+            const auto req = small<smx::msg::AnvilRequest>(*ch, *f, smx::msg::ANVIL_REQ, "ANVIL_REQ");
+            if (!req) break;
+            if (const auto reply = q_.anvil(*link, *req)) ch->send(smx::msg::encode(*reply, f->hdr.req_id));
             continue;
         }
         auto ta = take<smx::msg::TaCommit>(*ch, *f, smx::msg::TA_COMMIT);

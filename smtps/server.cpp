@@ -53,33 +53,21 @@ void Shared::limit_process(unsigned own_max, smx::SessionCounts* counts, unsigne
     if (counts_) counts_->set(slot_, sessions_);
 }
 
-std::string Shared::admit(const std::string& ip, bool trusted) {
+std::string Shared::admit() {
     std::lock_guard lk(mu_);
     const auto& s = settings_->server();
     const std::uint64_t all = sessions_ + (counts_ ? counts_->others(slot_) : 0);
     if (sessions_ >= own_max_ || all >= s.max_connections)
         return "421 4.7.0 " + s.hostname + " Error: too many connections\r\n";
-    if (!trusted) {
-        unsigned& n = per_client_[ip];
-        if (n >= s.max_connections_per_client) {
-            if (n == 0) per_client_.erase(ip);
-            return "421 4.7.0 " + s.hostname + " Error: too many connections from " + ip +
-                   "\r\n";
-        }
-        ++n;
-    }
     ++sessions_;
     if (counts_) counts_->set(slot_, sessions_);
     return {};
 }
 
-void Shared::release(const std::string& ip, bool counted_per_client) {
+void Shared::release() {
     std::lock_guard lk(mu_);
     --sessions_;
     if (counts_) counts_->set(slot_, sessions_);
-    if (!counted_per_client) return;
-    auto it = per_client_.find(ip);
-    if (it != per_client_.end() && --it->second == 0) per_client_.erase(it);
 }
 
 std::size_t Shared::sessions() const {
@@ -127,7 +115,7 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
         std::string ip = client_ip(peer);
         const auto settings = shared_->settings();
         const bool trusted = settings->policy.trusted_client(ip);
-        std::string refusal = shared_->admit(ip, trusted);
+        std::string refusal = shared_->admit();
         if (!refusal.empty()) {
             rejections_->add(smx::Rejection::too_many_connections, 421);
             spdlog::info("NOQUEUE: reject: CONNECT from unknown[{}]: {}; proto=SMTP", ip,
@@ -144,14 +132,12 @@ asio::awaitable<void> Server::accept_loop(tcp::acceptor& acceptor) {
             // Releases the counts however the session ends.
             struct Slot {
                 std::shared_ptr<Shared> shared;
-                const std::string& ip;
-                bool per_client;
                 std::shared_ptr<std::size_t> loop_sessions;
                 ~Slot() {
-                    shared->release(ip, per_client);
+                    shared->release();
                     --*loop_sessions;
                 }
-            } slot{shared_, ip, !trusted, sessions_};
+            } slot{shared_, sessions_};
             ++*sessions_;
             co_await run_session(*this, std::move(s), ip, trusted);
         }, smx::crash_on_exception("smtps session"));

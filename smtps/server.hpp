@@ -1,7 +1,7 @@
 // The SMTP listener of one event-loop thread: accepts connections, enforces
-// the connection limits (total and per client; relay_networks are exempt from
-// the latter) through the process-wide Shared, and runs one session coroutine
-// per connection on its own io thread.
+// max_connections through the process-wide Shared, and runs one session
+// coroutine per connection on its own io thread (which asks QMGR's anvil
+// for the per-client limits, smtps/client_limits.hpp).
 #pragma once
 
 #include "libsm/config.hpp"
@@ -20,7 +20,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 
 namespace smx::smtps {
 
@@ -51,9 +50,9 @@ private:
 };
 
 // What the Servers of all threads share: the Settings a reload replaces and
-// the connection counts the limits apply to, so that max_connections and
-// max_connections_per_client hold for the process, not per thread. Any
-// thread may call it; the mutex is held for a map lookup, never across I/O.
+// the count of sessions, so that max_connections holds for the process (and
+// with the other processes' counts for all), not per thread. Any thread may
+// call it; the mutex is never held across I/O.
 class Shared {
 public:
     // cfg and tls are the start's and not owned: they must outlive this (a
@@ -71,10 +70,10 @@ public:
     // shared counts (its slot) that max_connections holds for together.
     void limit_process(unsigned own_max, smx::SessionCounts* counts, unsigned slot);
 
-    // Empty when a connection from ip is within the limits (it is then
-    // counted until release), else the 421 reply.
-    std::string admit(const std::string& ip, bool trusted);
-    void release(const std::string& ip, bool counted_per_client);
+    // Empty when one more connection is within max_connections (it is
+    // then counted until release), else the 421 reply.
+    std::string admit();
+    void release();
 
     std::size_t sessions() const;
     // Sessions between the end of DATA and their reply being written: a
@@ -101,7 +100,6 @@ private:
     unsigned own_max_ = ~0u;
     smx::SessionCounts* counts_ = nullptr;  // several processes: ours is counts_[slot_]
     unsigned slot_ = 0;
-    std::unordered_map<std::string, unsigned> per_client_;
     std::atomic<std::size_t> committing_{0};
     std::atomic<std::uint64_t> tls_failures_{0};
 };

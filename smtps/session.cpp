@@ -8,6 +8,7 @@
 #include "libsm/smtp_stream.hpp"
 #include "libsm/tls.hpp"
 #include "smtps/client_check.hpp"
+#include "smtps/client_limits.hpp"
 #include "smtps/command.hpp"
 #include "smtps/content.hpp"
 #include "smtps/policy.hpp"
@@ -81,7 +82,8 @@ public:
         : srv_(srv), settings_(srv.settings()), cfg_(settings_->server()),
           stream_(std::move(sock)),
           reader_(stream_, cfg_.max_line_length + smx::dsn::rcpt_line_extra),
-          ip_(std::move(ip)), log_(ip_, srv.rejections()), trusted_(trusted) {}
+          ip_(std::move(ip)), log_(ip_, srv.rejections()), trusted_(trusted),
+          limits_(srv.qmgr(), *settings_->config, ip_, trusted_, log_.client()) {}
 
     asio::awaitable<void> run();
 
@@ -160,6 +162,9 @@ private:
     // for one (a coroutine only then).
     bool take_place();
     asio::awaitable<void> wait_for_place();
+    // An in-sequence MAIL past the client's message rate is refused before
+    // its syntax is read, as postfix's; true when refused.
+    asio::awaitable<bool> mail_over_limit();
     void mail(std::string_view arg);
     void rcpt(std::string_view arg);
     asio::awaitable<bool> data(std::string_view arg);
@@ -191,6 +196,7 @@ private:
         ta_id_.clear();
         chunking_.reset();
         log_.transaction_ended();
+        limits_.transaction_ended();
     }
     const std::string& client() const { return log_.client(); }
     std::string received_header() const;
@@ -210,6 +216,7 @@ private:
     SessionLog log_;
     bool trusted_;
     ClientVerdict client_;  // its name, and a refusal of it at connect or RCPT
+    ClientLimits limits_;  // server.max_connections_per_client and [anvil]
     std::string out_;
     std::string helo_;
     std::string tls_info_;  // "TLSv1.3 with cipher ..." once TLS is on
@@ -281,8 +288,13 @@ asio::awaitable<void> Session::run() {
     client_ = co_await srv_.client_checks().check(*settings_->config, stream_.socket(), ip_, trusted_);
     log_.named(client_.name);
     log_.connected();
+    std::optional<ClientLimits::Hit> over;
+    if (!client_.close) over = co_await limits_.connect();
     if (client_.close) {
         reject(client_.why, client_.refusal);
+        closing_ = true;
+    } else if (over) {
+        reject(over->why, over->reply);
         closing_ = true;
     } else {
         reply("220 " + cfg_.hostname + " ESMTP smx");
@@ -330,12 +342,17 @@ asio::awaitable<void> Session::run() {
             break;
         }
         case Verb::helo: helo(arg, false); break;
-        case Verb::mail:
+        case Verb::mail: {
             if (!take_place()) co_await wait_for_place();
-            mail(arg);
+            const bool over = co_await mail_over_limit();
+            if (!over) mail(arg);
             if (!in_mail_) reset();  // refused: its place goes on
             break;
-        case Verb::rcpt: rcpt(arg); break;
+        }
+        case Verb::rcpt:
+            if (in_mail_ && limits_.asks_at_rcpt()) co_await limits_.ask_rcpt();
+            rcpt(arg);
+            break;
         case Verb::data: {
             const bool go_on = co_await data(arg);
             if (!go_on) closing_ = true;
@@ -371,6 +388,7 @@ asio::awaitable<void> Session::run() {
     if (flushed && quit_ && stream_.tls()) co_await stream_.close_tls(close_notify_timeout);
     // No shutdown(2): the socket closes as the session ends, right after.
     log_.disconnected();
+    limits_.session_ended();
 }
 
 std::string Session::details(std::string_view to) const {
@@ -439,6 +457,13 @@ asio::awaitable<bool> Session::starttls(std::string_view arg) {
     helo_.clear();
     esmtp_ = false;
     co_return true;
+}
+
+asio::awaitable<bool> Session::mail_over_limit() {
+    if (in_mail_ || helo_.empty() || tls_required() || !limits_.asks_at_mail()) co_return false;
+    const auto over = co_await limits_.mail();
+    if (over) reject(over->why, over->reply);
+    co_return over.has_value();
 }
 
 void Session::mail(std::string_view arg) {
@@ -523,6 +548,7 @@ void Session::rcpt(std::string_view arg) {
     // NOTIFY and ORCPT (RFC 3461) only; kept as received for QMGR and SMTPC.
     if (auto e = smx::dsn::check_params(p->params, true); !e.empty())
         return error(Rejection::bad_syntax, e);
+    if (const auto over = limits_.take_rcpt()) return reject(over->why, over->reply, p->addr);
     // A recipient named twice gets one copy (postfix's duplicate filter):
     // the same local part, the domain in any case.
     // A set, not a scan of rcpts_: a client may send RCPTs without end.

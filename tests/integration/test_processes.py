@@ -1,7 +1,7 @@
 """server.processes: several smx-smtps processes under one `smx run`, each
 with its own event loops' sockets of every SO_REUSEPORT group (bound by the
-MCP), its own descriptor limit and its share of the connection limits, so
-that together they hold more sessions than one process may open files."""
+MCP), its own descriptor limit and its share of max_connections, so that
+together they hold more sessions than one process may open files."""
 import os
 import re
 import signal
@@ -93,9 +93,9 @@ def test_max_connections_holds_for_all_processes_together(sink, make_relay):
         c.close()
 
 
-def test_per_client_limit_is_shared_out_among_the_processes(sink, make_relay):
+def test_per_client_limit_holds_for_the_processes_together(sink, make_relay):
     # 127.0.0.1 out of relay_networks, so that the per-client limit applies:
-    # 4 over two processes, 2 each.
+    # 4 for both processes together (QMGR's anvil counts them; test_anvil.py).
     relay = make_relay(sink.port, "[server]\nprocesses = 2\nthreads = 1\n"
                                   'max_connections_per_client = 4\nrelay_networks = ["10.0.0.0/8"]')
     smtps_pids(relay, 2)

@@ -99,7 +99,11 @@ TEST_CASE("[dnsbl] and [policy] keys: values with units, signed thresholds", "[d
     CHECK(d.dnsbl.pregreet_wait.count() == 0);
     CHECK(d.policy.client_name_lookup);
 
-    for (const char* bad : {"[dnsbl]\ntimeout = \"10\"\n", "[dnsbl]\ntimeout = \"0s\"\n",
+    // A bare number is seconds, as postfix's time values.
+    CHECK(load("[dnsbl]\ntimeout = \"10\"\n").dnsbl.timeout.count() == 10000);
+    CHECK(load("[dnsbl]\ntimeout = 3\n").dnsbl.timeout.count() == 3000);
+    for (const char* bad : {"[dnsbl]\ntimeout = \"10x\"\n", "[dnsbl]\ntimeout = \"0s\"\n",
+                            "[anvil]\nrate_time_unit = \"1500ms\"\n",
                             "[dnsbl]\ntimeout = \"2d\"\n", "[dnsbl]\npregreet_wait = \"61s\"\n",
                             "[dnsbl]\nthreshold = 0\n", "[dnsbl]\nwhitelist_threshold = 1\n",
                             "[dnsbl]\nsites = [\"bl.test=1.2.3\"]\n", "[dnsbl]\naction = \"drop\"\n",

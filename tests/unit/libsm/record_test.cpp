@@ -106,6 +106,31 @@ TEST_CASE("SMTPS_LOAD carries refusal counts; a reason or class it does not know
     }
 }
 
+TEST_CASE("ANVIL_REQ and ANVIL_REPLY round trip; an unknown op or an odd client is an error") {
+    std::string err;
+    const msg::AnvilRequest r{msg::AnvilOp::mail, "2001:db8:1:2::/64", 10, 20};
+    auto d = msg::decode<msg::AnvilRequest>(to_frame(msg::encode(r, 7)), err);
+    REQUIRE(d);
+    CHECK(d->op == msg::AnvilOp::mail);
+    CHECK(d->client == r.client);
+    CHECK(d->mail_limit == 10);
+    CHECK(d->rcpt_limit == 20);
+    const msg::AnvilReply a{3, 41, true};
+    auto b = msg::decode<msg::AnvilReply>(to_frame(msg::encode(a, 7)), err);
+    REQUIRE(b);
+    CHECK(b->connections == 3);
+    CHECK(b->rate == 41);
+    CHECK(b->rcpt_granted);
+    // What a newer (or hostile) peer might send: encode() does not check.
+    CHECK_FALSE(msg::decode<msg::AnvilRequest>(
+        to_frame(msg::encode(msg::AnvilRequest{static_cast<msg::AnvilOp>(msg::anvil_ops), "c"})), err));
+    CHECK_FALSE(msg::decode<msg::AnvilRequest>(to_frame(msg::encode(msg::AnvilRequest{})), err));
+    CHECK_FALSE(msg::decode<msg::AnvilRequest>(
+        to_frame(msg::encode(msg::AnvilRequest{msg::AnvilOp::connect,
+                                               std::string(msg::max_anvil_client + 1, '1')})),
+        err));
+}
+
 TEST_CASE("decoder rejects what a strict peer must reject") {
     std::string err;
     SECTION("wrong type") {

@@ -28,6 +28,7 @@ Harness::Harness(const std::function<void(smx::Config&)>& tweak) {
     // Sessions do not depend on this machine's hosts file or name servers.
     cfg_.policy.client_name_lookup = false;
     if (tweak) tweak(cfg_);
+    anvil_ = std::make_unique<smx::qmgr::Anvil>(cfg_.anvil.rate_time_unit, cfg_.anvil.max_clients);
     store_ = std::make_unique<smx::smtps::ContentStore>(
         cfg_.content_dir_abs(), cfg_.queue.cdb_hashed, pool_, 0,
         cfg_.queue.content_sync == smx::QueueConfig::ContentSync::file, smx::content::sync_names(cfg_));
@@ -76,6 +77,10 @@ asio::awaitable<void> Harness::fake_qmgr() {
     ch->send(smx::msg::encode(smx::msg::HelloAck{0, "ok"}));
     while (auto f = co_await ch->read()) {
         std::string err;
+        if (f->hdr.type == smx::msg::ANVIL_REQ) {
+            if (!answer_anvil(*ch, *f)) break;
+            continue;
+        }
         auto ta = smx::msg::decode<smx::msg::TaCommit>(*f, err);
         if (!ta) break;
         {
@@ -99,6 +104,15 @@ asio::awaitable<void> Harness::fake_qmgr() {
         }
         ch->send(smx::msg::encode(ack, f->hdr.req_id));
     }
+}
+
+bool Harness::answer_anvil(smx::Channel& ch, const smx::rec::Frame& f) {
+    std::string err;
+    const auto req = smx::msg::decode<smx::msg::AnvilRequest>(f, err);
+    if (!req) return false;
+    if (const auto r = anvil_->handle(1, *req, std::chrono::steady_clock::now()))
+        ch.send(smx::msg::encode(*r, f.hdr.req_id));
+    return true;
 }
 
 std::vector<std::string> Harness::content_files() const {

@@ -1,9 +1,12 @@
 // A real SMTPS server core on 127.0.0.1:<ephemeral> with a fake QMGR on a
-// Unix socket, run on a background io thread, plus a blocking SMTP client.
+// Unix socket (which counts per-client limits with QMGR's own anvil table),
+// run on a background io thread, plus a blocking SMTP client.
 #pragma once
 
+#include "libsm/channel.hpp"
 #include "libsm/config.hpp"
 #include "libsm/messages.hpp"
+#include "qmgr/anvil.hpp"
 #include "smtps/content_writer.hpp"
 #include "smtps/qmgr_client.hpp"
 #include "smtps/server.hpp"
@@ -42,6 +45,8 @@ public:
 
 private:
     asio::awaitable<void> fake_qmgr();
+    // An ANVIL_REQ, answered from anvil_ as QMGR does; false when malformed.
+    bool answer_anvil(smx::Channel& ch, const smx::rec::Frame& f);
     asio::awaitable<void> start(std::promise<void>& ready);
 
     std::filesystem::path dir_;
@@ -55,6 +60,7 @@ private:
     std::uint16_t port_ = 0;
     std::mutex mu_;
     std::vector<smx::msg::TaCommit> commits_;
+    std::unique_ptr<smx::qmgr::Anvil> anvil_;
     std::thread thread_;
 };
 
