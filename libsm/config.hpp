@@ -234,6 +234,13 @@ struct StatsConfig {
     std::string listen;  // Prometheus text on http://listen/metrics; empty: off
 };
 
+// Address rewriting (issue 28). Table-valued keys hold "type:name" specs
+// (libsm/lookup_table.hpp), searched in order.
+struct RewriteConfig {
+    // aliases(5) tables: what newaliases builds.
+    std::vector<std::string> alias_maps;
+};
+
 struct Config {
     std::string path;  // the file it came from, empty for built-in defaults
     ServerConfig server;
@@ -241,6 +248,7 @@ struct Config {
     ClientConfig client;
     LogConfig log;
     StatsConfig stats;
+    RewriteConfig rewrite;
     std::map<std::string, Route> routes;  // lower-case domain → route
     // Without routes (no or an empty [routes] table): "mx", every domain by
     // its MX, as postfix; routes but no default key: none (others wait).
