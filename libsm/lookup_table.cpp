@@ -232,8 +232,8 @@ std::shared_ptr<const Table> open(const std::string& spec) {
     const auto [type, name] = split_spec(spec);
     if (type == "inline") return std::make_shared<MemoryTable>(spec, inline_text(spec, name), spec);
     if (type == "texthash")
-        return follow(spec, name, [spec, name] {
-            return std::make_shared<MemoryTable>(spec, read_text(spec, name), name);
+        return follow(spec, name, [spec, path = name] {
+            return std::make_shared<MemoryTable>(spec, read_text(spec, path), path);
         });
     const DBTYPE kind = type == "hash" ? DB_HASH : DB_BTREE;
     return follow(spec, name + ".db", [spec, path = name + ".db", kind] {
