@@ -197,3 +197,20 @@ def test_check_config_and_run_refuse_a_missing_or_corrupt_table(tmp_path):
     # A name that is no table is an error when the file is loaded.
     conf.write_text(good_config(tmp_path) + '[rewrite]\nalias_maps = ["hash:relative"]\n')
     refused_by_both(conf, "rewrite.alias_maps: hash:relative: the file name must be an absolute path")
+
+
+def test_reload_refuses_a_missing_table_and_keeps_the_running_config(sink, make_relay, tmp_path):
+    relay = make_relay(sink.port)
+    table = tmp_path / "aliases"
+    with open(relay.config, "w") as f:
+        f.write(relay.config_text(sink.port, '[rewrite]\nalias_maps = ["hash:%s"]\n' % table))
+    r = relay.smx("reload", check=False)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert ("rewrite.alias_maps: hash:%s: cannot open %s.db: No such file or directory"
+            % (table, table)) in r.stderr
+    assert "keeping the running configuration" in r.stderr
+    # Built, the same file reloads.
+    table.write_text("postmaster: root\n")
+    assert smx("map", "build", "-a", str(table)).returncode == 0
+    r = relay.smx("reload")
+    assert r.returncode == 0, (r.stdout, r.stderr)
