@@ -287,6 +287,13 @@ struct AnvilConfig {
     bool counts(const std::string& ip, bool trusted) const;
 };
 
+// Address rewriting (issue 28). Table-valued keys hold "type:name" specs
+// (libsm/lookup_table.hpp), searched in order.
+struct RewriteConfig {
+    // aliases(5) tables: what newaliases builds.
+    std::vector<std::string> alias_maps;
+};
+
 struct Config {
     std::string path;  // the file it came from, empty for built-in defaults
     ServerConfig server;
@@ -297,6 +304,7 @@ struct Config {
     PolicyConfig policy;
     DnsblConfig dnsbl;
     AnvilConfig anvil;
+    RewriteConfig rewrite;
     std::map<std::string, Route> routes;  // lower-case domain → route
     // Without routes (no or an empty [routes] table): "mx", every domain by
     // its MX, as postfix; routes but no default key: none (others wait).

@@ -4,6 +4,7 @@
 
 #include "libsm/domain.hpp"
 #include "libsm/json.hpp"
+#include "libsm/lookup_table.hpp"
 #include "libsm/panic.hpp"
 
 #include <unistd.h>
@@ -44,6 +45,9 @@ template <> struct Section<DnsblConfig> : In<DnsblConfig, &Config::dnsbl> {
 };
 template <> struct Section<AnvilConfig> : In<AnvilConfig, &Config::anvil> {
     static constexpr std::string_view name = "anvil";
+};
+template <> struct Section<RewriteConfig> : In<RewriteConfig, &Config::rewrite> {
+    static constexpr std::string_view name = "rewrite";
 };
 
 // A member of a section read through read_value and shown through show_value.
@@ -241,6 +245,28 @@ Member list(std::vector<T> S::*f,
 }
 
 std::string as_is(const std::string& s) { return s; }
+
+// Lookup tables, "type:name" each (hash:/etc/smx/access, texthash:...,
+// inline:{k=v}), searched in order: their syntax checked at load, the
+// tables opened by check-config and smx run (config_tables).
+template <class S>
+Member tables(std::vector<std::string> S::*f) {
+    Member m = list<S, std::string>(
+        f,
+        [](const std::string& key, const std::string& spec) {
+            try {
+                table::check_spec(spec);
+            } catch (const table::TableError& e) {
+                throw ConfigError(key, e.what());
+            }
+            return spec;
+        },
+        as_is);
+    m.type = "list of tables (\"type:name\")";
+    constexpr S Config::*part = Section<S>::part;
+    m.tables = [f](const Config& c) { return (c.*part).*f; };
+    return m;
+}
 
 std::string system_hostname() {
     char buf[256] = {};
@@ -568,6 +594,9 @@ std::vector<ConfigKey> make_keys() {
                   "true: clients in server.relay_networks are never counted or limited"),
         ConfigKey("anvil.max_clients", number<A>(&A::max_clients, 1000, 10000000), reload,
                   "clients QMGR tracks at most; the least recently seen idle one goes first"),
+        // [rewrite]: address rewriting (issue 28).
+        ConfigKey("rewrite.alias_maps", tables<RewriteConfig>(&RewriteConfig::alias_maps), reload,
+                  "aliases(5) tables (\"hash:/etc/aliases\"); newaliases builds them"),
     };
 }
 
@@ -617,6 +646,14 @@ const ConfigKey* find_config_key(std::string_view name) {
 }
 
 bool accepted(const ConfigKey& k) { return !k.test_build || SMX_TEST_HOOKS; }
+
+std::vector<std::pair<std::string, std::string>> config_tables(const Config& cfg) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& k : config_keys())
+        if (k.member.tables)
+            for (auto& spec : k.member.tables(cfg)) out.emplace_back(k.name, std::move(spec));
+    return out;
+}
 
 namespace {
 // TOML can spell a NUL (\u0000); no setting holds one, and the C calls a

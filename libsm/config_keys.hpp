@@ -35,6 +35,9 @@ struct Member {
     // The member's value in TOML syntax: "1000", "\"smxs\"", "[\"::1/128\"]".
     std::function<std::string(const Config&)> show;
     std::function<void(const Config& from, Config& to)> copy;
+    // A key of lookup tables (the `tables` kind): its specs, which
+    // check-config and smx run open; unset for every other kind.
+    std::function<std::vector<std::string>(const Config&)> tables = {};
 };
 
 struct ConfigKey {
@@ -76,6 +79,10 @@ const ConfigKey* find_config_key(std::string_view name);
 
 // This build accepts the key (test-build keys only in a test build).
 bool accepted(const ConfigKey& k);
+
+// Every table the config names, as (key, spec) in the order of the keys:
+// what check-config and smx run open before anything starts.
+std::vector<std::pair<std::string, std::string>> config_tables(const Config& cfg);
 
 // A string value (with no NUL in it), and a string or a list of strings,
 // as every key and table entry reads them; a ConfigError naming key if the

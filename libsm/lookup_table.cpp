@@ -2,6 +2,8 @@
 
 #include "libsm/domain.hpp"
 #include "libsm/fd.hpp"
+#include "libsm/table_db.hpp"
+#include "libsm/table_follow.hpp"
 #include "libsm/table_text.hpp"
 
 #include <db_cxx.h>
@@ -20,22 +22,9 @@ namespace {
 // texthash: is for short tables; a long one belongs in hash:.
 constexpr off_t max_text_table = 16 << 20;
 
-// path opened for reading as a regular file, not through a symbolic link
-// in its last component, without blocking on a FIFO.
-smx::Fd open_regular(const std::string& spec, const std::string& path, struct stat& st) {
-    smx::Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-    if (!fd)
-        throw TableError(spec + ": cannot open " + path + ": " +
-                         (errno == ELOOP ? "it is a symbolic link" : std::strerror(errno)));
-    if (::fstat(fd.get(), &st) != 0)
-        throw TableError(spec + ": cannot stat " + path + ": " + std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) throw TableError(spec + ": " + path + " is not a regular file");
-    return fd;
-}
-
 std::string read_text(const std::string& spec, const std::string& path) {
     struct stat st{};
-    const smx::Fd fd = open_regular(spec, path, st);
+    const smx::Fd fd = open_file(spec, path, st);
     if (st.st_size > max_text_table)
         throw TableError(spec + ": " + path + " is " + std::to_string(st.st_size) +
                          " bytes, over texthash:'s " + std::to_string(max_text_table) +
@@ -69,6 +58,9 @@ public:
         const auto it = entries_.find(smx::lower(key));
         if (it == entries_.end()) return {};
         return {Status::found, it->second};
+    }
+    void each(const std::function<void(std::string_view, std::string_view)>& f) const override {
+        for (const auto& [k, v] : entries_) f(k, v);
     }
 
 private:
@@ -123,10 +115,16 @@ std::string inline_text(const std::string& spec, std::string_view body) {
     return text;
 }
 
-// What Berkeley DB said last on this thread (it reports through a callback,
-// not in its return values).
+// What Berkeley DB said last on this thread.
 thread_local std::string db_said;
 void on_db_error(const DbEnv*, const char*, const char* msg) { db_said = msg ? msg : ""; }
+
+// Without a value's NUL, as postmap stores it.
+std::string_view stored(const Dbt& d) {
+    std::string_view s(static_cast<const char*>(d.get_data()), d.get_size());
+    if (!s.empty() && s.back() == '\0') s.remove_suffix(1);
+    return s;
+}
 
 // hash: and btree:, read-only. The handle is opened with DB_THREAD, so
 // sessions on several threads may look up at once; each get has its own
@@ -136,19 +134,21 @@ public:
     DbTable(std::string spec, const std::string& path, DBTYPE type)
         : Table(std::move(spec)), db_(std::make_unique<Db>(nullptr, DB_CXX_NO_EXCEPTIONS)) {
         struct stat st{};
-        const smx::Fd fd = open_regular(this->spec(), path, st);
+        const smx::Fd fd = open_file(this->spec(), path, st);
         // Berkeley DB opens by name: the name of the descriptor checked
         // above, so that a file swapped in since is not the one read.
         const std::string by_fd = "/proc/self/fd/" + std::to_string(fd.get());
-        db_->set_errcall(on_db_error);
-        db_said.clear();
+        report_errors(*db_);
         const int r = db_->open(nullptr, by_fd.c_str(), nullptr, type, DB_RDONLY | DB_THREAD, 0);
         if (r != 0) {
+            std::string why = error_text(r);
+            // Berkeley DB names the file as it was opened.
+            for (auto at = why.find(by_fd); at != std::string::npos; at = why.find(by_fd))
+                why.replace(at, by_fd.size(), path);
             db_->close(0);
             db_.reset();
             throw TableError(this->spec() + ": cannot open " + path + " as a " +
-                             (type == DB_HASH ? "hash" : "btree") + " file: " + db_strerror(r) +
-                             (db_said.empty() ? "" : " (" + db_said + ")"));
+                             (type == DB_HASH ? "hash" : "btree") + " file: " + why);
         }
     }
     ~DbTable() override {
@@ -174,31 +174,103 @@ private:
         const int r = db_->get(nullptr, &key, &value, 0);
         if (r == DB_NOTFOUND) return {};
         if (r != 0) return {Status::failed, {}};
-        Lookup l{Status::found, std::string(static_cast<const char*>(value.get_data()), value.get_size())};
+        Lookup l{Status::found, std::string(stored(value))};
         std::free(value.get_data());
-        if (!l.value.empty() && l.value.back() == '\0') l.value.pop_back();
         return l;
     }
 
+public:
+    void each(const std::function<void(std::string_view, std::string_view)>& f) const override {
+        Dbc* c = nullptr;
+        if (const int r = db_->cursor(nullptr, &c, 0))
+            throw TableError(spec() + ": cannot read: " + error_text(r));
+        // Closed however the walk ends.
+        const std::unique_ptr<Dbc, int (*)(Dbc*)> cursor(c, [](Dbc* d) { return d->close(); });
+        Dbt key;
+        Dbt value;
+        key.set_flags(DB_DBT_REALLOC);
+        value.set_flags(DB_DBT_REALLOC);
+        const auto release = [&] {
+            std::free(key.get_data());
+            std::free(value.get_data());
+        };
+        int r = 0;
+        try {
+            while ((r = c->get(&key, &value, DB_NEXT)) == 0) f(stored(key), stored(value));
+        } catch (...) {
+            release();
+            throw;
+        }
+        release();
+        if (r != DB_NOTFOUND) throw TableError(spec() + ": cannot read: " + error_text(r));
+    }
+
+private:
     std::unique_ptr<Db> db_;
 };
+
+// spec's type and name; TableError for a spec no type takes. inline: is
+// only split here, its entries parsed by inline_text.
+std::pair<std::string, std::string> split_spec(const std::string& spec) {
+    const auto colon = spec.find(':');
+    if (colon == std::string::npos || colon == 0)
+        throw TableError("\"" + spec + "\": expected type:name (hash:/etc/smx/access, texthash:..., inline:{...})");
+    std::string type = spec.substr(0, colon);
+    std::string name = spec.substr(colon + 1);
+    if (type == "inline") return {type, name};
+    if (type != "hash" && type != "btree" && type != "texthash")
+        throw TableError(spec + ": unknown table type \"" + type +
+                         "\" (hash, btree, texthash or inline)");
+    if (name.empty() || name.front() != '/')
+        throw TableError(spec + ": the file name must be an absolute path");
+    return {type, name};
+}
 
 } // namespace
 
 std::shared_ptr<const Table> open(const std::string& spec) {
-    const auto colon = spec.find(':');
-    if (colon == std::string::npos || colon == 0)
-        throw TableError("\"" + spec + "\": expected type:name (hash:/etc/smx/access, texthash:..., inline:{...})");
-    const std::string type = spec.substr(0, colon);
-    const std::string name = spec.substr(colon + 1);
+    const auto [type, name] = split_spec(spec);
     if (type == "inline") return std::make_shared<MemoryTable>(spec, inline_text(spec, name), spec);
-    if (name.empty() || name.front() != '/')
-        throw TableError(spec + ": the file name must be an absolute path");
-    if (type == "hash") return std::make_shared<DbTable>(spec, name + ".db", DB_HASH);
-    if (type == "btree") return std::make_shared<DbTable>(spec, name + ".db", DB_BTREE);
-    if (type == "texthash") return std::make_shared<MemoryTable>(spec, read_text(spec, name), name);
-    throw TableError(spec + ": unknown table type \"" + type +
-                     "\" (hash, btree, texthash or inline)");
+    if (type == "texthash")
+        return follow(spec, name, [spec, path = name] {
+            return std::make_shared<MemoryTable>(spec, read_text(spec, path), path);
+        });
+    const DBTYPE kind = type == "hash" ? DB_HASH : DB_BTREE;
+    return follow(spec, name + ".db", [spec, path = name + ".db", kind] {
+        return std::make_shared<DbTable>(spec, path, kind);
+    });
+}
+
+void check_spec(const std::string& spec) {
+    const auto [type, name] = split_spec(spec);
+    if (type == "inline") open(spec);  // its entries are all there is to check
+}
+
+smx::Fd open_file(const std::string& what, const std::string& path, struct stat& st) {
+    smx::Fd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (!fd)
+        throw TableError(what + ": cannot open " + path + ": " +
+                         (errno == ELOOP ? "it is a symbolic link" : std::strerror(errno)));
+    if (::fstat(fd.get(), &st) != 0)
+        throw TableError(what + ": cannot stat " + path + ": " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) throw TableError(what + ": " + path + " is not a regular file");
+    return fd;
+}
+
+void Table::each(const std::function<void(std::string_view, std::string_view)>&) const {
+    throw TableError(spec_ + ": this table cannot be listed");
+}
+
+void report_errors(Db& db) {
+    db.set_errcall(on_db_error);
+    db_said.clear();
+}
+
+std::string error_text(int r) {
+    std::string s = db_strerror(r);
+    if (!db_said.empty()) s += " (" + db_said + ")";
+    db_said.clear();
+    return s;
 }
 
 TableList TableList::open(const std::vector<std::string>& specs) {

@@ -11,6 +11,11 @@
 // answer with a temporary failure, never as if the key were absent.
 #pragma once
 
+#include "libsm/fd.hpp"
+
+#include <sys/stat.h>
+
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -44,6 +49,10 @@ public:
     virtual Lookup find(std::string_view key) const = 0;
     // "hash:/etc/smx/access", as configured.
     const std::string& spec() const { return spec_; }
+    // Every entry, in the table's own order (`smx map dump`); keys as
+    // stored (lower case), without postmap's NULs. TableError if the table
+    // cannot be read to its end.
+    virtual void each(const std::function<void(std::string_view key, std::string_view value)>& f) const;
 
 private:
     const std::string spec_;
@@ -52,7 +61,25 @@ private:
 // Opens spec; throws TableError ("hash:/etc/smx/access: cannot open
 // /etc/smx/access.db: No such file or directory"). Files are opened without
 // following a symbolic link in their last component and must be regular.
+//
+// A hash:, btree: or texthash: table follows its file: a lookup at most once
+// a second compares the file's identity (device, inode, size, modification
+// time) with that of the one open, and when it differs opens the new one
+// and answers from it (a rebuild by `smx map build` takes effect within a
+// second, without a reload). While the new file cannot be opened, lookups
+// fail (a temporary failure: never the old answers as if nothing happened,
+// never "not found") and the error is logged once.
 std::shared_ptr<const Table> open(const std::string& spec);
+
+// spec's type and name are well formed (a known type, an absolute path, an
+// inline table that parses), without opening a file: the check at config
+// load. Throws TableError as open does.
+void check_spec(const std::string& spec);
+
+// path opened for reading as tables are: not through a symbolic link in its
+// last component, without blocking on a FIFO, a regular file (fstat into
+// st). Throws TableError "<what>: cannot open <path>: ...".
+smx::Fd open_file(const std::string& what, const std::string& path, struct stat& st);
 
 // The tables of one config key, searched in order: the first that has a
 // key answers. A table that fails before one has answered makes the search

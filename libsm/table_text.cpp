@@ -48,39 +48,45 @@ Entry split(std::string_view text, const std::string& name, unsigned line, Synta
 
 } // namespace
 
-void parse_text(std::string_view text, const std::string& name, Syntax syntax,
-                const std::function<void(Entry&&)>& entry) {
-    std::string logical;
-    unsigned start = 0;  // the logical line's first line; 0: none yet
-    unsigned line = 0;
-    const auto finish = [&] {
-        if (start != 0) entry(split(logical, name, start, syntax));
-        logical.clear();
-        start = 0;
-    };
-    while (!text.empty()) {
-        ++line;
-        const std::size_t nl = text.find('\n');
-        std::string_view l = text.substr(0, nl);
-        text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-        if (l.find('\0') != std::string_view::npos) fail(name, line, "a NUL byte");
-        const std::string_view content = trim(l);
-        if (content.empty() || content.front() == '#') continue;
-        if (blank(l.front())) {
-            if (start == 0) fail(name, line, "a continuation line with no line to continue");
-            if (logical.size() + 1 + content.size() > max_line)
-                fail(name, start, "a logical line longer than " + std::to_string(max_line) + " bytes");
-            logical += ' ';
-            logical += content;
-            continue;
-        }
-        finish();
-        if (content.size() > max_line)
-            fail(name, line, "a line longer than " + std::to_string(max_line) + " bytes");
-        logical.assign(content);
-        start = line;
+TextParser::TextParser(std::string name, Syntax syntax, std::function<void(Entry&&)> entry)
+    : name_(std::move(name)), syntax_(syntax), entry_(std::move(entry)) {}
+
+void TextParser::finish() {
+    if (start_ != 0) entry_(split(logical_, name_, start_, syntax_));
+    logical_.clear();
+    start_ = 0;
+}
+
+void TextParser::line(std::string_view l) {
+    ++line_;
+    if (l.find('\0') != std::string_view::npos) fail(name_, line_, "a NUL byte");
+    const std::string_view content = trim(l);
+    // A comment too: `smx map build` holds no longer line.
+    if (content.size() > max_line)
+        fail(name_, line_, "a line longer than " + std::to_string(max_line) + " bytes");
+    if (content.empty() || content.front() == '#') return;
+    if (blank(l.front())) {
+        if (start_ == 0) fail(name_, line_, "a continuation line with no line to continue");
+        if (logical_.size() + 1 + content.size() > max_line)
+            fail(name_, start_, "a logical line longer than " + std::to_string(max_line) + " bytes");
+        logical_ += ' ';
+        logical_ += content;
+        return;
     }
     finish();
+    logical_.assign(content);
+    start_ = line_;
+}
+
+void parse_text(std::string_view text, const std::string& name, Syntax syntax,
+                const std::function<void(Entry&&)>& entry) {
+    TextParser p(name, syntax, entry);
+    while (!text.empty()) {
+        const std::size_t nl = text.find('\n');
+        p.line(text.substr(0, nl));
+        text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    }
+    p.finish();
 }
 
 } // namespace smx::table

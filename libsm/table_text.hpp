@@ -38,4 +38,24 @@ struct TextError : std::runtime_error {
 void parse_text(std::string_view text, const std::string& name, Syntax syntax,
                 const std::function<void(Entry&&)>& entry);
 
+// parse_text a line at a time, for a source too big to hold (`smx map
+// build` of a million entries): line() each physical line in order, without
+// its '\n', then finish(). The same entries and errors as parse_text.
+class TextParser {
+public:
+    TextParser(std::string name, Syntax syntax, std::function<void(Entry&&)> entry);
+    void line(std::string_view l);
+    void finish();
+    // Physical lines given so far.
+    unsigned lines() const { return line_; }
+
+private:
+    const std::string name_;
+    const Syntax syntax_;
+    const std::function<void(Entry&&)> entry_;
+    std::string logical_;
+    unsigned start_ = 0;  // the logical line's first line; 0: none yet
+    unsigned line_ = 0;
+};
+
 } // namespace smx::table

@@ -74,6 +74,24 @@ const CommandRule commands[] = {
      ids_details},
     {"delete", 1, -1, "ID... | - | ALL [QUEUE]",
      "delete queue entries, without a bounce (postsuper -d)", ids_details},
+    {"map", 0, -1, "build|query|dump ...",
+     "lookup tables, as postmap: build FILE.db from FILE,\n"
+     "look a key up, list the entries",
+     "smx map build [-t hash|btree] [-a] FILE...\n"
+     "    compiles the text table FILE (\"key value\" lines, postmap's syntax; -a:\n"
+     "    aliases(5) \"name: value\" lines) into FILE.db, a Berkeley DB hash\n"
+     "    (default) or btree file: written beside it, synced and renamed over\n"
+     "    FILE.db, so smx reads the old table or the new one. Keys are folded to\n"
+     "    lower case; a key given twice keeps its first value (a warning names both\n"
+     "    lines). FILE may be given as hash:FILE or btree:FILE.\n"
+     "smx map query [-t TYPE] FILE KEY\n"
+     "    prints KEY's value: exit status 0 found, 1 not found, 2 error. KEY -:\n"
+     "    the keys on standard input, one a line, \"key<TAB>value\" printed for\n"
+     "    each found (0 when one was). FILE: as for build, or texthash:FILE,\n"
+     "    inline:{k=v, ...}.\n"
+     "smx map dump [-t TYPE] FILE\n"
+     "    every entry as \"key<TAB>value\", in the table's order (postmap -s).\n"
+     "A running smx uses a rebuilt table within a second. docs/tables.md.\n"},
     {"help", 0, 1, "[COMMAND]", "this text, or what COMMAND does"},
     {"version", 0, 0, "", "print the version"},
 };
@@ -164,6 +182,11 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
     Args a;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
+        // map has options of its own (map_command.hpp): its words as given.
+        if (a.command == "map" && arg != "-h" && arg != "--help") {
+            a.operands.push_back(arg);
+            continue;
+        }
         if (arg == "-h" || arg == "--help") {
             // `smx queue --help`: the help of that command.
             Args help;
@@ -286,7 +309,7 @@ std::optional<Args> parse_args(int argc, const char* const* argv, std::string& e
             return std::nullopt;
         }
     }
-    if (a.command == "help" || a.command == "version") a.config_path.clear();
+    if (a.command == "help" || a.command == "version" || a.command == "map") a.config_path.clear();
     return a;
 }
 
@@ -322,8 +345,9 @@ void print_usage(std::ostream& out) {
 void print_help(std::ostream& out, const std::string& command) {
     const CommandRule* c = find_command(command);
     if (!c) return print_usage(out);
+    // map reads no config.
     out << "usage: smx " << c->name << (*c->synopsis ? " " : "") << c->synopsis
-        << " [-c FILE]\n\n"
+        << (std::string_view(c->name) == "map" ? "" : " [-c FILE]") << "\n\n"
         << c->summary << ".\n";
     if (*c->details) out << '\n' << c->details;
 }

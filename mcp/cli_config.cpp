@@ -5,6 +5,7 @@
 
 #include "libsm/config_keys.hpp"
 #include "libsm/limits.hpp"
+#include "libsm/lookup_table.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -165,7 +166,7 @@ std::string toml_key(const std::string& name) {
 bool runnable(const smx::Config& cfg, std::string& why) {
     if (!read_secrets(cfg, why)) return false;
     lookup_accounts(cfg, why);
-    return why.empty() && check_paths(cfg, why);
+    return why.empty() && check_paths(cfg, why) && check_tables(cfg, why);
 }
 
 void print_summary(const smx::Config& cfg, std::ostream& out) {
@@ -207,6 +208,21 @@ bool check_paths(const smx::Config& cfg, std::string& err) {
         (!q.ibdb_dir.empty() && !can_make_dir("queue.ibdb_dir", cfg.ibdb_dir_abs(), err)))
         return false;
     return cfg.log.file.empty() || can_open_log(cfg.log.file, err);
+}
+
+bool check_tables(const smx::Config& cfg, std::string& err) {
+    for (const auto& [key, spec] : smx::config_tables(cfg)) {
+        try {
+            smx::table::open(spec);
+        } catch (const smx::table::TableError& e) {
+            err = key + ": " + e.what();
+            if ((spec.starts_with("hash:") || spec.starts_with("btree:")) &&
+                err.ends_with(".db: No such file or directory"))
+                err += " (build it with: smx map build " + spec + ")";
+            return false;
+        }
+    }
+    return true;
 }
 
 std::vector<std::string> config_warnings(const smx::Config& cfg) {

@@ -19,6 +19,12 @@ namespace smx::mcp {
 // symbolic link). False with err "<key>: <what>".
 bool check_paths(const smx::Config& cfg, std::string& err);
 
+// Every lookup table the config names (smx::config_tables) opens: false with
+// err "<key>: <spec>: <why>" for the first that is missing, unreadable or
+// not a table of its type (a corrupt .db). check-config and smx run call it,
+// so smx refuses to start rather than answer 451 for every lookup.
+bool check_tables(const smx::Config& cfg, std::string& err);
+
 // What smx accepts but an administrator should look at again, one line each
 // naming the key: relay_networks that make an open relay (0.0.0.0/0, ::/0,
 // shorter than /8 or /16) or have host bits set, names in relay_domains,
@@ -26,7 +32,7 @@ bool check_paths(const smx::Config& cfg, std::string& err);
 std::vector<std::string> config_warnings(const smx::Config& cfg);
 
 // `smx check-config`: load_checked, read_secrets, the accounts (as root,
-// as `smx run` looks them up) and check_paths, so exactly what `smx run`
+// as `smx run` looks them up), check_paths and check_tables, so exactly what `smx run`
 // would refuse: exit_ok with "config OK (SOURCE)" and a summary, and each
 // of config_warnings as "smx: warning: ..." on err; or exit_config. SOURCE:
 // source if given, else path or "built-in defaults".

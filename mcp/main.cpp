@@ -1,6 +1,7 @@
 // smx: `smx run` (the MCP) and the operator commands.
 #include "mcp/cli.hpp"
 #include "mcp/cli_config.hpp"
+#include "mcp/map_command.hpp"
 #include "mcp/queue_commands.hpp"
 #include "mcp/reload.hpp"
 #include "mcp/run.hpp"
@@ -25,6 +26,14 @@ int main(int argc, char** argv) {
     if (args->command == "version") {
         std::cout << "smx " SMX_VERSION "\n";
         return smx::mcp::exit_ok;
+    }
+    if (args->command == "map") {
+        // A table that changes under `smx map query` logs to stderr, not
+        // into the answer.
+        auto lg = spdlog::stderr_logger_st("smx");
+        lg->set_pattern("smx map: %v");
+        spdlog::set_default_logger(lg);
+        return smx::mcp::map_command(args->operands, std::cin, std::cout, std::cerr);
     }
     smx::mcp::resolve_config(*args);
     if (args->command == "run") return smx::mcp::run(*args);

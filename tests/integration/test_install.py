@@ -39,7 +39,8 @@ EXPECTED = {
     # What the manual pages refer to.
     "usr/share/doc/smx/README.md",
 } | {"usr/share/doc/smx/%s.md" % d for d in ("benchmarks", "config", "defedb", "design",
-                                             "fuzzing", "ibdb", "mcp", "operation", "qmgr")}
+                                             "fuzzing", "ibdb", "mcp", "operation", "qmgr",
+                                             "tables")}
 
 
 def build_options():

@@ -1,5 +1,6 @@
 #include "libsm/lookup_table.hpp"
 #include "libsm/table_text.hpp"
+#include "tests/unit/libsm/table_dir.hpp"
 
 #include <catch2/catch.hpp>
 #include <db_cxx.h>
@@ -20,20 +21,6 @@ std::vector<Entry> parse(std::string_view text, Syntax s = Syntax::table) {
     parse_text(text, "t", s, [&](Entry&& e) { out.push_back(std::move(e)); });
     return out;
 }
-
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        char tmpl[] = "/tmp/smx-table-XXXXXX";
-        REQUIRE(::mkdtemp(tmpl) != nullptr);
-        path = tmpl;
-    }
-    ~TempDir() { fs::remove_all(path); }
-    std::string write(const std::string& name, const std::string& text) const {
-        std::ofstream(path / name) << text;
-        return (path / name).string();
-    }
-};
 
 } // namespace
 
