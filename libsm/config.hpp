@@ -234,6 +234,25 @@ struct StatsConfig {
     std::string listen;  // Prometheus text on http://listen/metrics; empty: off
 };
 
+// SMTPS's access policy (docs/policy.md): lookup tables as postfix names
+// them ("hash:/etc/smx/access"), each key's list searched in order.
+struct PolicyConfig {
+    // access(5) tables at each stage: the client (name, then address and its
+    // networks), the HELO name, the sender, the recipient.
+    std::vector<std::string> client_access, helo_access, sender_access, recipient_access;
+    // The known recipients of relay_domains; empty: every local part.
+    std::vector<std::string> relay_recipient_maps;
+    // postfix's smtpd_delay_reject: client, HELO and sender refusals are
+    // answered at RCPT (so that the log names the recipient).
+    bool delay_reject = true;
+};
+
+// Address rewriting before the envelope is committed.
+struct RewriteConfig {
+    // The characters that begin an address extension ("+": u+ext@d); "": none.
+    std::string recipient_delimiter;
+};
+
 struct Config {
     std::string path;  // the file it came from, empty for built-in defaults
     ServerConfig server;
@@ -241,6 +260,8 @@ struct Config {
     ClientConfig client;
     LogConfig log;
     StatsConfig stats;
+    PolicyConfig policy;
+    RewriteConfig rewrite;
     std::map<std::string, Route> routes;  // lower-case domain → route
     // Without routes (no or an empty [routes] table): "mx", every domain by
     // its MX, as postfix; routes but no default key: none (others wait).

@@ -36,6 +36,12 @@ template <> struct Section<LogConfig> : In<LogConfig, &Config::log> {
 template <> struct Section<StatsConfig> : In<StatsConfig, &Config::stats> {
     static constexpr std::string_view name = "stats";
 };
+template <> struct Section<PolicyConfig> : In<PolicyConfig, &Config::policy> {
+    static constexpr std::string_view name = "policy";
+};
+template <> struct Section<RewriteConfig> : In<RewriteConfig, &Config::rewrite> {
+    static constexpr std::string_view name = "rewrite";
+};
 
 // A member of a section read through read_value and shown through show_value.
 template <class S, class T>
@@ -179,6 +185,14 @@ Member list(std::vector<T> S::*f,
 
 std::string as_is(const std::string& s) { return s; }
 
+// A list of lookup tables ("hash:/etc/smx/access"), opened where they are
+// used (smx::PolicyTables): a table that cannot be is an error there.
+template <class S>
+Member tables(std::vector<std::string> S::*f) {
+    return list<S, std::string>(
+        f, [](const std::string&, const std::string& t) { return t; }, as_is);
+}
+
 std::string system_hostname() {
     char buf[256] = {};
     if (::gethostname(buf, sizeof buf - 1) != 0 || !buf[0]) return "localhost";
@@ -189,6 +203,7 @@ using S = ServerConfig;
 using Q = QueueConfig;
 using C = ClientConfig;
 using L = LogConfig;
+using P = PolicyConfig;
 constexpr auto reload = Reload::reload;
 constexpr auto restart = Reload::restart;
 
@@ -442,6 +457,27 @@ std::vector<ConfigKey> make_keys() {
                                         parse_hostport(key, v, 9525);
                                     }),
                   restart, "\"host:port\": Prometheus text at http://host:port/metrics; \"\": off"),
+
+        // [policy]: SMTPS's access tables (docs/policy.md), opened again at
+        // each reload.
+        ConfigKey("policy.client_access", tables<P>(&P::client_access), reload,
+                  "access(5) tables for the client name, address and networks"),
+        ConfigKey("policy.helo_access", tables<P>(&P::helo_access), reload,
+                  "access(5) tables for the HELO/EHLO name and its parent domains"),
+        ConfigKey("policy.sender_access", tables<P>(&P::sender_access), reload,
+                  "access(5) tables for the MAIL FROM address (\"<>\": the null sender)"),
+        ConfigKey("policy.recipient_access", tables<P>(&P::recipient_access), reload,
+                  "access(5) tables for the RCPT TO address"),
+        ConfigKey("policy.relay_recipient_maps", tables<P>(&P::relay_recipient_maps), reload,
+                  "the known recipients of relay_domains (user@domain, @domain); others get "
+                  "550 5.1.1; []: all"),
+        ConfigKey("policy.delay_reject", flag<P>(&P::delay_reject), reload,
+                  "client, HELO and sender refusals are answered at RCPT, as postfix's "
+                  "smtpd_delay_reject"),
+
+        // [rewrite]: addresses before the envelope is committed.
+        ConfigKey("rewrite.recipient_delimiter", text<RewriteConfig>(&RewriteConfig::recipient_delimiter),
+                  reload, "characters that begin an address extension (\"+\": u+ext@d); \"\": none"),
     };
 }
 

@@ -5,6 +5,7 @@
 
 #include "libsm/config_keys.hpp"
 #include "libsm/limits.hpp"
+#include "libsm/policy_tables.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -165,7 +166,7 @@ std::string toml_key(const std::string& name) {
 bool runnable(const smx::Config& cfg, std::string& why) {
     if (!read_secrets(cfg, why)) return false;
     lookup_accounts(cfg, why);
-    return why.empty() && check_paths(cfg, why);
+    return why.empty() && check_paths(cfg, why) && check_tables(cfg, why);
 }
 
 void print_summary(const smx::Config& cfg, std::ostream& out) {
@@ -207,6 +208,16 @@ bool check_paths(const smx::Config& cfg, std::string& err) {
         (!q.ibdb_dir.empty() && !can_make_dir("queue.ibdb_dir", cfg.ibdb_dir_abs(), err)))
         return false;
     return cfg.log.file.empty() || can_open_log(cfg.log.file, err);
+}
+
+bool check_tables(const smx::Config& cfg, std::string& err) {
+    try {
+        const smx::PolicyTables tables(cfg.policy);
+    } catch (const smx::ConfigError& e) {
+        err = e.what();
+        return false;
+    }
+    return true;
 }
 
 std::vector<std::string> config_warnings(const smx::Config& cfg) {

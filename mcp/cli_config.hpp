@@ -19,6 +19,11 @@ namespace smx::mcp {
 // symbolic link). False with err "<key>: <what>".
 bool check_paths(const smx::Config& cfg, std::string& err);
 
+// The [policy] lookup tables open (smx::PolicyTables), as SMTPS will open
+// them: false with err "policy.client_access: hash:/x: cannot open ...".
+// smx run, check-config and reload refuse a config whose tables do not.
+bool check_tables(const smx::Config& cfg, std::string& err);
+
 // What smx accepts but an administrator should look at again, one line each
 // naming the key: relay_networks that make an open relay (0.0.0.0/0, ::/0,
 // shorter than /8 or /16) or have host bits set, names in relay_domains,

@@ -1,5 +1,7 @@
 #include "mcp/reload.hpp"
 
+#include "mcp/cli_config.hpp"
+
 #include "libsm/config_reload.hpp"
 
 #include <fcntl.h>
@@ -65,6 +67,7 @@ ReloadOutcome check_reload(const std::string& path, const smx::Config& running) 
     std::string err;
     auto secrets = read_secrets(*next, err);
     if (!secrets) return {false, "config error: " + err + keeping, {}};
+    if (!check_tables(*next, err)) return {false, "config error: " + err + keeping, {}};
     const auto kept = smx::keep_restart_only(running, *next);
     smx::set_log_level(next->log);
     std::string text = "config reloaded from " + (path.empty() ? "the built-in defaults" : path);

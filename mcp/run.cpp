@@ -60,7 +60,7 @@ int run(const Args& args) {
         return exit_config;
     }
     auto accounts = lookup_accounts(*cfg, err);
-    if (!err.empty() || !check_paths(*cfg, err)) {
+    if (!err.empty() || !check_paths(*cfg, err) || !check_tables(*cfg, err)) {
         std::cerr << "smx: config error: " << err << '\n';
         return exit_config;
     }
