@@ -27,8 +27,11 @@ enum class Rejection : std::uint32_t {
     bad_syntax,            // 501, 553, 555 (arguments, addresses, parameters)
     bad_sequence,          // 503, 554 5.5.1 (commands out of order)
     timeout,               // 421 4.4.2
+    access_denied,         // an access table's REJECT, DEFER, DEFER_IF_* or NNN reply
+    unknown_recipient,     // 550 5.1.1 (not in policy.relay_recipient_maps)
+    policy_unavailable,    // 451 4.3.0 (a table lookup failed), 451 4.3.5 (a bad table entry)
 };
-inline constexpr std::size_t rejection_reasons = 15;
+inline constexpr std::size_t rejection_reasons = 18;
 
 // The label value: "relay_denied".
 std::string_view rejection_name(Rejection r);

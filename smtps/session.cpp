@@ -10,6 +10,7 @@
 #include "smtps/command.hpp"
 #include "smtps/content.hpp"
 #include "smtps/policy.hpp"
+#include "smtps/restrictions.hpp"
 #include "smtps/server.hpp"
 #include "smtps/session_log.hpp"
 
@@ -80,7 +81,8 @@ public:
         : srv_(srv), settings_(srv.settings()), cfg_(settings_->server()),
           stream_(std::move(sock)),
           reader_(stream_, cfg_.max_line_length + smx::dsn::rcpt_line_extra),
-          ip_(std::move(ip)), log_(ip_, srv.rejections()), trusted_(trusted) {}
+          ip_(std::move(ip)), log_(ip_, srv.rejections()), trusted_(trusted),
+          restrictions_(*settings_->config, settings_->tables, ip_, trusted, log_.client()) {}
 
     asio::awaitable<void> run();
 
@@ -103,6 +105,15 @@ private:
     void reject(smx::Rejection why, std::string_view r, std::string_view to = {}) {
         log_.reject(why, r, details(to));
         reply(r);
+    }
+    // A restriction stage's verdict (smtps/restrictions.hpp): its notes
+    // logged; false when it refused (logged, counted and answered).
+    bool passes(Outcome o, std::string_view to = {}) {
+        for (const auto& n : o.notes) log_.note(n.kind, n.text, details(to));
+        if (!o.refusal) return true;
+        reject(o.refusal->why, o.refusal->reply, to);
+        count_error();
+        return false;
     }
     void count_error() {
         if (++errors_ < cfg_.max_errors) return;
@@ -208,6 +219,9 @@ private:
     std::string ip_;
     SessionLog log_;
     bool trusted_;
+    Restrictions restrictions_;
+    // Refused at connect (policy.delay_reject = false): only QUIT is taken.
+    bool denied_ = false;
     std::string out_;
     std::string helo_;
     std::string tls_info_;  // "TLSv1.3 with cipher ..." once TLS is on
@@ -277,7 +291,8 @@ asio::awaitable<Line> Session::next_bytes(std::size_t max,
 
 asio::awaitable<void> Session::run() {
     log_.connected();
-    reply("220 " + cfg_.hostname + " ESMTP smx");
+    denied_ = !passes(restrictions_.connect("unknown"));
+    if (!denied_) reply("220 " + cfg_.hostname + " ESMTP smx");
     while (!closing_) {
         const Line l = co_await next_line(cfg_.command_timeout);
         if (l.status == ReadStatus::timeout) {
@@ -305,6 +320,10 @@ asio::awaitable<void> Session::run() {
                                                        : 0;
         if (l.text.size() > cfg_.max_line_length + extra) {
             error(smx::Rejection::bad_command, "500 5.5.2 Error: line too long");
+            continue;
+        }
+        if (denied_ && verb != Verb::quit) {
+            error(smx::Rejection::access_denied, "503 5.7.0 Error: access denied for " + client());
             continue;
         }
         switch (verb) {
@@ -380,6 +399,7 @@ void Session::helo(std::string_view arg, bool esmtp) {
               esmtp ? "501 5.5.4 Syntax: EHLO hostname" : "501 5.5.4 Syntax: HELO hostname");
         return;
     }
+    if (!passes(restrictions_.helo(arg))) return;
     reset();
     helo_.assign(arg);
     esmtp_ = esmtp;
@@ -473,6 +493,7 @@ void Session::mail(std::string_view arg) {
     // The free space of the content file system is below min_free_space.
     if (!srv_.store().has_room(size))
         return reject(Rejection::insufficient_storage, "452 4.3.1 Insufficient system storage");
+    if (!passes(restrictions_.mail(p->addr))) return;
     in_mail_ = true;
     smtputf8_ = utf8;
     ta_id_ = smx::new_ta_id();
@@ -524,14 +545,7 @@ void Session::rcpt(std::string_view arg) {
         smx::msg::max_envelope)
         return reject(Rejection::too_many_recipients,
                       "452 4.5.3 Error: too many recipients (envelope too large)", p->addr);
-    // Untrusted clients may not route through us in the local part
-    // ("u@evil"@relay, u%evil@relay, evil!u@relay), as postfix refuses.
-    const bool routed = !trusted_ && !cfg_.allow_untrusted_routing && routes_in_local_part(p->addr);
-    if (routed || (!trusted_ && !settings_->policy.relay_domain(smx::domain_part(p->addr)))) {
-        reject(Rejection::relay_denied,
-               "554 5.7.1 <" + std::string(p->addr) + ">: Relay access denied", p->addr);
-        return count_error();
-    }
+    if (!passes(restrictions_.rcpt(helo_, sender_, p->addr), p->addr)) return;
     log_.recipient_taken(ta_id_);
     envelope_size_ += grows;
     rcpt_keys_.insert(std::move(key));
@@ -734,6 +748,12 @@ asio::awaitable<std::string> Session::commit(ContentWriter& w, const std::string
     const std::uint64_t arrival_us = smx::now_us();
     // The envelope moves into the commit below; a refusal still names it.
     const std::string detail = details(rcpts_.front().addr);
+    // An access DISCARD: the client is told the message is queued, as
+    // postfix tells it; nothing is (the content goes with w).
+    if (restrictions_.discard()) {
+        spdlog::info("{}: discarded: from=<{}>, size={}, nrcpt={}", ta_id_, sender_, w.size(), rcpts_.size());
+        co_return "250 2.0.0 Ok: queued as " + ta_id_;
+    }
     if (const int err = co_await w.commit(); err != 0) {
         // Below min_free_space is no error of ours; a failed write is.
         std::string r = "452 4.3.1 Insufficient system storage";
@@ -762,6 +782,7 @@ asio::awaitable<std::string> Session::commit(ContentWriter& w, const std::string
     ta.content_id = w.content_id();
     ta.size = w.size();
     ta.arrival_us = arrival_us;
+    ta.hold = restrictions_.hold();
     const auto ack = co_await srv_.qmgr().commit(ta);
     // Without an answer QMGR may still have logged the transaction, so the
     // file stays; a client retry at worst makes a duplicate.
