@@ -65,10 +65,12 @@ public:
         : r_(r), out_(out), defer_if_permit_(defer_if_permit), name_(std::move(name)), what_(what) {}
 
     // The first of keys that the tables of config key `key` have, taken as an
-    // access(5) action.
-    Step check(const char* key, const TableList& tables, const std::vector<std::string>& keys) {
+    // access(5) action. keys(): made only when there are tables (no work
+    // per command without them).
+    template <class Keys>
+    Step check(const char* key, const TableList& tables, Keys&& keys) {
         if (tables.empty()) return Step::dunno;
-        for (const auto& k : keys) {
+        for (const auto& k : keys()) {
             const Lookup l = tables.find(k);
             if (l.failed()) {
                 spdlog::warn("{}: lookup of \"{}\" failed", key, k);
@@ -194,22 +196,23 @@ bool Restrictions::client_list(List& l) {
     Step s = Step::dunno;
     if (name_ != "unknown")
         s = l.check("policy.client_access", tables_.client_access,
-                    smx::table::domain_keys(name_, false));
+                    [&] { return smx::table::domain_keys(name_, false); });
     if (s == Step::dunno)
         l.check("policy.client_access", tables_.client_access,
-                smx::table::client_address_keys(ip_));
+                [&] { return smx::table::client_address_keys(ip_); });
     return l.refused();
 }
 
 bool Restrictions::helo_list(List& l, std::string_view helo) {
-    l.check("policy.helo_access", tables_.helo_access, helo_keys(helo));
+    l.check("policy.helo_access", tables_.helo_access, [&] { return helo_keys(helo); });
     return l.refused();
 }
 
 bool Restrictions::sender_list(List& l, std::string_view sender) {
-    l.check("policy.sender_access", tables_.sender_access,
-            smx::table::address_keys(sender, cfg_.rewrite.recipient_delimiter,
-                                     smx::table::Order::access));
+    l.check("policy.sender_access", tables_.sender_access, [&] {
+        return smx::table::address_keys(sender, cfg_.rewrite.recipient_delimiter,
+                                        smx::table::Order::access);
+    });
     return l.refused();
 }
 
@@ -261,9 +264,10 @@ Outcome Restrictions::rcpt(std::string_view helo, std::string_view sender, std::
     }
     std::optional<Refusal> defer_if_permit = defer_sender_;
     List l(*this, out, defer_if_permit, std::string(rcpt), "Recipient address");
-    l.check("policy.recipient_access", tables_.recipient_access,
-            smx::table::address_keys(rcpt, cfg_.rewrite.recipient_delimiter,
-                                     smx::table::Order::access));
+    l.check("policy.recipient_access", tables_.recipient_access, [&] {
+        return smx::table::address_keys(rcpt, cfg_.rewrite.recipient_delimiter,
+                                        smx::table::Order::access);
+    });
     if (l.refused()) return out;
     // The relay decision, a list of its own (postfix's smtpd_relay_restrictions:
     // permit_mynetworks, permit_auth_destination, reject): an OK above does not
