@@ -241,6 +241,11 @@ struct StatsConfig {
 // [policy]: what SMTPS asks of a client before it takes mail. The client
 // name keys are issue 28's item 7 (smtps/client_check.hpp).
 struct PolicyConfig {
+    // access(5) tables at each stage: the client (name, then address and its
+    // networks), the HELO name, the sender, the recipient.
+    std::vector<std::string> client_access, helo_access, sender_access, recipient_access;
+    // The known recipients of relay_domains; empty: every local part.
+    std::vector<std::string> relay_recipient_maps;
     // Refusals of the client answered at RCPT, not at connect (postfix's
     // smtpd_delay_reject), so that the log shows sender and recipient.
     bool delay_reject = true;
@@ -292,6 +297,8 @@ struct AnvilConfig {
 struct RewriteConfig {
     // aliases(5) tables: what newaliases builds.
     std::vector<std::string> alias_maps;
+    // The characters that begin an address extension ("+": u+ext@d); "": none.
+    std::string recipient_delimiter;
 };
 
 struct Config {

@@ -494,7 +494,19 @@ std::vector<ConfigKey> make_keys() {
         ConfigKey("client.smtp_port", number<C>(&C::smtp_port, 1, 65535), restart,
                   "the port of hosts found by MX lookup"),
 
-        // [policy] (the client name keys; issue 28 item 7) and [dnsbl]: SMTPS at connect.
+        // [policy]: SMTPS's access tables (docs/policy.md), opened again at each
+        // reload, and the client name (issue 28 item 7); [dnsbl]: SMTPS at connect.
+        ConfigKey("policy.client_access", tables<P>(&P::client_access), reload,
+                  "access(5) tables for the client name, address and networks"),
+        ConfigKey("policy.helo_access", tables<P>(&P::helo_access), reload,
+                  "access(5) tables for the HELO/EHLO name and its parent domains"),
+        ConfigKey("policy.sender_access", tables<P>(&P::sender_access), reload,
+                  "access(5) tables for the MAIL FROM address (\"<>\": the null sender)"),
+        ConfigKey("policy.recipient_access", tables<P>(&P::recipient_access), reload,
+                  "access(5) tables for the RCPT TO address"),
+        ConfigKey("policy.relay_recipient_maps", tables<P>(&P::relay_recipient_maps), reload,
+                  "the known recipients of relay_domains (user@domain, @domain); others get "
+                  "550 5.1.1; []: all"),
         ConfigKey("policy.delay_reject", flag<P>(&P::delay_reject), reload,
                   "refusals of the client (its name) answered at RCPT, not at connect"),
         ConfigKey("policy.client_name_lookup", flag<P>(&P::client_name_lookup), reload,
@@ -597,6 +609,8 @@ std::vector<ConfigKey> make_keys() {
         // [rewrite]: address rewriting (issue 28).
         ConfigKey("rewrite.alias_maps", tables<RewriteConfig>(&RewriteConfig::alias_maps), reload,
                   "aliases(5) tables (\"hash:/etc/aliases\"); newaliases builds them"),
+        ConfigKey("rewrite.recipient_delimiter", text<RewriteConfig>(&RewriteConfig::recipient_delimiter),
+                  reload, "characters that begin an address extension (\"+\": u+ext@d); \"\": none"),
     };
 }
 

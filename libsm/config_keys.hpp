@@ -70,8 +70,9 @@ struct ConfigKey {
     ConfigKey&& decided() &&;
 };
 
-// Every key, [server] first, then [queue], [client], [log], [stats], [anvil]; keys of
-// a section in the order the docs and the example config list them.
+// Every key, [server] first, then [queue], [client], [log], [stats], [policy],
+// [dnsbl], [anvil], [rewrite]; keys of a section in the order the docs and
+// the example config list them.
 const std::vector<ConfigKey>& config_keys();
 
 // The row of "section.key", or null.

@@ -16,6 +16,8 @@ enum Tag : std::uint16_t {
     T_CONTENT_ERROR, T_REJECTED, T_REASON, T_CLASS, T_COUNT, T_SETUP,
     T_OP, T_CLIENT, T_MAIL_LIMIT, T_RCPT_LIMIT, T_CONNECTIONS, T_RATE, T_GRANTED,
 };
+// Optional tags: a reader that does not know one skips it.
+constexpr std::uint16_t T_HOLD = rec::optional_tag | 1;
 
 // Where a field's value goes: a reference to a callable that lives for the
 // apply() call it is given to (no std::function, no allocation per field).
@@ -116,6 +118,7 @@ rec::Writer commit_fields(const TaCommit& m) {
         w.nested(T_RCPT, rw);
     }
     w.str(T_CONTENT_ID, m.content_id).u64(T_SIZE, m.size).u64(T_ARRIVAL, m.arrival_us);
+    if (!m.hold.empty()) w.str(T_HOLD, m.hold);
     return w;
 }
 
@@ -138,7 +141,8 @@ std::optional<TaCommit> commit_from(std::string_view body, std::string& err) {
                       {T_RCPT, true, true, rcpt},
                       {T_CONTENT_ID, true, false, str(m.content_id)},
                       {T_SIZE, true, false, num(m.size)},
-                      {T_ARRIVAL, true, false, num(m.arrival_us)}}, err))
+                      {T_ARRIVAL, true, false, num(m.arrival_us)},
+                      {T_HOLD, false, false, str(m.hold)}}, err))
         return std::nullopt;
     return m;
 }

@@ -59,6 +59,10 @@ struct TaCommit {
     std::string content_id;
     std::uint64_t size = 0;        // bytes in the content file
     std::uint64_t arrival_us = 0;  // unix time in microseconds
+    // Set: an access table's HOLD said so, and why ("<s@x>: Sender address
+    // triggers HOLD action"). QMGR puts every recipient on hold (`smx queue`
+    // shows the reason; `smx release` lets them go), recovery too.
+    std::string hold = {};
 };
 
 // One SMTPS event loop's sessions and transactions, for `smx stats`: sent

@@ -13,7 +13,8 @@ std::string_view rejection_name(Rejection r) {
         "bare_line_end",        "too_many_hops",     "tls_required",        "bad_command",
         "bad_syntax",           "bad_sequence",      "timeout",
         "dnsbl",                "pregreet",          "unknown_client",
-        "connection_rate",      "message_rate",      "recipient_rate"};
+        "connection_rate",      "message_rate",      "recipient_rate",
+        "access_denied",        "unknown_recipient", "policy_unavailable"};
     const auto i = static_cast<std::size_t>(r);
     if (i >= names.size()) panic("rejection_name: reason " + std::to_string(i));
     return names[i];

@@ -33,8 +33,11 @@ enum class Rejection : std::uint32_t {
     connection_rate,       // 421 4.7.0 (anvil.connection_rate_limit)
     message_rate,          // 450 4.7.1 (anvil.message_rate_limit)
     recipient_rate,        // 450 4.7.1 (anvil.recipient_rate_limit)
+    access_denied,         // an access table's REJECT, DEFER, DEFER_IF_* or NNN reply
+    unknown_recipient,     // 550 5.1.1 (not in policy.relay_recipient_maps)
+    policy_unavailable,    // 451 4.3.0 (a table lookup failed), 451 4.3.5 (a bad table entry)
 };
-inline constexpr std::size_t rejection_reasons = 21;
+inline constexpr std::size_t rejection_reasons = 24;
 
 // The label value: "relay_denied".
 std::string_view rejection_name(Rejection r);

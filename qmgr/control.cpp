@@ -174,9 +174,8 @@ asio::awaitable<std::optional<std::size_t>> Qmgr::hold_ta(std::string id, bool h
             ++here;
             if (hold && r.state() == RcptState::active) {
                 const bool failed = r.last_reply() != smx::msg::Reply{};
-                queue_.defer_begin(*ta, i, failed ? r.last_reply() : smx::msg::Reply{0, {}, "held by operator"},
-                                   failed ? r.last_relay() : std::string());
-                deferred_.park(*ta, i, clock_.now_us());
+                park_held(*ta, i, failed ? r.last_reply() : smx::msg::Reply{0, {}, "held by operator"},
+                          failed ? r.last_relay() : std::string());
             }
         }
     }
@@ -185,6 +184,12 @@ asio::awaitable<std::optional<std::size_t>> Qmgr::hold_ta(std::string id, bool h
     if (!n) co_return std::nullopt;
     if (here + *n > 0) spdlog::info("{}: {} by operator", id, hold ? "held" : "released");
     co_return here + *n;
+}
+
+void Qmgr::park_held(Ta& ta, std::uint32_t idx, smx::msg::Reply why, std::string relay) {
+    queue_.set_hold(ta, idx, true);
+    queue_.defer_begin(ta, idx, std::move(why), std::move(relay));
+    deferred_.park(ta, idx, clock_.now_us());
 }
 
 // Memory's part of removing a transaction (`smx delete`, a quarantine): it

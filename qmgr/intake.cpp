@@ -168,7 +168,7 @@ void Qmgr::committed(const std::string& id, std::uint64_t req_id, const Send& re
     counters_.ack_seconds.observe(seconds_since(ta->arrival_us(), clock_.now_us()));
     spdlog::info("{}: from=<{}>, size={}, nrcpt={} (queue active)", id, ta->sender(), ta->size(),
                  ta->rcpts().size());
-    schedule(*ta, all_rcpts(*ta));
+    start(*ta, all_rcpts(*ta));
 }
 
 // Once a second on the pool (a directory list, and perhaps an fallocate):

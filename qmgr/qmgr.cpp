@@ -135,6 +135,12 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
     for (auto& [dest, list] : groups) sched_.submit(ta, dest, std::move(list));
 }
 
+void Qmgr::start(Ta& ta, const std::vector<std::uint32_t>& idx) {
+    if (ta.env->hold.empty()) return schedule(ta, idx);
+    spdlog::info("{}: held: {}", ta.id, ta.env->hold);
+    for (auto i : idx) park_held(ta, i, {0, {}, "held by access policy: " + ta.env->hold}, {});
+}
+
 // Called whenever a recipient closes. Once nothing is open in memory the
 // transaction leaves memory; the reaper decides whether its content goes,
 // asking DEFEDB (on its strand, after every removal made so far) when DEFEDB

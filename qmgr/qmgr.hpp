@@ -170,6 +170,12 @@ private:
     asio::awaitable<void> watch_disk();
     // qmgr.cpp: routes recipients of ta and hands them to the scheduler.
     void schedule(Ta& ta, const std::vector<std::uint32_t>& idx);
+    // Recipients of a transaction new to the queue (intake, recovery):
+    // scheduled, or put on hold when an access HOLD came with it.
+    void start(Ta& ta, const std::vector<std::uint32_t>& idx);
+    // control.cpp: an active recipient parked held in DEFEDB (unindexed,
+    // so nothing schedules it until `smx release`), with why.
+    void park_held(Ta& ta, std::uint32_t idx, smx::msg::Reply why, std::string relay);
     void check_ta(Ta& ta);
     // The deferred queue's answers: parks durable in DEFEDB (and transactions
     // it holds nothing of any more), due recipients back from it.

@@ -144,7 +144,10 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
         // record leaves a recipient in both: memory delivers it now, so its
         // DEFEDB copy goes (queued before the first due() on the strand), and
         // the content waits for DEFEDB's word on the rest.
-        for (auto i : todo) deferred_.remove(ta->id, i);
+        // A held one is parked again instead (its DEFEDB copy, if any, is
+        // overwritten).
+        if (ta->env->hold.empty())
+            for (auto i : todo) deferred_.remove(ta->id, i);
         if (todo.empty()) {
             check_ta(*ta);
             continue;
@@ -152,7 +155,7 @@ void Qmgr::restore(std::vector<RecoveredTa> tas) {
         ++restored;
         spdlog::info("{}: from=<{}>, size={}, nrcpt={} (queue active, recovered)", ta->id,
                      ta->sender(), ta->size(), ta->rcpts().size());
-        schedule(*ta, todo);
+        start(*ta, todo);
     }
     if (!tas.empty())
         spdlog::info("recovery: {} transactions back in the active queue", restored);

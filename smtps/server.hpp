@@ -5,6 +5,7 @@
 #pragma once
 
 #include "libsm/config.hpp"
+#include "libsm/policy_tables.hpp"
 #include "libsm/rejections.hpp"
 #include "libsm/session_counts.hpp"
 #include "smtps/client_check.hpp"
@@ -31,13 +32,15 @@ using tcp = asio::ip::tcp;
 struct Settings {
     // tls: the STARTTLS context (smx::tls::server_context; one per config, so
     // its session cache and ticket keys are shared); null when
-    // server.tls_security_level is none.
+    // server.tls_security_level is none. Opens the [policy] tables: throws
+    // ConfigError for one that cannot be opened.
     Settings(std::shared_ptr<const smx::Config> cfg, std::shared_ptr<asio::ssl::context> tls);
     Settings(const Settings&) = delete;
     Settings& operator=(const Settings&) = delete;
 
     const std::shared_ptr<const smx::Config> config;
     const RelayPolicy policy;
+    const smx::PolicyTables tables;
     const std::shared_ptr<asio::ssl::context> tls;
     // The EHLO reply; with STARTTLS in it when offer_tls and TLS is configured.
     const std::string& ehlo_reply(bool offer_tls) const {

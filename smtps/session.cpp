@@ -12,6 +12,7 @@
 #include "smtps/command.hpp"
 #include "smtps/content.hpp"
 #include "smtps/policy.hpp"
+#include "smtps/restrictions.hpp"
 #include "smtps/server.hpp"
 #include "smtps/session_log.hpp"
 
@@ -83,7 +84,8 @@ public:
           stream_(std::move(sock)),
           reader_(stream_, cfg_.max_line_length + smx::dsn::rcpt_line_extra),
           ip_(std::move(ip)), log_(ip_, srv.rejections()), trusted_(trusted),
-          limits_(srv.qmgr(), *settings_->config, ip_, trusted_, log_.client()) {}
+          limits_(srv.qmgr(), *settings_->config, ip_, trusted_, log_.client()),
+          restrictions_(*settings_->config, settings_->tables, ip_, trusted, log_.client()) {}
 
     asio::awaitable<void> run();
 
@@ -106,6 +108,15 @@ private:
     void reject(smx::Rejection why, std::string_view r, std::string_view to = {}) {
         log_.reject(why, r, details(to));
         reply(r);
+    }
+    // A restriction stage's verdict (smtps/restrictions.hpp): its notes
+    // logged; false when it refused (logged, counted and answered).
+    bool passes(Outcome o, std::string_view to = {}) {
+        for (const auto& n : o.notes) log_.note(n.kind, n.text, details(to));
+        if (!o.refusal) return true;
+        reject(o.refusal->why, o.refusal->reply, to);
+        count_error();
+        return false;
     }
     void count_error() {
         if (++errors_ < cfg_.max_errors) return;
@@ -217,6 +228,9 @@ private:
     bool trusted_;
     ClientVerdict client_;  // its name, and a refusal of it at connect or RCPT
     ClientLimits limits_;  // server.max_connections_per_client and [anvil]
+    Restrictions restrictions_;
+    // Refused at connect (policy.delay_reject = false): only QUIT is taken.
+    bool denied_ = false;
     std::string out_;
     std::string helo_;
     std::string tls_info_;  // "TLSv1.3 with cipher ..." once TLS is on
@@ -297,7 +311,8 @@ asio::awaitable<void> Session::run() {
         reject(over->why, over->reply);
         closing_ = true;
     } else {
-        reply("220 " + cfg_.hostname + " ESMTP smx");
+        denied_ = !passes(restrictions_.connect(client_.name));
+        if (!denied_) reply("220 " + cfg_.hostname + " ESMTP smx");
     }
     while (!closing_) {
         const Line l = co_await next_line(cfg_.command_timeout);
@@ -332,6 +347,11 @@ asio::awaitable<void> Session::run() {
         if (!client_.refusal.empty() && !client_.at_rcpt && verb != Verb::quit) {
             reject(client_.why, client_.refusal);
             count_error();
+            continue;
+        }
+        // Refused by client_access at connect (policy.delay_reject = false).
+        if (denied_ && verb != Verb::quit) {
+            error(smx::Rejection::access_denied, "503 5.7.0 Error: access denied for " + client());
             continue;
         }
         switch (verb) {
@@ -413,6 +433,7 @@ void Session::helo(std::string_view arg, bool esmtp) {
               esmtp ? "501 5.5.4 Syntax: EHLO hostname" : "501 5.5.4 Syntax: HELO hostname");
         return;
     }
+    if (!passes(restrictions_.helo(arg))) return;
     reset();
     helo_.assign(arg);
     esmtp_ = esmtp;
@@ -513,6 +534,7 @@ void Session::mail(std::string_view arg) {
     // The free space of the content file system is below min_free_space.
     if (!srv_.store().has_room(size))
         return reject(Rejection::insufficient_storage, "452 4.3.1 Insufficient system storage");
+    if (!passes(restrictions_.mail(p->addr))) return;
     in_mail_ = true;
     smtputf8_ = utf8;
     ta_id_ = smx::new_ta_id();
@@ -566,14 +588,7 @@ void Session::rcpt(std::string_view arg) {
         return reject(Rejection::too_many_recipients,
                       "452 4.5.3 Error: too many recipients (envelope too large)", p->addr);
     if (client_.at_rcpt) return reject(client_.why, client_.refusal, p->addr);
-    // Untrusted clients may not route through us in the local part
-    // ("u@evil"@relay, u%evil@relay, evil!u@relay), as postfix refuses.
-    const bool routed = !trusted_ && !cfg_.allow_untrusted_routing && routes_in_local_part(p->addr);
-    if (routed || (!trusted_ && !settings_->policy.relay_domain(smx::domain_part(p->addr)))) {
-        reject(Rejection::relay_denied,
-               "554 5.7.1 <" + std::string(p->addr) + ">: Relay access denied", p->addr);
-        return count_error();
-    }
+    if (!passes(restrictions_.rcpt(helo_, sender_, p->addr), p->addr)) return;
     log_.recipient_taken(ta_id_);
     envelope_size_ += grows;
     rcpt_keys_.insert(std::move(key));
@@ -777,6 +792,12 @@ asio::awaitable<std::string> Session::commit(ContentWriter& w, const std::string
     const std::uint64_t arrival_us = smx::now_us();
     // The envelope moves into the commit below; a refusal still names it.
     const std::string detail = details(rcpts_.front().addr);
+    // An access DISCARD: the client is told the message is queued, as
+    // postfix tells it; nothing is (the content goes with w).
+    if (restrictions_.discard()) {
+        spdlog::info("{}: discarded: from=<{}>, size={}, nrcpt={}", ta_id_, sender_, w.size(), rcpts_.size());
+        co_return "250 2.0.0 Ok: queued as " + ta_id_;
+    }
     if (const int err = co_await w.commit(); err != 0) {
         // Below min_free_space is no error of ours; a failed write is.
         std::string r = "452 4.3.1 Insufficient system storage";
@@ -805,6 +826,7 @@ asio::awaitable<std::string> Session::commit(ContentWriter& w, const std::string
     ta.content_id = w.content_id();
     ta.size = w.size();
     ta.arrival_us = arrival_us;
+    ta.hold = restrictions_.hold();
     const auto ack = co_await srv_.qmgr().commit(ta);
     // Without an answer QMGR may still have logged the transaction, so the
     // file stays; a client retry at worst makes a duplicate.

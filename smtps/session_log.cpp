@@ -59,6 +59,10 @@ void SessionLog::refused(std::string_view kind, smx::Rejection why, std::string_
     spdlog::info("{}: {}: {} from {}: {}; {}", queue_id_, kind, where_, client_, reply, details);
 }
 
+void SessionLog::note(std::string_view kind, std::string_view text, std::string_view details) const {
+    spdlog::info("{}: {}: {} from {}: {}; {}", queue_id_, kind, where_, client_, text, details);
+}
+
 void SessionLog::too_many_errors() {
     counts_->add(smx::Rejection::too_many_errors, 421);
     spdlog::info("too many errors after {} from {}", where_, client_);

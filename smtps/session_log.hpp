@@ -6,6 +6,8 @@
 //   NOQUEUE: reject: RCPT from unknown[192.0.2.1]: 554 5.7.1 <u@x>: Relay access
 //       denied; from=<s> to=<u@x> proto=ESMTP helo=<h>
 //   NOQUEUE: error: MAIL from unknown[192.0.2.1]: 501 5.5.4 Syntax: ...; proto=ESMTP helo=<h>
+//   ID: hold: RCPT from unknown[192.0.2.1]: <s@x>: Sender address triggers
+//       HOLD action; from=<s@x> to=<u@y> proto=ESMTP helo=<h>   (and discard:)
 //   too many errors after UNKNOWN from unknown[192.0.2.1]
 //   timeout after DATA (1024 bytes) from unknown[192.0.2.1]
 //   disconnect from unknown[192.0.2.1] ehlo=1 mail=1 rcpt=0/1 quit=1 commands=3/4
@@ -52,6 +54,9 @@ public:
     // details: "from=<...> to=<...> proto=ESMTP helo=<...>", what is known.
     void reject(smx::Rejection why, std::string_view reply, std::string_view details);
     void error(smx::Rejection why, std::string_view reply, std::string_view details);
+    // An access action that takes the message but changes its fate: kind
+    // "hold" or "discard" (not a refusal: not counted).
+    void note(std::string_view kind, std::string_view text, std::string_view details) const;
     // The 421 that ends a session: logged as postfix does, and counted.
     void too_many_errors();
     // Timeout or lost connection; bytes: of the content read so far.
