@@ -11,7 +11,7 @@ std::string_view rejection_name(Rejection r) {
         "relay_denied",         "message_too_big",   "too_many_recipients", "too_many_connections",
         "too_many_errors",      "insufficient_storage", "queue_unavailable", "queue_refused",
         "bare_line_end",        "too_many_hops",     "tls_required",        "bad_command",
-        "bad_syntax",           "bad_sequence",      "timeout"};
+        "bad_syntax",           "bad_sequence",      "timeout",             "lookup_failed"};
     const auto i = static_cast<std::size_t>(r);
     if (i >= names.size()) panic("rejection_name: reason " + std::to_string(i));
     return names[i];

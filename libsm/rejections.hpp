@@ -27,8 +27,9 @@ enum class Rejection : std::uint32_t {
     bad_syntax,            // 501, 553, 555 (arguments, addresses, parameters)
     bad_sequence,          // 503, 554 5.5.1 (commands out of order)
     timeout,               // 421 4.4.2
+    lookup_failed,         // 451 4.3.0 (a table failed), 451 4.6.0 (alias expansion)
 };
-inline constexpr std::size_t rejection_reasons = 15;
+inline constexpr std::size_t rejection_reasons = 16;
 
 // The label value: "relay_denied".
 std::string_view rejection_name(Rejection r);

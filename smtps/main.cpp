@@ -303,7 +303,13 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
         return cannot_start(2, std::string("TLS: ") + e.what());
     }
-    Process p{cfg, store, std::make_shared<smx::smtps::Shared>(cfg, tls.get()), std::move(loops), mcp};
+    std::shared_ptr<smx::smtps::Shared> shared;
+    try {
+        shared = std::make_shared<smx::smtps::Shared>(cfg, tls.get());
+    } catch (const smx::table::TableError& e) {
+        return cannot_start(2, e.what());  // a [rewrite] table
+    }
+    Process p{cfg, store, std::move(shared), std::move(loops), mcp};
     p.shared->limit_process(own_max, place.counts.get(), place.index);
     const auto n_loops = static_cast<unsigned>(p.loops.size());
 

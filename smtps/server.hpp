@@ -6,6 +6,7 @@
 
 #include "libsm/config.hpp"
 #include "libsm/rejections.hpp"
+#include "libsm/rewrite.hpp"
 #include "libsm/session_counts.hpp"
 #include "smtps/content_writer.hpp"
 #include "smtps/policy.hpp"
@@ -38,6 +39,9 @@ struct Settings {
 
     const std::shared_ptr<const smx::Config> config;
     const RelayPolicy policy;
+    // [rewrite]: its tables are opened here, at start and at each reload
+    // (a table that cannot be opened refuses the reload).
+    const smx::Rewriter rewrite;
     const std::shared_ptr<asio::ssl::context> tls;
     // The EHLO reply; with STARTTLS in it when offer_tls and TLS is configured.
     const std::string& ehlo_reply(bool offer_tls) const {

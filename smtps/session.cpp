@@ -161,6 +161,12 @@ private:
     asio::awaitable<void> wait_for_place();
     void mail(std::string_view arg);
     void rcpt(std::string_view arg);
+    // The recipients an RCPT (key: smx::address_key of it) stands for after
+    // rewriting, but those the envelope has; false (nothing added) when the
+    // envelope would be too large.
+    bool add_recipients(std::vector<smx::msg::Recipient> to, std::string key);
+    // A sender or recipient rewriting refused (a table failed, an alias loop).
+    void lookup_refused(const smx::RewriteResult& r, std::string_view addr);
     asio::awaitable<bool> data(std::string_view arg);
     asio::awaitable<DataOutcome> read_content(ContentWriter& w);
     // BDAT: false when the connection must close (timeout, lost client).
@@ -473,9 +479,11 @@ void Session::mail(std::string_view arg) {
     // The free space of the content file system is below min_free_space.
     if (!srv_.store().has_room(size))
         return reject(Rejection::insufficient_storage, "452 4.3.1 Insufficient system storage");
+    ta_id_ = smx::new_ta_id();
+    if (const auto r = settings_->rewrite.sender(sender_); !r.ok())
+        return lookup_refused(r, sender_);
     in_mail_ = true;
     smtputf8_ = utf8;
-    ta_id_ = smx::new_ta_id();
     mail_params_.assign(p->params);
     reply("250 2.1.0 Ok");
 }
@@ -519,11 +527,6 @@ void Session::rcpt(std::string_view arg) {
     if (rcpts_.size() >= cfg_.max_recipients)
         return reject(Rejection::too_many_recipients, "452 4.5.3 Error: too many recipients",
                       p->addr);
-    const std::size_t grows = p->addr.size() + p->params.size() + smx::msg::rcpt_overhead;
-    if (envelope_size_ + sender_.size() + mail_params_.size() + helo_.size() + grows >
-        smx::msg::max_envelope)
-        return reject(Rejection::too_many_recipients,
-                      "452 4.5.3 Error: too many recipients (envelope too large)", p->addr);
     // Untrusted clients may not route through us in the local part
     // ("u@evil"@relay, u%evil@relay, evil!u@relay), as postfix refuses.
     const bool routed = !trusted_ && !cfg_.allow_untrusted_routing && routes_in_local_part(p->addr);
@@ -532,11 +535,37 @@ void Session::rcpt(std::string_view arg) {
                "554 5.7.1 <" + std::string(p->addr) + ">: Relay access denied", p->addr);
         return count_error();
     }
+    // Canonical and virtual alias rewriting (libsm/rewrite.hpp): what is stored.
+    std::vector<smx::msg::Recipient> to;
+    if (const auto r = settings_->rewrite.recipient(p->addr, p->params, to); !r.ok())
+        return lookup_refused(r, p->addr);
+    if (!add_recipients(std::move(to), std::move(key)))
+        return reject(Rejection::too_many_recipients,
+                      "452 4.5.3 Error: too many recipients (envelope too large)", p->addr);
     log_.recipient_taken(ta_id_);
+    reply("250 2.1.5 Ok");
+}
+
+bool Session::add_recipients(std::vector<smx::msg::Recipient> to, std::string key) {
+    // An alias may name a recipient the envelope has: one copy.
+    std::erase_if(to, [&](const auto& r) { return rcpt_keys_.contains(smx::address_key(r.addr)); });
+    std::size_t grows = 0;
+    for (const auto& r : to) grows += r.addr.size() + r.params.size() + smx::msg::rcpt_overhead;
+    if (envelope_size_ + sender_.size() + mail_params_.size() + helo_.size() + grows >
+        smx::msg::max_envelope)
+        return false;
     envelope_size_ += grows;
     rcpt_keys_.insert(std::move(key));
-    rcpts_.push_back({std::string(p->addr), std::string(p->params)});
-    reply("250 2.1.5 Ok");
+    for (auto& r : to) {
+        rcpt_keys_.insert(smx::address_key(r.addr));
+        rcpts_.push_back(std::move(r));
+    }
+    return true;
+}
+
+void Session::lookup_refused(const smx::RewriteResult& r, std::string_view addr) {
+    if (!r.warning.empty()) spdlog::warn("{}: {}", ta_id_, r.warning);
+    reject(smx::Rejection::lookup_failed, r.reply, addr);
 }
 
 std::string Session::received_header() const {
