@@ -514,7 +514,8 @@ retry_min = 60
     const std::string tables = "routes.\".example.com\" = \"mx\"\n"
                                "routes.\"example.net\" = [\"[10.0.0.1]:25\", \"relay.example:587\"]\n"
                                "tls_policy.\"example.net\" = \"verify\"\n";
-    CHECK(all.out.ends_with("stats.listen = \"\"\n" + tables));
+    // [rewrite] is the last section; local_domains follows hostname.
+    CHECK(all.out.ends_with("rewrite.local_domains = [\"mx.example.org\"]\n" + tables));
     // max_errors is at its default, helo_name follows hostname: neither shows.
     CHECK(config(c.path, {}, true).out == "server.hostname = \"mx.example.org\"\n"
                                           "server.relay_domains = [\"example.net\"]\n"
@@ -529,7 +530,9 @@ retry_min = 60
     const auto d = config(c.path, {}, false, true);
     CHECK(d.out == config("").out);
     CHECK(d.out.find("\nqueue.retry_min = 300\n") != std::string::npos);
-    CHECK(d.out.ends_with("stats.listen = \"\"\nroutes.default = \"mx\"\n"));
+    CHECK(d.out.find("\nstats.listen = \"\"\n") != std::string::npos);
+    CHECK(d.out.ends_with("\"]\nroutes.default = \"mx\"\n"));
+    CHECK(d.out.find("\nrewrite.local_domains = [\"") != std::string::npos);
 }
 
 TEST_CASE("config KEY...: those keys in that order; an unknown one is an error, exit 1") {
