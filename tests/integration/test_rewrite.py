@@ -7,10 +7,11 @@ so no file needs to be readable by the children's accounts."""
 import os
 import signal
 import smtplib
+import subprocess
 
 import pytest
 
-from conftest import Raw, free_port, send, wait_until
+from conftest import SMX, Raw, free_port, send, wait_until
 from test_sendmail import local  # noqa: F401 (a fixture)
 
 MSG = b"Subject: rewrite test\r\n\r\nthe body\r\n"
@@ -163,3 +164,16 @@ sender_canonical_maps = ["inline:{ nobody@smx.test = robot@example.com }"]
     assert m["from"] == "robot@example.com"
     assert m["rcpts"] == ["admin@example.net"]
     assert lm.files() == []
+
+
+@pytest.mark.parametrize("extra, key", [
+    ('[rewrite]\nvirtual_alias_maps = ["texthash:/nonexistent/virtual"]', "rewrite.virtual_alias_maps"),
+    ('[queue]\ntransport_maps = ["texthash:/nonexistent/transport"]', "queue.transport_maps"),
+])
+def test_a_table_that_cannot_be_opened_stops_the_start_naming_the_key(sink, make_relay, extra,
+                                                                     key):
+    relay = make_relay(sink.port, extra, start=False)
+    r = subprocess.run([SMX, "run", "-c", relay.config], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0
+    assert "%s: texthash:/nonexistent/" % key in r.stdout + r.stderr
