@@ -185,6 +185,27 @@ struct QueueConfig {
     // (mail for relay_domains, whose sender anyone can forge): false logs
     // the failure and sends none, so smx cannot be used for backscatter.
     bool bounce_untrusted = true;
+    // Routing tables (qmgr/routing.hpp): transport(5) entries by recipient
+    // address and domain, consulted before [routes]; next hops by sender
+    // that replace the default route (postfix's sender_dependent_relayhost_maps).
+    std::vector<std::string> transport_maps;
+    std::vector<std::string> sender_dependent_relayhost_maps;
+};
+
+// [rewrite]: canonical and virtual alias rewriting of the envelope, done
+// once before it is committed (libsm/rewrite.hpp). Lists of "type:name" tables.
+struct RewriteConfig {
+    std::string recipient_delimiter;  // e.g. "+"; empty: no address extensions
+    std::vector<std::string> virtual_alias_maps;
+    unsigned virtual_alias_recursion_limit = 1000;
+    unsigned virtual_alias_expansion_limit = 1000;
+    std::vector<std::string> canonical_maps;
+    std::vector<std::string> sender_canonical_maps;
+    std::vector<std::string> recipient_canonical_maps;
+    // aliases(5) tables (keys are local names) for recipients in local_domains.
+    // what newaliases builds.
+    std::vector<std::string> alias_maps;
+    std::vector<std::string> local_domains;  // default: server.hostname
 };
 
 // Outbound STARTTLS (client.tls_security_level, [tls_policy]): none (never),
@@ -292,14 +313,7 @@ struct AnvilConfig {
     bool counts(const std::string& ip, bool trusted) const;
 };
 
-// Address rewriting (issue 28). Table-valued keys hold "type:name" specs
-// (libsm/lookup_table.hpp), searched in order.
-struct RewriteConfig {
-    // aliases(5) tables: what newaliases builds.
-    std::vector<std::string> alias_maps;
-    // The characters that begin an address extension ("+": u+ext@d); "": none.
-    std::string recipient_delimiter;
-};
+
 
 struct Config {
     std::string path;  // the file it came from, empty for built-in defaults

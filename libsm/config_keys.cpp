@@ -281,6 +281,7 @@ using L = LogConfig;
 using P = PolicyConfig;
 using D = DnsblConfig;
 using A = AnvilConfig;
+using W = RewriteConfig;
 constexpr auto reload = Reload::reload;
 constexpr auto restart = Reload::restart;
 
@@ -444,6 +445,12 @@ std::vector<ConfigKey> make_keys() {
                   "false: no DSN for mail from clients outside relay_networks"),
         ConfigKey("queue.min_free_space", number<Q>(&Q::min_free_space, 0), restart,
                   "bytes new mail must leave free on each store's file system; else 452 4.3.1"),
+        // Routing tables: QMGR opens them at start and reload.
+        ConfigKey("queue.transport_maps", tables<Q>(&Q::transport_maps), reload,
+                  "transport(5) tables by recipient address and domain, before [routes]"),
+        ConfigKey("queue.sender_dependent_relayhost_maps",
+                  tables<Q>(&Q::sender_dependent_relayhost_maps), reload,
+                  "next hops by sender address or @domain, instead of the default route"),
 
         // [client]: SMTPC and QMGR's scheduler.
         ConfigKey("client.connect_timeout", duration<C>(&C::connect_timeout, 1), reload,
@@ -606,11 +613,33 @@ std::vector<ConfigKey> make_keys() {
                   "true: clients in server.relay_networks are never counted or limited"),
         ConfigKey("anvil.max_clients", number<A>(&A::max_clients, 1000, 10000000), reload,
                   "clients QMGR tracks at most; the least recently seen idle one goes first"),
-        // [rewrite]: address rewriting (issue 28).
-        ConfigKey("rewrite.alias_maps", tables<RewriteConfig>(&RewriteConfig::alias_maps), reload,
-                  "aliases(5) tables (\"hash:/etc/aliases\"); newaliases builds them"),
-        ConfigKey("rewrite.recipient_delimiter", text<RewriteConfig>(&RewriteConfig::recipient_delimiter),
-                  reload, "characters that begin an address extension (\"+\": u+ext@d); \"\": none"),
+        // [rewrite]: SMTPS and smx-pickup, before the envelope is committed.
+        ConfigKey("rewrite.recipient_delimiter", text<W>(&W::recipient_delimiter), reload,
+                  "characters that start an address extension (\"+\"); \"\": none"),
+        ConfigKey("rewrite.canonical_maps", tables<W>(&W::canonical_maps), reload,
+                  "canonical(5) tables for sender and recipient addresses"),
+        ConfigKey("rewrite.sender_canonical_maps", tables<W>(&W::sender_canonical_maps), reload,
+                  "canonical(5) tables for the sender, before canonical_maps"),
+        ConfigKey("rewrite.recipient_canonical_maps", tables<W>(&W::recipient_canonical_maps),
+                  reload, "canonical(5) tables for recipients, before canonical_maps"),
+        ConfigKey("rewrite.virtual_alias_maps", tables<W>(&W::virtual_alias_maps), reload,
+                  "virtual(5) tables: a recipient to one or more addresses, recursively"),
+        ConfigKey("rewrite.virtual_alias_recursion_limit",
+                  number<W>(&W::virtual_alias_recursion_limit, 1, 1000), reload,
+                  "nesting of alias expansion; deeper gets 451 4.6.0"),
+        ConfigKey("rewrite.virtual_alias_expansion_limit",
+                  number<W>(&W::virtual_alias_expansion_limit, 1, 100000), reload,
+                  "addresses one recipient may expand to; more gets 451 4.6.0"),
+        ConfigKey("rewrite.alias_maps", tables<W>(&W::alias_maps), reload,
+                  "aliases(5) tables (built by newaliases) for recipients in local_domains"),
+        ConfigKey("rewrite.local_domains",
+                  list<W, std::string>(
+                      &W::local_domains,
+                      [](const std::string&, const std::string& d) { return lower(d); }, as_is),
+                  reload, "domains whose local parts alias_maps names")
+            .computed("[server.hostname]",
+                      [](Config& c) { c.rewrite.local_domains = {lower(c.server.hostname)}; })
+            .shown_as("[\"mail.example.com\"]"),
     };
 }
 

@@ -93,6 +93,23 @@ std::string xtext_decode(std::string_view s) {
     return out;
 }
 
+std::string xtext_encode(std::string_view s) {
+    static constexpr char hex[] = "0123456789ABCDEF";
+    std::string out;
+    out.reserve(s.size());
+    for (const char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c < '!' || c > '~' || c == '+' || c == '=') {
+            out += '+';
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        } else {
+            out += ch;
+        }
+    }
+    return out;
+}
+
 std::optional<std::string_view> param(std::string_view params, std::string_view keyword) {
     std::optional<std::string_view> found;
     each_param(params, [&](std::string_view kv) {

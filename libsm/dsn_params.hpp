@@ -26,6 +26,8 @@ inline constexpr std::size_t rcpt_line_extra = 500;
 bool valid_xtext(std::string_view s);
 // Decodes valid xtext (call valid_xtext first; bad "+" escapes stay as they are).
 std::string xtext_decode(std::string_view s);
+// s as xtext.
+std::string xtext_encode(std::string_view s);
 
 // The value of `keyword` (case-insensitive) in a parameter string
 // "KEY=VALUE KEY2 ..." as received; nullopt when absent.

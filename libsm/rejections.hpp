@@ -35,7 +35,7 @@ enum class Rejection : std::uint32_t {
     recipient_rate,        // 450 4.7.1 (anvil.recipient_rate_limit)
     access_denied,         // an access table's REJECT, DEFER, DEFER_IF_* or NNN reply
     unknown_recipient,     // 550 5.1.1 (not in policy.relay_recipient_maps)
-    policy_unavailable,    // 451 4.3.0 (a table lookup failed), 451 4.3.5 (a bad table entry)
+    policy_unavailable,    // 451 4.3.0 (a table lookup failed), 451 4.3.5 (a bad table entry or alias), 451 4.6.0 (alias expansion)
 };
 inline constexpr std::size_t rejection_reasons = 24;
 

@@ -50,9 +50,11 @@ int main(int argc, char** argv) {
         return code;
     };
     std::unique_ptr<smx::pickup::MaildropDir> dir;
+    std::shared_ptr<const smx::Rewriter> rewrite;
     try {
         mcp.take_secrets();  // none: the link carries only the reports
         dir = std::make_unique<smx::pickup::MaildropDir>(cfg);
+        rewrite = std::make_shared<const smx::Rewriter>(cfg.rewrite);
     } catch (const std::exception& e) {
         return cannot_start(1, e.what());
     }
@@ -68,10 +70,13 @@ int main(int argc, char** argv) {
         if (service) service->stop();
         else io.stop();
     });
-    // SIGHUP from the MCP: a new server.max_message_size (the MCP sent an
-    // empty bundle of secrets before it, as to every child with a link).
+    // SIGHUP from the MCP: a new server.max_message_size and [rewrite] (the
+    // MCP sent an empty bundle of secrets before it, as to every child with
+    // a link). A rewrite table that cannot be opened refuses the reload.
     smx::ConfigReloader reloader(io, cfg_path, cfg, [&](smx::Config next) {
         mcp.take_secrets();
+        rewrite = std::make_shared<const smx::Rewriter>(next.rewrite);
+        if (service) service->set_rewriter(rewrite);
         dir->set_max_size(next.server.max_message_size);
     });
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
@@ -87,7 +92,7 @@ int main(int argc, char** argv) {
             asio::steady_timer t(io, 200ms);
             co_await t.async_wait(smx::await_tuple);
         }
-        service = std::make_unique<smx::pickup::Pickup>(io, *dir, ch, pool);
+        service = std::make_unique<smx::pickup::Pickup>(io, *dir, ch, pool, rewrite);
         service->watch();
         spdlog::info("ready: taking mail from {}", dir->path());
         mcp.ready();

@@ -1,5 +1,6 @@
 #include "pickup/pickup.hpp"
 
+#include "libsm/address.hpp"
 #include "libsm/await.hpp"
 #include "libsm/messages.hpp"
 #include "libsm/panic.hpp"
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <unordered_set>
 
 namespace smx::pickup {
 namespace {
@@ -26,8 +28,9 @@ constexpr int exit_tempfail = 75;
 } // namespace
 
 Pickup::Pickup(asio::io_context& io, MaildropDir& dir, std::shared_ptr<smx::Channel> qmgr,
-               asio::thread_pool& pool)
-    : io_(io), dir_(dir), qmgr_(std::move(qmgr)), pool_(pool), events_(io), wake_(io) {}
+               asio::thread_pool& pool, std::shared_ptr<const smx::Rewriter> rewrite)
+    : io_(io), dir_(dir), qmgr_(std::move(qmgr)), pool_(pool), rewrite_(std::move(rewrite)),
+      events_(io), wake_(io) {}
 
 void Pickup::watch() {
     const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -122,6 +125,32 @@ asio::awaitable<bool> Pickup::handle(Outcome o) {
     co_return true;
 }
 
+std::optional<smx::msg::TaAck> Pickup::rewrite(const Taken& t, smx::msg::TaCommit& ta) const {
+    using smx::msg::AckStatus;
+    const auto refused = [&](const smx::RewriteResult& r) {
+        if (!r.warning.empty()) spdlog::warn("{}: {}", t.id, r.warning);
+        // "451 4.3.0 <a>: ...": the ack's text is without the reply code.
+        return smx::msg::TaAck{t.id, AckStatus::tempfail, r.reply.substr(4)};
+    };
+    ta.sender = t.env.sender;
+    if (auto r = rewrite_->sender(ta.sender); !r.ok()) return refused(r);
+    std::vector<smx::msg::Recipient> to;
+    for (const auto& rcpt : t.env.rcpts)
+        if (auto r = rewrite_->recipient(rcpt, {}, to); !r.ok()) return refused(r);
+    // An alias may name a recipient given as well: one copy.
+    std::unordered_set<std::string> keys;
+    std::size_t size = ta.sender.size() + ta.params.size() + ta.helo.size();
+    for (auto& r : to) {
+        if (!keys.insert(smx::address_key(r.addr)).second) continue;
+        size += r.addr.size() + r.params.size() + smx::msg::rcpt_overhead;
+        ta.rcpts.push_back(std::move(r));
+    }
+    if (size > smx::msg::max_envelope)
+        return smx::msg::TaAck{t.id, AckStatus::reject,
+                               "5.5.3 too many recipients after alias expansion"};
+    return std::nullopt;
+}
+
 asio::awaitable<std::optional<smx::msg::TaAck>> Pickup::commit(const Taken& t) {
     smx::msg::TaCommit ta;
     ta.ta_id = t.id;
@@ -129,9 +158,8 @@ asio::awaitable<std::optional<smx::msg::TaAck>> Pickup::commit(const Taken& t) {
     ta.client_addr = "127.0.0.1";
     ta.client_name = "localhost";
     ta.helo = "localhost";
-    ta.sender = t.env.sender;
     ta.params = t.eight_bit ? "BODY=8BITMIME" : "";
-    for (const auto& r : t.env.rcpts) ta.rcpts.push_back({r, {}});
+    if (auto refused = rewrite(t, ta)) co_return refused;
     ta.content_id = t.id;
     ta.size = t.size;
     ta.arrival_us = t.env.arrival_us;

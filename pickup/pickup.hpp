@@ -10,6 +10,7 @@
 #include "pickup/maildrop_dir.hpp"
 
 #include "libsm/channel.hpp"
+#include "libsm/rewrite.hpp"
 
 #include <boost/asio.hpp>
 #include <memory>
@@ -21,7 +22,9 @@ namespace asio = boost::asio;
 class Pickup {
 public:
     Pickup(asio::io_context& io, MaildropDir& dir, std::shared_ptr<smx::Channel> qmgr,
-           asio::thread_pool& pool);
+           asio::thread_pool& pool, std::shared_ptr<const smx::Rewriter> rewrite);
+    // [rewrite] after a reload: for the messages taken from now on.
+    void set_rewriter(std::shared_ptr<const smx::Rewriter> r) { rewrite_ = std::move(r); }
 
     // Watches the maildrop (before the first listing, so that nothing
     // renamed in between is missed); throws std::runtime_error when inotify
@@ -38,11 +41,16 @@ private:
     asio::awaitable<bool> handle(Outcome o);
     // TA_COMMIT and its TA_ACK; nullopt when none came.
     asio::awaitable<std::optional<smx::msg::TaAck>> commit(const Taken& t);
+    // The envelope of t rewritten into ta (libsm/rewrite.hpp), as SMTPS
+    // rewrites its own; the ack to act on when it cannot be (a table that
+    // fails: tempfail; an envelope grown too large: reject).
+    std::optional<smx::msg::TaAck> rewrite(const Taken& t, smx::msg::TaCommit& ta) const;
 
     asio::io_context& io_;
     MaildropDir& dir_;
     std::shared_ptr<smx::Channel> qmgr_;
     asio::thread_pool& pool_;
+    std::shared_ptr<const smx::Rewriter> rewrite_;
     asio::posix::stream_descriptor events_;
     asio::steady_timer wake_;
     std::uint64_t next_req_ = 0;

@@ -116,18 +116,22 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
     // Usually every recipient has the same destination; a linear search over
     // the few groups beats a map here.
     std::vector<std::pair<Destination, std::vector<std::uint32_t>>> groups;
-    Destination d;
     for (auto i : idx) {
-        const std::string domain = smx::domain_of(ta.rcpt(i).addr());
-        if (!router_.route(domain, d)) {
-            retry_later(ta, i, {},
-                        {0, "4.4.4", "no route to " + (domain.empty() ? ta.rcpt(i).addr() : domain)});
+        Routing r = router_.route(ta.rcpt(i).addr(), ta.sender());
+        if (r.kind == Routing::Kind::bounce && !cfg_.queue.soft_bounce) {
+            auto why = dsn::failed_rcpt(ta.rcpt(i).addr(), std::move(r.reply), {});
+            why.last_attempt_us = clock_.now_us();
+            bouncer_.bounce(ta, i, {}, std::move(why));
+            continue;
+        }
+        if (r.kind != Routing::Kind::deliver) {
+            retry_later(ta, i, {}, std::move(r.reply));
             continue;
         }
         auto g = std::find_if(groups.begin(), groups.end(),
-                              [&](const auto& x) { return x.first.key == d.key; });
+                              [&](const auto& x) { return x.first.key == r.dest.key; });
         if (g == groups.end()) {
-            groups.emplace_back(d, std::vector<std::uint32_t>{i});
+            groups.emplace_back(std::move(r.dest), std::vector<std::uint32_t>{i});
         } else {
             g->second.push_back(i);
         }

@@ -110,13 +110,18 @@ public:
     // component's coroutines run to their end (idle() once they have).
     void stop();
     // Reload (libsm/config_reload.hpp): recipients routed from now on follow cfg's
-    // [routes], the scheduler takes the new client.rate_limit, the anvil
-    // [anvil]; QMGR's other parts keep the config they started with (the
-    // keys they use need a restart).
+    // [routes] and routing tables, the scheduler takes the new client.rate_limit,
+    // the anvil [anvil]; QMGR's other parts keep the config they started with
+    // (the keys they use need a restart). A table that cannot be opened
+    // refuses the reload (throws, before anything changed).
     void reload(std::shared_ptr<const smx::Config> cfg) {
-        sched_.set_rate(cfg->client.rate_limit, cfg->client.rate_interval);
-        anvil_.configure(cfg->anvil.rate_time_unit, cfg->anvil.max_clients);
+        const auto rate = cfg->client.rate_limit;
+        const auto interval = cfg->client.rate_interval;
+        const auto window = cfg->anvil.rate_time_unit;
+        const auto max_clients = cfg->anvil.max_clients;
         router_.reload(std::move(cfg));
+        sched_.set_rate(rate, interval);
+        anvil_.configure(window, max_clients);
     }
     bool idle() const;
 

@@ -308,6 +308,8 @@ int main(int argc, char** argv) {
         shared = std::make_shared<smx::smtps::Shared>(cfg, tls.get());
     } catch (const smx::ConfigError& e) {
         return cannot_start(2, e.what());  // a [policy] table that cannot be opened
+    } catch (const smx::table::TableError& e) {
+        return cannot_start(2, e.what());  // a [rewrite] table
     }
     Process p{cfg, store, std::move(shared), std::move(loops), mcp};
     p.shared->limit_process(own_max, place.counts.get(), place.index);

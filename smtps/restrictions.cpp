@@ -186,8 +186,8 @@ private:
 };
 
 Restrictions::Restrictions(const smx::Config& cfg, const smx::PolicyTables& tables, std::string ip,
-                           bool trusted, std::string client)
-    : cfg_(cfg), tables_(tables), relay_(cfg.server), ip_(std::move(ip)), trusted_(trusted),
+                           bool trusted, std::string client, const smx::Rewriter* aliases)
+    : cfg_(cfg), tables_(tables), aliases_(aliases), relay_(cfg.server), ip_(std::move(ip)), trusted_(trusted),
       client_(std::move(client)) {}
 
 bool Restrictions::client_list(List& l) {
@@ -287,8 +287,10 @@ Outcome Restrictions::rcpt(std::string_view helo, std::string_view sender, std::
     // postfix's implicit reject_unlisted_recipient, for every client: a
     // recipient of relay_domains must be a known one.
     if (discard_ || !relay_domain || tables_.relay_recipient_maps.empty()) return out;
-    const Lookup known = tables_.relay_recipient_maps.find_first(smx::table::address_keys(
+    Lookup known = tables_.relay_recipient_maps.find_first(smx::table::address_keys(
         rcpt, cfg_.rewrite.recipient_delimiter, smx::table::Order::address));
+    if (known.status == smx::table::Status::not_found && aliases_)
+        known.status = aliases_->virtual_alias(rcpt);
     if (known.failed()) {
         spdlog::warn("policy.relay_recipient_maps: lookup of <{}> failed", rcpt);
         l.refuse(smx::Rejection::policy_unavailable,

@@ -13,6 +13,7 @@
 
 #include "libsm/config.hpp"
 #include "libsm/policy_tables.hpp"
+#include "libsm/rewrite.hpp"
 #include "libsm/rejections.hpp"
 #include "smtps/policy.hpp"
 
@@ -41,10 +42,11 @@ struct Outcome {
 
 class Restrictions {
 public:
-    // cfg and tables must outlive this (a session's Settings hold both).
-    // client: "name[ip]", as the log names it.
+    // cfg, tables and aliases must outlive this (a session's Settings hold
+    // them). client: "name[ip]", as the log names it. aliases: its
+    // virtual_alias_maps keys are known recipients too, as postfix counts them.
     Restrictions(const smx::Config& cfg, const smx::PolicyTables& tables, std::string ip,
-                 bool trusted, std::string client);
+                 bool trusted, std::string client, const smx::Rewriter* aliases = nullptr);
 
     // The stages, each called as its command is taken. name: the client's
     // confirmed host name, or "unknown".
@@ -68,6 +70,7 @@ private:
 
     const smx::Config& cfg_;
     const smx::PolicyTables& tables_;
+    const smx::Rewriter* const aliases_;
     const RelayPolicy relay_;
     const std::string ip_;
     const bool trusted_;

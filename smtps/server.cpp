@@ -18,7 +18,8 @@ std::string client_ip(const tcp::endpoint& ep) {
 }
 
 Settings::Settings(std::shared_ptr<const smx::Config> cfg, std::shared_ptr<asio::ssl::context> tls)
-    : config(std::move(cfg)), policy(config->server), tables(config->policy), tls(std::move(tls)) {
+    : config(std::move(cfg)), policy(config->server), tables(config->policy), rewrite(config->rewrite),
+      tls(std::move(tls)) {
     const auto& s = config->server;
     const std::string head = "250-" + s.hostname + "\r\n250-PIPELINING\r\n250-SIZE " +
                              std::to_string(s.max_message_size) +

@@ -7,6 +7,7 @@
 #include "libsm/config.hpp"
 #include "libsm/policy_tables.hpp"
 #include "libsm/rejections.hpp"
+#include "libsm/rewrite.hpp"
 #include "libsm/session_counts.hpp"
 #include "smtps/client_check.hpp"
 #include "smtps/content_writer.hpp"
@@ -41,6 +42,9 @@ struct Settings {
     const std::shared_ptr<const smx::Config> config;
     const RelayPolicy policy;
     const smx::PolicyTables tables;
+    // [rewrite]: its tables are opened here, at start and at each reload
+    // (a table that cannot be opened refuses the reload).
+    const smx::Rewriter rewrite;
     const std::shared_ptr<asio::ssl::context> tls;
     // The EHLO reply; with STARTTLS in it when offer_tls and TLS is configured.
     const std::string& ehlo_reply(bool offer_tls) const {

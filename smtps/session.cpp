@@ -85,7 +85,8 @@ public:
           reader_(stream_, cfg_.max_line_length + smx::dsn::rcpt_line_extra),
           ip_(std::move(ip)), log_(ip_, srv.rejections()), trusted_(trusted),
           limits_(srv.qmgr(), *settings_->config, ip_, trusted_, log_.client()),
-          restrictions_(*settings_->config, settings_->tables, ip_, trusted, log_.client()) {}
+          restrictions_(*settings_->config, settings_->tables, ip_, trusted, log_.client(),
+                        &settings_->rewrite) {}
 
     asio::awaitable<void> run();
 
@@ -178,6 +179,12 @@ private:
     asio::awaitable<bool> mail_over_limit();
     void mail(std::string_view arg);
     void rcpt(std::string_view arg);
+    // The recipients an RCPT (key: smx::address_key of it) stands for after
+    // rewriting, but those the envelope has; false (nothing added) when the
+    // envelope would be too large.
+    bool add_recipients(std::vector<smx::msg::Recipient> to, std::string key);
+    // A sender or recipient rewriting refused (a table failed, an alias loop).
+    void lookup_refused(const smx::RewriteResult& r, std::string_view addr);
     asio::awaitable<bool> data(std::string_view arg);
     asio::awaitable<DataOutcome> read_content(ContentWriter& w);
     // BDAT: false when the connection must close (timeout, lost client).
@@ -535,9 +542,11 @@ void Session::mail(std::string_view arg) {
     if (!srv_.store().has_room(size))
         return reject(Rejection::insufficient_storage, "452 4.3.1 Insufficient system storage");
     if (!passes(restrictions_.mail(p->addr))) return;
+    ta_id_ = smx::new_ta_id();
+    if (const auto r = settings_->rewrite.sender(sender_); !r.ok())
+        return lookup_refused(r, sender_);
     in_mail_ = true;
     smtputf8_ = utf8;
-    ta_id_ = smx::new_ta_id();
     mail_params_.assign(p->params);
     reply("250 2.1.0 Ok");
 }
@@ -582,18 +591,39 @@ void Session::rcpt(std::string_view arg) {
     if (rcpts_.size() >= cfg_.max_recipients)
         return reject(Rejection::too_many_recipients, "452 4.5.3 Error: too many recipients",
                       p->addr);
-    const std::size_t grows = p->addr.size() + p->params.size() + smx::msg::rcpt_overhead;
-    if (envelope_size_ + sender_.size() + mail_params_.size() + helo_.size() + grows >
-        smx::msg::max_envelope)
-        return reject(Rejection::too_many_recipients,
-                      "452 4.5.3 Error: too many recipients (envelope too large)", p->addr);
     if (client_.at_rcpt) return reject(client_.why, client_.refusal, p->addr);
     if (!passes(restrictions_.rcpt(helo_, sender_, p->addr), p->addr)) return;
+    // Canonical and virtual alias rewriting (libsm/rewrite.hpp): what is stored.
+    std::vector<smx::msg::Recipient> to;
+    if (const auto r = settings_->rewrite.recipient(p->addr, p->params, to); !r.ok())
+        return lookup_refused(r, p->addr);
+    if (!add_recipients(std::move(to), std::move(key)))
+        return reject(Rejection::too_many_recipients,
+                      "452 4.5.3 Error: too many recipients (envelope too large)", p->addr);
     log_.recipient_taken(ta_id_);
+    reply("250 2.1.5 Ok");
+}
+
+bool Session::add_recipients(std::vector<smx::msg::Recipient> to, std::string key) {
+    // An alias may name a recipient the envelope has: one copy.
+    std::erase_if(to, [&](const auto& r) { return rcpt_keys_.contains(smx::address_key(r.addr)); });
+    std::size_t grows = 0;
+    for (const auto& r : to) grows += r.addr.size() + r.params.size() + smx::msg::rcpt_overhead;
+    if (envelope_size_ + sender_.size() + mail_params_.size() + helo_.size() + grows >
+        smx::msg::max_envelope)
+        return false;
     envelope_size_ += grows;
     rcpt_keys_.insert(std::move(key));
-    rcpts_.push_back({std::string(p->addr), std::string(p->params)});
-    reply("250 2.1.5 Ok");
+    for (auto& r : to) {
+        rcpt_keys_.insert(smx::address_key(r.addr));
+        rcpts_.push_back(std::move(r));
+    }
+    return true;
+}
+
+void Session::lookup_refused(const smx::RewriteResult& r, std::string_view addr) {
+    if (!r.warning.empty()) spdlog::warn("{}: {}", ta_id_, r.warning);
+    reject(smx::Rejection::policy_unavailable, r.reply, addr);
 }
 
 std::string Session::received_header() const {

@@ -1,5 +1,5 @@
-// Scheduler, routing and backoff: the parts of QMGR that decide what goes
-// where and when, driven without sockets.
+// Scheduler and backoff: the parts of QMGR that decide what goes where and
+// when, driven without sockets (routing: routing_test.cpp).
 #include "qmgr/qmgr.hpp"
 #include "qmgr/queue.hpp"
 #include "qmgr/routing.hpp"
@@ -15,12 +15,6 @@ namespace asio = boost::asio;
 using namespace smx::qmgr;
 
 namespace {
-
-smx::Route hosts(std::string host, std::uint16_t port) {
-    smx::Route r;
-    r.hosts.push_back(smx::HostPort{std::move(host), port, true});
-    return r;
-}
 
 struct Suspended {
     std::string ta_id;
@@ -75,50 +69,6 @@ struct Fixture {
 };
 
 } // namespace
-
-TEST_CASE("router: exact, parent domain, default, mx per domain, none") {
-    smx::Config cfg;
-    cfg.routes["example.net"] = hosts("127.0.0.1", 2600);
-    cfg.routes[".example.com"] = hosts("10.0.0.1", 25);
-    smx::Route mx;
-    mx.mx = true;
-    cfg.routes["mx.test"] = mx;
-    Router r(cfg);
-    Destination d;
-    REQUIRE(r.route("example.net", d));
-    CHECK(d.key == "[127.0.0.1]:2600");
-    CHECK(*d.nexthops == std::vector<std::string>{"[127.0.0.1]:2600"});
-    REQUIRE(r.route("a.example.com", d));
-    CHECK(d.key == "[10.0.0.1]:25");
-    REQUIRE(r.route("mx.test", d));
-    CHECK(d.key == "mx:mx.test");
-    CHECK(*d.nexthops == std::vector<std::string>{"mx"});
-    CHECK_FALSE(r.route("example.org", d));
-    cfg.default_route = hosts("192.0.2.1", 25);
-    REQUIRE(r.route("example.org", d));
-    CHECK(d.key == "[192.0.2.1]:25");
-}
-
-TEST_CASE("router reload: new routes apply, next hops already handed out stay valid") {
-    smx::Config cfg;
-    cfg.default_route = hosts("127.0.0.1", 2600);
-    Router r(cfg);
-    Destination before;
-    REQUIRE(r.route("example.net", before));
-    cfg.default_route = hosts("127.0.0.1", 2601);
-    cfg.routes["example.org"] = hosts("127.0.0.1", 2600);
-    r.reload(std::make_shared<const smx::Config>(cfg));
-    cfg = {};  // the router has its own copy
-    Destination after;
-    REQUIRE(r.route("example.net", after));
-    CHECK(after.key == "[127.0.0.1]:2601");
-    // What the scheduler holds from before the reload is still there.
-    CHECK(*before.nexthops == std::vector<std::string>{"[127.0.0.1]:2600"});
-    Destination same;
-    REQUIRE(r.route("example.org", same));
-    CHECK(same.key == before.key);
-    CHECK(same.nexthops == before.nexthops);  // one list per distinct next hops
-}
 
 TEST_CASE("backoff doubles from retry_min up to retry_max") {
     smx::QueueConfig q;
