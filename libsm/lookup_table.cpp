@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <unordered_map>
 
@@ -134,10 +135,12 @@ public:
     DbTable(std::string spec, const std::string& path, DBTYPE type)
         : Table(std::move(spec)), db_(std::make_unique<Db>(nullptr, DB_CXX_NO_EXCEPTIONS)) {
         struct stat st{};
-        const smx::Fd fd = open_file(this->spec(), path, st);
+        fd_ = open_file(this->spec(), path, st);
+        size_ = st.st_size;
+        check_length(path);
         // Berkeley DB opens by name: the name of the descriptor checked
         // above, so that a file swapped in since is not the one read.
-        const std::string by_fd = "/proc/self/fd/" + std::to_string(fd.get());
+        const std::string by_fd = "/proc/self/fd/" + std::to_string(fd_.get());
         report_errors(*db_);
         const int r = db_->open(nullptr, by_fd.c_str(), nullptr, type, DB_RDONLY | DB_THREAD, 0);
         if (r != 0) {
@@ -163,10 +166,40 @@ public:
             k.pop_back();
             l = get(k);
         }
+        // Berkeley DB reads pages past the end of a file cut short under it
+        // (a table rewritten in place, as postmap does) as empty: a miss
+        // then is no answer.
+        struct stat st{};
+        if (l.status == Status::not_found && (::fstat(fd_.get(), &st) != 0 || st.st_size != size_))
+            l.status = Status::failed;
         return l;
     }
 
 private:
+    // A file shorter than its metadata page says (cut short, or still being
+    // written) would answer "not found" for what it lost.
+    void check_length(const std::string& path) const {
+        unsigned char meta[36];
+        if (::pread(fd_.get(), meta, sizeof meta, 0) != static_cast<ssize_t>(sizeof meta))
+            throw TableError(spec() + ": " + path + " is too short for a Berkeley DB file");
+        const auto word = [&meta](std::size_t at, bool swap) {
+            std::uint32_t v = 0;
+            std::memcpy(&v, meta + at, sizeof v);
+            return swap ? __builtin_bswap32(v) : v;
+        };
+        constexpr std::uint32_t hash_magic = 0x061561, btree_magic = 0x053162;
+        const std::uint32_t magic = word(12, false);
+        const bool swap = magic != hash_magic && magic != btree_magic;
+        if (swap && word(12, true) != hash_magic && word(12, true) != btree_magic)
+            return;  // not a hash or btree file: Berkeley DB's open says so
+        const std::uint64_t page = word(20, swap);
+        const std::uint64_t pages = std::uint64_t{word(32, swap)} + 1;
+        if (page >= 512 && page <= 65536 && static_cast<std::uint64_t>(size_) < page * pages)
+            throw TableError(spec() + ": " + path + " is cut short (" + std::to_string(size_) +
+                             " of the " + std::to_string(page * pages) +
+                             " bytes its header names): rebuild it with smx map build");
+    }
+
     Lookup get(std::string& k) const {
         Dbt key(k.data(), static_cast<u_int32_t>(k.size()));
         Dbt value;
@@ -206,6 +239,8 @@ public:
     }
 
 private:
+    smx::Fd fd_;    // the file Berkeley DB reads, kept to see it change under us
+    off_t size_ = 0;  // its size when opened
     std::unique_ptr<Db> db_;
 };
 

@@ -152,3 +152,27 @@ TEST_CASE("search orders as postfix documents them", "[table]") {
     CHECK(client_address_keys("192.0.2.10") == V{"192.0.2.10", "192.0.2", "192.0", "192"});
     CHECK(client_address_keys("2001:DB8::1") == V{"2001:db8::1", "2001:db8", "2001"});
 }
+
+TEST_CASE("hash: cut short is no answer, at open or under a reader", "[table]") {
+    TempDir d;
+    const std::string path = (d.path / "t.db").string();
+    {
+        Db db(nullptr, 0);
+        db.open(nullptr, path.c_str(), nullptr, DB_HASH, DB_CREATE, 0600);
+        for (int i = 0; i < 3000; ++i) {
+            std::string k = "user" + std::to_string(i) + "@example.org";
+            std::string v = "REJECT";
+            Dbt key(k.data(), static_cast<u_int32_t>(k.size()));
+            Dbt val(v.data(), static_cast<u_int32_t>(v.size()));
+            db.put(nullptr, &key, &val, 0);
+        }
+        db.close(0);
+    }
+    const auto t = open("hash:" + (d.path / "t").string());
+    CHECK(t->find("nobody@example.org").status == Status::not_found);
+    fs::resize_file(path, 4096);
+    // What the reader loses would read as empty pages: no "not found".
+    CHECK(t->find("user2999@example.org").status == Status::failed);
+    CHECK(t->find("nobody@example.org").status == Status::failed);
+    CHECK_THROWS_WITH(open("hash:" + (d.path / "t").string()), Catch::Contains("cut short"));
+}
