@@ -153,16 +153,19 @@ public:
             throw TableError(this->spec() + ": cannot open " + path + " as a " +
                              (type == DB_HASH ? "hash" : "btree") + " file: " + why);
         }
+        nul_ = first_key_nul();
     }
     ~DbTable() override {
         if (db_) db_->close(0);
     }
     Lookup find(std::string_view key) const override {
         std::string k = smx::lower(key);
-        // postmap stores keys with their NUL; `smx map build` does the same.
-        k.push_back('\0');
+        // postmap stores keys with their NUL, as `smx map build` does; other
+        // tools without. A file holds one kind (seen at open), so a miss is
+        // one read, not two.
+        if (nul_ != Nul::without) k.push_back('\0');
         Lookup l = get(k);
-        if (l.status == Status::not_found) {
+        if (l.status == Status::not_found && nul_ == Nul::unknown) {
             k.pop_back();
             l = get(k);
         }
@@ -239,9 +242,29 @@ public:
     }
 
 private:
+    // Whether the file's keys end in a NUL: as its first key does.
+    enum class Nul { unknown, with, without };
+    Nul first_key_nul() const {
+        Dbc* c = nullptr;
+        if (db_->cursor(nullptr, &c, 0) != 0) return Nul::unknown;
+        Dbt key, value;
+        key.set_flags(DB_DBT_MALLOC);
+        value.set_flags(DB_DBT_MALLOC);
+        Nul n = Nul::unknown;
+        if (c->get(&key, &value, DB_FIRST) == 0) {
+            const auto* k = static_cast<const char*>(key.get_data());
+            n = key.get_size() > 0 && k[key.get_size() - 1] == '\0' ? Nul::with : Nul::without;
+            std::free(key.get_data());
+            std::free(value.get_data());
+        }
+        c->close();
+        return n;
+    }
+
     smx::Fd fd_;    // the file Berkeley DB reads, kept to see it change under us
     off_t size_ = 0;  // its size when opened
     std::unique_ptr<Db> db_;
+    Nul nul_ = Nul::unknown;
 };
 
 // spec's type and name; TableError for a spec no type takes. inline: is

@@ -67,9 +67,12 @@ public:
     // The first of keys that the tables of config key `key` have, taken as an
     // access(5) action. keys(): made only when there are tables (no work
     // per command without them).
+    // memo: the answer kept for the session, for what does not change in it
+    // (the client), so that delay_reject's list at each RCPT looks up nothing.
     template <class Keys>
-    Step check(const char* key, const TableList& tables, Keys&& keys) {
+    Step check(const char* key, const TableList& tables, Keys&& keys, Memo* memo = nullptr) {
         if (tables.empty()) return Step::dunno;
+        if (memo && memo->done) return memo->value ? action(key, memo->key, *memo->value) : Step::dunno;
         for (const auto& k : keys()) {
             const Lookup l = tables.find(k);
             if (l.failed()) {
@@ -77,8 +80,12 @@ public:
                 return refuse(smx::Rejection::policy_unavailable,
                               "451 4.3.0 <" + name_ + ">: Temporary lookup failure");
             }
-            if (l.found()) return action(key, k, l.value);
+            if (l.found()) {
+                if (memo) *memo = Memo{true, k, l.value};
+                return action(key, k, l.value);
+            }
         }
+        if (memo) *memo = Memo{true, {}, std::nullopt};
         return Step::dunno;
     }
 
@@ -196,10 +203,10 @@ bool Restrictions::client_list(List& l) {
     Step s = Step::dunno;
     if (name_ != "unknown")
         s = l.check("policy.client_access", tables_.client_access,
-                    [&] { return smx::table::domain_keys(name_, false); });
+                    [&] { return smx::table::domain_keys(name_, false); }, &client_name_memo_);
     if (s == Step::dunno)
         l.check("policy.client_access", tables_.client_access,
-                [&] { return smx::table::client_address_keys(ip_); });
+                [&] { return smx::table::client_address_keys(ip_); }, &client_address_memo_);
     return l.refused();
 }
 
@@ -218,6 +225,7 @@ bool Restrictions::sender_list(List& l, std::string_view sender) {
 
 Outcome Restrictions::connect(std::string_view name) {
     name_.assign(name);
+    client_name_memo_ = Memo();
     Outcome out;
     defer_client_.reset();
     if (cfg_.policy.delay_reject) return out;

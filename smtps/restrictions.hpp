@@ -63,6 +63,13 @@ public:
 
 private:
     class List;
+    // A client_access answer for the session: the key that matched and its
+    // value (none: no key did); done once looked up.
+    struct Memo {
+        bool done = false;
+        std::string key;
+        std::optional<std::string> value;
+    };
     // The lists; each returns true when it refused (List::refusal set).
     bool client_list(List& l);
     bool helo_list(List& l, std::string_view helo);
@@ -76,6 +83,7 @@ private:
     const bool trusted_;
     const std::string client_;
     std::string name_ = "unknown";
+    Memo client_name_memo_, client_address_memo_;
     // DEFER_IF_PERMIT as each stage left it (postfix's defer_if_permit_client,
     // _helo, _sender): a permitted recipient is deferred with it.
     std::optional<Refusal> defer_client_, defer_helo_, defer_sender_;
