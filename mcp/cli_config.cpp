@@ -295,7 +295,10 @@ std::vector<std::pair<std::string, std::string>> config_entries(const smx::Confi
 std::vector<std::pair<std::string, std::string>> changed_entries(const smx::Config& cfg) {
     const auto defaults = config_entries(smx::load_config(""));
     std::vector<std::pair<std::string, std::string>> out;
-    for (const auto& [name, value] : config_entries(cfg)) {
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one.
+    for (const auto& entry : config_entries(cfg)) {
+        const std::string& name = entry.first;
+        const std::string& value = entry.second;
         std::optional<std::string> def;
         if (const smx::ConfigKey* k = smx::find_config_key(name); k && k->fill) {
             smx::Config without = cfg;

@@ -117,8 +117,9 @@ asio::awaitable<ClientVerdict> ClientChecks::check(const smx::Config& cfg,
     int score = 0;
     const smx::DnsblSite* worst = nullptr;  // the listing of the largest weight
     for (std::size_t i = 0; i < lists.size(); ++i) {
-        auto& [site, lookup] = lists[i];
-        const smx::dns::Answer a = co_await dns_.wait(std::move(lookup), t0 + bl.timeout);
+        // Not a structured binding: clang 14 (the fuzz build) cannot capture one.
+        const smx::DnsblSite* site = lists[i].first;
+        const smx::dns::Answer a = co_await dns_.wait(std::move(lists[i].second), t0 + bl.timeout);
         if (!a.definite()) {
             spdlog::warn("DNSBL lookup of {}: {}; taken as not listed", queried[i],
                          a.status == ARES_ETIMEOUT ? "no answer within " + seconds(bl.timeout) + "s"

@@ -27,8 +27,17 @@ std::optional<smx::SpaceAccount::Claim> ContentStore::claim(std::uint64_t now, s
     return space_.claim(now, copy);
 }
 
+ContentStore::~ContentStore() {
+    const std::lock_guard lock(recount_->m);
+    recount_->space = nullptr;
+}
+
 void ContentStore::recount_if_due() {
-    if (space_.recount_due()) asio::post(pool_, [this] { space_.recount_segments(); });
+    if (!space_.recount_due()) return;
+    asio::post(pool_, [r = recount_] {
+        const std::lock_guard lock(r->m);
+        if (r->space) r->space->recount_segments();
+    });
 }
 
 std::size_t ContentStore::remove_stale_tmp() const {

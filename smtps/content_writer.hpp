@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,7 +50,11 @@ public:
                  std::chrono::milliseconds segment_for = {})
         : content_(std::move(content_dir)), hashed_(hashed), pool_(pool),
           sync_each_(sync_each), sync_names_(sync_names), segment_for_(segment_for),
-          space_(reserve, smx::SpaceAccount::measure(content_, content_)) {}
+          space_(reserve, smx::SpaceAccount::measure(content_, content_)),
+          recount_(std::make_shared<Recount>(&space_)) {}
+    ~ContentStore();
+    ContentStore(const ContentStore&) = delete;
+    ContentStore& operator=(const ContentStore&) = delete;
     const std::string& content_dir() const { return content_; }
     std::chrono::milliseconds segment_for() const { return segment_for_; }
     std::string path_for(std::string_view ta_id) const;
@@ -85,6 +90,15 @@ private:
     bool sync_names_;
     std::chrono::milliseconds segment_for_;
     smx::SpaceAccount space_;
+    // What a recount on the pool reaches the account through: the store
+    // going away first waits for a recount under way and leaves later ones
+    // nothing to count (a pool may outlive its store, or drop them unrun).
+    struct Recount {
+        explicit Recount(smx::SpaceAccount* s) : space(s) {}
+        std::mutex m;
+        smx::SpaceAccount* space;
+    };
+    std::shared_ptr<Recount> recount_;
 };
 
 class ContentWriter {

@@ -331,6 +331,14 @@ TEST_CASE("deferred: a batch that fails is tried again, with what came meanwhile
     Deferrals d;
     d.start();
     const auto e = in_segment(d.s, {"a@example.net"});
+    // The message that comes meanwhile, made now: its content must not be in
+    // the directory the blocker takes the place of (1 in 256 ids would be).
+    auto meanwhile = message(d.s, {"b@example.net"});
+    const fs::path copy_dir = fs::path(d.s.path(e.ta_id)).parent_path();
+    while (fs::path(d.s.path(meanwhile.ta_id)).parent_path() == copy_dir) {
+        fs::remove_all(copy_dir);
+        meanwhile = message(d.s, {"b@example.net"});
+    }
     const fs::path blocker = block_copy(d.s, e);
     Ta& ta = d.admit(e);
     d.defer(ta, 0, 1h);
@@ -345,7 +353,7 @@ TEST_CASE("deferred: a batch that fails is tried again, with what came meanwhile
     REQUIRE(d.s.run_until([&] { return behind.has_value(); }));
     CHECK(d.written.empty());
     CHECK_FALSE(d.s.defedb.has_ta(e.ta_id));
-    Ta& other = d.admit(message(d.s, {"b@example.net"}));
+    Ta& other = d.admit(meanwhile);
     d.defer(other, 0, 1h);
     fs::remove(blocker);
     REQUIRE(d.s.run_until([&] { return !d.written.empty(); }));
