@@ -9,7 +9,7 @@ import socket
 import subprocess
 import time
 
-from conftest import BUILD, send, wait_until
+from conftest import BUILD, SANITIZED, send, wait_until
 from test_hostile_client import rss_kb
 from test_smtp import Raw
 
@@ -55,9 +55,11 @@ def test_thousands_of_idle_connections_are_cheap_and_a_new_client_is_served(sink
         time.sleep(0.5)
         per_conn_kb = (rss_kb(smtps) - before) / IDLE
         # Issue 11's bound. About 6.6 KB in a release build (the reader's 2 KiB
-        # first-read array included), 10 KB under AddressSanitizer; 20 KB
-        # each when every waiting session held a 16 KiB read buffer.
-        assert per_conn_kb < 12, per_conn_kb
+        # first-read array included); 20 KB each when every waiting session
+        # held a 16 KiB read buffer. Under AddressSanitizer (redzones around
+        # each allocation) about 18 KB since the sessions hold their client
+        # checks, limits and restrictions (issue 28).
+        assert per_conn_kb < (24 if SANITIZED else 12), per_conn_kb
         greet_ms = []
         for _ in range(3):
             t0 = time.monotonic()
