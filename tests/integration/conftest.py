@@ -364,6 +364,13 @@ class Relay:
         except OSError:
             return ""
 
+    def log_matching(self, *patterns, timeout=10):
+        """The log once every regular expression of patterns is found in it
+        (the children's lines reach the file through the MCP a moment after
+        what they tell of)."""
+        return wait_until(lambda: (lambda t: t if all(re.search(p, t) for p in patterns) else None)(
+            self.log_text()), timeout, "the log lines %s" % (patterns,))
+
 
 @pytest.fixture
 def sink(tmp_path):

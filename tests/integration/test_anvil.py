@@ -68,14 +68,9 @@ def test_connection_rate_limit_per_address(sink, make_relay):
     # 127.0.0.1 is in relay_networks: exempt, however often it comes.
     for _ in range(5):
         assert greeted(relay.port, "127.0.0.1").startswith("220")
-    # SMTPS's lines reach the log through the MCP a moment later.
-    log = wait_until(lambda: (lambda t: t if all(re.search(p, t) for p in (
-        r"smtpd\[\d+\]: warning: Connection rate limit exceeded: 4 from "
-        r"unknown\[127\.0\.0\.2\] for service smtp",
-    )) else None)(relay.log_text()), 10, "the log lines")
-    assert re.search(r"smtpd\[\d+\]: warning: Connection rate limit exceeded: 4 from "
-                     r"unknown\[127\.0\.0\.2\] for service smtp", log), log
-    assert "Connection rate limit exceeded: 5 from unknown[127.0.0.2]" in log
+    log = relay.log_matching(r"smtpd\[\d+\]: warning: Connection rate limit exceeded: 4 from "
+                             r"unknown\[127\.0\.0\.2\] for service smtp",
+                             r"Connection rate limit exceeded: 5 from unknown\[127\.0\.0\.2\]")
     assert "from unknown[127.0.0.3] for service" not in log
     wait_until(lambda: refusals(relay).get("4xx_connection_rate") == 2, 10,
                "two connection-rate refusals in smx stats")
@@ -93,14 +88,10 @@ def test_max_connections_per_client_holds_across_processes(sink, make_relay):
         assert all(c.greeting == too_many_connections(ip) for c in clients if c not in ok)
     # The connections went to both processes (by a hash of the source port;
     # all 24 in one has a chance of 2^-23): the limit is of both together.
-    # SMTPS's lines reach the log through the MCP a moment later.
-    log = wait_until(lambda: (lambda t: t if re.search(
-        r"warning: Connection concurrency limit exceeded: 4 from unknown\[127\.0\.0\.2\]", t)
-        else None)(relay.log_text()), 10, "the log lines")
+    log = relay.log_matching(r"warning: Connection concurrency limit exceeded: 4 from "
+                             r"unknown\[127\.0\.0\.2\] for service smtp")
     took = set(re.findall(r"smtpd\[(\d+)\]: connect from unknown\[127\.0\.0\.[23]\]", log))
     assert took == {str(p) for p in pids}, (took, pids)
-    assert re.search(r"warning: Connection concurrency limit exceeded: 4 from "
-                     r"unknown\[127\.0\.0\.2\] for service smtp", log), log
     # One that ends makes room for one more, whichever process takes it.
     first = next(c for c in held["127.0.0.2"] if c.greeting.startswith("220"))
     assert first.cmd("QUIT").startswith("221")
@@ -128,17 +119,10 @@ def test_message_rate_limit_per_address(sink, make_relay):
         assert c.cmd("RSET").startswith("250")
     for x in (a, b, c):
         x.close()
-    # SMTPS's lines reach the log through the MCP a moment later.
-    log = wait_until(lambda: (lambda t: t if all(re.search(p, t) for p in (
-        r"warning: Message delivery request rate limit exceeded: 4 from "
-        r"unknown\[127\.0\.0\.2\] for service smtp",
-        r"NOQUEUE: reject: MAIL from unknown\[127\.0\.0\.2\]: 450 4\.7\.1 Error: "
-        r"too much mail from 127\.0\.0\.2; proto=ESMTP helo=<client\.test>",
-    )) else None)(relay.log_text()), 10, "the log lines")
-    assert re.search(r"warning: Message delivery request rate limit exceeded: 4 from "
-                     r"unknown\[127\.0\.0\.2\] for service smtp", log), log
-    assert re.search(r"NOQUEUE: reject: MAIL from unknown\[127\.0\.0\.2\]: 450 4\.7\.1 Error: "
-                     r"too much mail from 127\.0\.0\.2; proto=ESMTP helo=<client\.test>", log), log
+    relay.log_matching(r"warning: Message delivery request rate limit exceeded: 4 from "
+                       r"unknown\[127\.0\.0\.2\] for service smtp",
+                       r"NOQUEUE: reject: MAIL from unknown\[127\.0\.0\.2\]: 450 4\.7\.1 Error: "
+                       r"too much mail from 127\.0\.0\.2; proto=ESMTP helo=<client\.test>")
     wait_until(lambda: refusals(relay).get("4xx_message_rate") == 2, 10,
                "two message-rate refusals in smx stats")
 
@@ -163,17 +147,12 @@ def test_recipient_rate_limit_per_address(sink, make_relay):
     assert c.cmd("RCPT TO:<r5@b.test>").startswith("450 4.7.1")
     for x in (b, c):
         x.close()
-    # SMTPS's lines reach the log through the MCP a moment later.
-    log = wait_until(lambda: (lambda t: t if all(re.search(p, t) for p in (
-        r"warning: Recipient address rate limit exceeded: 5 from "
-        r"unknown\[127\.0\.0\.2\] for service smtp",
-    )) else None)(relay.log_text()), 10, "the log lines")
-    assert re.search(r"warning: Recipient address rate limit exceeded: 5 from "
-                     r"unknown\[127\.0\.0\.2\] for service smtp", log), log
-    # Keyed by the queue id once a recipient was taken, as postfix's.
-    assert re.search(r"[0-9A-F]+: reject: RCPT from unknown\[127\.0\.0\.2\]: 450 4\.7\.1 Error: "
-                     r"too many recipients from 127\.0\.0\.2; from=<s@a\.test> to=<r5@b\.test> "
-                     r"proto=ESMTP helo=<client\.test>", log), log
+    # The reject line is keyed by the queue id once a recipient was taken, as postfix's.
+    relay.log_matching(r"warning: Recipient address rate limit exceeded: 5 from "
+                       r"unknown\[127\.0\.0\.2\] for service smtp",
+                       r"[0-9A-F]+: reject: RCPT from unknown\[127\.0\.0\.2\]: 450 4\.7\.1 Error: "
+                       r"too many recipients from 127\.0\.0\.2; from=<s@a\.test> to=<r5@b\.test> "
+                       r"proto=ESMTP helo=<client\.test>")
     wait_until(lambda: sink.count() == 1, 30, "the message of 3 recipients at the sink")
 
 
