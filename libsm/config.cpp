@@ -284,16 +284,9 @@ toml::table parse_config_file(const std::string& path) {
     if (!S_ISREG(st.st_mode)) throw ConfigError(path, "is not a regular file");
     if (static_cast<std::uint64_t>(st.st_size) > max_config_file)
         throw ConfigError(path, "is larger than 4 MiB");
-    std::string text(static_cast<std::size_t>(st.st_size), '\0');
-    std::size_t got = 0;
-    while (got < text.size()) {
-        const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw ConfigError(path, std::string("cannot read: ") + std::strerror(errno));
-        if (n == 0) break;  // it shrank meanwhile: what is there
-        got += static_cast<std::size_t>(n);
-    }
-    text.resize(got);
+    std::string text;
+    if (const int err = smx::read_up_to(fd.get(), static_cast<std::size_t>(st.st_size), text))
+        throw ConfigError(path, std::string("cannot read: ") + std::strerror(err));
     try {
         return toml::parse(text, path);
     } catch (const toml::parse_error& e) {

@@ -3,6 +3,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstddef>
+#include <string>
 #include <utility>
 
 namespace smx {
@@ -26,5 +29,21 @@ public:
 private:
     int fd_;
 };
+
+// Up to n bytes from fd's offset into out: all n, or fewer when the file
+// shrank since its size was taken. 0, or the errno of a failed read.
+inline int read_up_to(int fd, std::size_t n, std::string& out) {
+    out.assign(n, '\0');
+    std::size_t got = 0;
+    while (got < n) {
+        const ssize_t r = ::read(fd, out.data() + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return errno;
+        if (r == 0) break;
+        got += static_cast<std::size_t>(r);
+    }
+    out.resize(got);
+    return 0;
+}
 
 } // namespace smx

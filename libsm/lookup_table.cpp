@@ -30,16 +30,9 @@ std::string read_text(const std::string& spec, const std::string& path) {
         throw TableError(spec + ": " + path + " is " + std::to_string(st.st_size) +
                          " bytes, over texthash:'s " + std::to_string(max_text_table) +
                          " (build it with `smx map build` and name it hash:)");
-    std::string text(static_cast<std::size_t>(st.st_size), '\0');
-    std::size_t got = 0;
-    while (got < text.size()) {
-        const ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw TableError(spec + ": cannot read " + path + ": " + std::strerror(errno));
-        if (n == 0) break;  // shrank since fstat: what was there
-        got += static_cast<std::size_t>(n);
-    }
-    text.resize(got);
+    std::string text;  // shrunk since fstat: what was there
+    if (const int err = smx::read_up_to(fd.get(), static_cast<std::size_t>(st.st_size), text))
+        throw TableError(spec + ": cannot read " + path + ": " + std::strerror(err));
     return text;
 }
 

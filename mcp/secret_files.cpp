@@ -36,16 +36,10 @@ std::string read_secret(Secret s, const std::string& path) {
     if (static_cast<std::uint64_t>(st.st_size) > smx::max_size(s))
         throw ConfigError(key, path + " is larger than " + std::to_string(smx::max_size(s)) +
                                    " bytes");
-    std::string data(static_cast<std::size_t>(st.st_size), '\0');
-    std::size_t got = 0;
-    while (got < data.size()) {
-        const ssize_t n = ::read(fd.get(), data.data() + got, data.size() - got);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw ConfigError(key, "cannot read " + path + ": " + std::strerror(errno));
-        if (n == 0) break;  // shrunk meanwhile: what is there is checked below
-        got += static_cast<std::size_t>(n);
-    }
-    data.resize(got);
+    // Shrunk meanwhile: what is there is checked by the caller.
+    std::string data;
+    if (const int err = smx::read_up_to(fd.get(), static_cast<std::size_t>(st.st_size), data))
+        throw ConfigError(key, "cannot read " + path + ": " + std::strerror(err));
     return data;
 }
 
