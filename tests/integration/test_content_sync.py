@@ -106,7 +106,7 @@ def test_batch_content_sync_shares_the_commit(strace_ok, tmp_path, make_sink, ma
     assert calls["fdatasync"] == 0, calls
     assert total <= 0.3 * MSGS, calls
     assert commits <= calls["syncfs"], (commits, calls)
-    assert "each commit syncs the file system of" in relay.log_text()
+    relay.log_matching(re.escape("each commit syncs the file system of"))
 
 
 def test_file_content_sync_costs_one_per_message(strace_ok, tmp_path, make_sink, make_relay):

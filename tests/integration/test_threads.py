@@ -214,7 +214,7 @@ def test_kill9_of_threaded_smtps_is_restarted_and_nothing_is_lost(sink, make_rel
 
 def test_the_kernel_spreads_connections_over_the_loops(sink, make_relay):
     relay = make_relay(sink.port, TWO)
-    assert "with 2 sockets each, one per event loop of 1 smx-smtps process (2 loops each)" in relay.log_text()
+    relay.log_matching(re.escape("with 2 sockets each, one per event loop of 1 smx-smtps process (2 loops each)"))
     for _ in range(40):
         greet_and_quit("127.0.0.1", relay.port)
     relay.stop()
@@ -231,7 +231,7 @@ def test_several_listen_addresses_each_spread_over_the_loops(sink, make_relay):
         f.write(relay.config_text(sink.port, TWO + 'listen = ["127.0.0.1:%d", "127.0.0.2:%d"]'
                                   % (relay.port, second)))
     relay.start()
-    assert "with 2 sockets each" in relay.log_text()
+    relay.log_matching(re.escape("with 2 sockets each"))
     with open("/proc/net/tcp") as f:
         listening = [l.split()[1] for l in f.read().splitlines()[1:] if l.split()[3] == "0A"]
     ours = ["0100007F:%04X" % relay.port, "0200007F:%04X" % second]
@@ -247,7 +247,7 @@ def test_several_listen_addresses_each_spread_over_the_loops(sink, make_relay):
 
 def test_one_loop_still_serves(sink, make_relay):
     relay = make_relay(sink.port, "[server]\nthreads = 1\n")
-    assert "with 1 socket each" in relay.log_text()
+    relay.log_matching(re.escape("with 1 socket each"))
     wait_until(lambda: "(event loop 1 of 1)" in relay.log_text(), 10, "the loop ready")
     for i in range(5):
         send(relay.port, "one%d@client.test" % i, ["r@dest.test"], b"Subject: t\r\n\r\nbody\r\n")
