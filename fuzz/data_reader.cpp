@@ -1,6 +1,7 @@
 // The DATA reader: LineReader pieces through ContentReader (end of data,
 // dot-unstuffing, bare CR/LF, size limit). The first byte picks the mode.
-// Oracle: what is stored has CRLF line ends only, within the size limit;
+// Oracle: what is stored has CRLF line ends only, lines of at most 998
+// octets, within the size limit;
 // MessageParts splits it into fields that each begin with a name and end in
 // a line end, and the parts put together are what was stored.
 #include "fuzz/stream.hpp"
@@ -62,7 +63,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         const auto& res = c.result();
         if (res.too_big || res.bare_eol) co_return;
-        if (out.size() > max_size) std::abort();
+        // Each break of a line over 998 octets adds CRLF SPACE.
+        if (out.size() > max_size + 3 * (max_size / 997 + 1)) std::abort();
+        std::size_t col = 0;
+        for (const char ch : out) {
+            col = ch == '\n' ? 0 : col + 1;
+            if (col > smx::line_length_limit + 1) std::abort();  // + its CR
+        }
         for (std::size_t i = 0; i < out.size(); ++i) {
             if (out[i] == '\r' && (i + 1 == out.size() || out[i + 1] != '\n')) {
                 // A piece cut at the line limit may end in CR; its LF follows.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "libsm/content_segment.hpp"
+#include "libsm/line_break.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -12,22 +13,14 @@
 
 namespace smx::smtpc {
 
-// Longer lines go out broken by CRLF SPACE (postfix's
-// smtp_line_length_limit = 998, RFC 5321 4.5.3.1.6), which does the least
-// harm to MIME; the limit does not count the CRLF.
-inline constexpr std::size_t line_length_limit = 998;
-
-// Where the previous block left off: bytes of the current line already
-// sent (0: at the start of a line), and whether it ended in a CR that the
-// next block's LF may complete.
-struct BodyState {
-    std::size_t col = 0;
-    bool cr = false;
-};
+using BodyState = smx::LineState;
 
 // Appends `in` to `out`, doubling a '.' at the start of every line and
-// breaking lines over line_length_limit; blocks may be cut anywhere.
-void encode_body(std::string_view in, BodyState& st, std::string& out);
+// breaking lines over smx::line_length_limit (libsm/line_break.hpp); blocks
+// may be cut anywhere.
+inline void encode_body(std::string_view in, BodyState& st, std::string& out) {
+    smx::break_lines(in, st, true, [&out](std::string_view b) { out.append(b); });
+}
 
 // A message's open content (a content file or a segment record,
 // smx::content::Body); read with pread so that a retry on another connection

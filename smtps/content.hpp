@@ -1,12 +1,14 @@
 // The message content of DATA, line by line as the LineReader hands it out:
 // the end-of-data line, dot-unstuffing, bare CR / bare LF (rejected, or
-// normalised to CRLF), the size limit, the Received: hop count and the
+// normalised to CRLF), lines over 998 octets broken (libsm/line_break.hpp:
+// what milters see and sign is what goes out), the size limit, the Received: hop count and the
 // Message-ID (for the log); and of
 // BDAT (RFC 3030), whose chunks are raw octets that BdatContent cuts into
 // the same lines, without the dot. Pure: no I/O, so that it is unit-tested
 // and fuzzed on its own.
 #pragma once
 
+#include "libsm/line_break.hpp"
 #include "libsm/smtp_io.hpp"
 #include "smtps/policy.hpp"
 
@@ -52,7 +54,8 @@ private:
     // The last header line was "Message-ID:" with its value still to come
     // on a folded line.
     bool message_id_next_ = false;
-    std::uint64_t size_ = 0;
+    std::uint64_t size_ = 0;  // as received (the limit is on that), before lines are broken
+    smx::LineState lines_;
 };
 
 template <class Out>
@@ -83,14 +86,15 @@ bool ContentReader::feed(const smx::smtp::Line& l, Out&& out) {
     size_ += t.size() + bare_crs + (l.complete ? 2 : 0);
     if (size_ > max_size_) c_.too_big = true;
     if (!c_.too_big && !c_.bare_eol) {
+        const auto emit = [&](std::string_view b) { smx::break_lines(b, lines_, false, out); };
         // Each bare CR becomes CRLF (normalise mode; else none got here).
         for (std::size_t cr; (cr = t.find('\r')) != std::string_view::npos;) {
-            out(t.substr(0, cr));
-            out(std::string_view("\r\n"));
+            emit(t.substr(0, cr));
+            emit(std::string_view("\r\n"));
             t.remove_prefix(cr + 1);
         }
-        out(t);
-        if (l.complete) out(std::string_view("\r\n"));
+        emit(t);
+        if (l.complete) emit(std::string_view("\r\n"));
     }
     line_start_ = l.complete;
     after_crlf_ = l.complete && !l.bare_lf;

@@ -121,3 +121,21 @@ TEST_CASE("the first Message-ID of the header is kept for the log, folded or not
         CHECK(c.result().message_id == id.substr(0, smx::smtps::max_message_id));
     }
 }
+
+TEST_CASE("lines over 998 octets are stored broken by CRLF SPACE, as SMTPC would send them") {
+    const std::string line(2500, 'x');
+    const std::string exact(998, 'y');
+    ContentReader c(false, 1 << 20);
+    // The long line comes in pieces, as LineReader cuts it at its limit.
+    std::string out;
+    for (std::size_t at = 0; at < line.size(); at += 700) {
+        Line l;
+        l.text = std::string_view(line).substr(at, 700);
+        l.complete = at + 700 >= line.size();
+        c.feed(l, [&](std::string_view b) { out.append(b); });
+    }
+    out += feed(c, {{exact, false}, {".", false}});
+    CHECK(out == line.substr(0, 998) + "\r\n " + line.substr(998, 997) + "\r\n " + line.substr(1995) +
+                     "\r\n" + exact + "\r\n");
+    CHECK_FALSE(c.result().too_big);
+}
