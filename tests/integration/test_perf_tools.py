@@ -302,6 +302,8 @@ def test_relay_bench_milter_systems_sign_with_their_own_opendkim(open_dir, sink)
     finally:
         pf.stop()
     assert not listening(pf.milter.port)
+    # --cpus runs pinned copies at the same time: each has a filter of its own.
+    assert systems.pinned(pf, "0").milter.socket != pf.milter.socket
 
     smx = systems.Smx(open_dir, sink.port, BUILD, label="smx+nullmilter",
                       milter=milter.Milter("nullmilter", BUILD, free_port()))

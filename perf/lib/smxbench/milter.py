@@ -39,11 +39,16 @@ class Milter:
     """kind: "dkim" or "nullmilter"; build: the meson build with the null milter."""
 
     def __init__(self, kind, build, port):
-        self.kind, self.port = kind, port
+        self.kind, self.port, self.build = kind, port, build
         self.binary = os.path.join(build, "perf", "smx-null-milter")
         self.socket = "inet:127.0.0.1:%d" % port
         self.filter = None
         self.group = None
+
+    def another(self, port):
+        """A filter of the same kind on another port, for a copy of its system
+        that runs beside it (systems.pinned)."""
+        return Milter(self.kind, self.build, port)
 
     def skip_reason(self):
         if self.kind == "dkim" and not shutil.which("opendkim"):

@@ -8,7 +8,7 @@ import subprocess
 
 from . import milter as milters
 from . import policy as gateway
-from .env import PERF, log, wait_port
+from .env import PERF, free_port, log, wait_port
 from .measure import ProcessGroup
 
 PEERS = os.path.join(PERF, "peers")
@@ -177,6 +177,8 @@ def pinned(system, cpus):
         s.cpus.update(range(int(lo), int(hi or lo) + 1))
     s.name = "%s@%s" % (system.name, cpus)
     s.dir = os.path.join(os.path.dirname(system.dir), s.name)
+    if system.milter:  # both run at once: each its own filter
+        s.milter = system.milter.another(free_port())
     return s
 
 
