@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from conftest import SMX
-from milter_checks import MilterHostChecks, delivered, header, message, submit
+from conftest import SMX, Raw
+from milter_checks import RCPT, SENDER, MilterHostChecks, delivered, header, message, submit
 
 
 def knows_milters():
@@ -43,3 +43,26 @@ class TestSmxHost(MilterHostChecks):
         assert "by smx.test" in header(data, "Received"), data
         assert header(data, "DKIM-Signature") is not None, data
         assert opendkim.verify(data)
+
+    # Under 256 KiB a message goes into a content segment, over it into a
+    # file of its own; DATA or BDAT in two chunks: whichever way smx stores
+    # the message, what goes out is what OpenDKIM signed.
+    @pytest.mark.parametrize("size", [2000, 400 * 1024])
+    @pytest.mark.parametrize("bdat", [False, True])
+    def test_opendkim_signature_verifies_for_each_way_of_storing(self, milter_host, opendkim, size, bdat):
+        port, sink = milter_host(opendkim)
+        msg = message("stored", "\n".join("line %06d %s" % (i, "x" * 60) for i in range(size // 72)))
+        if bdat:
+            c = Raw(port)
+            for line in ("EHLO client.test", "MAIL FROM:<%s>" % SENDER, "RCPT TO:<%s>" % RCPT):
+                assert c.cmd(line).startswith("250")
+            half = len(msg) // 2
+            c.send(b"BDAT %d\r\n" % half + msg[:half])
+            assert c.reply().startswith("250")
+            c.send(b"BDAT %d LAST\r\n" % (len(msg) - half) + msg[half:])
+            assert c.reply().startswith("250")
+            c.close()
+        else:
+            assert submit(port, msg) == (250, "")
+        data = delivered(sink)[0]
+        assert header(data, "DKIM-Signature") is not None and opendkim.verify(data)
