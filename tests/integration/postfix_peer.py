@@ -33,6 +33,14 @@ maillog_file_prefixes = {dir}
 maillog_file = {dir}/maillog
 """
 
+# Lines of an instance that relays mail from 127.0.0.0/8 to the sink on
+# port {sink} (str.format).
+RELAY_TO_SINK_CF = """\
+mynetworks = 127.0.0.0/8
+smtpd_relay_restrictions = permit_mynetworks, reject_unauth_destination
+relayhost = [127.0.0.1]:{sink}
+"""
+
 # No chroot: the queue directory is not laid out as a chroot jail.
 MASTER_CF = """\
 127.0.0.1:{port} inet n - n - - smtpd

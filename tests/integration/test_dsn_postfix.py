@@ -13,7 +13,7 @@ import smtplib
 import pytest
 
 from conftest import free_port, wait_until
-from postfix_peer import PrivatePostfix
+from postfix_peer import RELAY_TO_SINK_CF, PrivatePostfix
 
 pytestmark = pytest.mark.skipif(
     not shutil.which("postfix") or not shutil.which("openssl") or os.geteuid() != 0,
@@ -21,11 +21,7 @@ pytestmark = pytest.mark.skipif(
 
 # After postfix_peer's common lines: relays for 127.0.0.0/8 to the sink,
 # requires TLS, offers SMTPUTF8 (and DSN, postfix's default).
-MAIN_CF = """\
-myhostname = postfix-nexthop.test
-mynetworks = 127.0.0.0/8
-smtpd_relay_restrictions = permit_mynetworks, reject_unauth_destination
-relayhost = [127.0.0.1]:{sink}
+MAIN_CF = "myhostname = postfix-nexthop.test\n" + RELAY_TO_SINK_CF + """\
 smtputf8_enable = yes
 smtpd_tls_security_level = encrypt
 smtpd_tls_cert_file = {{dir}}/cert.pem

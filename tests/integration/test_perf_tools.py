@@ -272,6 +272,49 @@ def test_relay_bench_policy_configures_both_relays(tmp_path):
     assert cfg["routes"]["default"] == "[127.0.0.1]:2525"
 
 
+def test_relay_bench_milter_systems_sign_with_their_own_opendkim(open_dir, sink):
+    """relay-bench --milter's postfix+dkim, set up and started as the bench
+    does, relaying to a recording sink: a message from the source's sender
+    domain arrives with an OpenDKIM signature that verifies, and the
+    milter's CPU is counted apart from postfix's. smx+nullmilter names its
+    milter in [milter] smtpd_milters, or, in a build without milters,
+    refuses to set up with the reason the results give."""
+    if not shutil.which("postconf") or not shutil.which("opendkim") or os.geteuid() != 0:
+        pytest.skip("needs postfix and opendkim (scripts/test installs them) and root")
+    sys.path.insert(0, os.path.join(PERF, "lib"))
+    from smxbench import milter, systems
+    from filters import listening
+    from milter_checks import delivered, header, message
+
+    # postfix's daemons drop to its account: its directory in one they may enter.
+    pf = systems.Postfix(open_dir, sink.port, label="postfix+dkim",
+                         milter=milter.Milter("dkim", BUILD, free_port()))
+    port = free_port()
+    pf.setup(port)
+    try:
+        pf.start()
+        with smtplib.SMTP("127.0.0.1", port, timeout=60) as c:
+            c.sendmail("sender@source.example", ["rcpt@sink.example"],
+                       message("bench", "Hello.\n", sender="sender@source.example"))
+        data = delivered(sink)[0]
+        assert "d=source.example" in header(data, "DKIM-Signature") and pf.milter.filter.verify(data)
+        assert pf.milter.group.cpu_seconds() > 0
+    finally:
+        pf.stop()
+    assert not listening(pf.milter.port)
+    # --cpus runs pinned copies at the same time: each has a filter of its own.
+    assert systems.pinned(pf, "0").milter.socket != pf.milter.socket
+
+    smx = systems.Smx(open_dir, sink.port, BUILD, label="smx+nullmilter",
+                      milter=milter.Milter("nullmilter", BUILD, free_port()))
+    if milter.smx_knows_milters(smx.binary):
+        import tomllib
+        assert tomllib.loads(smx.config(free_port()))["milter"]["smtpd_milters"] == [smx.milter.socket]
+    else:
+        with pytest.raises(RuntimeError, match="smx build has no milter support"):
+            smx.setup(free_port())
+
+
 def test_profile_refuses_a_size_mix_for_smtp_source():
     res = subprocess.run([os.path.join(PERF, "profile"), "--source", "smtp-source", "-S", "1K:4K"],
                          capture_output=True, text=True, timeout=60)

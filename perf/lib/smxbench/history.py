@@ -132,7 +132,8 @@ FIGURES = (("runs", "runs"), ("complete", "complete"), ("msgs", "msgs"), ("deliv
            ("flushes", "flushes_per_msg"), ("writes", "writes_per_msg"), ("kb", "kb_per_msg"),
            # CPU s per 1000 messages is ms per message.
            ("cpu", "cpu_ms_per_msg"), ("source_cpu", "source_cpu_ms_per_msg"),
-           ("sink_cpu", "sink_cpu_ms_per_msg"), ("pss", "pss_mb"), ("errors", "errors"),
+           ("sink_cpu", "sink_cpu_ms_per_msg"), ("milter_cpu", "milter_cpu_ms_per_msg"), ("pss", "pss_mb"),
+           ("errors", "errors"),
            ("ibdb_commits_per_1000", "ibdb_commits_per_1000"), ("emulated_flushes", "emulated_flushes_per_msg"),
            ("flush_delay_ms", "flush_delay_ms"))
 

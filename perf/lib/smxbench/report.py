@@ -35,6 +35,7 @@ def summarize(results):
                 "writes": med([r["disk_writes_per_msg"] for r in runs]),
                 "kb": med([r["disk_kb_per_msg"] for r in runs]),
                 "cpu": med([r["cpu_s_per_1000"] for r in runs]),
+                "milter_cpu": med([r.get("milter_cpu_s_per_1000") for r in runs]),
                 "source_cpu": med([r.get("source_cpu_s_per_1000") for r in runs]),
                 "sink_cpu": med([r.get("sink_cpu_s_per_1000") for r in runs]),
                 "pss": med([r["peak_pss_mb"] for r in runs]),

@@ -44,6 +44,7 @@ class Bench:
         n, r = cfg["msgs"], cfg["rcpts"]
         self.sink.arm(n * r)
         cpu0 = system.group.cpu_seconds() if system.group else 0.0
+        milter0 = system.milter.group.cpu_seconds() if system.milter else 0.0
         sink0 = self.sink.cpu_seconds()
         disk0 = diskstats(self.disk)
         stats0 = system.stats()
@@ -61,6 +62,7 @@ class Bench:
         done, complete = self.sink.wait(budget)
         end = done.get("t_now", time.time())
         cpu1 = system.group.cpu_seconds() if system.group else 0.0
+        milter1 = system.milter.group.cpu_seconds() if system.milter else 0.0
         sink1 = self.sink.cpu_seconds()
         disk1 = diskstats(self.disk)
         peak = mem.stop()
@@ -77,6 +79,7 @@ class Bench:
             "acked": inj.get("msgs", 0),
             "errors": inj.get("errors", {}),
             "cpu_s_per_1000": (cpu1 - cpu0) / n * 1000 if system.relay else None,
+            "milter_cpu_s_per_1000": (milter1 - milter0) / n * 1000 if system.milter else None,
             "source_cpu_s_per_1000": (src1 - src0) / n * 1000,
             "sink_cpu_s_per_1000": (sink1 - sink0) / n * 1000,
             "peak_pss_mb": peak / 2**20 if system.relay else None,

@@ -6,8 +6,9 @@ import shutil
 import signal
 import subprocess
 
+from . import milter as milters
 from . import policy as gateway
-from .env import PERF, log, wait_port
+from .env import PERF, free_port, log, wait_port
 from .measure import ProcessGroup
 
 PEERS = os.path.join(PERF, "peers")
@@ -18,14 +19,17 @@ class System:
     relay = True
     cpus = None  # pinned() sets it
 
-    def __init__(self, workdir, sink_port, tls=None, label=None, policy=None):
+    def __init__(self, workdir, sink_port, tls=None, label=None, policy=None, milter=None):
         """tls: {"cert": PEM, "key": PEM} for STARTTLS in and out (the
         source's connections and the relay's to the sink), else None.
-        policy: a policy.PolicyLab (relay-bench --policy), else None."""
+        policy: a policy.PolicyLab (relay-bench --policy), else None.
+        milter: a milter.Milter, the relay's one smtpd milter (relay-bench
+        --milter), started and stopped with it, else None."""
         if label:
             self.name = label
         self.tls = tls
         self.policy = policy
+        self.milter = milter
         # With a policy: {"tool", "seconds"} of building its recipient table.
         self.table_build = None
         self.dir = os.path.join(workdir, self.name)
@@ -42,7 +46,11 @@ class System:
         return dict(os.environ, **self.base_env, **self.env)
 
     def skip_reason(self):
-        return None
+        return self.milter.skip_reason() if self.milter else None
+
+    def start_milter(self):
+        if self.milter:
+            self.milter.start(self.name, self.cpus)
 
     def config_files(self):
         """{file name: text} of the configuration used, for the results."""
@@ -54,6 +62,8 @@ class System:
     def stop(self):
         if self.group:
             self.group.remove()
+        if self.milter:
+            self.milter.stop()
 
 
 class Direct(System):
@@ -84,8 +94,12 @@ class Postfix(System):
             self.table_build = {"tool": "postmap", "seconds": self.policy.build(etc, ["postmap", "-c", etc])}
             subprocess.run([os.path.join(PEERS, "postfix.sh"), "policy", self.dir, str(port), self.policy.resolv],
                            check=True)
+        if self.milter:
+            subprocess.run(["postconf", "-c", os.path.join(self.dir, "etc"), "-e",
+                            "smtpd_milters = " + self.milter.socket, "milter_default_action = tempfail"], check=True)
 
     def start(self):
+        self.start_milter()
         self.group = ProcessGroup(self.name, self.cpus)
         subprocess.run([os.path.join(PEERS, "postfix.sh"), "start", self.dir], check=True,
                        preexec_fn=self.group.preexec, env=self.environ(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -163,6 +177,8 @@ def pinned(system, cpus):
         s.cpus.update(range(int(lo), int(hi or lo) + 1))
     s.name = "%s@%s" % (system.name, cpus)
     s.dir = os.path.join(os.path.dirname(system.dir), s.name)
+    if system.milter:  # both run at once: each its own filter
+        s.milter = system.milter.another(free_port())
     return s
 
 
@@ -179,8 +195,8 @@ def toml_value(v):
 class Smx(System):
     name = "smx"
 
-    def __init__(self, workdir, sink_port, build, overrides=None, label=None, tls=None, policy=None):
-        super().__init__(workdir, sink_port, tls, label, policy)
+    def __init__(self, workdir, sink_port, build, overrides=None, label=None, tls=None, policy=None, milter=None):
+        super().__init__(workdir, sink_port, tls, label, policy, milter)
         self.binary = os.path.join(build, "mcp", "smx")
         self.overrides = overrides or {}
         self.proc = None
@@ -191,7 +207,7 @@ class Smx(System):
         for child in ("qmgr/smx-qmgr", "smtps/smx-smtps", "smtpc/smx-smtpc"):
             if not os.access(os.path.join(os.path.dirname(os.path.dirname(self.binary)), child), os.X_OK):
                 return "%s is not built yet" % child
-        return None
+        return super().skip_reason()
 
     def config(self, port):
         cfg = {
@@ -215,6 +231,8 @@ class Smx(System):
             # work directory may be out of their accounts' reach.
             cfg["server"]["user"] = "root"
         overrides = list(gateway.smx_overrides(self.policy, self.dir).items()) if self.policy else []
+        if self.milter:
+            overrides.append(("milter", {"smtpd_milters": [self.milter.socket]}))
         for section, keys in overrides + list(self.overrides.items()):
             cfg.setdefault(section, {}).update(keys)
         lines = []
@@ -226,6 +244,8 @@ class Smx(System):
         return "\n".join(lines)
 
     def setup(self, port):
+        if self.milter and not milters.smx_knows_milters(self.binary):
+            raise RuntimeError("smx build has no milter support (smx config knows no milter.smtpd_milters)")
         self.port = port
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir)
@@ -241,6 +261,7 @@ class Smx(System):
                 raise RuntimeError("smx refuses the policy config: %s" % (check.stderr or check.stdout).strip()[-500:])
 
     def start(self):
+        self.start_milter()
         self.group = ProcessGroup(self.name, self.cpus)
         self.proc = subprocess.Popen([self.binary, "run", "-c", self.conf], preexec_fn=self.group.preexec,
                                      env=self.environ(),
