@@ -29,8 +29,10 @@ SCALE = float(os.environ.get("SMX_TEST_SCALE", "1"))
 # the code the build under test runs: scripts/test runs them once, with the
 # normal build, and reports them skipped in the sanitizer build's run.
 # test_first_run builds a clone of the tree with scripts/run, whatever the
-# build under test.
-PACKAGING_MODULES = {"test_deb", "test_install", "test_service", "test_manual", "test_first_run"}
+# build under test; test_filters_postfix runs no smx at all (postfix as the
+# host of the real milters, the proof of the fixtures).
+PACKAGING_MODULES = {"test_deb", "test_install", "test_service", "test_manual", "test_first_run",
+                     "test_filters_postfix"}
 
 
 def _sanitized():
@@ -49,8 +51,8 @@ SANITIZED = _sanitized()
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("SMX_PACKAGING_TESTS", "1") != "0":
         return
-    skip = pytest.mark.skip(reason="packaging tests run once, in the normal build's run "
-                                   "(SMX_PACKAGING_TESTS=0)")
+    skip = pytest.mark.skip(reason="packaging and postfix-only tests run once, in the normal "
+                                   "build's run (SMX_PACKAGING_TESTS=0)")
     for item in items:
         if item.module.__name__.rsplit(".", 1)[-1] in PACKAGING_MODULES:
             item.add_marker(skip)
