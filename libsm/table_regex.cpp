@@ -365,7 +365,8 @@ public:
     Lookup find(std::string_view key) const override {
         thread_local Matcher m;
         pcre2_match_data* data = m.for_groups(groups_);
-        const auto subject = reinterpret_cast<PCRE2_SPTR>(key.data());
+        // PCRE2 10.42 refuses a null subject even of length 0.
+        const auto subject = reinterpret_cast<PCRE2_SPTR>(key.data() ? key.data() : "");
         for (std::size_t i = 0; i < rules_.size(); ++i) {
             const RegexRule& r = rules_[i];
             if (r.op == RegexRule::Op::endif) continue;

@@ -89,6 +89,7 @@ TEST_CASE("pcre: other delimiters, X ignored, empty results, unset groups", "[ta
     CHECK(t->find("yz").value == "[][z]");
     CHECK(t->find("empty").found());
     CHECK(t->find("empty").value.empty());
+    CHECK(pcre("/^$/ nothing\n")->find(std::string_view()).value == "nothing");
 }
 
 TEST_CASE("pcre: a pathological pattern fails the lookup, bounded", "[table][regex]") {
