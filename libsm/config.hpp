@@ -277,6 +277,13 @@ struct PolicyConfig {
     // Clients without a confirmed name get 450 4.7.25 (the lookup failed
     // for now) or 550 5.7.25 (postfix's reject_unknown_client_hostname).
     bool reject_unknown_client_hostname = false;
+    // postfix's header_checks and body_checks (docs/policy.md): pcre: or
+    // regexp: tables (any type works) whose results are actions on each
+    // header field and each body line; the header section checked up to
+    // header_size_limit bytes, the body up to body_checks_size_limit.
+    std::vector<std::string> header_checks, body_checks;
+    std::uint64_t header_size_limit = 102400;
+    std::uint64_t body_checks_size_limit = 51200;
 };
 
 // [dnsbl]: DNS block and allow lists asked at connect (postscreen's

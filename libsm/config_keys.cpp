@@ -526,6 +526,17 @@ std::vector<ConfigKey> make_keys() {
                   flag<P>(&P::reject_unknown_client_hostname), reload,
                   "clients without a confirmed name get 450 4.7.25, or 550 5.7.25 when no name "
                   "exists"),
+        ConfigKey("policy.header_checks", tables<P>(&P::header_checks), reload,
+                  "tables (pcre:, regexp:) whose results act on each header field: REJECT, "
+                  "DISCARD, HOLD, WARN, IGNORE, PREPEND, REPLACE ..."),
+        ConfigKey("policy.body_checks", tables<P>(&P::body_checks), reload,
+                  "the same for each body line"),
+        ConfigKey("policy.header_size_limit", number<P>(&P::header_size_limit, 1024, 64u << 20), reload,
+                  "bytes of the header section that header_checks read; the rest is kept, "
+                  "unchecked"),
+        ConfigKey("policy.body_checks_size_limit",
+                  number<P>(&P::body_checks_size_limit, 0, std::uint64_t{1} << 40), reload,
+                  "bytes of the body that body_checks read; the rest is kept, unchecked"),
         ConfigKey("dnsbl.sites",
                   list<D, DnsblSite>(&D::sites, parse_dnsbl_site,
                                      [](const DnsblSite& d) { return d.text; }),

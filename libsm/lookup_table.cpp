@@ -4,6 +4,7 @@
 #include "libsm/fd.hpp"
 #include "libsm/table_db.hpp"
 #include "libsm/table_follow.hpp"
+#include "libsm/table_regex.hpp"
 #include "libsm/table_text.hpp"
 
 #include <db_cxx.h>
@@ -20,16 +21,17 @@
 namespace smx::table {
 namespace {
 
-// texthash: is for short tables; a long one belongs in hash:.
+// texthash: is for short tables; a long one belongs in hash:. pcre: and
+// regexp: are read whole and compiled, and each lookup tries every rule.
 constexpr off_t max_text_table = 16 << 20;
 
-std::string read_text(const std::string& spec, const std::string& path) {
+std::string read_text(const std::string& spec, const std::string& type, const std::string& path) {
     struct stat st{};
     const smx::Fd fd = open_file(spec, path, st);
     if (st.st_size > max_text_table)
         throw TableError(spec + ": " + path + " is " + std::to_string(st.st_size) +
-                         " bytes, over texthash:'s " + std::to_string(max_text_table) +
-                         " (build it with `smx map build` and name it hash:)");
+                         " bytes, over " + type + ":'s " + std::to_string(max_text_table) +
+                         (type == "texthash" ? " (build it with `smx map build` and name it hash:)" : ""));
     std::string text;  // shrunk since fstat: what was there
     if (const int err = smx::read_up_to(fd.get(), static_cast<std::size_t>(st.st_size), text))
         throw TableError(spec + ": cannot read " + path + ": " + std::strerror(err));
@@ -269,9 +271,9 @@ std::pair<std::string, std::string> split_spec(const std::string& spec) {
     std::string type = spec.substr(0, colon);
     std::string name = spec.substr(colon + 1);
     if (type == "inline") return {type, name};
-    if (type != "hash" && type != "btree" && type != "texthash")
+    if (type != "hash" && type != "btree" && type != "texthash" && type != "pcre" && type != "regexp")
         throw TableError(spec + ": unknown table type \"" + type +
-                         "\" (hash, btree, texthash or inline)");
+                         "\" (hash, btree, texthash, inline, pcre or regexp)");
     if (name.empty() || name.front() != '/')
         throw TableError(spec + ": the file name must be an absolute path");
     return {type, name};
@@ -284,7 +286,12 @@ std::shared_ptr<const Table> open(const std::string& spec) {
     if (type == "inline") return std::make_shared<MemoryTable>(spec, inline_text(spec, name), spec);
     if (type == "texthash")
         return follow(spec, name, [spec, path = name] {
-            return std::make_shared<MemoryTable>(spec, read_text(spec, path), path);
+            return std::make_shared<MemoryTable>(spec, read_text(spec, "texthash", path), path);
+        });
+    if (type == "pcre" || type == "regexp")
+        return follow(spec, name, [spec, type = type, path = name] {
+            return regex_table(spec, read_text(spec, type, path), path,
+                               type == "pcre" ? Dialect::pcre : Dialect::regexp);
         });
     const DBTYPE kind = type == "hash" ? DB_HASH : DB_BTREE;
     return follow(spec, name + ".db", [spec, path = name + ".db", kind] {
@@ -331,8 +338,9 @@ TableList TableList::open(const std::vector<std::string>& specs) {
     return TableList(std::move(tables));
 }
 
-Lookup TableList::find(std::string_view key) const {
+Lookup TableList::find(std::string_view key, bool partial) const {
     for (const auto& t : tables_) {
+        if (partial && t->pattern()) continue;
         Lookup l = t->find(key);
         if (l.status != Status::not_found) return l;
     }
@@ -340,8 +348,8 @@ Lookup TableList::find(std::string_view key) const {
 }
 
 Lookup TableList::find_first(const std::vector<std::string>& keys) const {
-    for (const auto& k : keys) {
-        Lookup l = find(k);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        Lookup l = find(keys[i], i > 0);
         if (l.status != Status::not_found) return l;
     }
     return {};

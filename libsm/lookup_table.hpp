@@ -6,7 +6,10 @@
 //   texthash:/etc/smx/x    the text itself, read into memory when opened
 //   inline:{ k1=v1, k2=v2 } entries written in the config (a value with a
 //                          comma in braces: { k = {v, w} })
-// Keys are folded to lower case when built and when looked up. A lookup
+//   pcre:/etc/smx/checks   regular expressions, pcre_table(5) (table_regex.hpp)
+//   regexp:/etc/smx/checks the same in POSIX syntax, regexp_table(5)
+// Keys are folded to lower case when built and when looked up (pcre: and
+// regexp: match the key as given, case-insensitive by default). A lookup
 // that cannot answer (a read error, a corrupt file) says failed: callers
 // answer with a temporary failure, never as if the key were absent.
 #pragma once
@@ -49,6 +52,10 @@ public:
     virtual Lookup find(std::string_view key) const = 0;
     // "hash:/etc/smx/access", as configured.
     const std::string& spec() const { return spec_; }
+    // A table of patterns (pcre:, regexp:): asked only for a whole key, not
+    // for the parts an access(5) search tries after it (postfix skips its
+    // pattern tables for "partial" keys the same way).
+    virtual bool pattern() const { return false; }
     // Every entry, in the table's own order (`smx map dump`); keys as
     // stored (lower case), without postmap's NULs. TableError if the table
     // cannot be read to its end.
@@ -93,9 +100,12 @@ public:
     static TableList open(const std::vector<std::string>& specs);
 
     bool empty() const { return tables_.empty(); }
-    Lookup find(std::string_view key) const;
+    // partial: key is one that a search order makes from a whole one (a
+    // parent domain, "user@"): pattern tables are not asked.
+    Lookup find(std::string_view key, bool partial = false) const;
     // The first key of keys, in order, that a table has (each key through
-    // every table before the next key, as postfix searches).
+    // every table before the next key, as postfix searches); keys after
+    // the first are partial.
     Lookup find_first(const std::vector<std::string>& keys) const;
 
 private:
@@ -104,7 +114,8 @@ private:
 
 // postfix's search orders (access(5), virtual(5), transport(5)). addr is an
 // envelope address; delimiters: recipient_delimiter's characters (empty:
-// no extensions). Each list is in lookup order, lower case.
+// no extensions). Each list is in lookup order, lower case; the first key
+// is the whole one, the others partial (TableList::find).
 enum class Order {
     // user+ext@domain, user@domain, domain, parent domains, user+ext@, user@
     // ("<>" for the null address)

@@ -18,6 +18,8 @@ PolicyTables::PolicyTables(const PolicyConfig& cfg)
       helo_access(open_key("policy.helo_access", cfg.helo_access)),
       sender_access(open_key("policy.sender_access", cfg.sender_access)),
       recipient_access(open_key("policy.recipient_access", cfg.recipient_access)),
-      relay_recipient_maps(open_key("policy.relay_recipient_maps", cfg.relay_recipient_maps)) {}
+      relay_recipient_maps(open_key("policy.relay_recipient_maps", cfg.relay_recipient_maps)),
+      header_checks(open_key("policy.header_checks", cfg.header_checks)),
+      body_checks(open_key("policy.body_checks", cfg.body_checks)) {}
 
 } // namespace smx

@@ -15,7 +15,7 @@ struct PolicyTables {
     explicit PolicyTables(const PolicyConfig& cfg);
 
     table::TableList client_access, helo_access, sender_access, recipient_access,
-        relay_recipient_maps;
+        relay_recipient_maps, header_checks, body_checks;
 };
 
 } // namespace smx

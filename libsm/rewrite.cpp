@@ -107,7 +107,7 @@ Rewriter::Match Rewriter::find(const table::TableList& tables, std::string_view 
     if (tables.empty()) return m;
     const auto keys = table::address_keys(addr, delimiters_, table::Order::address);
     for (std::size_t i = 0; i < keys.size(); ++i) {
-        table::Lookup l = tables.find(keys[i]);
+        table::Lookup l = tables.find(keys[i], i > 0);
         if (l.status == Status::not_found) continue;
         m.status = l.status;
         m.value = std::move(l.value);
@@ -240,7 +240,7 @@ private:
         const std::string_view local = local_of(addr);
         const auto keys = table::address_keys(local, rw_.delimiters_, table::Order::address);
         for (std::size_t i = 0; i < keys.size(); ++i) {
-            table::Lookup l = rw_.aliases_.find(keys[i]);
+            table::Lookup l = rw_.aliases_.find(keys[i], i > 0);
             if (l.status == Status::not_found) continue;
             // The extension is not carried over (postfix's default
             // propagate_unmatched_extensions leaves out aliases).

@@ -47,7 +47,11 @@ public:
         // Before the open: a change between the two is seen at the next check.
         seen_ = identity_of(path_);
         current_.store(open_());
+        pattern_ = current_.load()->pattern();
     }
+
+    // The type's, which a new file does not change.
+    bool pattern() const override { return pattern_; }
 
     Lookup find(std::string_view key) const override {
         check();
@@ -90,6 +94,7 @@ private:
 
     const std::string path_;
     const std::function<std::shared_ptr<const Table>()> open_;
+    bool pattern_ = false;
     mutable std::atomic<std::shared_ptr<const Table>> current_;
     mutable std::atomic<std::int64_t> next_check_{now_ns() + interval_ns};
     mutable std::mutex checking_;                // held by the lookup that checks

@@ -58,10 +58,10 @@ std::optional<MapArgs> parse(const std::vector<std::string>& ops, std::string& e
         return std::nullopt;
     }
     const bool known = a.type == "hash" || a.type == "btree" ||
-                       (a.action != "build" && a.type == "texthash");
+                       (a.action != "build" && (a.type == "texthash" || a.type == "pcre" || a.type == "regexp"));
     if (!a.type.empty() && !known) {
         err = "map: -t takes hash or btree" +
-              std::string(a.action == "build" ? "" : " (or texthash)") + ", not '" + a.type + "'";
+              std::string(a.action == "build" ? "" : " (or texthash, pcre, regexp)") + ", not '" + a.type + "'";
         return std::nullopt;
     }
     return a;
@@ -70,7 +70,7 @@ std::optional<MapArgs> parse(const std::vector<std::string>& ops, std::string& e
 // "hash:/abs/FILE" for an operand FILE or TYPE:FILE (postmap's way of
 // naming one); inline:{...} as it is.
 std::string spec_of(const std::string& operand, const std::string& type) {
-    for (const char* t : {"hash:", "btree:", "texthash:", "inline:"})
+    for (const char* t : {"hash:", "btree:", "texthash:", "pcre:", "regexp:", "inline:"})
         if (operand.starts_with(t)) {
             if (std::string_view(t) == "inline:") return operand;
             const std::string name = operand.substr(std::string_view(t).size());

@@ -73,8 +73,10 @@ public:
     Step check(const char* key, const TableList& tables, Keys&& keys, Memo* memo = nullptr) {
         if (tables.empty()) return Step::dunno;
         if (memo && memo->done) return memo->value ? action(key, memo->key, *memo->value) : Step::dunno;
-        for (const auto& k : keys()) {
-            const Lookup l = tables.find(k);
+        const std::vector<std::string> all = keys();
+        for (std::size_t i = 0; i < all.size(); ++i) {
+            const std::string& k = all[i];
+            const Lookup l = tables.find(k, i > 0);
             if (l.failed()) {
                 spdlog::warn("{}: lookup of \"{}\" failed", key, k);
                 return refuse(smx::Rejection::policy_unavailable,

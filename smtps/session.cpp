@@ -11,6 +11,7 @@
 #include "smtps/client_limits.hpp"
 #include "smtps/command.hpp"
 #include "smtps/content.hpp"
+#include "smtps/content_checks.hpp"
 #include "smtps/policy.hpp"
 #include "smtps/restrictions.hpp"
 #include "smtps/server.hpp"
@@ -75,6 +76,7 @@ struct Chunking {
     ContentWriter w;
     BdatContent content;
     std::uint64_t header_size = 0;
+    std::optional<ContentChecks> checks;  // between content and w
 };
 
 class Session {
@@ -186,7 +188,18 @@ private:
     // A sender or recipient rewriting refused (a table failed, an alias loop).
     void lookup_refused(const smx::RewriteResult& r, std::string_view addr);
     asio::awaitable<bool> data(std::string_view arg);
-    asio::awaitable<DataOutcome> read_content(ContentWriter& w);
+    asio::awaitable<DataOutcome> read_content(ContentChecks& checks);
+    // header_checks and body_checks between the content and w.
+    ContentChecks content_checks(ContentWriter& w) {
+        const auto& p = settings_->config->policy;
+        return ContentChecks(
+            settings_->tables.header_checks, settings_->tables.body_checks, p.header_size_limit,
+            p.body_checks_size_limit, [&w](std::string_view bytes) { w.append(bytes); },
+            [this](const CheckEvent& e) { log_.check(e, details(rcpts_.front().addr)); });
+    }
+    // A check's REJECT or failed lookup answered: false (content_accepted's
+    // sibling, for the content after the checks).
+    bool checks_accepted(const ContentVerdict& v);
     // BDAT: false when the connection must close (timeout, lost client).
     asio::awaitable<bool> bdat(std::string_view arg);
     // Why a BDAT chunk is refused; nullopt when it is taken.
@@ -198,9 +211,11 @@ private:
     // The checks of the content (DATA's, or BDAT's so far): false when it
     // is refused (and the refusal logged and replied).
     bool content_accepted(const Content& c);
-    // message_id: the Message-ID header's value, or empty.
-    asio::awaitable<void> queue(ContentWriter& w, const std::string& message_id);
-    asio::awaitable<std::string> commit(ContentWriter& w, const std::string& message_id);
+    // message_id: the Message-ID header's value, or empty; v: the checks'
+    // DISCARD or HOLD.
+    asio::awaitable<void> queue(ContentWriter& w, const std::string& message_id, const ContentVerdict& v);
+    asio::awaitable<std::string> commit(ContentWriter& w, const std::string& message_id,
+                                        const ContentVerdict& v);
     void reset() {
         in_mail_ = false;
         smtputf8_ = false;
@@ -689,7 +704,8 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
     w.append(received_header());
     const std::uint64_t header_size = w.size();
     reader_.set_max_line(data_chunk);
-    const DataOutcome d = co_await read_content(w);
+    ContentChecks checks = content_checks(w);
+    const DataOutcome d = co_await read_content(checks);
     reader_.set_max_line(cfg_.max_line_length + smx::dsn::rcpt_line_extra);
     if (d.status != ReadStatus::ok) {
         if (d.status == ReadStatus::timeout) timeout_reply(w.size() - header_size);
@@ -699,12 +715,13 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
     }
     log_.end_of_message();
     // Refused: what was written of it goes with w.
-    if (content_accepted(d.content)) co_await queue(w, d.content.message_id);
+    if (content_accepted(d.content) && checks_accepted(checks.verdict()))
+        co_await queue(w, d.content.message_id, checks.verdict());
     reset();
     co_return true;
 }
 
-asio::awaitable<DataOutcome> Session::read_content(ContentWriter& w) {
+asio::awaitable<DataOutcome> Session::read_content(ContentChecks& checks) {
     DataOutcome d;
     DataClock clock(cfg_);  // one bound for the whole DATA phase
     ContentReader reader(!cfg_.reject_bare_lf, cfg_.max_message_size);
@@ -715,7 +732,8 @@ asio::awaitable<DataOutcome> Session::read_content(ContentWriter& w) {
             co_return d;
         }
         clock.received(l.text.size() + (l.complete ? 2 : 0));
-        if (reader.feed(l, [&w](std::string_view bytes) { w.append(bytes); })) {
+        if (reader.feed(l, [&checks](std::string_view bytes) { checks.feed(bytes); })) {
+            checks.finish();
             d.content = reader.result();
             co_return d;
         }
@@ -737,6 +755,7 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
                                                cfg_.max_message_size);
         chunking_->w.append(received_header());
         chunking_->header_size = chunking_->w.size();
+        chunking_->checks.emplace(content_checks(chunking_->w));
     }
     DataClock clock(cfg_);  // one bound per chunk
     for (std::uint64_t left = b->size; left > 0;) {
@@ -751,7 +770,7 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
         left -= l.text.size();
         clock.received(l.text.size());
         if (!refused)
-            chunking_->content.feed(l.text, [this](std::string_view x) { chunking_->w.append(x); });
+            chunking_->content.feed(l.text, [this](std::string_view x) { chunking_->checks->feed(x); });
     }
     if (refused) {
         if (refused->why == smx::Rejection::queue_unavailable) {
@@ -765,8 +784,10 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
         }
         co_return true;
     }
-    if (b->last)
-        chunking_->content.finish([this](std::string_view x) { chunking_->w.append(x); });
+    if (b->last) {
+        chunking_->content.finish([this](std::string_view x) { chunking_->checks->feed(x); });
+        chunking_->checks->finish();
+    }
     const Content& c = chunking_->content.result();
     if (!content_accepted(c)) {
         reset();
@@ -776,7 +797,12 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
         reply("250 2.0.0 Ok: " + std::to_string(b->size) + " octets received");
         co_return true;
     }
-    co_await queue(chunking_->w, c.message_id);
+    // As postfix: a check's verdict is the end of data's answer.
+    if (!checks_accepted(chunking_->checks->verdict())) {
+        reset();
+        co_return true;
+    }
+    co_await queue(chunking_->w, c.message_id, chunking_->checks->verdict());
     reset();
     co_return true;
 }
@@ -808,14 +834,29 @@ bool Session::content_accepted(const Content& c) {
     return false;
 }
 
-asio::awaitable<void> Session::queue(ContentWriter& w, const std::string& message_id) {
+bool Session::checks_accepted(const ContentVerdict& v) {
+    using Kind = ContentVerdict::Kind;
+    if (v.kind == Kind::reject) {
+        log_.check_refused(v.why, v.reply);  // its reject: line is logged
+    } else if (v.kind == Kind::tempfail) {
+        log_.reject(v.why, v.reply, details(rcpts_.front().addr));
+    } else {
+        return true;
+    }
+    reply(v.reply);
+    return false;
+}
+
+asio::awaitable<void> Session::queue(ContentWriter& w, const std::string& message_id,
+                                     const ContentVerdict& v) {
     Shared::CommitGuard guard(srv_.shared());
-    reply(co_await commit(w, message_id));
+    reply(co_await commit(w, message_id, v));
     // The reply is out before the guard releases a shutdown waiting for it.
     if (write_now() == Sent::rest) co_await flush();
 }
 
-asio::awaitable<std::string> Session::commit(ContentWriter& w, const std::string& message_id) {
+asio::awaitable<std::string> Session::commit(ContentWriter& w, const std::string& message_id,
+                                             const ContentVerdict& v) {
     using smx::Rejection;
     // Arrival is the end of DATA: QMGR's ack latency histogram measures
     // from here, so it covers the content file's write (and fsync) too.
@@ -824,7 +865,7 @@ asio::awaitable<std::string> Session::commit(ContentWriter& w, const std::string
     const std::string detail = details(rcpts_.front().addr);
     // An access DISCARD: the client is told the message is queued, as
     // postfix tells it; nothing is (the content goes with w).
-    if (restrictions_.discard()) {
+    if (restrictions_.discard() || v.kind == ContentVerdict::Kind::discard) {
         spdlog::info("{}: discarded: from=<{}>, size={}, nrcpt={}", ta_id_, sender_, w.size(), rcpts_.size());
         co_return "250 2.0.0 Ok: queued as " + ta_id_;
     }
@@ -856,7 +897,7 @@ asio::awaitable<std::string> Session::commit(ContentWriter& w, const std::string
     ta.content_id = w.content_id();
     ta.size = w.size();
     ta.arrival_us = arrival_us;
-    ta.hold = restrictions_.hold();
+    ta.hold = restrictions_.hold().empty() ? v.hold : restrictions_.hold();
     const auto ack = co_await srv_.qmgr().commit(ta);
     // Without an answer QMGR may still have logged the transaction, so the
     // file stays; a client retry at worst makes a duplicate.

@@ -1,5 +1,7 @@
 #include "smtps/session_log.hpp"
 
+#include "libsm/log.hpp"
+
 #include <spdlog/spdlog.h>
 
 namespace smx::smtps {
@@ -49,18 +51,32 @@ void SessionLog::error(smx::Rejection why, std::string_view reply, std::string_v
     refused("error", why, reply, details);
 }
 
-void SessionLog::refused(std::string_view kind, smx::Rejection why, std::string_view reply,
-                         std::string_view details) {
+void SessionLog::check_refused(smx::Rejection why, std::string_view reply) {
     counts_->add(why, reply_code(reply));
     if (given_[index(current_)] && !current_failed_) {
         ++failed_[index(current_)];
         current_failed_ = true;
     }
+}
+
+void SessionLog::refused(std::string_view kind, smx::Rejection why, std::string_view reply,
+                         std::string_view details) {
+    check_refused(why, reply);
     spdlog::info("{}: {}: {} from {}: {}; {}", queue_id_, kind, where_, client_, reply, details);
 }
 
 void SessionLog::note(std::string_view kind, std::string_view text, std::string_view details) const {
     spdlog::info("{}: {}: {} from {}: {}; {}", queue_id_, kind, where_, client_, text, details);
+}
+
+void SessionLog::check(const CheckEvent& e, std::string_view details) const {
+    if (e.action == "unsupported" || e.action == "failed") {
+        spdlog::warn("{}: {}_checks: {} {}: {}", queue_id_, e.what, e.what, e.content, e.text);
+        return;
+    }
+    smx::log_as(smx::LogAs::cleanup)
+        .info("{}: {}: {} {} from {}; {}{}{}", queue_id_, e.action, e.what, e.content, client_,
+              details, e.text.empty() ? "" : ": ", e.text);
 }
 
 void SessionLog::too_many_errors() {

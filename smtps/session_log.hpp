@@ -19,6 +19,7 @@
 
 #include "libsm/rejections.hpp"
 #include "smtps/command.hpp"
+#include "smtps/content_checks.hpp"
 
 #include <array>
 #include <memory>
@@ -57,6 +58,15 @@ public:
     // An access action that takes the message but changes its fate: kind
     // "hold" or "discard" (not a refusal: not counted).
     void note(std::string_view kind, std::string_view text, std::string_view details) const;
+    // A header_checks or body_checks event, as postfix's cleanup logs it
+    // (pflogsumm counts its reject:, warning:, hold: and discard: lines):
+    //   ID: reject: header Subject: x from name[ip]; from=<s> to=<r>
+    //       proto=ESMTP helo=<h>: 5.7.1 text
+    // "unsupported" and "failed" events are warnings.
+    void check(const CheckEvent& e, std::string_view details) const;
+    // The message refused by a check whose reject: line check() logged:
+    // counted, and the command counted as failed, without a second line.
+    void check_refused(smx::Rejection why, std::string_view reply);
     // The 421 that ends a session: logged as postfix does, and counted.
     void too_many_errors();
     // Timeout or lost connection; bytes: of the content read so far.

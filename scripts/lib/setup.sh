@@ -17,7 +17,7 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$SMX_ROOT}"
 export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 SMX_PACKAGES="meson ninja-build pkg-config g++ libboost1.81-dev libdb5.3++-dev
   libspdlog-dev catch2 libc-ares-dev libtomlplusplus-dev libssl-dev python3
-  libsystemd-dev scdoc"
+  libsystemd-dev scdoc libpcre2-dev"
 # What `dpkg-buildpackage -b` needs besides SMX_PACKAGES (debian/control's
 # Build-Depends are those): the Debian package of README, tests/integration/test_deb.py.
 SMX_DEB_PACKAGES="debhelper build-essential"
