@@ -36,8 +36,10 @@ enum class Rejection : std::uint32_t {
     access_denied,         // an access table's REJECT, DEFER, DEFER_IF_* or NNN reply
     unknown_recipient,     // 550 5.1.1 (not in policy.relay_recipient_maps)
     policy_unavailable,    // 451 4.3.0 (a table lookup failed), 451 4.3.5 (a bad table entry or alias), 451 4.6.0 (alias expansion)
+    policy_service,        // a policy service's REJECT, DEFER, DEFER_IF_PERMIT or NNN answer
+    policy_service_failure,  // policy_service_default_action: no service answered
 };
-inline constexpr std::size_t rejection_reasons = 24;
+inline constexpr std::size_t rejection_reasons = 26;
 
 // The label value: "relay_denied".
 std::string_view rejection_name(Rejection r);
