@@ -39,8 +39,10 @@ class PolicyServer:
     def __init__(self, answer):
         self.answer = answer
         self.requests = []      # (connection number, request dict) in arrival order
+        self.times = []         # time.monotonic() of each request
         self.connections = 0
         self.closed = set()     # connections smx closed
+        self.close_after_answer = False  # each connection answers once
         self.lock = threading.Lock()
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
@@ -78,11 +80,14 @@ class PolicyServer:
                 req = dict(line.split("=", 1) for line in raw.decode().split("\n"))
                 with self.lock:
                     self.requests.append((n, req))
+                    self.times.append(time.monotonic())
                 out = self.answer(req)
                 if out == "close":
                     return
                 if out is not None:
                     conn.sendall(out.encode() if isinstance(out, str) else out)
+                if self.close_after_answer:
+                    return
 
     def stop(self):
         self.sock.close()
@@ -273,7 +278,7 @@ def test_a_failing_service_gets_the_default_action_logged_once(
     srv = policy_server(by_recipient({"bad": misbehaviour}))
     relay = make_relay(sink.port, config(
         srv.spec, 'policy_service_timeout = "1s"\npolicy_service_try_limit = 2\n'
-                  'policy_service_retry_delay = "100ms"\n'))
+                  'policy_service_retry_delay = "500ms"\n'))
     r = session(relay.port, ["bad@example.org", "good@example.org"])
     assert r["bad@example.org"] == "451 4.3.5 <bad@example.org>: Recipient address rejected: " \
                                    "Server configuration problem"
@@ -281,6 +286,9 @@ def test_a_failing_service_gets_the_default_action_logged_once(
     # Two attempts at the bad one, then the good one answered.
     assert [q["recipient"] for _, q in srv.requests] == \
         ["bad@example.org", "bad@example.org", "good@example.org"]
+    # The second attempt waited retry_delay (and, for the silent service,
+    # the timeout) after the first.
+    assert srv.times[1] - srv.times[0] >= (1.5 if misbehaviour is None else 0.5)
     log = relay.log_matching(r"warning: problem talking to policy server %s: %s \(2 attempts\)"
                              % (re.escape(srv.spec), re.escape(error)))
     assert log.count("problem talking to policy server") == 1
@@ -339,6 +347,55 @@ def test_connections_are_reused_within_request_limit_and_max_idle(sink, make_rel
     wait_until(lambda: 2 in srv.closed, 10, "the idle connection closed")
     session(relay.port, ["f@example.org"])
     assert srv.requests[-1][0] == 3
+
+
+def test_a_connection_is_not_used_past_max_ttl(sink, make_relay, policy_server):
+    srv = policy_server(by_recipient({}))
+    relay = make_relay(sink.port, config(srv.spec, 'policy_service_max_ttl = "1s"\n'))
+    session(relay.port, ["a@example.org"])
+    # Closed at its max_ttl although max_idle (300s) is far.
+    wait_until(lambda: 1 in srv.closed, 10, "the connection closed at max_ttl")
+    session(relay.port, ["b@example.org"])
+    assert [n for n, _ in srv.requests] == [1, 2]
+
+
+def test_a_service_that_closes_after_each_answer_costs_no_attempt(sink, make_relay,
+                                                                   policy_server):
+    # Each connection answers once, then the service closes it (as postgrey
+    # --exim does): the kept connection is found closed and replaced without
+    # counting an attempt (try_limit 1 would otherwise give the default).
+    srv = policy_server(by_recipient({}))
+    srv.close_after_answer = True
+    relay = make_relay(sink.port, config(srv.spec, 'policy_service_try_limit = 1\n'))
+    rcpts = ["a@example.org", "b@example.org", "c@example.org"]
+    r = session(relay.port, rcpts)
+    assert all(r[x].startswith("250") for x in rcpts), r
+    assert [n for n, _ in srv.requests] == [1, 2, 3]
+    assert "problem talking to policy server" not in relay.log_text()
+
+
+def test_prepend_is_bounded_in_number_and_size(sink, make_relay, policy_server):
+    def answer(req):
+        local = req["recipient"].split("@")[0]
+        if local == "nocolon":
+            return "action=PREPEND no colon here\n\n"
+        if local == "long":
+            return "action=PREPEND X-Long: " + "y" * 1000 + "\n\n"
+        return "action=PREPEND X-%s: yes\n\n" % local
+    srv = policy_server(answer)
+    relay = make_relay(sink.port, config(srv.spec))
+    rcpts = ["nocolon@example.org", "long@example.org"] + ["n%d@example.org" % i for i in range(25)]
+    r = session(relay.port, rcpts)
+    assert all(r[x].startswith("250") for x in rcpts) and r["data"].startswith("250")
+    wait_until(lambda: sink.count() == 1, 30, "the message at the sink")
+    names = headers(sink.messages()[0])
+    # The first 20 valid ones, in order, then our Received:.
+    assert names[:21] == ["X-n%d" % i for i in range(20)] + ["Received"], names
+    relay.log_matching(r"warning: policy server inet:\S+: PREPEND skipped: \"no colon here\" "
+                       r"is no header field of at most 998 octets",
+                       r"warning: policy server inet:\S+: PREPEND skipped: \"X-Long: y+\" is no",
+                       r"warning: policy server inet:\S+: PREPEND skipped: the message has 20 "
+                       r"prepended headers already")
 
 
 def test_without_limits_one_connection_serves_many_sessions(sink, make_relay, policy_server):
