@@ -87,6 +87,25 @@ HostPort parse_hostport(const std::string& key, const std::string& s,
     return hp;
 }
 
+ServiceSocket parse_service_socket(const std::string& key, const std::string& s) {
+    ServiceSocket sock;
+    sock.text = s;
+    if (s.starts_with("unix:")) {
+        sock.path = s.substr(5);
+        if (sock.path.empty() || sock.path[0] != '/' || sock.path.size() >= 108)
+            throw ConfigError(key, "'" + s + "': unix: needs an absolute path (at most 107 octets)");
+        return sock;
+    }
+    if (!s.starts_with("inet:") || s.size() <= 5 || s.back() == ']' ||
+        s.find(':', 5) == std::string::npos)
+        throw ConfigError(key, "'" + s + "' is not \"inet:host:port\" or \"unix:/path\"");
+    const HostPort hp = parse_hostport(key, s.substr(5), 0);
+    if (hp.port == 0) throw ConfigError(key, "'" + s + "': no port");
+    sock.host = hp.host;
+    sock.port = hp.port;
+    return sock;
+}
+
 Cidr parse_cidr(const std::string& key, const std::string& s) {
     Cidr c;
     const auto slash = s.find('/');

@@ -6,6 +6,7 @@
 
 #include "libsm/dnsbl_site.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -38,6 +39,21 @@ bool ip_address(const std::string& s);
 // "[host]:port", "host:port" or "host"; throws ConfigError(key, ...).
 HostPort parse_hostport(const std::string& key, const std::string& s,
                         std::uint16_t default_port);
+
+// A service's socket, as postfix writes it: "inet:host:port" (host a name,
+// an address or "[v6addr]") or "unix:/path".
+struct ServiceSocket {
+    std::string text;  // as written
+    std::string host;  // inet: host and port; unix: path
+    std::uint16_t port = 0;
+    std::string path;
+    bool operator==(const ServiceSocket&) const = default;
+};
+// Throws ConfigError(key, ...) for anything else.
+ServiceSocket parse_service_socket(const std::string& key, const std::string& s);
+
+// Where SMTPS asks the policy services (policy.policy_service_stages).
+enum class PolicyStage { connect, helo, mail, rcpt, data, end_of_data };
 
 struct Cidr {
     bool v6 = false;
@@ -284,6 +300,23 @@ struct PolicyConfig {
     std::vector<std::string> header_checks, body_checks;
     std::uint64_t header_size_limit = 102400;
     std::uint64_t body_checks_size_limit = 51200;
+    // Policy delegation (postfix's check_policy_service, SMTPD_POLICY_README),
+    // asked in this order at these stages (docs/policy.md).
+    std::vector<ServiceSocket> policy_services;
+    std::vector<PolicyStage> policy_service_stages{PolicyStage::rcpt};
+    std::chrono::milliseconds policy_service_timeout{100000};  // connect, write, reply
+    std::chrono::milliseconds policy_service_max_idle{300000};  // an unused connection closes
+    std::chrono::milliseconds policy_service_max_ttl{1000000};  // a connection's whole life
+    unsigned policy_service_request_limit = 0;  // requests per connection; 0: no limit
+    unsigned policy_service_try_limit = 2;
+    std::chrono::milliseconds policy_service_retry_delay{1000};
+    // What a stage does when no service answered (an access(5) action).
+    std::string policy_service_default_action = "451 4.3.5 Server configuration problem";
+    bool asks_policy(PolicyStage s) const {
+        return !policy_services.empty() &&
+               std::find(policy_service_stages.begin(), policy_service_stages.end(), s) !=
+                   policy_service_stages.end();
+    }
 };
 
 // [dnsbl]: DNS block and allow lists asked at connect (postscreen's

@@ -246,6 +246,22 @@ Member list(std::vector<T> S::*f,
 
 std::string as_is(const std::string& s) { return s; }
 
+constexpr std::pair<std::string_view, PolicyStage> policy_stage_names[] = {
+    {"connect", PolicyStage::connect}, {"helo", PolicyStage::helo},
+    {"mail", PolicyStage::mail},       {"rcpt", PolicyStage::rcpt},
+    {"data", PolicyStage::data},       {"end_of_data", PolicyStage::end_of_data}};
+
+// What policy_service_default_action may say: the access(5) actions that
+// decide without a service (DUNNO and OK let the stage go on).
+bool valid_policy_action(std::string_view v) {
+    const std::string_view word = v.substr(0, v.find_first_of(" \t"));
+    for (std::string_view a : {"DUNNO", "OK", "DEFER", "REJECT", "DEFER_IF_PERMIT"})
+        if (iequals(word, a)) return true;
+    return word.size() == 3 && (word[0] == '4' || word[0] == '5') &&
+           std::all_of(word.begin(), word.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+           word.size() < v.size();
+}
+
 // Lookup tables, "type:name" each (hash:/etc/smx/access, texthash:...,
 // inline:{k=v}), searched in order: their syntax checked at load, the
 // tables opened by check-config and smx run (config_tables).
@@ -537,6 +553,57 @@ std::vector<ConfigKey> make_keys() {
         ConfigKey("policy.body_checks_size_limit",
                   number<P>(&P::body_checks_size_limit, 0, std::uint64_t{1} << 40), reload,
                   "bytes of the body that body_checks read; the rest is kept, unchecked"),
+        ConfigKey("policy.policy_services",
+                  list<P, ServiceSocket>(&P::policy_services, parse_service_socket,
+                                         [](const ServiceSocket& s) { return s.text; }),
+                  reload,
+                  "policy delegation servers (postfix's check_policy_service), \"inet:host:port\" "
+                  "or \"unix:/path\", asked in this order")
+            .shown_as("[\"inet:127.0.0.1:10023\"]"),
+        ConfigKey("policy.policy_service_stages",
+                  list<P, PolicyStage>(
+                      &P::policy_service_stages,
+                      [](const std::string& key, const std::string& s) {
+                          for (const auto& [name, stage] : policy_stage_names)
+                              if (s == name) return stage;
+                          throw ConfigError(key, "'" + s + "' is not a stage (connect, helo, mail, "
+                                                 "rcpt, data or end_of_data)");
+                      },
+                      [](const PolicyStage& st) {
+                          for (const auto& [name, stage] : policy_stage_names)
+                              if (st == stage) return std::string(name);
+                          panic("config: a policy stage without a name");
+                      }),
+                  reload, "where the services are asked: connect, helo, mail, rcpt, data, end_of_data"),
+        ConfigKey("policy.policy_service_timeout",
+                  span<P>(&P::policy_service_timeout, std::chrono::milliseconds(100),
+                          std::chrono::milliseconds(3600000)),
+                  reload, "the deadline of connecting, sending a request and reading its answer"),
+        ConfigKey("policy.policy_service_max_idle",
+                  span<P>(&P::policy_service_max_idle, std::chrono::milliseconds(100),
+                          std::chrono::milliseconds(86400000)),
+                  reload, "an unused connection to a service closes after this"),
+        ConfigKey("policy.policy_service_max_ttl",
+                  span<P>(&P::policy_service_max_ttl, std::chrono::milliseconds(100),
+                          std::chrono::milliseconds(86400000)),
+                  reload, "a connection to a service is not reused once this old"),
+        ConfigKey("policy.policy_service_request_limit",
+                  number<P>(&P::policy_service_request_limit, 0, 1000000), reload,
+                  "requests per connection, then a new one; 0: no limit"),
+        ConfigKey("policy.policy_service_try_limit", number<P>(&P::policy_service_try_limit, 1, 10),
+                  reload, "attempts at a request before the default action"),
+        ConfigKey("policy.policy_service_retry_delay",
+                  span<P>(&P::policy_service_retry_delay, std::chrono::milliseconds(0),
+                          std::chrono::milliseconds(60000)),
+                  reload, "the wait between two attempts"),
+        ConfigKey("policy.policy_service_default_action",
+                  text<P>(&P::policy_service_default_action, Empty::refused,
+                          [](const std::string& key, const std::string& v) {
+                              if (!valid_policy_action(v))
+                                  throw ConfigError(key, "'" + v + "' is not an access(5) action "
+                                                         "(DUNNO, OK, DEFER, REJECT or 4NN/5NN text)");
+                          }),
+                  reload, "what a stage does when no service answered"),
         ConfigKey("dnsbl.sites",
                   list<D, DnsblSite>(&D::sites, parse_dnsbl_site,
                                      [](const DnsblSite& d) { return d.text; }),

@@ -15,7 +15,8 @@ std::string_view rejection_name(Rejection r) {
         "dnsbl",                "pregreet",          "unknown_client",
         "connection_rate",      "message_rate",      "recipient_rate",
         "access_denied",        "unknown_recipient", "policy_unavailable",
-        "header_check",         "body_check"};
+        "header_check",         "body_check",        "policy_service",
+        "policy_service_failure"};
     const auto i = static_cast<std::size_t>(r);
     if (i >= names.size()) panic("rejection_name: reason " + std::to_string(i));
     return names[i];

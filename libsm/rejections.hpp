@@ -38,8 +38,10 @@ enum class Rejection : std::uint32_t {
     policy_unavailable,    // 451 4.3.0 (a table lookup failed), 451 4.3.5 (a bad table entry or alias), 451 4.6.0 (alias expansion)
     header_check,          // a policy.header_checks REJECT (550 5.7.1 at the end of data)
     body_check,            // a policy.body_checks REJECT
+    policy_service,        // a policy service's REJECT, DEFER, DEFER_IF_PERMIT or NNN answer
+    policy_service_failure,  // policy_service_default_action: no service answered
 };
-inline constexpr std::size_t rejection_reasons = 26;
+inline constexpr std::size_t rejection_reasons = 28;
 
 // The label value: "relay_denied".
 std::string_view rejection_name(Rejection r);

@@ -1,6 +1,7 @@
 #include "smtps/restrictions.hpp"
 
 #include "libsm/domain.hpp"
+#include "libsm/smtp_io.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -19,6 +20,21 @@ enum class Step { dunno, permit, refused };
 
 // An SMTP reply is one line of at most 512 octets with its CRLF, printable.
 constexpr std::size_t max_reply = 510;
+
+// PREPEND: a header field line of at most 998 octets (RFC 5322 2.1.1),
+// "Name: value", printable; at most this many per message.
+constexpr std::size_t max_prepend_size = 998;
+constexpr std::size_t max_prepends = 20;
+
+bool header_field(std::string_view h) {
+    const auto colon = h.find(':');
+    if (colon == 0 || colon == std::string_view::npos || h.size() > max_prepend_size) return false;
+    for (std::size_t i = 0; i < h.size(); ++i) {
+        const auto c = static_cast<unsigned char>(h[i]);
+        if (i < colon ? (c <= ' ' || c >= 127) : (c < ' ' && c != '\t') || c == 127) return false;
+    }
+    return true;
+}
 
 bool keyword(std::string_view word, std::string_view name) {
     return word.size() == name.size() && smx::iequals(word, name);
@@ -60,9 +76,11 @@ class Restrictions::List {
 public:
     // name: what the replies put in <>; what: "Client host", "Helo command",
     // "Sender address", "Recipient address".
+    // why: the reason its refusals are counted under.
     List(Restrictions& r, Outcome& out, std::optional<Refusal>& defer_if_permit, std::string name,
-         std::string_view what)
-        : r_(r), out_(out), defer_if_permit_(defer_if_permit), name_(std::move(name)), what_(what) {}
+         std::string_view what, smx::Rejection why = smx::Rejection::access_denied)
+        : r_(r), out_(out), defer_if_permit_(defer_if_permit), name_(std::move(name)), what_(what),
+          why_(why) {}
 
     // The first of keys that the tables of config key `key` have, taken as an
     // access(5) action. keys(): made only when there are tables (no work
@@ -72,7 +90,8 @@ public:
     template <class Keys>
     Step check(const char* key, const TableList& tables, Keys&& keys, Memo* memo = nullptr) {
         if (tables.empty()) return Step::dunno;
-        if (memo && memo->done) return memo->value ? action(key, memo->key, *memo->value) : Step::dunno;
+        if (memo && memo->done)
+            return memo->value ? action(origin(key, memo->key), *memo->value) : Step::dunno;
         const std::vector<std::string> all = keys();
         for (std::size_t i = 0; i < all.size(); ++i) {
             const std::string& k = all[i];
@@ -84,7 +103,7 @@ public:
             }
             if (l.found()) {
                 if (memo) *memo = Memo{true, k, l.value};
-                return action(key, k, l.value);
+                return action(origin(key, k), l.value);
             }
         }
         if (memo) *memo = Memo{true, {}, std::nullopt};
@@ -119,8 +138,9 @@ public:
         return r;
     }
 
-private:
-    Step action(const char* key, const std::string& k, const std::string& value) {
+    // value as an access(5) action; origin names where it came from in
+    // warnings: "policy.sender_access: key \"u@x\"".
+    Step action(const std::string& origin, const std::string& value) {
         std::string_view v(value);
         const auto sp = v.find_first_of(" \t");
         const std::string_view word = v.substr(0, sp);
@@ -135,22 +155,22 @@ private:
         if (keyword(word, "OK") || keyword(word, "RELAY") || (numeric && text.empty()))
             return Step::permit;
         if (keyword(word, "REJECT"))
-            return reject(smx::Rejection::access_denied, reply(554, text, "Access denied"));
+            return reject(why_, reply(554, text, "Access denied"));
         if (keyword(word, "DEFER"))
-            return reject(smx::Rejection::access_denied, reply(450, text, "Access denied"));
+            return reject(why_, reply(450, text, "Access denied"));
         if (numeric && word.size() == 3 && (word[0] == '4' || word[0] == '5'))
-            return reject(smx::Rejection::access_denied,
+            return reject(why_,
                           reply(static_cast<unsigned>(std::stoul(std::string(word))), text,
                                 "Access denied"));
         if (keyword(word, "DEFER_IF_PERMIT")) {
             if (!defer_if_permit_)
-                defer_if_permit_ = Refusal{smx::Rejection::access_denied,
+                defer_if_permit_ = Refusal{why_,
                                            reply(450, text, "Service unavailable")};
             return Step::dunno;
         }
         if (keyword(word, "DEFER_IF_REJECT")) {
             if (!defer_if_reject_)
-                defer_if_reject_ = Refusal{smx::Rejection::access_denied,
+                defer_if_reject_ = Refusal{why_,
                                            reply(450, text, "Service unavailable")};
             return Step::dunno;
         }
@@ -159,9 +179,9 @@ private:
             if (!r_.in_transaction_) {
                 // No message yet to hold or discard: the client and HELO
                 // lists run at their own commands without delay_reject.
-                spdlog::warn("{}: with policy.delay_reject = false, action {} is always skipped in "
-                             "client_access and helo_access (key \"{}\")",
-                             key, word, k);
+                spdlog::warn("{}: action {} skipped: no transaction yet (with policy.delay_reject "
+                             "= false, the client and HELO stages come before MAIL)",
+                             origin, word);
                 return Step::dunno;
             }
             std::string note = "<" + name_ + ">: " + std::string(what_) + " " +
@@ -178,12 +198,35 @@ private:
             out_.notes.push_back({"discard", std::move(note)});
             return Step::permit;
         }
-        // postfix would take it for the name of a restriction; smx has none
-        // to offer, and a mistyped action must not accept or refuse for good.
-        spdlog::warn("{}: key \"{}\": unknown action \"{}\" (OK, REJECT, DEFER, DEFER_IF_PERMIT, "
-                     "DEFER_IF_REJECT, DISCARD, HOLD, DUNNO or 4NN/5NN text)",
-                     key, k, value);
+        if (keyword(word, "WARN") || keyword(word, "INFO")) {
+            out_.notes.push_back({keyword(word, "WARN") ? "warn" : "info", std::string(text)});
+            return Step::dunno;
+        }
+        if (keyword(word, "PREPEND")) {
+            if (!r_.in_transaction_) {
+                spdlog::warn("{}: action PREPEND skipped: no transaction yet", origin);
+            } else if (!header_field(text)) {
+                spdlog::warn("{}: PREPEND skipped: \"{}\" is no header field of at most {} octets",
+                             origin, smx::smtp::printable(text.substr(0, 100)), max_prepend_size);
+            } else if (r_.prepend_.size() >= max_prepends) {
+                spdlog::warn("{}: PREPEND skipped: the message has {} prepended headers already",
+                             origin, max_prepends);
+            } else {
+                r_.prepend_.emplace_back(text);
+            }
+            return Step::dunno;
+        }
+        // postfix takes it for the name of a restriction; smx has none to
+        // offer, and answers as postfix does for an unknown one.
+        spdlog::warn("{}: unknown action \"{}\" (OK, REJECT, DEFER, DEFER_IF_PERMIT, "
+                     "DEFER_IF_REJECT, DISCARD, HOLD, PREPEND, WARN, INFO, DUNNO or 4NN/5NN text)",
+                     origin, smx::smtp::printable(value));
         return refuse(smx::Rejection::policy_unavailable, "451 4.3.5 Server configuration error");
+    }
+
+private:
+    static std::string origin(const char* key, const std::string& k) {
+        return std::string(key) + ": key \"" + k + "\"";
     }
 
     Restrictions& r_;
@@ -192,6 +235,7 @@ private:
     std::optional<Refusal> defer_if_reject_;
     const std::string name_;
     const std::string_view what_;
+    const smx::Rejection why_;
 };
 
 Restrictions::Restrictions(const smx::Config& cfg, const smx::PolicyTables& tables, std::string ip,
@@ -250,6 +294,7 @@ Outcome Restrictions::mail(std::string_view sender) {
     in_transaction_ = true;
     discard_ = false;
     hold_.clear();
+    prepend_.clear();
     defer_sender_ = defer_helo_;
     if (cfg_.policy.delay_reject) return out;
     List l(*this, out, defer_sender_, std::string(sender), "Sender address");
@@ -310,6 +355,22 @@ Outcome Restrictions::rcpt(std::string_view helo, std::string_view sender, std::
                  "550 5.1.1 <" + std::string(rcpt) +
                      ">: Recipient address rejected: User unknown in relay recipient table");
     }
+    return out;
+}
+
+Outcome Restrictions::policy(std::string_view service, std::string name, std::string_view what,
+                             const std::string& answer, bool failed) {
+    Outcome out;
+    std::optional<Refusal> defer_if_permit;
+    List l(*this, out, defer_if_permit, std::move(name), what,
+           failed ? smx::Rejection::policy_service_failure : smx::Rejection::policy_service);
+    const Step s = l.action(std::string(failed ? "policy.policy_service_default_action for "
+                                               : "policy server ") +
+                                std::string(service),
+                            answer);
+    // Nothing follows the service in its list: a DEFER_IF_PERMIT defers now.
+    if (s != Step::refused && defer_if_permit) out.refusal = std::move(defer_if_permit);
+    out.permit = s == Step::permit;
     return out;
 }
 

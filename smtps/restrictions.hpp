@@ -33,11 +33,13 @@ struct Refusal {
 // postfix's smtpd logs them), and a refusal to answer the command with.
 struct Outcome {
     struct Note {
-        std::string_view kind;  // "hold", "discard"
+        std::string_view kind;  // "hold", "discard", "warn", "info"
         std::string text;       // "<u@x>: Sender address triggers HOLD action"
     };
     std::vector<Note> notes;
     std::optional<Refusal> refusal;
+    // policy(): the answer was OK (the services after it are not asked).
+    bool permit = false;
 };
 
 class Restrictions {
@@ -60,6 +62,17 @@ public:
     // held with this reason (empty: not held).
     bool discard() const { return discard_; }
     const std::string& hold() const { return hold_; }
+    // The header fields PREPEND added to this transaction, in order
+    // ("X-Name: value", no CRLF): they go above the Received: header.
+    const std::vector<std::string>& prepend() const { return prepend_; }
+
+    // A policy service's answer (smtps/policy_client.hpp) at a stage, as an
+    // access(5) action in a list of its own that ends with it: its
+    // DEFER_IF_PERMIT defers at once. name and what: as the stage's replies
+    // name them ("u@x", "Recipient address"). failed: answer is
+    // policy_service_default_action (no service answered).
+    Outcome policy(std::string_view service, std::string name, std::string_view what,
+                   const std::string& answer, bool failed);
 
 private:
     class List;
@@ -90,6 +103,7 @@ private:
     bool in_transaction_ = false;
     bool discard_ = false;
     std::string hold_;
+    std::vector<std::string> prepend_;
 };
 
 } // namespace smx::smtps

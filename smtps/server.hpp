@@ -12,6 +12,7 @@
 #include "smtps/client_check.hpp"
 #include "smtps/content_writer.hpp"
 #include "smtps/policy.hpp"
+#include "smtps/policy_client.hpp"
 #include "smtps/qmgr_client.hpp"
 #include "smtps/transaction_gate.hpp"
 
@@ -142,6 +143,9 @@ public:
     const std::shared_ptr<TransactionGate>& gate() { return gate_; }
     // This loop's client name and DNSBL lookups (smtps/client_check.hpp).
     ClientChecks& client_checks() { return client_checks_; }
+    // This loop's connections to the policy services (sessions hold it:
+    // shared).
+    const std::shared_ptr<PolicyClient>& policy_client() const { return policy_client_; }
     // This loop's share of max_transactions (0: no limit).
     std::size_t transaction_limit(const smx::ServerConfig& cfg) const {
         return (cfg.max_transactions + loops_ - 1) / loops_;
@@ -159,6 +163,7 @@ private:
     const unsigned loops_;
     const std::shared_ptr<TransactionGate> gate_ = std::make_shared<TransactionGate>();
     ClientChecks client_checks_;
+    const std::shared_ptr<PolicyClient> policy_client_ = std::make_shared<PolicyClient>(ex_);
     std::list<tcp::acceptor> acceptors_;
     unsigned long accepted_ = 0;
     // This loop's sessions; shared, as a session's coroutine may outlive

@@ -13,6 +13,8 @@
 #include "smtps/content.hpp"
 #include "smtps/content_checks.hpp"
 #include "smtps/policy.hpp"
+#include "smtps/policy_client.hpp"
+#include "smtps/policy_request.hpp"
 #include "smtps/restrictions.hpp"
 #include "smtps/server.hpp"
 #include "smtps/session_log.hpp"
@@ -88,7 +90,8 @@ public:
           ip_(std::move(ip)), log_(ip_, srv.rejections()), trusted_(trusted),
           limits_(srv.qmgr(), *settings_->config, ip_, trusted_, log_.client()),
           restrictions_(*settings_->config, settings_->tables, ip_, trusted, log_.client(),
-                        &settings_->rewrite) {}
+                        &settings_->rewrite),
+          policy_client_(srv.policy_client()) {}
 
     asio::awaitable<void> run();
 
@@ -153,7 +156,16 @@ private:
     asio::awaitable<Line> next_bytes(std::size_t max,
                                      std::chrono::steady_clock::duration timeout);
 
-    void helo(std::string_view arg, bool esmtp);
+    // HELO/EHLO's checks: true when the name may be taken (helo_taken).
+    bool helo(std::string_view arg, bool esmtp);
+    void helo_taken(std::string_view arg, bool esmtp);
+    // The policy services' verdict (policy.policy_services) at f.stage,
+    // which the caller checks policy.policy_service_stages for; f gives
+    // what the stage knows, the session the rest.
+    bool asks_policy(smx::PolicyStage stage) const {
+        return settings_->config->policy.asks_policy(stage);
+    }
+    asio::awaitable<Outcome> ask_policy(PolicyFacts f);
     // STARTTLS: false when the connection must close (failed handshake).
     asio::awaitable<bool> starttls(std::string_view arg);
     // server.tls_security_level = encrypt and no TLS yet: refuses the command.
@@ -179,8 +191,17 @@ private:
     // An in-sequence MAIL past the client's message rate is refused before
     // its syntax is read, as postfix's; true when refused.
     asio::awaitable<bool> mail_over_limit();
-    void mail(std::string_view arg);
-    void rcpt(std::string_view arg);
+    // MAIL's checks: true when the transaction may start (mail_taken).
+    bool mail(std::string_view arg);
+    void mail_taken();
+    // RCPT's checks, smx's restrictions included: the recipient (views into
+    // the command line) when they permit it, for rcpt_taken.
+    struct RcptArg {
+        PathArg path;
+        std::string key;  // smx::address_key of the address
+    };
+    std::optional<RcptArg> rcpt(std::string_view arg);
+    void rcpt_taken(RcptArg r);
     // The recipients an RCPT (key: smx::address_key of it) stands for after
     // rewriting, but those the envelope has; false (nothing added) when the
     // envelope would be too large.
@@ -226,6 +247,7 @@ private:
         rcpt_keys_.clear();
         slot_.reset();
         envelope_size_ = 0;
+        mail_size_ = 0;
         ta_id_.clear();
         chunking_.reset();
         log_.transaction_ended();
@@ -233,6 +255,9 @@ private:
     }
     const std::string& client() const { return log_.client(); }
     std::string received_header() const;
+    // What a message's content begins with: the headers PREPEND asked for,
+    // then our Received: header.
+    void start_content(ContentWriter& w) const;
     // bytes: of the content read so far, when it timed out in DATA or BDAT.
     void timeout_reply(std::optional<std::uint64_t> bytes = std::nullopt) {
         log_.timeout(bytes);
@@ -251,6 +276,9 @@ private:
     ClientVerdict client_;  // its name, and a refusal of it at connect or RCPT
     ClientLimits limits_;  // server.max_connections_per_client and [anvil]
     Restrictions restrictions_;
+    const std::shared_ptr<PolicyClient> policy_client_;
+    std::string policy_instance_;  // the transaction's "instance" attribute; empty: none yet
+    std::uint64_t mail_size_ = 0;  // MAIL's SIZE=
     // Refused at connect (policy.delay_reject = false): only QUIT is taken.
     bool denied_ = false;
     std::string out_;
@@ -334,6 +362,10 @@ asio::awaitable<void> Session::run() {
         closing_ = true;
     } else {
         denied_ = !passes(restrictions_.connect(client_.name));
+        if (!denied_ && asks_policy(smx::PolicyStage::connect)) {
+            Outcome o = co_await ask_policy(PolicyFacts{.stage = smx::PolicyStage::connect});
+            denied_ = !passes(std::move(o));
+        }
         if (!denied_) reply("220 " + cfg_.hostname + " ESMTP smx");
     }
     while (!closing_) {
@@ -377,24 +409,47 @@ asio::awaitable<void> Session::run() {
             continue;
         }
         switch (verb) {
-        case Verb::ehlo: helo(arg, true); break;
+        case Verb::ehlo:
+        case Verb::helo: {
+            const bool esmtp = verb == Verb::ehlo;
+            if (!helo(arg, esmtp)) break;
+            Outcome o;
+            if (asks_policy(smx::PolicyStage::helo))
+                o = co_await ask_policy(
+                    PolicyFacts{.stage = smx::PolicyStage::helo, .esmtp = esmtp, .helo = arg});
+            if (passes(std::move(o))) helo_taken(arg, esmtp);
+            break;
+        }
         case Verb::starttls: {
             const bool go_on = co_await starttls(arg);
             if (!go_on) closing_ = true;
             break;
         }
-        case Verb::helo: helo(arg, false); break;
         case Verb::mail: {
             if (!take_place()) co_await wait_for_place();
             const bool over = co_await mail_over_limit();
-            if (!over) mail(arg);
+            if (!over && mail(arg)) {
+                Outcome o;
+                if (asks_policy(smx::PolicyStage::mail))
+                    o = co_await ask_policy(PolicyFacts{
+                        .stage = smx::PolicyStage::mail, .sender = sender_, .size = mail_size_});
+                if (passes(std::move(o))) mail_taken();
+            }
             if (!in_mail_) reset();  // refused: its place goes on
             break;
         }
-        case Verb::rcpt:
+        case Verb::rcpt: {
             if (in_mail_ && limits_.asks_at_rcpt()) co_await limits_.ask_rcpt();
-            rcpt(arg);
+            std::optional<RcptArg> r = rcpt(arg);
+            if (!r) break;
+            Outcome o;
+            if (asks_policy(smx::PolicyStage::rcpt))
+                o = co_await ask_policy(PolicyFacts{.stage = smx::PolicyStage::rcpt,
+                                                    .recipient = r->path.addr,
+                                                    .recipient_count = rcpts_.size()});
+            if (passes(std::move(o), r->path.addr)) rcpt_taken(std::move(*r));
             break;
+        }
         case Verb::data: {
             const bool go_on = co_await data(arg);
             if (!go_on) closing_ = true;
@@ -446,16 +501,62 @@ std::string Session::details(std::string_view to) const {
     return d;
 }
 
-void Session::helo(std::string_view arg, bool esmtp) {
+asio::awaitable<Outcome> Session::ask_policy(PolicyFacts f) {
+    const smx::PolicyConfig& pc = settings_->config->policy;
+    if (f.stage != smx::PolicyStage::helo) {
+        f.esmtp = esmtp_;
+        f.helo = helo_;
+    }
+    if (f.stage != smx::PolicyStage::connect && f.stage != smx::PolicyStage::helo) f.sender = sender_;
+    if (policy_instance_.empty()) policy_instance_ = smx::new_ta_id();
+    boost::system::error_code ec;
+    const auto local = stream_.socket().local_endpoint(ec);
+    const std::string server_address = ec ? "" : client_ip(local);
+    const std::string server_port = ec ? "" : std::to_string(local.port());
+    const auto remote = stream_.socket().remote_endpoint(ec);
+    const std::string client_port = ec ? "" : std::to_string(remote.port());
+    f.queue_id = ta_id_;
+    f.client_address = ip_;
+    f.client_name = client_.name;
+    f.client_port = client_port;
+    f.server_address = server_address;
+    f.server_port = server_port;
+    f.instance = policy_instance_;
+    if (stream_.tls()) {
+        f.encryption_protocol = SSL_get_version(stream_.ssl());
+        f.encryption_cipher = SSL_get_cipher_name(stream_.ssl());
+        f.encryption_keysize = SSL_get_cipher_bits(stream_.ssl(), nullptr);
+    }
+    const std::string request = policy_request(f);
+    const StageName where = stage_name(f, client());
+    Outcome all;
+    // As postfix's check_policy_service entries of one list: the first
+    // that refuses or permits decides.
+    for (const auto& service : pc.policy_services) {
+        const auto answer = co_await policy_client_->ask(pc, service, request);
+        Outcome o = restrictions_.policy(service.text, where.name, where.what,
+                                         answer ? *answer : pc.policy_service_default_action,
+                                         !answer);
+        std::move(o.notes.begin(), o.notes.end(), std::back_inserter(all.notes));
+        all.refusal = std::move(o.refusal);
+        if (all.refusal || o.permit) break;
+    }
+    co_return all;
+}
+
+bool Session::helo(std::string_view arg, bool esmtp) {
     const bool printable = std::all_of(arg.begin(), arg.end(), [](char c) {
         return c > ' ' && c < 127;  // it goes into the Received: header
     });
     if (arg.empty() || !printable) {
         error(smx::Rejection::bad_syntax,
               esmtp ? "501 5.5.4 Syntax: EHLO hostname" : "501 5.5.4 Syntax: HELO hostname");
-        return;
+        return false;
     }
-    if (!passes(restrictions_.helo(arg))) return;
+    return passes(restrictions_.helo(arg));
+}
+
+void Session::helo_taken(std::string_view arg, bool esmtp) {
     reset();
     helo_.assign(arg);
     esmtp_ = esmtp;
@@ -509,14 +610,22 @@ asio::awaitable<bool> Session::mail_over_limit() {
     co_return over.has_value();
 }
 
-void Session::mail(std::string_view arg) {
+bool Session::mail(std::string_view arg) {
     using smx::Rejection;
-    if (needs_tls()) return;
-    if (helo_.empty())
-        return error(Rejection::bad_sequence, "503 5.5.1 Error: send HELO/EHLO first");
-    if (in_mail_) return error(Rejection::bad_sequence, "503 5.5.1 Error: nested MAIL command");
+    if (needs_tls()) return false;
+    if (helo_.empty()) {
+        error(Rejection::bad_sequence, "503 5.5.1 Error: send HELO/EHLO first");
+        return false;
+    }
+    if (in_mail_) {
+        error(Rejection::bad_sequence, "503 5.5.1 Error: nested MAIL command");
+        return false;
+    }
     const auto p = parse_path(arg, "FROM:");
-    if (!p) return error(Rejection::bad_syntax, "501 5.5.4 Syntax: MAIL FROM:<address>");
+    if (!p) {
+        error(Rejection::bad_syntax, "501 5.5.4 Syntax: MAIL FROM:<address>");
+        return false;
+    }
     // Named in the log lines of a refusal from here on.
     sender_.assign(p->addr);
     have_sender_ = true;
@@ -533,10 +642,14 @@ void Session::mail(std::string_view arg) {
             size = 0;
             bool ok = !n.empty() && n.size() <= 19;
             for (char c : n) ok = ok && c >= '0' && c <= '9', size = size * 10 + (c - '0');
-            if (!ok) return error(Rejection::bad_syntax, "501 5.5.4 Bad SIZE parameter syntax");
+            if (!ok) {
+                error(Rejection::bad_syntax, "501 5.5.4 Bad SIZE parameter syntax");
+                return false;
+            }
             if (size > cfg_.max_message_size) {
                 reject(Rejection::message_too_big, "552 5.3.4 Message size exceeds fixed limit");
-                return count_error();
+                count_error();
+                return false;
             }
         } else if (iequals(kv, "BODY=8BITMIME") || iequals(kv, "BODY=7BIT")) {
         } else if (iequals(kv, "SMTPUTF8")) {
@@ -544,25 +657,41 @@ void Session::mail(std::string_view arg) {
         } else if (smx::dsn::is_mail_param(kv)) {
             // RET and ENVID: checked together below.
         } else {
-            return error(Rejection::bad_syntax, smx::dsn::unsupported_option(kv));
+            error(Rejection::bad_syntax, smx::dsn::unsupported_option(kv));
+            return false;
         }
     }
-    if (auto e = smx::dsn::check_params(p->params, false); !e.empty())
-        return error(Rejection::bad_syntax, e);
-    if (smx::smtp::has_8bit(p->addr) && !utf8)
-        return error(Rejection::bad_syntax, utf8_required_reply);
-    if (!valid_address(p->addr, true, utf8))
-        return error(Rejection::bad_syntax, "501 5.1.7 Bad sender address syntax");
+    if (auto e = smx::dsn::check_params(p->params, false); !e.empty()) {
+        error(Rejection::bad_syntax, e);
+        return false;
+    }
+    if (smx::smtp::has_8bit(p->addr) && !utf8) {
+        error(Rejection::bad_syntax, utf8_required_reply);
+        return false;
+    }
+    if (!valid_address(p->addr, true, utf8)) {
+        error(Rejection::bad_syntax, "501 5.1.7 Bad sender address syntax");
+        return false;
+    }
     // The free space of the content file system is below min_free_space.
-    if (!srv_.store().has_room(size))
-        return reject(Rejection::insufficient_storage, "452 4.3.1 Insufficient system storage");
-    if (!passes(restrictions_.mail(p->addr))) return;
+    if (!srv_.store().has_room(size)) {
+        reject(Rejection::insufficient_storage, "452 4.3.1 Insufficient system storage");
+        return false;
+    }
+    if (!passes(restrictions_.mail(p->addr))) return false;
+    // Kept for mail_taken (reset() clears them if the MAIL is refused).
+    smtputf8_ = utf8;
+    mail_params_.assign(p->params);
+    mail_size_ = size;
+    policy_instance_.clear();  // a new transaction
+    return true;
+}
+
+void Session::mail_taken() {
     ta_id_ = smx::new_ta_id();
     if (const auto r = settings_->rewrite.sender(sender_); !r.ok())
         return lookup_refused(r, sender_);
     in_mail_ = true;
-    smtputf8_ = utf8;
-    mail_params_.assign(p->params);
     reply("250 2.1.0 Ok");
 }
 
@@ -580,41 +709,65 @@ asio::awaitable<void> Session::wait_for_place() {
     slot_ = co_await srv_.gate()->enter(srv_.transaction_limit(cfg_), cfg_.transaction_wait);
 }
 
-void Session::rcpt(std::string_view arg) {
+std::optional<Session::RcptArg> Session::rcpt(std::string_view arg) {
     using smx::Rejection;
-    if (needs_tls()) return;
-    if (!in_mail_) return error(Rejection::bad_sequence, "503 5.5.1 Error: need MAIL command");
+    if (needs_tls()) return std::nullopt;
+    if (!in_mail_) {
+        error(Rejection::bad_sequence, "503 5.5.1 Error: need MAIL command");
+        return std::nullopt;
+    }
     const auto p = parse_path(arg, "TO:");
-    if (!p || p->addr.empty())
-        return error(Rejection::bad_syntax, "501 5.5.4 Syntax: RCPT TO:<address>");
-    if (smx::smtp::has_8bit(p->addr) && !smtputf8_)
-        return error(Rejection::bad_syntax, utf8_required_reply);
-    if (!valid_address(p->addr, false, smtputf8_))
-        return error(Rejection::bad_syntax, "501 5.1.3 Bad recipient address syntax");
+    if (!p || p->addr.empty()) {
+        error(Rejection::bad_syntax, "501 5.5.4 Syntax: RCPT TO:<address>");
+        return std::nullopt;
+    }
+    if (smx::smtp::has_8bit(p->addr) && !smtputf8_) {
+        error(Rejection::bad_syntax, utf8_required_reply);
+        return std::nullopt;
+    }
+    if (!valid_address(p->addr, false, smtputf8_)) {
+        error(Rejection::bad_syntax, "501 5.1.3 Bad recipient address syntax");
+        return std::nullopt;
+    }
     // NOTIFY and ORCPT (RFC 3461) only; kept as received for QMGR and SMTPC.
-    if (auto e = smx::dsn::check_params(p->params, true); !e.empty())
-        return error(Rejection::bad_syntax, e);
-    if (const auto over = limits_.take_rcpt()) return reject(over->why, over->reply, p->addr);
+    if (auto e = smx::dsn::check_params(p->params, true); !e.empty()) {
+        error(Rejection::bad_syntax, e);
+        return std::nullopt;
+    }
+    if (const auto over = limits_.take_rcpt()) {
+        reject(over->why, over->reply, p->addr);
+        return std::nullopt;
+    }
     // A recipient named twice gets one copy (postfix's duplicate filter):
     // the same local part, the domain in any case.
     // A set, not a scan of rcpts_: a client may send RCPTs without end.
     std::string key = smx::address_key(p->addr);
     if (rcpt_keys_.contains(key)) {
         spdlog::info("{}: duplicate recipient <{}> stored once", ta_id_, p->addr);
-        return reply("250 2.1.5 Ok");
+        reply("250 2.1.5 Ok");
+        return std::nullopt;
     }
-    if (rcpts_.size() >= cfg_.max_recipients)
-        return reject(Rejection::too_many_recipients, "452 4.5.3 Error: too many recipients",
-                      p->addr);
-    if (client_.at_rcpt) return reject(client_.why, client_.refusal, p->addr);
-    if (!passes(restrictions_.rcpt(helo_, sender_, p->addr), p->addr)) return;
+    if (rcpts_.size() >= cfg_.max_recipients) {
+        reject(Rejection::too_many_recipients, "452 4.5.3 Error: too many recipients", p->addr);
+        return std::nullopt;
+    }
+    if (client_.at_rcpt) {
+        reject(client_.why, client_.refusal, p->addr);
+        return std::nullopt;
+    }
+    if (!passes(restrictions_.rcpt(helo_, sender_, p->addr), p->addr)) return std::nullopt;
+    return RcptArg{*p, std::move(key)};
+}
+
+void Session::rcpt_taken(RcptArg r) {
+    const std::string_view addr = r.path.addr;
     // Canonical and virtual alias rewriting (libsm/rewrite.hpp): what is stored.
     std::vector<smx::msg::Recipient> to;
-    if (const auto r = settings_->rewrite.recipient(p->addr, p->params, to); !r.ok())
-        return lookup_refused(r, p->addr);
-    if (!add_recipients(std::move(to), std::move(key)))
-        return reject(Rejection::too_many_recipients,
-                      "452 4.5.3 Error: too many recipients (envelope too large)", p->addr);
+    if (const auto rw = settings_->rewrite.recipient(addr, r.path.params, to); !rw.ok())
+        return lookup_refused(rw, addr);
+    if (!add_recipients(std::move(to), std::move(r.key)))
+        return reject(smx::Rejection::too_many_recipients,
+                      "452 4.5.3 Error: too many recipients (envelope too large)", addr);
     log_.recipient_taken(ta_id_);
     reply("250 2.1.5 Ok");
 }
@@ -673,6 +826,14 @@ std::string Session::received_header() const {
     return h;
 }
 
+void Session::start_content(ContentWriter& w) const {
+    for (const auto& h : restrictions_.prepend()) {
+        w.append(h);
+        w.append("\r\n");
+    }
+    w.append(received_header());
+}
+
 // Returns false when the connection must close (timeout, lost client).
 asio::awaitable<bool> Session::data(std::string_view arg) {
     using smx::Rejection;
@@ -699,9 +860,14 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
         reset();
         co_return true;
     }
+    if (asks_policy(smx::PolicyStage::data)) {
+        Outcome o = co_await ask_policy(
+            PolicyFacts{.stage = smx::PolicyStage::data, .recipient_count = rcpts_.size()});
+        if (!passes(std::move(o), rcpts_.front().addr)) co_return true;
+    }
     reply("354 End data with <CR><LF>.<CR><LF>");
     ContentWriter w(srv_.store(), ta_id_, srv_.segment());
-    w.append(received_header());
+    start_content(w);
     const std::uint64_t header_size = w.size();
     reader_.set_max_line(data_chunk);
     ContentChecks checks = content_checks(w);
@@ -753,7 +919,7 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
     if (!refused && !chunking_) {
         chunking_ = std::make_unique<Chunking>(srv_.store(), ta_id_, srv_.segment(), !cfg_.reject_bare_lf,
                                                cfg_.max_message_size);
-        chunking_->w.append(received_header());
+        start_content(chunking_->w);
         chunking_->header_size = chunking_->w.size();
         chunking_->checks.emplace(content_checks(chunking_->w));
     }
@@ -849,6 +1015,18 @@ bool Session::checks_accepted(const ContentVerdict& v) {
 
 asio::awaitable<void> Session::queue(ContentWriter& w, const std::string& message_id,
                                      const ContentVerdict& v) {
+    if (asks_policy(smx::PolicyStage::end_of_data)) {
+        const std::size_t prepends = restrictions_.prepend().size();
+        Outcome o = co_await ask_policy(PolicyFacts{.stage = smx::PolicyStage::end_of_data,
+                                                    .recipient_count = rcpts_.size(),
+                                                    .size = w.size()});
+        // The headers are written: what a service asks to prepend now is late.
+        if (restrictions_.prepend().size() != prepends)
+            spdlog::warn("{}: PREPEND at end_of_data is not applied (the header is written before "
+                         "the content; ask at rcpt or data)",
+                         ta_id_);
+        if (!passes(std::move(o), rcpts_.front().addr)) co_return;
+    }
     Shared::CommitGuard guard(srv_.shared());
     reply(co_await commit(w, message_id, v));
     // The reply is out before the guard releases a shutdown waiting for it.

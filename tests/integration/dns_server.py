@@ -8,6 +8,7 @@ failures no real server gives on demand (SERVFAIL, REFUSED).
         "mx2.example.test": {"A": ["127.0.0.2"]},
         "2.0.0.127.in-addr.arpa": {"PTR": ["mx2.example.test"]},
         "slow.example.test": "DROP",           # never answered (a timeout)
+        "spf.test": {"TXT": ["v=spf1 ip4:127.0.0.1 -all"]},
     }
     with DnsServer(zone) as dns:               # dns.port, dns.queries
         ...
@@ -21,7 +22,7 @@ import struct
 import threading
 
 RCODES = {"NOERROR": 0, "SERVFAIL": 2, "NXDOMAIN": 3, "REFUSED": 5}
-TYPES = {"A": 1, "PTR": 12, "MX": 15, "AAAA": 28}
+TYPES = {"A": 1, "PTR": 12, "MX": 15, "TXT": 16, "AAAA": 28}
 TTL = 60
 
 
@@ -37,6 +38,9 @@ def rdata(rtype, value):
         return socket.inet_pton(socket.AF_INET6, value)
     if rtype == "PTR":
         return encode_name(value)
+    if rtype == "TXT":  # one string of at most 255 octets (SPF records, DKIM keys)
+        value = value.encode()
+        return bytes([len(value)]) + value
     if rtype == "MX":
         pref, host = value
         return struct.pack(">H", pref) + encode_name(host)

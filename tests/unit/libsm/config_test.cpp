@@ -407,3 +407,40 @@ TEST_CASE("the config file: a directory, a FIFO or more than 4 MiB is refused, n
     CHECK(message(d + "/big.toml") == "is larger than 4 MiB");
     std::filesystem::remove_all(d);
 }
+
+TEST_CASE("policy services: inet:host:port or unix:/path, known stages, a valid default action") {
+    const Config d = load_config("");
+    CHECK(d.policy.policy_services.empty());
+    CHECK(d.policy.policy_service_stages == std::vector<PolicyStage>{PolicyStage::rcpt});
+    CHECK_FALSE(d.policy.asks_policy(PolicyStage::rcpt));  // no service
+    CHECK(d.policy.policy_service_default_action == "451 4.3.5 Server configuration problem");
+    const auto p = write_temp(
+        "[policy]\npolicy_services = [\"inet:127.0.0.1:10023\", \"unix:/run/spf.sock\", "
+        "\"inet:[::1]:99\"]\npolicy_service_stages = [\"mail\", \"end_of_data\"]\n"
+        "policy_service_timeout = \"2s\"\npolicy_service_request_limit = 5\n"
+        "policy_service_default_action = \"DUNNO\"\n");
+    const Config c = load_config(p);
+    std::remove(p.c_str());
+    REQUIRE(c.policy.policy_services.size() == 3);
+    CHECK(c.policy.policy_services[0].host == "127.0.0.1");
+    CHECK(c.policy.policy_services[0].port == 10023);
+    CHECK(c.policy.policy_services[1].path == "/run/spf.sock");
+    CHECK(c.policy.policy_services[2].host == "::1");
+    CHECK(c.policy.asks_policy(PolicyStage::end_of_data));
+    CHECK_FALSE(c.policy.asks_policy(PolicyStage::rcpt));
+    CHECK(c.policy.policy_service_timeout == std::chrono::seconds(2));
+    CHECK(c.policy.policy_service_request_limit == 5);
+    for (const char* bad : {"\"127.0.0.1:10023\"", "\"inet:127.0.0.1\"", "\"inet:host:0\"",
+                            "\"unix:relative\"", "\"tcp:1.2.3.4:5\"", "\"inet:[::1]\""})
+        CHECK(error_key(std::string("[policy]\npolicy_services = [") + bad + "]\n") ==
+              "policy.policy_services");
+    CHECK(error_key("[policy]\npolicy_service_stages = [\"rcpt\", \"quit\"]\n") ==
+          "policy.policy_service_stages");
+    CHECK(error_key("[policy]\npolicy_service_default_action = \"MAYBE\"\n") ==
+          "policy.policy_service_default_action");
+    CHECK(error_key("[policy]\npolicy_service_default_action = \"450\"\n") ==
+          "policy.policy_service_default_action");
+    CHECK(error_key("[policy]\npolicy_service_try_limit = 0\n") == "policy.policy_service_try_limit");
+    CHECK(error_key("[policy]\npolicy_service_timeout = \"10ms\"\n") ==
+          "policy.policy_service_timeout");
+}
