@@ -26,17 +26,6 @@ namespace smx::milter {
 
 namespace asio = boost::asio;
 
-// "inet:host:port" (host a name, an IPv4 address, or an IPv6 address in
-// brackets), "unix:/path" or "local:/path".
-struct SocketSpec {
-    bool is_unix = false;
-    std::string host;      // inet
-    std::uint16_t port = 0;
-    std::string path;      // unix
-};
-// The spec, or nullopt with the reason in error.
-std::optional<SocketSpec> parse_socket(std::string_view spec, std::string& error);
-
 struct ConnSettings {
     std::string socket;  // as configured, for logs
     SocketSpec where;

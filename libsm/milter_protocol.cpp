@@ -2,6 +2,8 @@
 
 #include "libsm/panic.hpp"
 
+#include <charconv>
+
 namespace smx::milter {
 
 namespace {
@@ -165,6 +167,54 @@ std::string name(char reply_code) {
     const auto c = static_cast<unsigned char>(reply_code);
     if (c > ' ' && c < 127) return std::string("unknown reply '") + reply_code + "'";
     return "unknown reply " + std::to_string(c);
+}
+
+std::optional<SocketSpec> parse_socket(std::string_view spec, std::string& error) {
+    SocketSpec s;
+    const auto colon = spec.find(':');
+    const auto kind = spec.substr(0, colon == std::string_view::npos ? 0 : colon);
+    const auto rest = colon == std::string_view::npos ? spec : spec.substr(colon + 1);
+    if (kind == "unix" || kind == "local") {
+        if (rest.empty() || rest.front() != '/') {
+            error = "\"" + std::string(spec) + "\": unix: needs an absolute path";
+            return std::nullopt;
+        }
+        s.is_unix = true;
+        s.path = rest;
+        return s;
+    }
+    if (kind != "inet") {
+        error = "\"" + std::string(spec) + "\": expected inet:host:port or unix:/path";
+        return std::nullopt;
+    }
+    std::string_view host, port;
+    if (!rest.empty() && rest.front() == '[') {
+        const auto close = rest.find(']');
+        if (close == std::string_view::npos || rest.substr(close + 1, 1) != ":") {
+            error = "\"" + std::string(spec) + "\": expected inet:[address]:port";
+            return std::nullopt;
+        }
+        host = rest.substr(1, close - 1);
+        port = rest.substr(close + 2);
+    } else {
+        const auto last = rest.rfind(':');
+        if (last == std::string_view::npos) {
+            error = "\"" + std::string(spec) + "\": no port (inet:host:port)";
+            return std::nullopt;
+        }
+        host = rest.substr(0, last);
+        port = rest.substr(last + 1);
+    }
+    unsigned p = 0;
+    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+    if (host.empty() || ec != std::errc{} || end != port.data() + port.size() || p == 0 ||
+        p > 65535) {
+        error = "\"" + std::string(spec) + "\": bad host or port (inet:host:port)";
+        return std::nullopt;
+    }
+    s.host = host;
+    s.port = static_cast<std::uint16_t>(p);
+    return s;
 }
 
 void put_optneg(std::string& out, std::uint32_t version, std::uint32_t actions,

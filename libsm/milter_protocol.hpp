@@ -82,6 +82,17 @@ std::string_view name(Cmd c);
 // "SMFIR_REPLYCODE", or "unknown reply 'x'" style.
 std::string name(char reply_code);
 
+// "inet:host:port" (host a name, an IPv4 address, or an IPv6 address in
+// brackets), "unix:/path" or "local:/path".
+struct SocketSpec {
+    bool is_unix = false;
+    std::string host;      // inet
+    std::uint16_t port = 0;
+    std::string path;      // unix
+};
+// The spec, or nullopt with the reason in error.
+std::optional<SocketSpec> parse_socket(std::string_view spec, std::string& error);
+
 // ---- Encoding: each appends one whole packet to out. ----
 void put_optneg(std::string& out, std::uint32_t version, std::uint32_t actions,
                 std::uint32_t steps);
