@@ -1,11 +1,49 @@
 // The DATA reader: LineReader pieces through ContentReader (end of data,
 // dot-unstuffing, bare CR/LF, size limit). The first byte picks the mode.
-// Oracle: what is stored has CRLF line ends only, within the size limit.
+// Oracle: what is stored has CRLF line ends only, within the size limit;
+// MessageParts splits it into fields that each begin with a name and end in
+// a line end, and the parts put together are what was stored.
 #include "fuzz/stream.hpp"
 #include "smtps/content.hpp"
+#include "smtps/message_parts.hpp"
 
 #include <cstdlib>
 #include <string>
+
+namespace {
+
+struct Joined {
+    std::string all;
+    int ends = 0;
+    bool cut = false;  // a field without its line end: the content's last bytes
+    void header(std::string_view f) {
+        if (ends != 0 || cut || f.empty() || f.front() == ' ' || f.front() == '\t' ||
+            f.find(':') == std::string_view::npos)
+            std::abort();
+        cut = f.back() != '\n';
+        all.append(f);
+    }
+    void end_of_headers(bool blank) {
+        if (ends++ != 0) std::abort();
+        if (blank) all.append("\r\n");
+    }
+    void body(std::string_view b) {
+        if (ends != 1 || cut) std::abort();
+        all.append(b);
+    }
+};
+
+// The stored content through MessageParts, in pieces as ContentReader hands them out.
+void check_parts(const std::string& stored, std::size_t piece, std::size_t max_header) {
+    Joined j;
+    smx::smtps::MessageParts parts(max_header);
+    for (std::size_t i = 0; i < stored.size(); i += piece)
+        parts.feed(std::string_view(stored).substr(i, piece), j);
+    parts.finish(j);
+    if (j.ends != 1 || j.all != stored) std::abort();
+}
+
+} // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     if (size < 1) return 0;
@@ -33,6 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             }
             if (out[i] == '\n' && (i == 0 || out[i - 1] != '\r')) std::abort();
         }
+        check_parts(out, 1 + data[0] % 7, 16 + data[0]);
     });
     return 0;
 }
