@@ -14,7 +14,8 @@ std::string_view rejection_name(Rejection r) {
         "bad_syntax",           "bad_sequence",      "timeout",
         "dnsbl",                "pregreet",          "unknown_client",
         "connection_rate",      "message_rate",      "recipient_rate",
-        "access_denied",        "unknown_recipient", "policy_unavailable"};
+        "access_denied",        "unknown_recipient", "policy_unavailable",
+        "milter"};
     const auto i = static_cast<std::size_t>(r);
     if (i >= names.size()) panic("rejection_name: reason " + std::to_string(i));
     return names[i];

@@ -36,8 +36,9 @@ enum class Rejection : std::uint32_t {
     access_denied,         // an access table's REJECT, DEFER, DEFER_IF_* or NNN reply
     unknown_recipient,     // 550 5.1.1 (not in policy.relay_recipient_maps)
     policy_unavailable,    // 451 4.3.0 (a table lookup failed), 451 4.3.5 (a bad table entry or alias), 451 4.6.0 (alias expansion)
+    milter,                // a milter's reject, tempfail or reply code, or its default action when it failed
 };
-inline constexpr std::size_t rejection_reasons = 24;
+inline constexpr std::size_t rejection_reasons = 25;
 
 // The label value: "relay_denied".
 std::string_view rejection_name(Rejection r);
