@@ -148,6 +148,11 @@ asio::awaitable<MilterVerdict> Milters::data() {
     co_return co_await ask(m::Cmd::data, call);
 }
 
+asio::awaitable<MilterVerdict> Milters::unknown(std::string_view line) {
+    auto call = [&](m::Conn& c) { return c.unknown(macros_, line); };
+    co_return co_await ask(m::Cmd::unknown, call);
+}
+
 asio::awaitable<MilterVerdict> Milters::header(std::string_view field) {
     const auto colon = field.find(':');
     const std::string_view name = field.substr(0, colon);

@@ -47,6 +47,9 @@ public:
     asio::awaitable<MilterVerdict> mail(const std::vector<std::string>& args);
     asio::awaitable<MilterVerdict> rcpt(const std::vector<std::string>& args);
     asio::awaitable<MilterVerdict> data();
+    // A command SMTPS does not know (refused anyway; the milter may choose
+    // the reply).
+    asio::awaitable<MilterVerdict> unknown(std::string_view line);
     // The content: each header field as stored ("Name: value\r\n" with its
     // folds), the end of the header, body bytes, the end of the message.
     asio::awaitable<MilterVerdict> header(std::string_view field);

@@ -454,9 +454,17 @@ asio::awaitable<void> Session::run() {
             reply("221 2.0.0 Bye");
             closing_ = quit_ = true;
             break;
-        case Verb::unknown:
+        case Verb::unknown: {
+            if (milters_) {
+                const MilterVerdict v = co_await milters_->unknown(std::string(l.text));
+                if (!milter_passes(v)) {
+                    count_error();
+                    break;
+                }
+            }
             error(smx::Rejection::bad_command, "500 5.5.2 Error: command not recognized");
             break;
+        }
         }
         // The transaction ended without a message (RSET, HELO, a refusal).
         if (milter_in_message_ && !in_mail_) {
@@ -818,7 +826,17 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
         error(smx::Rejection::bad_syntax, "501 5.5.4 Syntax: BDAT count [LAST]");
         co_return true;
     }
-    const std::optional<Refusal> refused = bdat_refusal();
+    std::optional<Refusal> refused = bdat_refusal();
+    std::string milter_reply;  // the milters' refusal of the first chunk (their DATA)
+    if (!refused && !chunking_ && milters_) {
+        const MilterVerdict v = co_await milters_->data();
+        if (v.refused()) {
+            milter_reply = v.reply;
+            refused = Refusal{smx::Rejection::milter, milter_reply};
+        } else {
+            milter_passes(v);
+        }
+    }
     if (!refused && !chunking_) {
         chunking_ = std::make_unique<Chunking>(srv_.store(), ta_id_, srv_.segment(), !cfg_.reject_bare_lf,
                                                cfg_.max_message_size);
@@ -844,6 +862,9 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
         if (refused->why == smx::Rejection::queue_unavailable) {
             reject(refused->why, refused->reply, rcpts_.front().addr);
             reset();
+        } else if (refused->why == smx::Rejection::milter) {
+            log_.milter_reject(refused->reply, details(rcpts_.front().addr));
+            reply(refused->reply);
         } else if (refused->why == smx::Rejection::tls_required) {
             reject(refused->why, refused->reply);
             count_error();

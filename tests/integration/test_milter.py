@@ -350,3 +350,33 @@ def test_what_is_queued_after_edits_is_the_edited_message(sink, make_relay, peer
             if b"Subject: hi" in data:
                 found.append(data)
     assert found and all(b"X-Edited: yes" in d for d in found), found
+
+
+def test_bdat_asks_the_data_stage_at_the_first_chunk(sink, make_relay, peers):
+    m = peers(script={"data": "reply 554 5.7.1 no chunks today"})
+    relay = make_relay(sink.port, milter_config(m.socket_spec))
+    c = Raw(relay.port)
+    c.cmd("EHLO client.test")
+    c.cmd("MAIL FROM:<s@example.org>")
+    c.cmd("RCPT TO:<r@example.net>")
+    part = b"Subject: x\r\n\r\nbody\r\n"
+    # The chunk is read (the next command is found) and refused.
+    c.send(b"BDAT %d LAST\r\n" % len(part) + part)
+    assert c.reply() == "554 5.7.1 no chunks today"
+    assert c.cmd("RSET").startswith("250")
+    c.cmd("QUIT")
+    assert "data" in m.stages()
+    assert sink.count() == 0
+
+
+def test_unknown_commands_reach_the_milter(sink, make_relay, peers):
+    m = peers(script={"unknown": lambda d: "reply 550 5.5.1 not here" if d.startswith(b"XYZZY")
+                      else "continue"})
+    relay = make_relay(sink.port, milter_config(m.socket_spec))
+    c = Raw(relay.port)
+    c.cmd("EHLO client.test")
+    assert c.cmd("XYZZY plugh") == "550 5.5.1 not here"
+    assert c.cmd("FROB") == "500 5.5.2 Error: command not recognized"
+    c.cmd("QUIT")
+    sent = [d for st, d in m.sessions[-1].data if st == "unknown"]
+    assert sent == [b"XYZZY plugh\0", b"FROB\0"]
