@@ -27,6 +27,9 @@ STAGES = {b"C": "connect", b"H": "helo", b"M": "mail", b"R": "rcpt", b"T": "data
           b"L": "header", b"N": "eoh", b"B": "body", b"E": "eom", b"A": "abort",
           b"U": "unknown", b"Q": "quit", b"K": "quit_nc"}
 NO_REPLY = {"abort", "quit", "quit_nc"}
+# The SMFIP_NR_* step of a stage: with it in `protocol` the peer sends no reply.
+NR_STEP = {"connect": 0x1000, "helo": 0x2000, "mail": 0x4000, "rcpt": 0x8000, "data": 0x10000,
+           "unknown": 0x20000, "eoh": 0x40000, "body": 0x80000, "header": 0x80}
 ALL_ACTIONS = 0x1ff
 
 
@@ -123,7 +126,7 @@ class MilterPeer:
                             s.body += data
                     if stage in ("quit", "quit_nc"):
                         return
-                    if stage in NO_REPLY:
+                    if stage in NO_REPLY or self.protocol & NR_STEP.get(stage, 0):
                         continue
                     if not self._answer(conn, stage, data):
                         return

@@ -380,3 +380,55 @@ def test_unknown_commands_reach_the_milter(sink, make_relay, peers):
     c.cmd("QUIT")
     sent = [d for st, d in m.sessions[-1].data if st == "unknown"]
     assert sent == [b"XYZZY plugh\0", b"FROB\0"]
+
+
+def test_accept_at_connect_leaves_the_milter_out_for_the_session(sink, make_relay, peers):
+    m = peers(script={"connect": "accept"})
+    relay = make_relay(sink.port, milter_config(m.socket_spec))
+    assert session(relay.port)["eom"].startswith("250")
+    delivered(sink)
+    wait_until(lambda: "quit" in m.stages(), 10, "QUIT at the milter")
+    assert m.stages() == ["connect", "quit"]
+
+
+def test_the_milter_names_its_macros_and_its_steps(sink, make_relay, peers):
+    # SETSYMLIST for MAIL; no HELO; no reply to RCPT, headers or body; the
+    # leading space of header values kept.
+    m = peers(symlist={2: "{client_addr} {mail_addr}"},
+              protocol=0x2 | 0x8000 | 0x80 | 0x80000 | 0x100000)
+    relay = make_relay(sink.port, milter_config(m.socket_spec))
+    r = session(relay.port, rcpts=("a@example.net", "b@example.net"))
+    assert r["eom"].startswith("250"), r
+    delivered(sink)
+    s = m.sessions[-1]
+    assert s.macros["M"] == {"{client_addr}": "127.0.0.1", "{mail_addr}": "s@example.org"}
+    assert "helo" not in s.stages
+    assert s.stages.count("rcpt") == 2
+    assert ("Subject", " hi") in s.headers
+
+
+def test_quarantine_is_a_default_action_too(sink, make_relay, peers):
+    m = peers(script={"eom": "close"})
+    relay = make_relay(sink.port, milter_config(
+        '{ socket = "%s", default_action = "quarantine" }' % m.socket_spec))
+    r = session(relay.port)
+    assert r["eom"].startswith("250 2.0.0 Ok: queued as "), r
+    qid = r["eom"].rsplit(" ", 1)[1]
+    wait_until(lambda: qid in relay.smx("queue").stdout, 20, "the held message")
+    assert "milter %s failed" % m.socket_spec in relay.smx("queue").stdout
+    assert sink.count() == 0
+
+
+def test_a_milter_that_crashes_in_the_header(sink, make_relay, peers):
+    seen = []
+
+    def crash_on_second(_):
+        seen.append(1)
+        return "close" if len(seen) == 2 else "continue"
+    m = peers(script={"header": crash_on_second})
+    relay = make_relay(sink.port, milter_config(m.socket_spec))
+    r = session(relay.port)
+    assert r["eom"] == "451 4.7.1 Service unavailable - try again later", r
+    relay.log_matching("warning: milter %s: can't read SMFIC_HEADER reply packet header: "
+                       "lost connection" % m.socket_spec)
+    assert sink.count() == 0
