@@ -8,8 +8,6 @@ The relay takes mail from 127.0.0.1 (relay_networks) for any domain; the
 milters' timeouts are short so that each failure costs about a second."""
 import os
 import signal
-import smtplib
-import socket
 
 import pytest
 
@@ -22,6 +20,11 @@ SHORT = 'connect_timeout = "2s"\ncommand_timeout = "1s"\ncontent_timeout = "1s"\
 def milter_config(*specs, extra=""):
     items = ", ".join(s if s.startswith("{") else '"%s"' % s for s in specs)
     return "[milter]\nsmtpd_milters = [%s]\n%s%s" % (items, SHORT, extra)
+
+
+def with_default(spec, action):
+    """The config of one milter with its own default action."""
+    return milter_config('{ socket = "%s", default_action = "%s" }' % (spec, action))
 
 
 @pytest.fixture
@@ -127,8 +130,7 @@ def test_tempfail_and_reply_codes_with_several_lines(sink, make_relay, peers):
 
 def test_a_reply_code_that_is_not_4xx_or_5xx_is_a_protocol_error(sink, make_relay, peers):
     m = peers(script={"mail": "reply 250 2.0.0 fine"})
-    relay = make_relay(sink.port, milter_config(
-        '{ socket = "%s", default_action = "accept" }' % m.socket_spec))
+    relay = make_relay(sink.port, with_default(m.socket_spec, "accept"))
     r = session(relay.port)
     assert r["mail"].startswith("250 2.1.0"), r
     assert r["eom"].startswith("250 2.0.0 Ok: queued")
@@ -285,8 +287,7 @@ def test_a_failed_milter_takes_its_default_action(sink, make_relay, peers, failu
     spec = m.socket_spec
     if failure == "unreachable":
         m.stop()
-    relay = make_relay(sink.port, milter_config(
-        '{ socket = "%s", default_action = "%s" }' % (spec, action)))
+    relay = make_relay(sink.port, with_default(spec, action))
     r = session(relay.port)
     where = "ehlo" if failure == "unreachable" else "eom"
     expect = {"tempfail": "451 4.7.1 Service unavailable - try again later",
@@ -332,7 +333,7 @@ def test_listener_milters_replace_the_list_for_that_listener(sink, make_relay, p
 def test_what_is_queued_after_edits_is_the_edited_message(sink, make_relay, peers):
     # kill -9 smx after the 250: the queue holds the edited message only.
     m = peers(script={"eom": ["addheader X-Edited yes", "continue"]})
-    relay = make_relay(sink.port + 0, milter_config(m.socket_spec))
+    relay = make_relay(sink.port, milter_config(m.socket_spec))
     sink.stop()  # nothing delivers: what is queued stays
     r = session(relay.port)
     assert r["eom"].startswith("250"), r
@@ -409,8 +410,7 @@ def test_the_milter_names_its_macros_and_its_steps(sink, make_relay, peers):
 
 def test_quarantine_is_a_default_action_too(sink, make_relay, peers):
     m = peers(script={"eom": "close"})
-    relay = make_relay(sink.port, milter_config(
-        '{ socket = "%s", default_action = "quarantine" }' % m.socket_spec))
+    relay = make_relay(sink.port, with_default(m.socket_spec, "quarantine"))
     r = session(relay.port)
     assert r["eom"].startswith("250 2.0.0 Ok: queued as "), r
     qid = r["eom"].rsplit(" ", 1)[1]
