@@ -423,7 +423,23 @@ void read_tls_policy(const toml::table& root, Config& c) {
     }
 }
 
+// A listener's own milters name one of server.listen's addresses.
+void check_listener_milters(const Config& c) {
+    for (const auto& [where, list] : c.milter.listener_milters) {
+        const bool known = std::any_of(c.server.listen.begin(), c.server.listen.end(),
+                                       [&](const HostPort& hp) { return hp.address() == where; });
+        if (!known)
+            throw ConfigError("milter.listener_milters." + where,
+                              "is not an address of server.listen");
+    }
+}
+
 } // namespace
+
+const std::vector<MilterEntry>& MilterConfig::for_listener(const std::string& address) const {
+    const auto it = listener_milters.find(address);
+    return it != listener_milters.end() ? it->second : smtpd_milters;
+}
 
 Config load_config(const std::string& path) {
     Config c;
@@ -440,6 +456,7 @@ Config load_config(const std::string& path) {
     check_concurrency(c.client);
     check_delivery_time(c);
     check_log_sink(c.log);
+    check_listener_milters(c);
     read_routes(root, c);
     read_tls_policy(root, c);
     return c;

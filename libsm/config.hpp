@@ -355,6 +355,32 @@ struct AnvilConfig {
 
 
 
+// [milter]: sendmail milters (protocol 6) that SMTPS and smx-pickup consult
+// (docs/milter.md).
+enum class MilterAction { tempfail, accept, reject, quarantine };
+// One milter of a list: its socket, and what it sets itself of [milter]'s
+// defaults.
+struct MilterEntry {
+    std::string socket;  // "inet:host:port" or "unix:/path"
+    std::optional<MilterAction> default_action;
+    std::optional<std::chrono::milliseconds> connect_timeout, command_timeout, content_timeout;
+    bool operator==(const MilterEntry&) const = default;
+};
+struct MilterConfig {
+    std::vector<MilterEntry> smtpd_milters;      // every SMTP session, in this order
+    std::vector<MilterEntry> non_smtpd_milters;  // mail from the sendmail command
+    // A listener's own list instead of smtpd_milters, keyed by its address
+    // as HostPort::address() writes it ("0.0.0.0:587", "[::1]:25").
+    std::map<std::string, std::vector<MilterEntry>> listener_milters;
+    std::chrono::milliseconds connect_timeout{30000};
+    std::chrono::milliseconds command_timeout{30000};
+    std::chrono::milliseconds content_timeout{300000};
+    MilterAction default_action = MilterAction::tempfail;
+    unsigned protocol = 6;  // 2, 3, 4 or 6
+    // The milters of a session that came in on listener `address`.
+    const std::vector<MilterEntry>& for_listener(const std::string& address) const;
+};
+
 struct Config {
     std::string path;  // the file it came from, empty for built-in defaults
     ServerConfig server;
@@ -366,6 +392,7 @@ struct Config {
     DnsblConfig dnsbl;
     AnvilConfig anvil;
     RewriteConfig rewrite;
+    MilterConfig milter;
     std::map<std::string, Route> routes;  // lower-case domain → route
     // Without routes (no or an empty [routes] table): "mx", every domain by
     // its MX, as postfix; routes but no default key: none (others wait).

@@ -5,6 +5,7 @@
 #include "libsm/domain.hpp"
 #include "libsm/json.hpp"
 #include "libsm/lookup_table.hpp"
+#include "libsm/milter_protocol.hpp"
 #include "libsm/panic.hpp"
 
 #include <unistd.h>
@@ -48,6 +49,9 @@ template <> struct Section<AnvilConfig> : In<AnvilConfig, &Config::anvil> {
 };
 template <> struct Section<RewriteConfig> : In<RewriteConfig, &Config::rewrite> {
     static constexpr std::string_view name = "rewrite";
+};
+template <> struct Section<MilterConfig> : In<MilterConfig, &Config::milter> {
+    static constexpr std::string_view name = "milter";
 };
 
 // A member of a section read through read_value and shown through show_value.
@@ -112,38 +116,47 @@ Member duration(std::chrono::duration<Rep, Period> S::*f, std::uint64_t min,
 }
 
 // A time as postfix writes it: "500ms", "60s", "10m", "1h", "1d", or a bare
-// number of seconds (a string or an integer); min..max. A member held in
-// seconds takes whole seconds only.
+// number of seconds (a string or an integer).
+std::chrono::milliseconds time_of(const std::string& key, const toml::node& n) {
+    const std::string v =
+        n.is_integer() ? std::to_string(integer_of(key, n, 0, 999999999)) : config_string(key, n);
+    std::size_t digits = 0;
+    while (digits < v.size() && std::isdigit(static_cast<unsigned char>(v[digits]))) ++digits;
+    const std::string_view unit = std::string_view(v).substr(digits);
+    const long long scale = unit == "ms"                  ? 1
+                            : unit.empty() || unit == "s" ? 1000
+                            : unit == "m"                 ? 60000
+                            : unit == "h"                 ? 3600000
+                            : unit == "d"                 ? 86400000
+                                                          : 0;
+    if (digits == 0 || digits > 9 || scale == 0)
+        throw ConfigError(key, "'" + v + "' is not a time such as \"500ms\", \"60s\", "
+                               "\"10m\", \"1h\" or \"1d\"");
+    return std::chrono::milliseconds(std::stoll(v.substr(0, digits)) * scale);
+}
+
+// A time in TOML, in seconds when whole.
+std::string show_time(std::chrono::milliseconds v) {
+    const auto ms = v.count();
+    return toml_string(ms % 1000 != 0 ? std::to_string(ms) + "ms" : std::to_string(ms / 1000) + "s");
+}
+
+// A time_of in min..max. A member held in seconds takes whole seconds only.
 template <class S, class Rep, class Period>
 Member span(std::chrono::duration<Rep, Period> S::*f, std::chrono::duration<Rep, Period> min,
             std::chrono::duration<Rep, Period> max) {
     using D = std::chrono::duration<Rep, Period>;
     using std::chrono::milliseconds;
     const auto show = [](const D& v) {
-        const auto ms = std::chrono::duration_cast<milliseconds>(v).count();
-        return toml_string(ms % 1000 != 0 ? std::to_string(ms) + "ms" : std::to_string(ms / 1000) + "s");
+        return show_time(std::chrono::duration_cast<milliseconds>(v));
     };
     return field<S, D>(
         f, "time (ms, s, m, h, d; a bare number is seconds), " + show(min) + " to " + show(max),
         [=](const std::string& key, const toml::node& n) {
-            const std::string v =
-                n.is_integer() ? std::to_string(integer_of(key, n, 0, 999999999)) : config_string(key, n);
-            std::size_t digits = 0;
-            while (digits < v.size() && std::isdigit(static_cast<unsigned char>(v[digits]))) ++digits;
-            const std::string_view unit = std::string_view(v).substr(digits);
-            const long long scale = unit == "ms"                  ? 1
-                                    : unit.empty() || unit == "s" ? 1000
-                                    : unit == "m"                 ? 60000
-                                    : unit == "h"                 ? 3600000
-                                    : unit == "d"                 ? 86400000
-                                                                  : 0;
-            if (digits == 0 || digits > 9 || scale == 0)
-                throw ConfigError(key, "'" + v + "' is not a time such as \"500ms\", \"60s\", "
-                                       "\"10m\", \"1h\" or \"1d\"");
-            const milliseconds ms(std::stoll(v.substr(0, digits)) * scale);
+            const milliseconds ms = time_of(key, n);
             const D d = std::chrono::duration_cast<D>(ms);
             if (std::chrono::duration_cast<milliseconds>(d) != ms)
-                throw ConfigError(key, "'" + v + "' is not a whole number of seconds");
+                throw ConfigError(key, "'" + show_time(ms) + "' is not a whole number of seconds");
             if (d < min || d > max) throw ConfigError(key, "must be " + show(min) + " to " + show(max));
             return d;
         },
@@ -284,6 +297,132 @@ Member tables(std::vector<std::string> S::*f) {
     return m;
 }
 
+const std::vector<std::pair<std::string, MilterAction>> milter_actions = {
+    {"tempfail", MilterAction::tempfail},
+    {"accept", MilterAction::accept},
+    {"reject", MilterAction::reject},
+    {"quarantine", MilterAction::quarantine},
+};
+
+// A milter's own timeout: 1 ms to 1 day.
+std::chrono::milliseconds milter_time(const std::string& key, const toml::node& n) {
+    const auto t = time_of(key, n);
+    if (t.count() < 1 || t > std::chrono::hours(24)) throw ConfigError(key, "must be 1ms to 1d");
+    return t;
+}
+
+// "inet:host:port", "unix:/path", or an inline table with the socket and
+// what this milter sets itself.
+MilterEntry milter_entry(const std::string& key, const toml::node& n) {
+    MilterEntry e;
+    const toml::table* t = n.as_table();
+    if (!t) {
+        e.socket = config_string(key, n);
+    } else {
+        for (const auto& [k, v] : *t) {
+            const std::string name = key + "." + std::string(k.str());
+            if (k == "socket") {
+                e.socket = config_string(name, v);
+            } else if (k == "default_action") {
+                const std::string a = config_string(name, v);
+                const auto it = std::find_if(milter_actions.begin(), milter_actions.end(),
+                                             [&](const auto& p) { return p.first == a; });
+                if (it == milter_actions.end())
+                    throw ConfigError(name, "must be tempfail, accept, reject or quarantine");
+                e.default_action = it->second;
+            } else if (k == "connect_timeout") {
+                e.connect_timeout = milter_time(name, v);
+            } else if (k == "command_timeout") {
+                e.command_timeout = milter_time(name, v);
+            } else if (k == "content_timeout") {
+                e.content_timeout = milter_time(name, v);
+            } else {
+                throw ConfigError(name, "unknown key (socket, default_action, connect_timeout, "
+                                        "command_timeout, content_timeout)");
+            }
+        }
+        if (e.socket.empty()) throw ConfigError(key, "a milter's table needs socket = \"...\"");
+    }
+    std::string err;
+    if (!milter::parse_socket(e.socket, err)) throw ConfigError(key, err);
+    return e;
+}
+
+std::vector<MilterEntry> milter_entries(const std::string& key, const toml::node& n) {
+    std::vector<MilterEntry> out;
+    if (const toml::array* a = n.as_array()) {
+        for (const auto& e : *a) out.push_back(milter_entry(key, e));
+    } else {
+        out.push_back(milter_entry(key, n));
+    }
+    return out;
+}
+
+std::string show_milters(const std::vector<MilterEntry>& list) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        const auto& e = list[i];
+        out += i ? ", " : "";
+        if (!e.default_action && !e.connect_timeout && !e.command_timeout && !e.content_timeout) {
+            out += toml_string(e.socket);
+            continue;
+        }
+        out += "{ socket = " + toml_string(e.socket);
+        if (e.default_action)
+            for (const auto& [name, value] : milter_actions)
+                if (value == *e.default_action) out += ", default_action = " + toml_string(name);
+        if (e.connect_timeout) out += ", connect_timeout = " + show_time(*e.connect_timeout);
+        if (e.command_timeout) out += ", command_timeout = " + show_time(*e.command_timeout);
+        if (e.content_timeout) out += ", content_timeout = " + show_time(*e.content_timeout);
+        out += " }";
+    }
+    return out + "]";
+}
+
+// A list of milters.
+Member milters(std::vector<MilterEntry> MilterConfig::*f) {
+    return field<MilterConfig, std::vector<MilterEntry>>(
+        f, "list of milters (\"inet:host:port\", \"unix:/path\" or an inline table)",
+        milter_entries, show_milters);
+}
+
+// Listener address -> its list of milters.
+Member listener_milters() {
+    using Map = std::map<std::string, std::vector<MilterEntry>>;
+    return field<MilterConfig, Map>(
+        &MilterConfig::listener_milters, "table of listener address = list of milters",
+        [](const std::string& key, const toml::node& n) {
+            const toml::table* t = n.as_table();
+            if (!t) throw ConfigError(key, "expected a table { \"host:port\" = [...] }");
+            Map out;
+            for (const auto& [k, v] : *t) {
+                const std::string name = key + "." + std::string(k.str());
+                const auto where = parse_hostport(name, std::string(k.str()), 25).address();
+                out[where] = milter_entries(name, v);
+            }
+            return out;
+        },
+        [](const Map& m) {
+            std::string out = "{";
+            for (const auto& [where, list] : m)
+                out += (out.size() > 1 ? ", " : " ") + toml_string(where) + " = " +
+                       show_milters(list);
+            return out + (m.empty() ? "}" : " }");
+        });
+}
+
+// 2, 3, 4 or 6: the versions of the milter protocol (there is no 5).
+Member milter_protocol() {
+    return field<MilterConfig, unsigned>(
+        &MilterConfig::protocol, "integer 2, 3, 4 or 6",
+        [](const std::string& key, const toml::node& n) {
+            const auto v = integer_of(key, n, 2, 6);
+            if (v == 5) throw ConfigError(key, "must be 2, 3, 4 or 6");
+            return static_cast<unsigned>(v);
+        },
+        [](const unsigned& v) { return std::to_string(v); });
+}
+
 std::string system_hostname() {
     char buf[256] = {};
     if (::gethostname(buf, sizeof buf - 1) != 0 || !buf[0]) return "localhost";
@@ -298,6 +437,7 @@ using P = PolicyConfig;
 using D = DnsblConfig;
 using A = AnvilConfig;
 using W = RewriteConfig;
+using M = MilterConfig;
 constexpr auto reload = Reload::reload;
 constexpr auto restart = Reload::restart;
 
@@ -718,6 +858,28 @@ std::vector<ConfigKey> make_keys() {
             .computed("[server.hostname]",
                       [](Config& c) { c.rewrite.local_domains = {lower(c.server.hostname)}; })
             .shown_as("[\"mail.example.com\"]"),
+        // [milter]: sendmail milters (docs/milter.md).
+        ConfigKey("milter.smtpd_milters", milters(&M::smtpd_milters), reload,
+                  "milters every SMTP session consults, in order (postfix's smtpd_milters)")
+            .shown_as("[\"inet:127.0.0.1:8891\"]"),
+        ConfigKey("milter.non_smtpd_milters", milters(&M::non_smtpd_milters), reload,
+                  "milters mail from the sendmail command passes (postfix's non_smtpd_milters)"),
+        ConfigKey("milter.listener_milters", listener_milters(), reload,
+                  "a listener's own milters instead of smtpd_milters, keyed by its address"),
+        ConfigKey("milter.connect_timeout", span<M>(&M::connect_timeout, std::chrono::milliseconds(1),
+                                                    std::chrono::milliseconds(86400000)),
+                  reload, "time to connect to a milter and negotiate"),
+        ConfigKey("milter.command_timeout", span<M>(&M::command_timeout, std::chrono::milliseconds(1),
+                                                    std::chrono::milliseconds(86400000)),
+                  reload, "time for a milter's reply to a command (connect, HELO, MAIL, RCPT, DATA)"),
+        ConfigKey("milter.content_timeout", span<M>(&M::content_timeout, std::chrono::milliseconds(1),
+                                                    std::chrono::milliseconds(86400000)),
+                  reload, "time for a milter's reply to content (headers, body, end of message)"),
+        ConfigKey("milter.default_action",
+                  choice<M, MilterAction>(&M::default_action, milter_actions), reload,
+                  "what a failed or timed-out milter's verdict is"),
+        ConfigKey("milter.protocol", milter_protocol(), reload,
+                  "the milter protocol version offered"),
     };
 }
 

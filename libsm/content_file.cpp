@@ -16,7 +16,8 @@ namespace {
 
 int open_for_write(const std::string& path, int flags, int& fd, mode_t mode) {
     for (int attempt = 0; attempt < 2; ++attempt) {
-        fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | flags, mode);
+        // Read and write: SMTPS reads a spilled message back for its milters.
+        fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | flags, mode);
         if (fd >= 0) return 0;
         if (errno != ENOENT || attempt > 0) return errno;
         std::error_code ec;

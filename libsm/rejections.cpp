@@ -16,7 +16,7 @@ std::string_view rejection_name(Rejection r) {
         "connection_rate",      "message_rate",      "recipient_rate",
         "access_denied",        "unknown_recipient", "policy_unavailable",
         "header_check",         "body_check",        "policy_service",
-        "policy_service_failure"};
+        "policy_service_failure", "milter"};
     const auto i = static_cast<std::size_t>(r);
     if (i >= names.size()) panic("rejection_name: reason " + std::to_string(i));
     return names[i];

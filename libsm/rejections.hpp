@@ -40,8 +40,9 @@ enum class Rejection : std::uint32_t {
     body_check,            // a policy.body_checks REJECT
     policy_service,        // a policy service's REJECT, DEFER, DEFER_IF_PERMIT or NNN answer
     policy_service_failure,  // policy_service_default_action: no service answered
+    milter,                // a milter's reject, tempfail or reply code, or its default action when it failed
 };
-inline constexpr std::size_t rejection_reasons = 28;
+inline constexpr std::size_t rejection_reasons = 29;
 
 // The label value: "relay_denied".
 std::string_view rejection_name(Rejection r);

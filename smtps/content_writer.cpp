@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <algorithm>
 #include <filesystem>
 #include <unistd.h>
 
@@ -175,6 +176,45 @@ asio::awaitable<int> ContentWriter::commit_to_segment() {
         content_id_ = smx::content::segment_ref(place.file->id(), place.offset);
     }
     co_return err_;
+}
+
+bool ContentSource::read_at(std::uint64_t offset, std::size_t n, std::string& out) const {
+    out.clear();
+    if (offset < spilled_) {
+        out.resize(static_cast<std::size_t>(std::min<std::uint64_t>(n, spilled_ - offset)));
+        const ssize_t got = ::pread(fd_, out.data(), out.size(), static_cast<off_t>(offset));
+        if (got <= 0) {
+            if (got == 0) errno = EIO;  // the file is shorter than was written
+            out.clear();
+            return false;
+        }
+        out.resize(static_cast<std::size_t>(got));
+        return true;
+    }
+    const std::uint64_t at = offset - spilled_;
+    if (at < tail_.size()) out.assign(tail_.substr(static_cast<std::size_t>(at), n));
+    return true;
+}
+
+TakenContent::~TakenContent() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!path_.empty()) ::unlink(path_.c_str());
+}
+
+TakenContent ContentWriter::take_content() {
+    const std::uint64_t spilled = size_ - buf_.size();
+    std::string tail = std::exchange(buf_, std::string());
+    buf_.reserve(4096);
+    size_ = 0;
+    if (fd_ < 0) return TakenContent(-1, {}, spilled, std::move(tail));
+    // The edited copy takes the name; the original keeps its descriptor.
+    std::string tmp = path() + ".tmp";
+    if (::rename(path_.c_str(), tmp.c_str()) != 0) {
+        err_ = errno;
+        tmp = path_;
+    }
+    created_ = false;
+    return TakenContent(std::exchange(fd_, -1), std::move(tmp), spilled, std::move(tail));
 }
 
 void ContentWriter::remove_committed() {

@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace smx::smtps {
 
@@ -101,6 +102,46 @@ private:
     std::shared_ptr<Recount> recount_;
 };
 
+// Content appended so far, read back (the milters read the message as
+// stored, and their edits are written from it): the spilled part from the
+// file, the rest from memory.
+class ContentSource {
+public:
+    ContentSource() = default;
+    ContentSource(int fd, std::uint64_t spilled, std::string_view tail)
+        : fd_(fd), spilled_(spilled), tail_(tail) {}
+    std::uint64_t size() const { return spilled_ + tail_.size(); }
+    // Up to n bytes from offset into out (replacing it): false on a read
+    // error (errno kept); out is empty at the end.
+    bool read_at(std::uint64_t offset, std::size_t n, std::string& out) const;
+
+private:
+    int fd_ = -1;
+    std::uint64_t spilled_ = 0;
+    std::string_view tail_;
+};
+
+// What a writer held before take_content(): the spilled part's file under a
+// .tmp name (remove_stale_tmp takes it after a crash), removed with this.
+class TakenContent {
+public:
+    TakenContent() = default;
+    TakenContent(int fd, std::string path, std::uint64_t spilled, std::string tail)
+        : fd_(fd), path_(std::move(path)), spilled_(spilled), tail_(std::move(tail)) {}
+    ~TakenContent();
+    TakenContent(TakenContent&& o) noexcept
+        : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)), spilled_(o.spilled_),
+          tail_(std::move(o.tail_)) {}
+    TakenContent& operator=(TakenContent&&) = delete;
+    ContentSource source() const { return {fd_, spilled_, tail_}; }
+
+private:
+    int fd_ = -1;
+    std::string path_;
+    std::uint64_t spilled_ = 0;
+    std::string tail_;
+};
+
 class ContentWriter {
 public:
     // segment: the event loop's segment (null: a content file always).
@@ -114,6 +155,15 @@ public:
     // error is kept and reported by commit().
     void append(std::string_view bytes);
     std::uint64_t size() const { return size_; }
+    // What was appended, to read back before commit (valid until the next
+    // append); empty after a write error (commit() reports it).
+    ContentSource source() const {
+        if (err_) return {};
+        return {fd_, size_ - buf_.size(), buf_};
+    }
+    // Hands over what was appended and starts over empty under the same
+    // name, so that an edited copy can be appended from it (milters).
+    TakenContent take_content();
     // What names the content once commit() succeeded: the TA_COMMIT's content_id.
     const std::string& content_id() const { return content_id_; }
 

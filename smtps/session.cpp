@@ -12,6 +12,9 @@
 #include "smtps/command.hpp"
 #include "smtps/content.hpp"
 #include "smtps/content_checks.hpp"
+#include "smtps/message_parts.hpp"
+#include "smtps/milter_edits.hpp"
+#include "smtps/milters.hpp"
 #include "smtps/policy.hpp"
 #include "smtps/policy_client.hpp"
 #include "smtps/policy_request.hpp"
@@ -19,6 +22,7 @@
 #include "smtps/server.hpp"
 #include "smtps/session_log.hpp"
 
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -201,7 +205,24 @@ private:
         std::string key;  // smx::address_key of the address
     };
     std::optional<RcptArg> rcpt(std::string_view arg);
-    void rcpt_taken(RcptArg r);
+    // The recipient rewritten, asked of the milters and taken (250).
+    asio::awaitable<void> rcpt_taken(RcptArg r);
+    // Milters (smtps/milters.hpp, docs/milter.md): the session's chain, made
+    // at connect when its listener has any.
+    asio::awaitable<void> milter_connect();
+    // MAIL passed every other check: the milters', then 250.
+    asio::awaitable<void> milter_mail();
+    // The content as stored to the milters, and their verdict at its end
+    // applied: false when the message is not to be queued (refused or
+    // discarded, and answered).
+    asio::awaitable<bool> milter_message(ContentWriter& w);
+    // A stage's verdict noted (hold, discard); false when it refused (then
+    // logged and answered).
+    bool milter_passes(const MilterVerdict& v, std::string_view to = {});
+    // The edits written into w and the envelope; an error reply, or empty.
+    std::string apply_milter_edits(ContentWriter& w, const std::vector<std::string>& fields,
+                                   bool blank_line, const std::vector<smx::milter::Reply>& edits);
+    std::optional<std::string> macro(std::string_view name);
     // The recipients an RCPT (key: smx::address_key of it) stands for after
     // rewriting, but those the envelope has; false (nothing added) when the
     // envelope would be too large.
@@ -250,6 +271,8 @@ private:
         mail_size_ = 0;
         ta_id_.clear();
         chunking_.reset();
+        milter_discard_ = false;
+        milter_hold_.clear();
         log_.transaction_ended();
         limits_.transaction_ended();
     }
@@ -300,6 +323,12 @@ private:
     unsigned junk_ = 0;  // NOOP, VRFY, RSET and HELP since the session or its last queued message
     bool closing_ = false;
     bool quit_ = false;  // the client said QUIT (a TLS session then ends cleanly)
+    std::unique_ptr<Milters> milters_;
+    std::string milter_refusal_;      // at connect: every command but QUIT gets it
+    bool milter_in_message_ = false;  // the milters saw MAIL and no end of message or abort yet
+    bool milter_discard_ = false;     // DISCARD in this transaction
+    std::string milter_hold_;         // QUARANTINE in this transaction: why
+    std::string milter_rcpt_;         // {rcpt_addr} while a RCPT is asked
 };
 
 Session::Sent Session::write_now() {
@@ -366,7 +395,10 @@ asio::awaitable<void> Session::run() {
             Outcome o = co_await ask_policy(PolicyFacts{.stage = smx::PolicyStage::connect});
             denied_ = !passes(std::move(o));
         }
-        if (!denied_) reply("220 " + cfg_.hostname + " ESMTP smx");
+        if (!denied_) {
+            co_await milter_connect();
+            reply("220 " + cfg_.hostname + " ESMTP smx");
+        }
     }
     while (!closing_) {
         const Line l = co_await next_line(cfg_.command_timeout);
@@ -408,6 +440,12 @@ asio::awaitable<void> Session::run() {
             error(smx::Rejection::access_denied, "503 5.7.0 Error: access denied for " + client());
             continue;
         }
+        // Refused by a milter at connect, as postfix does.
+        if (!milter_refusal_.empty() && verb != Verb::quit) {
+            log_.milter_reject(milter_refusal_, details());
+            reply(milter_refusal_);
+            continue;
+        }
         switch (verb) {
         case Verb::ehlo:
         case Verb::helo: {
@@ -417,7 +455,12 @@ asio::awaitable<void> Session::run() {
             if (asks_policy(smx::PolicyStage::helo))
                 o = co_await ask_policy(
                     PolicyFacts{.stage = smx::PolicyStage::helo, .esmtp = esmtp, .helo = arg});
-            if (passes(std::move(o))) helo_taken(arg, esmtp);
+            if (!passes(std::move(o))) break;
+            if (milters_) {
+                const MilterVerdict v = co_await milters_->helo(arg);
+                if (!milter_passes(v)) break;
+            }
+            helo_taken(arg, esmtp);
             break;
         }
         case Verb::starttls: {
@@ -434,6 +477,7 @@ asio::awaitable<void> Session::run() {
                     o = co_await ask_policy(PolicyFacts{
                         .stage = smx::PolicyStage::mail, .sender = sender_, .size = mail_size_});
                 if (passes(std::move(o))) mail_taken();
+                if (in_mail_) co_await milter_mail();
             }
             if (!in_mail_) reset();  // refused: its place goes on
             break;
@@ -447,7 +491,7 @@ asio::awaitable<void> Session::run() {
                 o = co_await ask_policy(PolicyFacts{.stage = smx::PolicyStage::rcpt,
                                                     .recipient = r->path.addr,
                                                     .recipient_count = rcpts_.size()});
-            if (passes(std::move(o), r->path.addr)) rcpt_taken(std::move(*r));
+            if (passes(std::move(o), r->path.addr)) co_await rcpt_taken(std::move(*r));
             break;
         }
         case Verb::data: {
@@ -476,10 +520,27 @@ asio::awaitable<void> Session::run() {
             reply("221 2.0.0 Bye");
             closing_ = quit_ = true;
             break;
-        case Verb::unknown:
+        case Verb::unknown: {
+            if (milters_) {
+                const MilterVerdict v = co_await milters_->unknown(std::string(l.text));
+                if (!milter_passes(v)) {
+                    count_error();
+                    break;
+                }
+            }
             error(smx::Rejection::bad_command, "500 5.5.2 Error: command not recognized");
             break;
         }
+        }
+        // The transaction ended without a message (RSET, HELO, a refusal).
+        if (milter_in_message_ && !in_mail_) {
+            milter_in_message_ = false;
+            co_await milters_->abort();
+        }
+    }
+    if (milters_) {
+        if (milter_in_message_) co_await milters_->abort();
+        co_await milters_->quit();
     }
     const bool flushed = co_await flush();
     if (flushed && quit_ && stream_.tls()) co_await stream_.close_tls(close_notify_timeout);
@@ -691,8 +752,7 @@ void Session::mail_taken() {
     ta_id_ = smx::new_ta_id();
     if (const auto r = settings_->rewrite.sender(sender_); !r.ok())
         return lookup_refused(r, sender_);
-    in_mail_ = true;
-    reply("250 2.1.0 Ok");
+    in_mail_ = true;  // the milters' MAIL and the 250 follow (milter_mail)
 }
 
 bool Session::take_place() {
@@ -759,15 +819,37 @@ std::optional<Session::RcptArg> Session::rcpt(std::string_view arg) {
     return RcptArg{*p, std::move(key)};
 }
 
-void Session::rcpt_taken(RcptArg r) {
-    const std::string_view addr = r.path.addr;
+// MAIL's and RCPT's arguments as the milters take them: the address in
+// brackets, then each ESMTP parameter.
+static std::vector<std::string> milter_args(std::string_view addr, std::string_view params) {
+    std::vector<std::string> args{"<" + std::string(addr) + ">"};
+    for (std::size_t at = 0; at < params.size();) {
+        const auto sp = std::min(params.find(' ', at), params.size());
+        if (sp > at) args.emplace_back(params.substr(at, sp - at));
+        at = sp + 1;
+    }
+    return args;
+}
+
+asio::awaitable<void> Session::rcpt_taken(RcptArg r) {
+    // Copies: the milters are asked before the 250.
+    const std::string addr(r.path.addr), params(r.path.params);
     // Canonical and virtual alias rewriting (libsm/rewrite.hpp): what is stored.
     std::vector<smx::msg::Recipient> to;
-    if (const auto rw = settings_->rewrite.recipient(addr, r.path.params, to); !rw.ok())
-        return lookup_refused(rw, addr);
-    if (!add_recipients(std::move(to), std::move(r.key)))
-        return reject(smx::Rejection::too_many_recipients,
-                      "452 4.5.3 Error: too many recipients (envelope too large)", addr);
+    if (const auto rw = settings_->rewrite.recipient(addr, params, to); !rw.ok()) {
+        lookup_refused(rw, addr);
+        co_return;
+    }
+    if (milters_) {
+        milter_rcpt_ = addr;
+        const MilterVerdict v = co_await milters_->rcpt(milter_args(addr, params));
+        if (!milter_passes(v, addr)) co_return;
+    }
+    if (!add_recipients(std::move(to), std::move(r.key))) {
+        reject(smx::Rejection::too_many_recipients,
+               "452 4.5.3 Error: too many recipients (envelope too large)", addr);
+        co_return;
+    }
     log_.recipient_taken(ta_id_);
     reply("250 2.1.5 Ok");
 }
@@ -865,6 +947,10 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
             PolicyFacts{.stage = smx::PolicyStage::data, .recipient_count = rcpts_.size()});
         if (!passes(std::move(o), rcpts_.front().addr)) co_return true;
     }
+    if (milters_) {
+        const MilterVerdict v = co_await milters_->data();
+        if (!milter_passes(v, rcpts_.front().addr)) co_return true;
+    }
     reply("354 End data with <CR><LF>.<CR><LF>");
     ContentWriter w(srv_.store(), ta_id_, srv_.segment());
     start_content(w);
@@ -881,8 +967,10 @@ asio::awaitable<bool> Session::data(std::string_view arg) {
     }
     log_.end_of_message();
     // Refused: what was written of it goes with w.
-    if (content_accepted(d.content) && checks_accepted(checks.verdict()))
-        co_await queue(w, d.content.message_id, checks.verdict());
+    if (content_accepted(d.content) && checks_accepted(checks.verdict())) {
+        const bool go_on = co_await milter_message(w);
+        if (go_on) co_await queue(w, d.content.message_id, checks.verdict());
+    }
     reset();
     co_return true;
 }
@@ -915,7 +1003,17 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
         error(smx::Rejection::bad_syntax, "501 5.5.4 Syntax: BDAT count [LAST]");
         co_return true;
     }
-    const std::optional<Refusal> refused = bdat_refusal();
+    std::optional<Refusal> refused = bdat_refusal();
+    std::string milter_reply;  // the milters' refusal of the first chunk (their DATA)
+    if (!refused && !chunking_ && milters_) {
+        const MilterVerdict v = co_await milters_->data();
+        if (v.refused()) {
+            milter_reply = v.reply;
+            refused = Refusal{smx::Rejection::milter, milter_reply};
+        } else {
+            milter_passes(v);
+        }
+    }
     if (!refused && !chunking_) {
         chunking_ = std::make_unique<Chunking>(srv_.store(), ta_id_, srv_.segment(), !cfg_.reject_bare_lf,
                                                cfg_.max_message_size);
@@ -942,6 +1040,9 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
         if (refused->why == smx::Rejection::queue_unavailable) {
             reject(refused->why, refused->reply, rcpts_.front().addr);
             reset();
+        } else if (refused->why == smx::Rejection::milter) {
+            log_.milter_reject(refused->reply, details(rcpts_.front().addr));
+            reply(refused->reply);
         } else if (refused->why == smx::Rejection::tls_required) {
             reject(refused->why, refused->reply);
             count_error();
@@ -968,7 +1069,8 @@ asio::awaitable<bool> Session::bdat(std::string_view arg) {
         reset();
         co_return true;
     }
-    co_await queue(chunking_->w, c.message_id, chunking_->checks->verdict());
+    const bool go_on = co_await milter_message(chunking_->w);
+    if (go_on) co_await queue(chunking_->w, c.message_id, chunking_->checks->verdict());
     reset();
     co_return true;
 }
@@ -1011,6 +1113,222 @@ bool Session::checks_accepted(const ContentVerdict& v) {
     }
     reply(v.reply);
     return false;
+}
+
+std::optional<std::string> Session::macro(std::string_view name) {
+    boost::system::error_code ec;
+    const auto local = stream_.socket().local_endpoint(ec);
+    const auto domain_of = [](std::string_view a) {
+        const auto at = a.rfind('@');
+        return std::string(at == std::string_view::npos ? std::string_view() : a.substr(at + 1));
+    };
+    if (name == "j" || name == "daemon_name") return cfg_.hostname;
+    if (name == "v") return std::string("smx");
+    if (name == "_") return client_.name + " [" + ip_ + "]";
+    if (name == "client_addr") return ip_;
+    if (name == "client_name" || name == "client_ptr") return client_.name;
+    if (name == "client_port") {
+        const auto remote = stream_.socket().remote_endpoint(ec);
+        if (!ec) return std::to_string(remote.port());
+        return std::nullopt;
+    }
+    if (name == "daemon_addr" || name == "if_addr") {
+        if (!ec) return local.address().to_string();
+        return std::nullopt;
+    }
+    if (name == "daemon_port") {
+        if (!ec) return std::to_string(local.port());
+        return std::nullopt;
+    }
+    if (name == "i") {
+        if (!ta_id_.empty()) return ta_id_;
+        return std::nullopt;
+    }
+    if (stream_.tls()) {
+        SSL* ssl = stream_.ssl();
+        if (name == "tls_version") return std::string(SSL_get_version(ssl));
+        if (name == "cipher") return std::string(SSL_get_cipher_name(ssl));
+        if (name == "cipher_bits") return std::to_string(SSL_get_cipher_bits(ssl, nullptr));
+    }
+    if (have_sender_) {
+        if (name == "mail_addr") return sender_;
+        if (name == "mail_host") return domain_of(sender_);
+        if (name == "mail_mailer") return std::string("smtp");
+    }
+    if (!milter_rcpt_.empty()) {
+        if (name == "rcpt_addr") return milter_rcpt_;
+        if (name == "rcpt_host") return domain_of(milter_rcpt_);
+        if (name == "rcpt_mailer") return std::string("smtp");
+    }
+    return std::nullopt;
+}
+
+asio::awaitable<void> Session::milter_connect() {
+    const auto& mc = settings_->config->milter;
+    boost::system::error_code ec;
+    const auto local = stream_.socket().local_endpoint(ec);
+    const auto remote = stream_.socket().remote_endpoint(ec);
+    if (ec) co_return;
+    // The listener's own list: its address, or its wildcard address.
+    const auto port = std::to_string(local.port());
+    const auto& list = [&]() -> const std::vector<MilterEntry>& {
+        for (const std::string& key :
+             {smx::HostPort{local.address().to_string(), local.port(), false}.address(),
+              "0.0.0.0:" + port, "[::]:" + port})
+            if (mc.listener_milters.count(key)) return mc.listener_milters.at(key);
+        return mc.smtpd_milters;
+    }();
+    if (list.empty()) co_return;
+    milters_ = std::make_unique<Milters>(stream_.socket().get_executor(), mc, list,
+                                         [this](std::string_view n) { return macro(n); });
+    const auto family =
+        remote.address().is_v4() ? smx::milter::Family::inet : smx::milter::Family::inet6;
+    // sendmail's form of a client without a name.
+    const std::string host = client_.name == "unknown" ? "[" + ip_ + "]" : client_.name;
+    const MilterVerdict v = co_await milters_->connect(host, family, remote.port(), ip_);
+    if (v.refused()) milter_refusal_ = v.reply;
+}
+
+bool Session::milter_passes(const MilterVerdict& v, std::string_view to) {
+    if (v.refused()) {
+        log_.milter_reject(v.reply, details(to));
+        reply(v.reply);
+        return false;
+    }
+    if (!v.hold.empty()) milter_hold_ = v.hold;
+    if (v.kind == MilterVerdict::discard) milter_discard_ = true;
+    return true;
+}
+
+asio::awaitable<void> Session::milter_mail() {
+    if (milters_) {
+        milter_in_message_ = true;
+        const MilterVerdict v = co_await milters_->mail(milter_args(sender_, mail_params_));
+        if (!milter_passes(v)) {
+            in_mail_ = false;
+            co_return;
+        }
+    }
+    reply("250 2.1.0 Ok");
+}
+
+namespace {
+// What MessageParts passes on of the stored content, for the milters.
+struct MilterSink {
+    std::vector<std::string> fields;
+    bool ended = false, blank_line = false;
+    std::string bytes;  // body bytes not yet sent
+    void header(std::string_view f) { fields.emplace_back(f); }
+    void end_of_headers(bool blank) { ended = true, blank_line = blank; }
+    void body(std::string_view b) { bytes.append(b); }
+};
+} // namespace
+
+asio::awaitable<bool> Session::milter_message(ContentWriter& w) {
+    if (!milters_ || !milter_in_message_) co_return true;
+    const std::string to = rcpts_.front().addr;
+    MilterSink sink;
+    MessageParts parts;
+    std::size_t sent = 0;
+    bool eoh_sent = false;
+    MilterVerdict v;
+    const ContentSource src = w.source();
+    std::string piece;
+    bool read_failed = false;
+    for (std::uint64_t at = 0;;) {
+        if (!src.read_at(at, 65536, piece)) {
+            read_failed = true;
+            break;
+        }
+        if (piece.empty()) {
+            parts.finish(sink);
+        } else {
+            at += piece.size();
+            parts.feed(piece, sink);
+        }
+        for (; sent < sink.fields.size() && v.kind == MilterVerdict::cont; ++sent)
+            v = co_await milters_->header(sink.fields[sent]);
+        if (sink.ended && !eoh_sent && v.kind == MilterVerdict::cont) {
+            eoh_sent = true;
+            v = co_await milters_->end_of_headers();
+        }
+        if (!sink.bytes.empty() && v.kind == MilterVerdict::cont) {
+            v = co_await milters_->body(sink.bytes);
+            sink.bytes.clear();
+        }
+        if (v.kind != MilterVerdict::cont || piece.empty()) break;
+        if (!v.hold.empty()) milter_hold_ = v.hold;
+    }
+    if (read_failed) {
+        spdlog::error("{}: cannot read the content back for the milters: {}", ta_id_,
+                      std::strerror(errno));
+        const std::string r = "451 4.3.0 Error: queue file read error";
+        log_.reject(smx::Rejection::queue_unavailable, r, details(to));
+        reply(r);
+        co_return false;
+    }
+    if (v.kind == MilterVerdict::cont) {
+        v = co_await milters_->end_of_message(cfg_.max_message_size);
+        milter_in_message_ = false;
+    }
+    if (!milter_passes(v, to)) co_return false;
+    if (milter_discard_) {
+        log_.note("milter-discard", "milter triggers DISCARD action", details(to));
+        reply("250 2.0.0 Ok: queued as " + ta_id_);
+        co_return false;
+    }
+    if (v.edits.empty()) co_return true;
+    const std::string err = apply_milter_edits(w, sink.fields, sink.blank_line, v.edits);
+    if (err.empty()) co_return true;
+    log_.milter_reject(err, details(to));
+    reply(err);
+    co_return false;
+}
+
+std::string Session::apply_milter_edits(ContentWriter& w, const std::vector<std::string>& fields,
+                                        bool blank_line,
+                                        const std::vector<smx::milter::Reply>& edits) {
+    Envelope env{sender_, mail_params_, rcpts_};
+    edit_envelope(env, edits);
+    if (env.rcpts.empty()) return "554 5.7.1 Error: the milters removed every recipient";
+    std::size_t size = env.sender.size() + env.params.size() + helo_.size();
+    for (const auto& r : env.rcpts) size += r.addr.size() + r.params.size() + smx::msg::rcpt_overhead;
+    if (size > smx::msg::max_envelope)
+        return "452 4.5.3 Error: too many recipients (the milters' envelope is too large)";
+    sender_ = std::move(env.sender);
+    mail_params_ = std::move(env.params);
+    rcpts_ = std::move(env.rcpts);
+    const auto content_edit = std::any_of(edits.begin(), edits.end(), [](const auto& e) {
+        using A = smx::milter::Act;
+        return e.act == A::addheader || e.act == A::insheader || e.act == A::chgheader ||
+               e.act == A::replbody;
+    });
+    if (!content_edit) return {};
+    std::uint64_t header_bytes = blank_line ? 2 : 0;
+    for (const auto& f : fields) header_bytes += f.size();
+    std::vector<std::string> edited = fields;
+    edit_headers(edited, edits);
+    const auto body = replaced_body(edits);
+    // The edited copy goes where the message was; the original is read
+    // from what the writer handed over.
+    const TakenContent old = w.take_content();
+    const ContentSource src = old.source();
+    for (const auto& f : edited) w.append(f);
+    if (blank_line || body) w.append("\r\n");
+    if (body) {
+        w.append(*body);
+        return {};
+    }
+    std::string piece;
+    for (std::uint64_t at = header_bytes;; at += piece.size()) {
+        if (!src.read_at(at, 65536, piece)) {
+            spdlog::error("{}: cannot read the content back for the milters' edits: {}", ta_id_,
+                          std::strerror(errno));
+            return "451 4.3.0 Error: queue file read error";
+        }
+        if (piece.empty()) return {};
+        w.append(piece);
+    }
 }
 
 asio::awaitable<void> Session::queue(ContentWriter& w, const std::string& message_id,
@@ -1076,6 +1394,10 @@ asio::awaitable<std::string> Session::commit(ContentWriter& w, const std::string
     ta.size = w.size();
     ta.arrival_us = arrival_us;
     ta.hold = restrictions_.hold().empty() ? v.hold : restrictions_.hold();
+    if (ta.hold.empty() && !milter_hold_.empty()) {
+        log_.note("milter-hold", milter_hold_, detail);
+        ta.hold = "milter: " + milter_hold_;
+    }
     const auto ack = co_await srv_.qmgr().commit(ta);
     // Without an answer QMGR may still have logged the transaction, so the
     // file stays; a client retry at worst makes a duplicate.

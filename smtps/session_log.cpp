@@ -47,6 +47,13 @@ void SessionLog::reject(smx::Rejection why, std::string_view reply, std::string_
     refused("reject", why, reply, details);
 }
 
+void SessionLog::milter_reject(std::string_view reply, std::string_view details) {
+    // A multi-line reply on one log line.
+    std::string line(reply);
+    for (std::size_t at; (at = line.find("\r\n")) != std::string::npos;) line.replace(at, 2, " ");
+    refused("milter-reject", smx::Rejection::milter, line, details);
+}
+
 void SessionLog::error(smx::Rejection why, std::string_view reply, std::string_view details) {
     refused("error", why, reply, details);
 }

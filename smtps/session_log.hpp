@@ -54,6 +54,8 @@ public:
     // A refusal: logged and counted, and the command counted as failed.
     // details: "from=<...> to=<...> proto=ESMTP helo=<...>", what is known.
     void reject(smx::Rejection why, std::string_view reply, std::string_view details);
+    // A milter's refusal (or its default action): "milter-reject: ...".
+    void milter_reject(std::string_view reply, std::string_view details);
     void error(smx::Rejection why, std::string_view reply, std::string_view details);
     // An access action that takes the message but changes its fate: kind
     // "hold" or "discard" (not a refusal: not counted).

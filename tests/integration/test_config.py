@@ -10,7 +10,7 @@ import pytest
 from conftest import SMX, free_port, wait_until
 from test_privsep import as_user, root_only
 
-LINE = re.compile(r'^(server|queue|client|log|stats|policy|dnsbl|anvil|rewrite|routes|tls_policy)\.[\w".-]+ = \S.*$')
+LINE = re.compile(r'^(server|queue|client|log|stats|policy|dnsbl|anvil|rewrite|milter|routes|tls_policy)\.[\w".-]+ = \S.*$')
 
 
 def smx(*args):

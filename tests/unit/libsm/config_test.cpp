@@ -1,5 +1,6 @@
 #include "libsm/build_options.hpp"
 #include "libsm/config.hpp"
+#include "libsm/config_keys.hpp"
 #include "libsm/config_reload.hpp"
 
 #include <catch2/catch.hpp>
@@ -443,4 +444,54 @@ TEST_CASE("policy services: inet:host:port or unix:/path, known stages, a valid 
     CHECK(error_key("[policy]\npolicy_service_try_limit = 0\n") == "policy.policy_service_try_limit");
     CHECK(error_key("[policy]\npolicy_service_timeout = \"10ms\"\n") ==
           "policy.policy_service_timeout");
+}
+
+TEST_CASE("[milter]: lists of sockets or inline tables, checked at load") {
+    const auto p = write_temp(
+        "[server]\nlisten = [\"127.0.0.1:25\", \"[::1]:587\"]\n"
+        "[milter]\nsmtpd_milters = [\"inet:127.0.0.1:8891\", { socket = \"unix:/run/m.sock\", "
+        "default_action = \"accept\", command_timeout = \"10s\", content_timeout = \"500ms\" }]\n"
+        "non_smtpd_milters = \"unix:/run/dkim.sock\"\n"
+        "listener_milters = { \"[::1]:587\" = [] }\n"
+        "default_action = \"reject\"\ncommand_timeout = \"5s\"\nprotocol = 4\n");
+    const Config c = load_config(p);
+    std::remove(p.c_str());
+    REQUIRE(c.milter.smtpd_milters.size() == 2);
+    CHECK(c.milter.smtpd_milters[0] == MilterEntry{"inet:127.0.0.1:8891", {}, {}, {}, {}});
+    const auto& m = c.milter.smtpd_milters[1];
+    CHECK(m.socket == "unix:/run/m.sock");
+    CHECK(m.default_action == MilterAction::accept);
+    CHECK(m.command_timeout == std::chrono::seconds(10));
+    CHECK(m.content_timeout == std::chrono::milliseconds(500));
+    CHECK_FALSE(m.connect_timeout);
+    REQUIRE(c.milter.non_smtpd_milters.size() == 1);
+    CHECK(c.milter.default_action == MilterAction::reject);
+    CHECK(c.milter.command_timeout == std::chrono::seconds(5));
+    CHECK(c.milter.protocol == 4);
+    CHECK(c.milter.for_listener("127.0.0.1:25").size() == 2);
+    CHECK(c.milter.for_listener("[::1]:587").empty());
+    CHECK(find_config_key("milter.smtpd_milters")->member.show(c) ==
+          "[\"inet:127.0.0.1:8891\", { socket = \"unix:/run/m.sock\", default_action = "
+          "\"accept\", command_timeout = \"10s\", content_timeout = \"500ms\" }]");
+    CHECK(find_config_key("milter.listener_milters")->member.show(c) == "{ \"[::1]:587\" = [] }");
+
+    CHECK(error_key("[milter]\nsmtpd_milters = [\"tcp:1.2.3.4:5\"]\n") == "milter.smtpd_milters");
+    CHECK(error_key("[milter]\nsmtpd_milters = [\"inet:host\"]\n") == "milter.smtpd_milters");
+    CHECK(error_key("[milter]\nnon_smtpd_milters = [\"unix:rel\"]\n") == "milter.non_smtpd_milters");
+    CHECK(error_key("[milter]\nsmtpd_milters = [{ default_action = \"accept\" }]\n") ==
+          "milter.smtpd_milters");
+    CHECK(error_key("[milter]\nsmtpd_milters = [{ socket = \"inet:a:1\", "
+                    "default_action = \"maybe\" }]\n") == "milter.smtpd_milters.default_action");
+    CHECK(error_key("[milter]\nsmtpd_milters = [{ socket = \"inet:a:1\", timeout = 1 }]\n") ==
+          "milter.smtpd_milters.timeout");
+    CHECK(error_key("[milter]\nsmtpd_milters = [{ socket = \"inet:a:1\", "
+                    "command_timeout = \"2d\" }]\n") == "milter.smtpd_milters.command_timeout");
+    CHECK(error_key("[milter]\nsmtpd_milters = [1]\n") == "milter.smtpd_milters");
+    CHECK(error_key("[milter]\nlistener_milters = { \"127.0.0.9:25\" = [] }\n") ==
+          "milter.listener_milters.127.0.0.9:25");
+    CHECK(error_key("[milter]\nlistener_milters = [\"inet:a:1\"]\n") == "milter.listener_milters");
+    CHECK(error_key("[milter]\nprotocol = 5\n") == "milter.protocol");
+    CHECK(error_key("[milter]\nprotocol = 7\n") == "milter.protocol");
+    CHECK(error_key("[milter]\ndefault_action = \"discard\"\n") == "milter.default_action");
+    CHECK(error_key("[milter]\ncontent_timeout = \"0s\"\n") == "milter.content_timeout");
 }

@@ -1,0 +1,346 @@
+#include "libsm/milter_conn.hpp"
+
+#include "libsm/await.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+#include <array>
+
+namespace smx::milter {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+using error_code = boost::system::error_code;
+
+// An awaited socket operation or a deadline, whichever comes first; the
+// operation is cancelled when the deadline wins (then timed_out).
+template <class Op>
+asio::awaitable<error_code> within(clock::duration timeout, Op op) {
+    using namespace asio::experimental::awaitable_operators;
+    asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
+    auto res = co_await (std::move(op) || timer.async_wait(asio::as_tuple(asio::use_awaitable)));
+    if (res.index() == 1) co_return asio::error::timed_out;
+    co_return std::get<0>(std::get<0>(res));
+}
+
+std::string text_of(const error_code& ec) {
+    if (ec == asio::error::eof) return "lost connection";
+    return ec.message();
+}
+
+// "client_addr" for "{client_addr}".
+std::string_view bare(std::string_view n) {
+    if (n.size() > 2 && n.front() == '{' && n.back() == '}') return n.substr(1, n.size() - 2);
+    return n;
+}
+
+} // namespace
+
+const std::vector<std::string>& default_macros(Stage s) {
+    static const std::array<std::vector<std::string>, stage_count> lists = {{
+        // connect
+        {"j", "{daemon_name}", "{daemon_addr}", "v", "_", "{client_addr}", "{client_port}",
+         "{client_name}", "{client_ptr}", "{client_connections}", "{if_addr}", "{if_name}"},
+        // helo
+        {"{tls_version}", "{cipher}", "{cipher_bits}", "{cert_subject}", "{cert_issuer}"},
+        // mail
+        {"i", "{auth_type}", "{auth_authen}", "{auth_author}", "{mail_addr}", "{mail_host}",
+         "{mail_mailer}"},
+        // rcpt
+        {"i", "{rcpt_addr}", "{rcpt_host}", "{rcpt_mailer}"},
+        // data
+        {"i"},
+        // end of message
+        {"i"},
+        // end of headers
+        {},
+    }};
+    return lists[static_cast<std::size_t>(s)];
+}
+
+Result Conn::dead() {
+    Result r;
+    r.status = Result::dead;
+    return r;
+}
+
+Conn::Conn(asio::any_io_executor ex, ConnSettings s) : s_(std::move(s)), sock_(ex) {}
+
+Result Conn::fail(std::string what) {
+    error_code ignored;
+    sock_.shutdown(asio::socket_base::shutdown_both, ignored);
+    sock_.close(ignored);
+    open_ = false;
+    Result r;
+    r.status = Result::error;
+    r.what = std::move(what);
+    return r;
+}
+
+asio::awaitable<Result> Conn::open() {
+    const auto deadline = clock::now() + s_.connect_timeout;
+    std::vector<asio::generic::stream_protocol::endpoint> eps;
+    if (s_.where.is_unix) {
+        eps.emplace_back(asio::local::stream_protocol::endpoint(s_.where.path));
+    } else {
+        error_code ec;
+        const auto a = asio::ip::make_address(s_.where.host, ec);
+        if (!ec) {
+            eps.emplace_back(asio::ip::tcp::endpoint(a, s_.where.port));
+        } else {
+            // A name: the resolver runs it on asio's own thread, so this
+            // session waits, not the loop.
+            using namespace asio::experimental::awaitable_operators;
+            asio::ip::tcp::resolver res(co_await asio::this_coro::executor);
+            asio::steady_timer timer(co_await asio::this_coro::executor, s_.connect_timeout);
+            auto r = co_await (res.async_resolve(s_.where.host, std::to_string(s_.where.port),
+                                                 asio::as_tuple(asio::use_awaitable)) ||
+                               timer.async_wait(asio::as_tuple(asio::use_awaitable)));
+            if (r.index() == 1) co_return fail("connect: resolving " + s_.where.host + ": " +
+                                               text_of(asio::error::timed_out));
+            auto [rec, results] = std::get<0>(std::move(r));
+            if (rec) co_return fail("connect: resolving " + s_.where.host + ": " + rec.message());
+            for (const auto& e : results) eps.emplace_back(e.endpoint());
+        }
+    }
+    error_code ec = asio::error::host_not_found;
+    for (const auto& ep : eps) {
+        error_code ignored;
+        sock_.close(ignored);
+        ec = co_await within(deadline - clock::now(),
+                             sock_.async_connect(ep, asio::as_tuple(asio::use_awaitable)));
+        if (!ec) break;
+    }
+    if (ec) co_return fail("connect: " + text_of(ec));
+    open_ = true;
+
+    // Every step of the version, except seeing rejected recipients (SMTPS
+    // does not send them).
+    const std::uint32_t steps =
+        (s_.version >= 6 ? step::v6 : s_.version >= 4 ? step::v4 : s_.version == 3 ? step::v3
+                                                                                     : step::v2) &
+        ~step::rcpt_rej;
+    out_.clear();
+    put_optneg(out_, s_.version, action::all, steps);
+    if (auto err = co_await send(s_.command_timeout); !err.empty())
+        co_return fail("error writing SMFIC_OPTNEG: " + err);
+    char code = 0;
+    if (auto err = co_await read_packet(Cmd::optneg, code, s_.command_timeout); !err.empty())
+        co_return fail(err);
+    if (code != static_cast<char>(Cmd::optneg))
+        co_return fail("unexpected reply " + name(code) + " in initial handshake");
+    if (auto err = decode_optneg(in_, s_.version, action::all, neg_); !err.empty())
+        co_return fail(err);
+    co_return Result{};
+}
+
+asio::awaitable<std::string> Conn::send(clock::duration timeout) {
+    const auto ec = co_await within(
+        timeout, asio::async_write(sock_, asio::buffer(out_), asio::as_tuple(asio::use_awaitable)));
+    out_.clear();
+    co_return ec ? text_of(ec) : std::string();
+}
+
+asio::awaitable<std::string> Conn::read_packet(Cmd after, char& code, clock::duration timeout) {
+    std::array<unsigned char, 4> header{};
+    auto ec = co_await within(timeout, asio::async_read(sock_, asio::buffer(header),
+                                                        asio::as_tuple(asio::use_awaitable)));
+    if (ec)
+        co_return "can't read " + std::string(name(after)) + " reply packet header: " +
+            text_of(ec);
+    const auto f = read_frame(header, s_.max_packet);
+    if (!f.error.empty()) co_return f.error;
+    in_.resize(f.length);
+    ec = co_await within(timeout, asio::async_read(sock_, asio::buffer(in_),
+                                                   asio::as_tuple(asio::use_awaitable)));
+    if (ec)
+        co_return "can't read " + std::string(name(after)) + " reply packet data: " +
+            text_of(ec);
+    code = in_[0];
+    in_.erase(0, 1);
+    co_return std::string();
+}
+
+void Conn::put_stage_macros(Cmd c, Stage stage, const MacroLookup& m) {
+    const auto& chosen = neg_.macros[static_cast<std::size_t>(stage)];
+    const auto& names = chosen ? *chosen : default_macros(stage);
+    std::vector<std::pair<std::string, std::string>> values;
+    for (const auto& n : names)
+        if (auto v = m(bare(n))) values.emplace_back(n, std::move(*v));
+    if (!values.empty()) put_macros(out_, c, values);
+}
+
+bool Conn::edit_allowed(Act a) const {
+    std::uint32_t need = 0;
+    switch (a) {
+    case Act::addheader: need = action::add_headers; break;
+    case Act::insheader:
+    case Act::chgheader: need = action::change_headers; break;
+    case Act::replbody: need = action::change_body; break;
+    case Act::addrcpt: need = action::add_rcpt; break;
+    case Act::addrcpt_par: need = action::add_rcpt_args; break;
+    case Act::delrcpt: need = action::delete_rcpt; break;
+    case Act::chgfrom: need = action::change_from; break;
+    case Act::quarantine: need = action::quarantine; break;
+    default: return false;
+    }
+    // INSHEADER is allowed with either header flag, as libmilter does.
+    if (a == Act::insheader) need |= action::add_headers;
+    return (neg_.actions & need) != 0;
+}
+
+asio::awaitable<Result> Conn::event(Cmd c, std::optional<Stage> stage, const MacroLookup& m,
+                                    std::string_view packet, clock::duration timeout,
+                                    std::size_t max_body) {
+    if (!open_) co_return dead();
+    if (!neg_.wants(c)) co_return Result{};
+    if (stage) put_stage_macros(c, *stage, m);
+    out_.append(packet);
+    if (auto err = co_await send(timeout); !err.empty())
+        co_return fail("error writing " + std::string(name(c)) + ": " + err);
+    if (neg_.no_reply(c)) co_return Result{};
+    Result res;
+    std::size_t body_size = 0;
+    std::optional<std::size_t> body_at;  // the REPLBODY edit later chunks join
+    for (;;) {
+        char code = 0;
+        if (auto err = co_await read_packet(c, code, timeout); !err.empty())
+            co_return fail(err);
+        Reply r;
+        if (auto err = decode_reply(code, in_, r); !err.empty())
+            co_return fail(err + " after " + std::string(name(c)));
+        if (r.act == Act::progress) continue;
+        if (is_final(r.act)) {
+            if (r.act == Act::skip) {
+                if (c == Cmd::body) skip_body_ = true;
+                r.act = Act::cont;
+            } else if (r.act == Act::conn_fail || r.act == Act::shutdown) {
+                // The milter gives up on this connection: a temporary
+                // failure, and nothing more is sent to it.
+                r.act = Act::tempfail;
+                (void)fail("");
+            }
+            res.reply = std::move(r);
+            co_return res;
+        }
+        if (c != Cmd::eob)
+            co_return fail("unexpected " + name(code) + " after " + std::string(name(c)));
+        if (!edit_allowed(r.act))
+            co_return fail(name(code) + " was not negotiated (actions " +
+                           std::to_string(neg_.actions) + ")");
+        if (r.act == Act::replbody) {
+            body_size += r.text.size();
+            if (body_size > max_body)
+                co_return fail("body replacement larger than " + std::to_string(max_body) +
+                               " octets");
+            if (body_at) {
+                res.edits[*body_at].text += r.text;
+                continue;
+            }
+            body_at = res.edits.size();
+        }
+        res.edits.push_back(std::move(r));
+    }
+}
+
+asio::awaitable<Result> Conn::connect(const MacroLookup& m, std::string_view host, Family family,
+                                      std::uint16_t port, std::string_view addr) {
+    std::string p;
+    put_connect(p, host, family, port, addr);
+    co_return co_await event(Cmd::connect, Stage::connect, m, p, s_.command_timeout);
+}
+
+asio::awaitable<Result> Conn::helo(const MacroLookup& m, std::string_view helo_name) {
+    std::string p;
+    put_helo(p, helo_name);
+    co_return co_await event(Cmd::helo, Stage::helo, m, p, s_.command_timeout);
+}
+
+asio::awaitable<Result> Conn::mail(const MacroLookup& m, const std::vector<std::string>& args) {
+    std::string p;
+    put_mail(p, args);
+    co_return co_await event(Cmd::mail, Stage::mail, m, p, s_.command_timeout);
+}
+
+asio::awaitable<Result> Conn::rcpt(const MacroLookup& m, const std::vector<std::string>& args) {
+    std::string p;
+    put_rcpt(p, args);
+    co_return co_await event(Cmd::rcpt, Stage::rcpt, m, p, s_.command_timeout);
+}
+
+asio::awaitable<Result> Conn::data(const MacroLookup& m) {
+    std::string p;
+    put_bare(p, Cmd::data);
+    co_return co_await event(Cmd::data, Stage::data, m, p, s_.command_timeout);
+}
+
+asio::awaitable<Result> Conn::header(const MacroLookup& m, std::string_view field,
+                                     std::string_view value) {
+    // Sendmail's form: one leading space eaten (unless asked for), lines of
+    // a folded field joined by LF, no line end at the end.
+    if ((neg_.steps & step::header_leadspace) == 0 && value.starts_with(' '))
+        value.remove_prefix(1);
+    if (value.ends_with("\r\n")) value.remove_suffix(2);
+    std::string v;
+    v.reserve(value.size());
+    for (std::size_t i = 0; i < value.size(); ++i) {
+        if (value[i] == '\r' && i + 1 < value.size() && value[i + 1] == '\n') continue;
+        v.push_back(value[i]);
+    }
+    std::string p;
+    put_header(p, field, v);
+    co_return co_await event(Cmd::header, Stage::eoh, m, p, s_.content_timeout);
+}
+
+asio::awaitable<Result> Conn::eoh(const MacroLookup& m) {
+    std::string p;
+    put_bare(p, Cmd::eoh);
+    co_return co_await event(Cmd::eoh, Stage::eoh, m, p, s_.content_timeout);
+}
+
+asio::awaitable<Result> Conn::body(const MacroLookup& m, std::string_view bytes) {
+    std::string p;
+    while (!bytes.empty() && !skip_body_) {
+        const auto n = std::min(bytes.size(), chunk_size);
+        p.clear();
+        put_body(p, bytes.substr(0, n));
+        bytes.remove_prefix(n);
+        auto r = co_await event(Cmd::body, Stage::eom, m, p, s_.content_timeout);
+        if (r.status != Result::ok || r.reply.act != Act::cont) co_return r;
+    }
+    co_return Result{};
+}
+
+asio::awaitable<Result> Conn::eom(const MacroLookup& m, std::size_t max_body) {
+    skip_body_ = false;
+    std::string p;
+    put_bare(p, Cmd::eob);
+    co_return co_await event(Cmd::eob, Stage::eom, m, p, s_.content_timeout, max_body);
+}
+
+asio::awaitable<Result> Conn::unknown(const MacroLookup& m, std::string_view line) {
+    std::string p;
+    put_unknown(p, line);
+    co_return co_await event(Cmd::unknown, std::nullopt, m, p, s_.command_timeout);
+}
+
+asio::awaitable<Result> Conn::abort() {
+    skip_body_ = false;
+    if (!open_) co_return dead();
+    put_bare(out_, Cmd::abort);
+    if (auto err = co_await send(s_.command_timeout); !err.empty())
+        co_return fail("error writing SMFIC_ABORT: " + err);
+    co_return Result{};
+}
+
+asio::awaitable<Result> Conn::quit() {
+    if (!open_) co_return dead();
+    put_bare(out_, Cmd::quit);
+    auto err = co_await send(s_.command_timeout);
+    Result r = fail(err.empty() ? "" : "error writing SMFIC_QUIT: " + err);
+    if (err.empty()) r.status = Result::ok;
+    co_return r;
+}
+
+} // namespace smx::milter

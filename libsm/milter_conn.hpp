@@ -1,0 +1,124 @@
+// One connection to one milter for one SMTP session (or one local
+// submission), as postfix keeps one per smtpd session: libmilter keeps its
+// per-connection state (the CONNECT and HELO it saw, its own context) for
+// the life of the socket, so a connection cannot be shared by sessions.
+//
+// Every call is a coroutine with a deadline; an error of any kind (refused,
+// reset, timeout, garbage, a reply over the size bound, an edit not
+// negotiated) comes back as Result::error, the socket is closed and every
+// later call returns Result::dead at once, so the caller applies the
+// milter's default action (logged once, when the error happens).
+#pragma once
+
+#include "libsm/milter_protocol.hpp"
+
+#include <boost/asio.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace smx::milter {
+
+namespace asio = boost::asio;
+
+struct ConnSettings {
+    std::string socket;  // as configured, for logs
+    SocketSpec where;
+    std::chrono::steady_clock::duration connect_timeout = std::chrono::seconds(30);
+    std::chrono::steady_clock::duration command_timeout = std::chrono::seconds(30);
+    std::chrono::steady_clock::duration content_timeout = std::chrono::seconds(300);
+    std::uint32_t version = max_version;
+    std::size_t max_packet = default_max_packet;
+};
+
+// The value of a macro ("j", "{client_addr}"), or nullopt when smx has none
+// (then it is not sent).
+using MacroLookup = std::function<std::optional<std::string>(std::string_view name)>;
+
+// The macros sent at each stage unless the milter names its own
+// (SETSYMLIST): postfix's milter_*_macros defaults, and what smx has beyond.
+const std::vector<std::string>& default_macros(Stage s);
+
+struct Result {
+    enum Status { ok, error, dead };
+    Status status = ok;
+    // ok: the final reply (CONTINUE, ACCEPT, REJECT, TEMPFAIL, DISCARD,
+    // SKIP, REPLYCODE with code and lines).
+    Reply reply;
+    // End of message: the edits in the order they came (QUARANTINE among
+    // them), REPLBODY packets joined into one.
+    std::vector<Reply> edits;
+    // error: what went wrong, for the log ("can't read SMFIC_RCPT reply
+    // packet header: Connection reset by peer").
+    std::string what;
+};
+
+class Conn {
+public:
+    Conn(asio::any_io_executor ex, ConnSettings s);
+    Conn(const Conn&) = delete;
+    Conn& operator=(const Conn&) = delete;
+
+    // Connects and negotiates; an error result when it cannot.
+    asio::awaitable<Result> open();
+
+    asio::awaitable<Result> connect(const MacroLookup& m, std::string_view host, Family family,
+                                    std::uint16_t port, std::string_view addr);
+    asio::awaitable<Result> helo(const MacroLookup& m, std::string_view name);
+    asio::awaitable<Result> mail(const MacroLookup& m, const std::vector<std::string>& args);
+    asio::awaitable<Result> rcpt(const MacroLookup& m, const std::vector<std::string>& args);
+    asio::awaitable<Result> data(const MacroLookup& m);
+    // value: as the message has it after the colon (leading space
+    // included); the space goes unless the milter asked for it.
+    asio::awaitable<Result> header(const MacroLookup& m, std::string_view name,
+                                   std::string_view value);
+    asio::awaitable<Result> eoh(const MacroLookup& m);
+    // Any number of octets: sent in chunks of at most chunk_size. After a
+    // SKIP reply the rest of the body is not sent.
+    asio::awaitable<Result> body(const MacroLookup& m, std::string_view bytes);
+    // End of message: the final reply and the edits; a body replacement
+    // over max_body octets is an error.
+    asio::awaitable<Result> eom(const MacroLookup& m, std::size_t max_body);
+    // A command SMTPS does not know (the milter sees it before the 502).
+    asio::awaitable<Result> unknown(const MacroLookup& m, std::string_view line);
+    // The transaction ends without a message (RSET, MAIL again, an error):
+    // no reply, so only a write error comes back.
+    asio::awaitable<Result> abort();
+    // The session ends; the socket is closed.
+    asio::awaitable<Result> quit();
+
+    bool alive() const { return open_; }
+    const Negotiated& negotiated() const { return neg_; }
+    const std::string& label() const { return s_.socket; }
+
+private:
+    // Sends packet (after the stage's macros) unless the milter does not
+    // want c, and reads the replies unless it sends none.
+    asio::awaitable<Result> event(Cmd c, std::optional<Stage> stage, const MacroLookup& m,
+                                  std::string_view packet,
+                                  std::chrono::steady_clock::duration timeout,
+                                  std::size_t max_body = 0);
+    asio::awaitable<std::string> send(std::chrono::steady_clock::duration timeout);
+    // One packet into code and in_; an error text when it cannot.
+    asio::awaitable<std::string> read_packet(Cmd after, char& code,
+                                             std::chrono::steady_clock::duration timeout);
+    void put_stage_macros(Cmd c, Stage stage, const MacroLookup& m);
+    Result fail(std::string what);
+    static Result dead();
+    bool edit_allowed(Act a) const;
+
+    ConnSettings s_;
+    asio::generic::stream_protocol::socket sock_;
+    bool open_ = false;
+    bool skip_body_ = false;
+    Negotiated neg_;
+    std::string out_;  // the packets of the next write
+    std::string in_;   // the data of the last packet read
+};
+
+} // namespace smx::milter

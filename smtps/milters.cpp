@@ -1,0 +1,201 @@
+#include "smtps/milters.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace smx::smtps {
+
+namespace m = smx::milter;
+
+struct Milters::Entry {
+    Entry(asio::any_io_executor ex, m::ConnSettings s, MilterAction a)
+        : conn(std::move(ex), std::move(s)), on_failure(a) {}
+    m::Conn conn;
+    MilterAction on_failure;
+    bool failed = false;        // its default action stands for it
+    bool skip_session = false;  // ACCEPT at connect or HELO
+    bool skip_message = false;  // ACCEPT in a transaction
+};
+
+namespace {
+
+MilterVerdict refusal(MilterVerdict::Kind k, std::string reply) {
+    MilterVerdict v;
+    v.kind = k;
+    v.reply = std::move(reply);
+    return v;
+}
+
+// A REPLYCODE's lines as an SMTP reply.
+std::string reply_of(const m::Reply& r) {
+    std::string out;
+    const std::string code = std::to_string(r.code);
+    for (std::size_t i = 0; i < r.lines.size(); ++i) {
+        if (i) out += "\r\n";
+        out += code + (i + 1 == r.lines.size() ? " " : "-") + r.lines[i];
+    }
+    return out;
+}
+
+} // namespace
+
+Milters::Milters(asio::any_io_executor ex, const MilterConfig& cfg,
+                 const std::vector<MilterEntry>& list, m::MacroLookup macros)
+    : macros_(std::move(macros)) {
+    for (const auto& e : list) {
+        m::ConnSettings s;
+        s.socket = e.socket;
+        std::string err;
+        auto where = m::parse_socket(e.socket, err);
+        if (!where) continue;  // checked at load: cannot happen
+        s.where = std::move(*where);
+        s.connect_timeout = e.connect_timeout.value_or(cfg.connect_timeout);
+        s.command_timeout = e.command_timeout.value_or(cfg.command_timeout);
+        s.content_timeout = e.content_timeout.value_or(cfg.content_timeout);
+        s.version = cfg.protocol;
+        entries_.push_back(
+            std::make_unique<Entry>(ex, std::move(s), e.default_action.value_or(cfg.default_action)));
+    }
+}
+
+Milters::~Milters() = default;
+
+template <class Call>
+asio::awaitable<MilterVerdict> Milters::ask(m::Cmd stage, Call call) {
+    MilterVerdict out;
+    const bool session_stage = stage == m::Cmd::connect || stage == m::Cmd::helo;
+    for (auto& e : entries_) {
+        if (e->skip_session || e->skip_message) continue;
+        m::Result r;
+        if (!e->failed) {
+            r = co_await call(e->conn);
+            if (r.status == m::Result::error) {
+                spdlog::warn("milter {}: {}", e->conn.label(), r.what);
+                e->failed = true;
+            }
+        }
+        if (e->failed) {
+            switch (e->on_failure) {
+            case MilterAction::accept: e->skip_session = true; break;
+            case MilterAction::quarantine:
+                out.hold = "milter " + e->conn.label() + " failed";
+                break;
+            case MilterAction::reject:
+                co_return refusal(MilterVerdict::reject, "550 5.5.0 Service unavailable");
+            case MilterAction::tempfail:
+                co_return refusal(MilterVerdict::tempfail,
+                                  "451 4.7.1 Service unavailable - try again later");
+            }
+            continue;
+        }
+        switch (r.reply.act) {
+        case m::Act::accept:
+            (session_stage ? e->skip_session : e->skip_message) = true;
+            break;
+        case m::Act::reject:
+            co_return refusal(MilterVerdict::reject, "550 5.7.1 Command rejected");
+        case m::Act::tempfail:
+            co_return refusal(MilterVerdict::tempfail,
+                              "451 4.7.1 Service unavailable - try again later");
+        case m::Act::replycode:
+            co_return refusal(r.reply.code / 100 == 4 ? MilterVerdict::tempfail
+                                                       : MilterVerdict::reject,
+                              reply_of(r.reply));
+        case m::Act::discard: {
+            MilterVerdict d;
+            d.kind = MilterVerdict::discard;
+            co_return d;
+        }
+        default: break;  // continue
+        }
+        for (auto& edit : r.edits) {
+            if (edit.act == m::Act::quarantine) {
+                out.hold = edit.text.empty() ? "milter " + e->conn.label() : edit.text;
+            } else {
+                out.edits.push_back(std::move(edit));
+            }
+        }
+    }
+    co_return out;
+}
+
+asio::awaitable<MilterVerdict> Milters::connect(std::string_view host, m::Family family,
+                                                std::uint16_t port, std::string_view addr) {
+    auto call = [&](m::Conn& c) -> asio::awaitable<m::Result> {
+        auto r = co_await c.open();
+        if (r.status != m::Result::ok) co_return r;
+        co_return co_await c.connect(macros_, host, family, port, addr);
+    };
+    co_return co_await ask(m::Cmd::connect, call);
+}
+
+asio::awaitable<MilterVerdict> Milters::helo(std::string_view name) {
+    auto call = [&](m::Conn& c) { return c.helo(macros_, name); };
+    co_return co_await ask(m::Cmd::helo, call);
+}
+
+asio::awaitable<MilterVerdict> Milters::mail(const std::vector<std::string>& args) {
+    auto call = [&](m::Conn& c) { return c.mail(macros_, args); };
+    co_return co_await ask(m::Cmd::mail, call);
+}
+
+asio::awaitable<MilterVerdict> Milters::rcpt(const std::vector<std::string>& args) {
+    auto call = [&](m::Conn& c) { return c.rcpt(macros_, args); };
+    co_return co_await ask(m::Cmd::rcpt, call);
+}
+
+asio::awaitable<MilterVerdict> Milters::data() {
+    auto call = [&](m::Conn& c) { return c.data(macros_); };
+    co_return co_await ask(m::Cmd::data, call);
+}
+
+asio::awaitable<MilterVerdict> Milters::unknown(std::string_view line) {
+    auto call = [&](m::Conn& c) { return c.unknown(macros_, line); };
+    co_return co_await ask(m::Cmd::unknown, call);
+}
+
+asio::awaitable<MilterVerdict> Milters::header(std::string_view field) {
+    const auto colon = field.find(':');
+    const std::string_view name = field.substr(0, colon);
+    const std::string_view value =
+        colon == std::string_view::npos ? std::string_view() : field.substr(colon + 1);
+    auto call = [&](m::Conn& c) { return c.header(macros_, name, value); };
+    co_return co_await ask(m::Cmd::header, call);
+}
+
+asio::awaitable<MilterVerdict> Milters::end_of_headers() {
+    auto call = [&](m::Conn& c) { return c.eoh(macros_); };
+    co_return co_await ask(m::Cmd::eoh, call);
+}
+
+asio::awaitable<MilterVerdict> Milters::body(std::string_view bytes) {
+    auto call = [&](m::Conn& c) { return c.body(macros_, bytes); };
+    co_return co_await ask(m::Cmd::body, call);
+}
+
+asio::awaitable<MilterVerdict> Milters::end_of_message(std::size_t max_body) {
+    auto call = [&](m::Conn& c) { return c.eom(macros_, max_body); };
+    auto v = co_await ask(m::Cmd::eob, call);
+    for (auto& e : entries_) e->skip_message = false;
+    co_return v;
+}
+
+asio::awaitable<void> Milters::abort() {
+    for (auto& e : entries_) {
+        e->skip_message = false;
+        if (e->failed || e->skip_session) continue;
+        const auto r = co_await e->conn.abort();
+        if (r.status == m::Result::error) {
+            spdlog::warn("milter {}: {}", e->conn.label(), r.what);
+            e->failed = true;
+        }
+    }
+}
+
+asio::awaitable<void> Milters::quit() {
+    for (auto& e : entries_) {
+        if (e->failed) continue;
+        co_await e->conn.quit();
+    }
+}
+
+} // namespace smx::smtps

@@ -1,0 +1,75 @@
+// The milters of one SMTP session (milter.smtpd_milters, or its listener's
+// list): one connection to each for the session's life, asked in their
+// order at each stage (docs/milter.md). A milter that fails (cannot be
+// reached, times out, closes, breaks the protocol) is logged once and its
+// default action stands for it from then on, as postfix does.
+#pragma once
+
+#include "libsm/config.hpp"
+#include "libsm/milter_conn.hpp"
+
+#include <boost/asio.hpp>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace smx::smtps {
+
+namespace asio = boost::asio;
+
+// What the milters decided at a stage.
+struct MilterVerdict {
+    enum Kind { cont, reject, tempfail, discard };
+    Kind kind = cont;
+    // reject, tempfail: the SMTP reply, lines joined by CRLF.
+    std::string reply;
+    // A milter asked that the message be held (QUARANTINE, or a failed
+    // milter whose default action is quarantine): why.
+    std::string hold;
+    // End of message: every milter's edits, in the milters' order.
+    std::vector<milter::Reply> edits;
+    bool refused() const { return kind == reject || kind == tempfail; }
+};
+
+class Milters {
+public:
+    Milters(asio::any_io_executor ex, const MilterConfig& cfg,
+            const std::vector<MilterEntry>& list, milter::MacroLookup macros);
+    ~Milters();
+    bool empty() const { return entries_.empty(); }
+
+    // Connects to each milter and reports the client.
+    asio::awaitable<MilterVerdict> connect(std::string_view host, milter::Family family,
+                                           std::uint16_t port, std::string_view addr);
+    asio::awaitable<MilterVerdict> helo(std::string_view name);
+    asio::awaitable<MilterVerdict> mail(const std::vector<std::string>& args);
+    asio::awaitable<MilterVerdict> rcpt(const std::vector<std::string>& args);
+    asio::awaitable<MilterVerdict> data();
+    // A command SMTPS does not know (refused anyway; the milter may choose
+    // the reply).
+    asio::awaitable<MilterVerdict> unknown(std::string_view line);
+    // The content: each header field as stored ("Name: value\r\n" with its
+    // folds), the end of the header, body bytes, the end of the message.
+    asio::awaitable<MilterVerdict> header(std::string_view field);
+    asio::awaitable<MilterVerdict> end_of_headers();
+    asio::awaitable<MilterVerdict> body(std::string_view bytes);
+    asio::awaitable<MilterVerdict> end_of_message(std::size_t max_body);
+    // The transaction ended without a message; the milters that accepted
+    // the message are asked again for the next one.
+    asio::awaitable<void> abort();
+    asio::awaitable<void> quit();
+
+private:
+    struct Entry;
+    // Asks each milter still in the conversation (call(conn)) and folds the
+    // answers: the first refusal or discard ends the stage.
+    template <class Call>
+    asio::awaitable<MilterVerdict> ask(milter::Cmd stage, Call call);
+
+    std::vector<std::unique_ptr<Entry>> entries_;
+    milter::MacroLookup macros_;
+};
+
+} // namespace smx::smtps
