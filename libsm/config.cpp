@@ -425,7 +425,8 @@ void read_tls_policy(const toml::table& root, Config& c) {
 
 // A listener's own milters name one of server.listen's addresses.
 void check_listener_milters(const Config& c) {
-    for (const auto& [where, list] : c.milter.listener_milters) {
+    for (const auto& entry : c.milter.listener_milters) {
+        const std::string& where = entry.first;  // clang 14: no lambda capture of a binding
         const bool known = std::any_of(c.server.listen.begin(), c.server.listen.end(),
                                        [&](const HostPort& hp) { return hp.address() == where; });
         if (!known)
