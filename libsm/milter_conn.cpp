@@ -5,6 +5,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
 #include <array>
+#include <cstring>
 
 namespace smx::milter {
 
@@ -22,6 +23,17 @@ asio::awaitable<error_code> within(clock::duration timeout, Op op) {
     auto res = co_await (std::move(op) || timer.async_wait(asio::as_tuple(asio::use_awaitable)));
     if (res.index() == 1) co_return asio::error::timed_out;
     co_return std::get<0>(std::get<0>(res));
+}
+
+// The same for an operation that also gives a byte count.
+template <class Op>
+asio::awaitable<std::pair<error_code, std::size_t>> within_n(clock::duration timeout, Op op) {
+    using namespace asio::experimental::awaitable_operators;
+    asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
+    auto res = co_await (std::move(op) || timer.async_wait(asio::as_tuple(asio::use_awaitable)));
+    if (res.index() == 1) co_return std::pair<error_code, std::size_t>{asio::error::timed_out, 0};
+    auto [ec, n] = std::get<0>(std::move(res));
+    co_return std::pair<error_code, std::size_t>{ec, n};
 }
 
 std::string text_of(const error_code& ec) {
@@ -113,6 +125,9 @@ asio::awaitable<Result> Conn::open() {
         if (!ec) break;
     }
     if (ec) co_return fail("connect: " + text_of(ec));
+    // send() writes at once when the socket takes it (nearly always).
+    sock_.non_blocking(true, ec);
+    if (ec) co_return fail("connect: " + text_of(ec));
     open_ = true;
 
     // Every step of the version, except seeing rejected recipients (SMTPS
@@ -136,27 +151,47 @@ asio::awaitable<Result> Conn::open() {
 }
 
 asio::awaitable<std::string> Conn::send(clock::duration timeout) {
-    const auto ec = co_await within(
-        timeout, asio::async_write(sock_, asio::buffer(out_), asio::as_tuple(asio::use_awaitable)));
+    // The packets nearly always fit the socket buffer: written now, without
+    // a timer; the rest, if any, within the deadline.
+    error_code ec;
+    const std::size_t n = sock_.write_some(asio::buffer(out_), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) ec = {};
+    if (!ec && n < out_.size())
+        ec = co_await within(timeout, asio::async_write(sock_, asio::buffer(out_.data() + n, out_.size() - n),
+                                                        asio::as_tuple(asio::use_awaitable)));
     out_.clear();
     co_return ec ? text_of(ec) : std::string();
 }
 
 asio::awaitable<std::string> Conn::read_packet(Cmd after, char& code, clock::duration timeout) {
+    // Replies are read as they come, several packets at a time (the edits
+    // of an end of message and its final reply come together): one wait
+    // for the header and, for a long packet, one for the rest of it.
+    std::array<char, 4096> chunk{};
+    while (rbuf_.size() < 4) {
+        const auto [rec, n] = co_await within_n(
+            timeout, sock_.async_read_some(asio::buffer(chunk), asio::as_tuple(asio::use_awaitable)));
+        if (rec)
+            co_return "can't read " + std::string(name(after)) + " reply packet header: " +
+                text_of(rec);
+        rbuf_.append(chunk.data(), n);
+    }
     std::array<unsigned char, 4> header{};
-    auto ec = co_await within(timeout, asio::async_read(sock_, asio::buffer(header),
-                                                        asio::as_tuple(asio::use_awaitable)));
-    if (ec)
-        co_return "can't read " + std::string(name(after)) + " reply packet header: " +
-            text_of(ec);
+    std::memcpy(header.data(), rbuf_.data(), 4);
     const auto f = read_frame(header, s_.max_packet);
     if (!f.error.empty()) co_return f.error;
-    in_.resize(f.length);
-    ec = co_await within(timeout, asio::async_read(sock_, asio::buffer(in_),
-                                                   asio::as_tuple(asio::use_awaitable)));
-    if (ec)
-        co_return "can't read " + std::string(name(after)) + " reply packet data: " +
-            text_of(ec);
+    const std::size_t have = std::min<std::size_t>(f.length, rbuf_.size() - 4);
+    in_.assign(rbuf_, 4, have);
+    rbuf_.erase(0, 4 + have);
+    if (have < f.length) {
+        in_.resize(f.length);
+        const auto ec = co_await within(
+            timeout, asio::async_read(sock_, asio::buffer(in_.data() + have, f.length - have),
+                                      asio::as_tuple(asio::use_awaitable)));
+        if (ec)
+            co_return "can't read " + std::string(name(after)) + " reply packet data: " +
+                text_of(ec);
+    }
     code = in_[0];
     in_.erase(0, 1);
     co_return std::string();

@@ -119,6 +119,7 @@ private:
     Negotiated neg_;
     std::string out_;  // the packets of the next write
     std::string in_;   // the data of the last packet read
+    std::string rbuf_;  // bytes read past it: the start of the next packets
 };
 
 } // namespace smx::milter

@@ -312,7 +312,9 @@ def test_a_failed_milter_takes_its_default_action(sink, make_relay, peers, failu
     log = wait_until(lambda: (lambda t: t if all_ended(t) else None)(relay.log_text()), 10,
                      "every session's last line")
     sessions = len(re.findall(r"\]: connect from ", log))
-    assert log.count("milter %s: " % spec) == (sessions if failure == "unreachable" else 1), log
+    warnings = log.count("milter %s: " % spec)
+    # (A probe that hangs up before its session asks the milter gets none.)
+    assert 1 <= warnings <= sessions if failure == "unreachable" else warnings == 1, log
 
 
 def test_a_huge_body_replacement_is_a_milter_failure(sink, make_relay, peers):
