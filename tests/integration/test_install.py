@@ -39,7 +39,7 @@ EXPECTED = {
     # What the manual pages refer to.
     "usr/share/doc/smx/README.md",
 } | {"usr/share/doc/smx/%s.md" % d for d in ("benchmarks", "config", "defedb", "design",
-                                             "fuzzing", "ibdb", "mcp", "operation", "policy", "qmgr",
+                                             "fuzzing", "ibdb", "mcp", "milter", "operation", "policy", "qmgr",
                                              "tables")}
 
 
