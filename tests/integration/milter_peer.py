@@ -67,8 +67,14 @@ class MilterPeer:
         self.thread.start()
 
     def stop(self):
+        if self.stopped:
+            return
         self.stopped = True
+        # close() alone leaves the socket listening while the accept thread
+        # is blocked in accept(): the next connection would still be served.
+        self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
+        self.thread.join(5)
 
     def stages(self, i=-1):
         with self.lock:
