@@ -6,7 +6,7 @@
 // a line end, and the parts put together are what was stored.
 #include "fuzz/stream.hpp"
 #include "smtps/content.hpp"
-#include "smtps/message_parts.hpp"
+#include "libsm/message_parts.hpp"
 
 #include <cstdlib>
 #include <string>
@@ -37,7 +37,7 @@ struct Joined {
 // The stored content through MessageParts, in pieces as ContentReader hands them out.
 void check_parts(const std::string& stored, std::size_t piece, std::size_t max_header) {
     Joined j;
-    smx::smtps::MessageParts parts(max_header);
+    smx::MessageParts parts(max_header);
     for (std::size_t i = 0; i < stored.size(); i += piece)
         parts.feed(std::string_view(stored).substr(i, piece), j);
     parts.finish(j);

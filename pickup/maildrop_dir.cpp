@@ -283,9 +283,60 @@ Outcome MaildropDir::resume(const std::string& name) {
     }
     t.size = size;
     t.eight_bit = check.eight_bit();
+    t.resumed = true;
     o.kind = Outcome::Kind::taken;
     o.taken = std::move(t);
     return o;
+}
+
+int MaildropDir::open_content(const Taken& t, std::string& why) const {
+    int fd = -1;
+    std::uint64_t size = 0;
+    const smx::content::Expect ours{::geteuid(), ::geteuid(), t.size, true};
+    const int err = smx::content::open_read(content_, t.id, cfg_.queue.cdb_hashed, ours, fd, size,
+                                           why);
+    return err ? -1 : fd;
+}
+
+std::string MaildropDir::replace_content(Taken& t, const std::string& head,
+                                         const std::optional<std::string>& body,
+                                         std::uint64_t body_at) {
+    const std::string path = smx::content::file_path(content_, t.id, cfg_.queue.cdb_hashed);
+    // As SMTPS names its edited copies: a crash's leftover is removed at its start.
+    const std::string tmp = path + ".tmp";
+    std::string why;
+    smx::Fd old(open_content(t, why));
+    if (!old) return "cannot open content file " + t.id + ": " + why;
+    int out = -1;
+    int err = smx::content::open_tmp(tmp, out);
+    if (err) return "cannot create " + tmp + ": " + errno_text(err);
+    const auto eight = [](std::string_view s) {
+        return std::any_of(s.begin(), s.end(), [](char c) { return (c & 0x80) != 0; });
+    };
+    bool eight_bit = t.eight_bit || eight(head);
+    std::uint64_t size = head.size();
+    err = smx::content::write_all(out, head);
+    if (body) {
+        eight_bit = eight_bit || eight(*body);
+        size += body->size();
+        if (!err) err = smx::content::write_all(out, *body);
+    } else {
+        std::string buf(chunk, '\0');
+        for (std::uint64_t at = body_at; !err && at < t.size;) {
+            const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(t.size - at, chunk));
+            errno = 0;
+            if (!read_at(old.get(), at, buf.data(), n)) err = errno ? errno : EIO;
+            else err = smx::content::write_all(out, {buf.data(), n});
+            at += n;
+            size += n;
+        }
+    }
+    // As the copy: synced, name and all, before the commit names it.
+    err = smx::content::finish_tmp(out, err, tmp, path, true);
+    if (err) return "cannot write content file " + path + ": " + errno_text(err);
+    t.size = size;
+    t.eight_bit = eight_bit;
+    return {};
 }
 
 void MaildropDir::done(const Taken& t) {

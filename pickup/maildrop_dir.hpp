@@ -36,6 +36,7 @@ struct Taken {
     smx::maildrop::Envelope env;
     std::uint64_t size = 0;  // of the content file: Received: and the message
     bool eight_bit = false;
+    bool resumed = false;    // of an earlier run: the milters may have seen it
 };
 
 // What became of one file.
@@ -75,9 +76,19 @@ public:
     // quarantine.
     void refused(const Taken& t, const std::string& why);
 
+    // t's content file for reading (the milters); -1 with why when it cannot be.
+    int open_content(const Taken& t, std::string& why) const;
+    // The milters' edits: head (the edited header fields and the empty line)
+    // and either body or the old content from body_at on, written to a new
+    // file, synced and renamed over t's content file (size and 8bit
+    // updated); an error text when it cannot be.
+    std::string replace_content(Taken& t, const std::string& head,
+                                const std::optional<std::string>& body, std::uint64_t body_at);
+
     const std::string& path() const { return path_; }
     // server.max_message_size after a reload (any thread).
     void set_max_size(std::uint64_t n) { max_size_ = n; }
+    std::uint64_t max_size() const { return max_size_; }
 
 private:
     // The checked envelope of an open maildrop file, and where its content begins.

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     };
     std::unique_ptr<smx::pickup::MaildropDir> dir;
     std::shared_ptr<const smx::Rewriter> rewrite;
+    auto milters = std::make_shared<const smx::MilterConfig>(cfg.milter);
     try {
         mcp.take_secrets();  // none: the link carries only the reports
         dir = std::make_unique<smx::pickup::MaildropDir>(cfg);
@@ -70,13 +71,17 @@ int main(int argc, char** argv) {
         if (service) service->stop();
         else io.stop();
     });
-    // SIGHUP from the MCP: a new server.max_message_size and [rewrite] (the
+    // SIGHUP from the MCP: a new server.max_message_size, [rewrite] and [milter] (the
     // MCP sent an empty bundle of secrets before it, as to every child with
     // a link). A rewrite table that cannot be opened refuses the reload.
     smx::ConfigReloader reloader(io, cfg_path, cfg, [&](smx::Config next) {
         mcp.take_secrets();
         rewrite = std::make_shared<const smx::Rewriter>(next.rewrite);
-        if (service) service->set_rewriter(rewrite);
+        milters = std::make_shared<const smx::MilterConfig>(next.milter);
+        if (service) {
+            service->set_rewriter(rewrite);
+            service->set_milters(milters);
+        }
         dir->set_max_size(next.server.max_message_size);
     });
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
@@ -92,7 +97,8 @@ int main(int argc, char** argv) {
             asio::steady_timer t(io, 200ms);
             co_await t.async_wait(smx::await_tuple);
         }
-        service = std::make_unique<smx::pickup::Pickup>(io, *dir, ch, pool, rewrite);
+        service = std::make_unique<smx::pickup::Pickup>(io, *dir, ch, pool, rewrite, milters,
+                                                         cfg.server.hostname);
         service->watch();
         spdlog::info("ready: taking mail from {}", dir->path());
         mcp.ready();

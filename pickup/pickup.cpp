@@ -28,9 +28,10 @@ constexpr int exit_tempfail = 75;
 } // namespace
 
 Pickup::Pickup(asio::io_context& io, MaildropDir& dir, std::shared_ptr<smx::Channel> qmgr,
-               asio::thread_pool& pool, std::shared_ptr<const smx::Rewriter> rewrite)
+               asio::thread_pool& pool, std::shared_ptr<const smx::Rewriter> rewrite,
+               std::shared_ptr<const smx::MilterConfig> milters, std::string hostname)
     : io_(io), dir_(dir), qmgr_(std::move(qmgr)), pool_(pool), rewrite_(std::move(rewrite)),
-      events_(io), wake_(io) {}
+      milters_(std::move(milters)), hostname_(std::move(hostname)), events_(io), wake_(io) {}
 
 void Pickup::watch() {
     const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -56,7 +57,9 @@ asio::awaitable<void> Pickup::read_events() {
         auto [ec, n] = co_await events_.async_read_some(asio::buffer(buf), smx::await_tuple);
         if (ec) co_return;  // closed by stop()
         changed_ = true;
-        wake_.cancel();
+        // A file given back (renamed into the maildrop) must not end the
+        // pause before its retry: that would retry it at once, in a loop.
+        if (!retry_soon_) wake_.cancel();
     }
 }
 
@@ -96,11 +99,16 @@ asio::awaitable<bool> Pickup::handle(Outcome o) {
     }
     if (o.kind != Kind::taken) co_return true;
     Taken& t = *o.taken;
-    const auto ack = co_await commit(t);
-    if (!ack) co_return false;
+    const auto answer = co_await commit(t);
+    if (!answer) co_return false;
+    const smx::msg::TaAck* ack = &answer->ack;
     using smx::msg::AckStatus;
     auto done = [this, &t] { dir_.done(t); };
-    if (ack->status == AckStatus::ok) {
+    if (answer->discard) {
+        co_await smx::run_on(pool_.get_executor(), std::move(done));
+        spdlog::info("{}: milter-discard: uid={} from=<{}>: milter triggers DISCARD action", t.id,
+                     t.env.uid, t.env.sender);
+    } else if (ack->status == AckStatus::ok) {
         smx::test_panic_point("acked");
         co_await smx::run_on(pool_.get_executor(), std::move(done));
         spdlog::info("{}: uid={} from=<{}>", t.id, t.env.uid, t.env.sender);
@@ -110,14 +118,13 @@ asio::awaitable<bool> Pickup::handle(Outcome o) {
         co_await smx::run_on(pool_.get_executor(), std::move(done));
         spdlog::info("{}: uid={} from=<{}>: already queued", t.id, t.env.uid, t.env.sender);
     } else if (ack->status == AckStatus::reject) {
-        auto refused = [this, &t, why = "refused by the queue manager: " + ack->text] {
+        auto refused = [this, &t, why = "refused by " + answer->by + ": " + ack->text] {
             dir_.refused(t, why);
         };
         co_await smx::run_on(pool_.get_executor(), std::move(refused));
     } else {
-        spdlog::warn("{}: uid={} from=<{}>: deferred by the queue manager ({}); trying again in "
-                     "{} s",
-                     t.id, t.env.uid, t.env.sender, ack->text, retry_interval.count());
+        spdlog::warn("{}: uid={} from=<{}>: deferred by {} ({}); trying again in {} s", t.id,
+                     t.env.uid, t.env.sender, answer->by, ack->text, retry_interval.count());
         auto give_back = [this, &t] { dir_.give_back(t); };
         co_await smx::run_on(pool_.get_executor(), std::move(give_back));
         retry_soon_ = true;
@@ -151,7 +158,7 @@ std::optional<smx::msg::TaAck> Pickup::rewrite(const Taken& t, smx::msg::TaCommi
     return std::nullopt;
 }
 
-asio::awaitable<std::optional<smx::msg::TaAck>> Pickup::commit(const Taken& t) {
+asio::awaitable<std::optional<Pickup::Answer>> Pickup::commit(Taken& t) {
     smx::msg::TaCommit ta;
     ta.ta_id = t.id;
     // As QMGR's own DSNs: local mail, from this machine.
@@ -159,7 +166,8 @@ asio::awaitable<std::optional<smx::msg::TaAck>> Pickup::commit(const Taken& t) {
     ta.client_name = "localhost";
     ta.helo = "localhost";
     ta.params = t.eight_bit ? "BODY=8BITMIME" : "";
-    if (auto refused = rewrite(t, ta)) co_return refused;
+    if (auto refused = rewrite(t, ta)) co_return Answer{*refused};
+    if (auto refused = co_await milter(t, ta)) co_return refused;
     ta.content_id = t.id;
     ta.size = t.size;
     ta.arrival_us = t.env.arrival_us;
@@ -175,7 +183,7 @@ asio::awaitable<std::optional<smx::msg::TaAck>> Pickup::commit(const Taken& t) {
                           err.empty() ? "record type " + std::to_string(f->hdr.type) : err);
             break;
         }
-        if (f->hdr.req_id == req) co_return ack;
+        if (f->hdr.req_id == req) co_return Answer{std::move(*ack)};
     }
     spdlog::error("{}: no TA_ACK from qmgr; exiting, the commit is resumed at the next start", t.id);
     co_return std::nullopt;

@@ -10,6 +10,8 @@
 #include "pickup/maildrop_dir.hpp"
 
 #include "libsm/channel.hpp"
+#include "libsm/config.hpp"
+#include "libsm/messages.hpp"
 #include "libsm/rewrite.hpp"
 
 #include <boost/asio.hpp>
@@ -22,9 +24,12 @@ namespace asio = boost::asio;
 class Pickup {
 public:
     Pickup(asio::io_context& io, MaildropDir& dir, std::shared_ptr<smx::Channel> qmgr,
-           asio::thread_pool& pool, std::shared_ptr<const smx::Rewriter> rewrite);
+           asio::thread_pool& pool, std::shared_ptr<const smx::Rewriter> rewrite,
+           std::shared_ptr<const smx::MilterConfig> milters, std::string hostname);
     // [rewrite] after a reload: for the messages taken from now on.
     void set_rewriter(std::shared_ptr<const smx::Rewriter> r) { rewrite_ = std::move(r); }
+    // [milter] after a reload: likewise.
+    void set_milters(std::shared_ptr<const smx::MilterConfig> m) { milters_ = std::move(m); }
 
     // Watches the maildrop (before the first listing, so that nothing
     // renamed in between is missed); throws std::runtime_error when inotify
@@ -39,8 +44,18 @@ private:
     asio::awaitable<void> read_events();
     // Does what o says; false when QMGR is lost.
     asio::awaitable<bool> handle(Outcome o);
-    // TA_COMMIT and its TA_ACK; nullopt when none came.
-    asio::awaitable<std::optional<smx::msg::TaAck>> commit(const Taken& t);
+    // The answer to act on for a message: QMGR's, or a refusal before it.
+    struct Answer {
+        smx::msg::TaAck ack;
+        std::string by = "the queue manager";
+        bool discard = false;  // a milter's DISCARD
+    };
+    // The envelope, the milters and TA_COMMIT; nullopt when no TA_ACK came.
+    asio::awaitable<std::optional<Answer>> commit(Taken& t);
+    // milter.non_smtpd_milters (pickup/local_milters.cpp): t shown to them as
+    // postfix's cleanup shows local mail, their edits applied to ta and to
+    // t's content file; the answer when they (or their edits) refuse it.
+    asio::awaitable<std::optional<Answer>> milter(Taken& t, smx::msg::TaCommit& ta);
     // The envelope of t rewritten into ta (libsm/rewrite.hpp), as SMTPS
     // rewrites its own; the ack to act on when it cannot be (a table that
     // fails: tempfail; an envelope grown too large: reject).
@@ -51,6 +66,8 @@ private:
     std::shared_ptr<smx::Channel> qmgr_;
     asio::thread_pool& pool_;
     std::shared_ptr<const smx::Rewriter> rewrite_;
+    std::shared_ptr<const smx::MilterConfig> milters_;
+    std::string hostname_;  // {j}, {daemon_name}
     asio::posix::stream_descriptor events_;
     asio::steady_timer wake_;
     std::uint64_t next_req_ = 0;

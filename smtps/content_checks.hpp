@@ -13,7 +13,7 @@
 
 #include "libsm/lookup_table.hpp"
 #include "libsm/rejections.hpp"
-#include "smtps/message_parts.hpp"
+#include "libsm/message_parts.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -96,7 +96,7 @@ private:
     const std::uint64_t body_limit_;
     const Emit emit_;
     const Log log_;
-    MessageParts parts_;
+    smx::MessageParts parts_;
     ContentVerdict verdict_;
     std::string line_;            // a body line under way (checked when whole)
     std::uint64_t body_seen_ = 0;  // body bytes looked at so far

@@ -12,9 +12,8 @@
 #include "smtps/command.hpp"
 #include "smtps/content.hpp"
 #include "smtps/content_checks.hpp"
-#include "smtps/message_parts.hpp"
-#include "smtps/milter_edits.hpp"
-#include "smtps/milters.hpp"
+#include "libsm/milter_edits.hpp"
+#include "libsm/milters.hpp"
 #include "smtps/policy.hpp"
 #include "smtps/policy_client.hpp"
 #include "smtps/policy_request.hpp"
@@ -34,6 +33,8 @@
 namespace smx::smtps {
 namespace {
 
+using smx::milter::MilterVerdict;
+using smx::milter::Milters;
 using smx::smtp::Line;
 using smx::smtp::ReadStatus;
 
@@ -207,7 +208,7 @@ private:
     std::optional<RcptArg> rcpt(std::string_view arg);
     // The recipient rewritten, asked of the milters and taken (250).
     asio::awaitable<void> rcpt_taken(RcptArg r);
-    // Milters (smtps/milters.hpp, docs/milter.md): the session's chain, made
+    // Milters (libsm/milters.hpp, docs/milter.md): the session's chain, made
     // at connect when its listener has any.
     asio::awaitable<void> milter_connect();
     // MAIL passed every other check: the milters', then 250.
@@ -819,18 +820,6 @@ std::optional<Session::RcptArg> Session::rcpt(std::string_view arg) {
     return RcptArg{*p, std::move(key)};
 }
 
-// MAIL's and RCPT's arguments as the milters take them: the address in
-// brackets, then each ESMTP parameter.
-static std::vector<std::string> milter_args(std::string_view addr, std::string_view params) {
-    std::vector<std::string> args{"<" + std::string(addr) + ">"};
-    for (std::size_t at = 0; at < params.size();) {
-        const auto sp = std::min(params.find(' ', at), params.size());
-        if (sp > at) args.emplace_back(params.substr(at, sp - at));
-        at = sp + 1;
-    }
-    return args;
-}
-
 asio::awaitable<void> Session::rcpt_taken(RcptArg r) {
     // Copies: the milters are asked before the 250.
     const std::string addr(r.path.addr), params(r.path.params);
@@ -842,7 +831,7 @@ asio::awaitable<void> Session::rcpt_taken(RcptArg r) {
     }
     if (milters_) {
         milter_rcpt_ = addr;
-        const MilterVerdict v = co_await milters_->rcpt(milter_args(addr, params));
+        const MilterVerdict v = co_await milters_->rcpt(smx::milter::command_args(addr, params));
         if (!milter_passes(v, addr)) co_return;
     }
     if (!add_recipients(std::move(to), std::move(r.key))) {
@@ -1203,7 +1192,8 @@ bool Session::milter_passes(const MilterVerdict& v, std::string_view to) {
 asio::awaitable<void> Session::milter_mail() {
     if (milters_) {
         milter_in_message_ = true;
-        const MilterVerdict v = co_await milters_->mail(milter_args(sender_, mail_params_));
+        const MilterVerdict v =
+            co_await milters_->mail(smx::milter::command_args(sender_, mail_params_));
         if (!milter_passes(v)) {
             in_mail_ = false;
             co_return;
@@ -1212,54 +1202,16 @@ asio::awaitable<void> Session::milter_mail() {
     reply("250 2.1.0 Ok");
 }
 
-namespace {
-// What MessageParts passes on of the stored content, for the milters.
-struct MilterSink {
-    std::vector<std::string> fields;
-    bool ended = false, blank_line = false;
-    std::string bytes;  // body bytes not yet sent
-    void header(std::string_view f) { fields.emplace_back(f); }
-    void end_of_headers(bool blank) { ended = true, blank_line = blank; }
-    void body(std::string_view b) { bytes.append(b); }
-};
-} // namespace
-
 asio::awaitable<bool> Session::milter_message(ContentWriter& w) {
     if (!milters_ || !milter_in_message_) co_return true;
     const std::string to = rcpts_.front().addr;
-    MilterSink sink;
-    MessageParts parts;
-    std::size_t sent = 0;
-    bool eoh_sent = false;
-    MilterVerdict v;
     const ContentSource src = w.source();
-    std::string piece;
-    bool read_failed = false;
-    for (std::uint64_t at = 0;;) {
-        if (!src.read_at(at, 65536, piece)) {
-            read_failed = true;
-            break;
-        }
-        if (piece.empty()) {
-            parts.finish(sink);
-        } else {
-            at += piece.size();
-            parts.feed(piece, sink);
-        }
-        for (; sent < sink.fields.size() && v.kind == MilterVerdict::cont; ++sent)
-            v = co_await milters_->header(sink.fields[sent]);
-        if (sink.ended && !eoh_sent && v.kind == MilterVerdict::cont) {
-            eoh_sent = true;
-            v = co_await milters_->end_of_headers();
-        }
-        if (!sink.bytes.empty() && v.kind == MilterVerdict::cont) {
-            v = co_await milters_->body(sink.bytes);
-            sink.bytes.clear();
-        }
-        if (v.kind != MilterVerdict::cont || piece.empty()) break;
-        if (!v.hold.empty()) milter_hold_ = v.hold;
-    }
-    if (read_failed) {
+    auto read = [&src](std::uint64_t at, std::string& piece) {
+        return src.read_at(at, 65536, piece);
+    };
+    auto m = co_await milters_->message(read, cfg_.max_message_size);
+    if (m.ended) milter_in_message_ = false;
+    if (m.read_failed) {
         spdlog::error("{}: cannot read the content back for the milters: {}", ta_id_,
                       std::strerror(errno));
         const std::string r = "451 4.3.0 Error: queue file read error";
@@ -1267,10 +1219,7 @@ asio::awaitable<bool> Session::milter_message(ContentWriter& w) {
         reply(r);
         co_return false;
     }
-    if (v.kind == MilterVerdict::cont) {
-        v = co_await milters_->end_of_message(cfg_.max_message_size);
-        milter_in_message_ = false;
-    }
+    const MilterVerdict& v = m.verdict;
     if (!milter_passes(v, to)) co_return false;
     if (milter_discard_) {
         log_.note("milter-discard", "milter triggers DISCARD action", details(to));
@@ -1278,7 +1227,7 @@ asio::awaitable<bool> Session::milter_message(ContentWriter& w) {
         co_return false;
     }
     if (v.edits.empty()) co_return true;
-    const std::string err = apply_milter_edits(w, sink.fields, sink.blank_line, v.edits);
+    const std::string err = apply_milter_edits(w, m.fields, m.blank_line, v.edits);
     if (err.empty()) co_return true;
     log_.milter_reject(err, details(to));
     reply(err);
@@ -1288,8 +1237,8 @@ asio::awaitable<bool> Session::milter_message(ContentWriter& w) {
 std::string Session::apply_milter_edits(ContentWriter& w, const std::vector<std::string>& fields,
                                         bool blank_line,
                                         const std::vector<smx::milter::Reply>& edits) {
-    Envelope env{sender_, mail_params_, rcpts_};
-    edit_envelope(env, edits);
+    smx::milter::Envelope env{sender_, mail_params_, rcpts_};
+    smx::milter::edit_envelope(env, edits);
     if (env.rcpts.empty()) return "554 5.7.1 Error: the milters removed every recipient";
     std::size_t size = env.sender.size() + env.params.size() + helo_.size();
     for (const auto& r : env.rcpts) size += r.addr.size() + r.params.size() + smx::msg::rcpt_overhead;
@@ -1298,17 +1247,12 @@ std::string Session::apply_milter_edits(ContentWriter& w, const std::vector<std:
     sender_ = std::move(env.sender);
     mail_params_ = std::move(env.params);
     rcpts_ = std::move(env.rcpts);
-    const auto content_edit = std::any_of(edits.begin(), edits.end(), [](const auto& e) {
-        using A = smx::milter::Act;
-        return e.act == A::addheader || e.act == A::insheader || e.act == A::chgheader ||
-               e.act == A::replbody;
-    });
-    if (!content_edit) return {};
+    if (!smx::milter::edits_content(edits)) return {};
     std::uint64_t header_bytes = blank_line ? 2 : 0;
     for (const auto& f : fields) header_bytes += f.size();
     std::vector<std::string> edited = fields;
-    edit_headers(edited, edits);
-    const auto body = replaced_body(edits);
+    smx::milter::edit_headers(edited, edits);
+    const auto body = smx::milter::replaced_body(edits);
     // The edited copy goes where the message was; the original is read
     // from what the writer handed over.
     const TakenContent old = w.take_content();

@@ -1,8 +1,12 @@
-#include "smtps/milters.hpp"
+#include "libsm/milters.hpp"
+
+#include "libsm/message_parts.hpp"
+
+#include <algorithm>
 
 #include <spdlog/spdlog.h>
 
-namespace smx::smtps {
+namespace smx::milter {
 
 namespace m = smx::milter;
 
@@ -37,6 +41,16 @@ std::string reply_of(const m::Reply& r) {
 }
 
 } // namespace
+
+std::vector<std::string> command_args(std::string_view addr, std::string_view params) {
+    std::vector<std::string> args{"<" + std::string(addr) + ">"};
+    for (std::size_t at = 0; at < params.size();) {
+        const auto sp = std::min(params.find(' ', at), params.size());
+        if (sp > at) args.emplace_back(params.substr(at, sp - at));
+        at = sp + 1;
+    }
+    return args;
+}
 
 Milters::Milters(asio::any_io_executor ex, const MilterConfig& cfg,
                  const std::vector<MilterEntry>& list, m::MacroLookup macros)
@@ -179,6 +193,61 @@ asio::awaitable<MilterVerdict> Milters::end_of_message(std::size_t max_body) {
     co_return v;
 }
 
+namespace {
+// What MessageParts passes on of the stored content.
+struct PartsSink {
+    std::vector<std::string> fields;
+    bool ended = false, blank_line = false;
+    std::string bytes;  // body bytes not yet sent
+    void header(std::string_view f) { fields.emplace_back(f); }
+    void end_of_headers(bool blank) { ended = true, blank_line = blank; }
+    void body(std::string_view b) { bytes.append(b); }
+};
+} // namespace
+
+asio::awaitable<MilterMessage> Milters::message(const ContentRead& read, std::size_t max_body) {
+    MilterMessage out;
+    PartsSink sink;
+    smx::MessageParts parts;
+    std::size_t sent = 0;
+    bool eoh_sent = false;
+    MilterVerdict& v = out.verdict;
+    std::string hold;
+    std::string piece;
+    for (std::uint64_t at = 0;;) {
+        if (!read(at, piece)) {
+            out.read_failed = true;
+            break;
+        }
+        if (piece.empty()) {
+            parts.finish(sink);
+        } else {
+            at += piece.size();
+            parts.feed(piece, sink);
+        }
+        for (; sent < sink.fields.size() && v.kind == MilterVerdict::cont; ++sent)
+            v = co_await header(sink.fields[sent]);
+        if (sink.ended && !eoh_sent && v.kind == MilterVerdict::cont) {
+            eoh_sent = true;
+            v = co_await end_of_headers();
+        }
+        if (!sink.bytes.empty() && v.kind == MilterVerdict::cont) {
+            v = co_await body(sink.bytes);
+            sink.bytes.clear();
+        }
+        if (!v.hold.empty()) hold = v.hold;
+        if (v.kind != MilterVerdict::cont || piece.empty()) break;
+    }
+    if (!out.read_failed && v.kind == MilterVerdict::cont) {
+        v = co_await end_of_message(max_body);
+        out.ended = true;
+    }
+    if (v.hold.empty()) v.hold = std::move(hold);
+    out.fields = std::move(sink.fields);
+    out.blank_line = sink.blank_line;
+    co_return out;
+}
+
 asio::awaitable<void> Milters::abort() {
     for (auto& e : entries_) {
         e->skip_message = false;
@@ -198,4 +267,4 @@ asio::awaitable<void> Milters::quit() {
     }
 }
 
-} // namespace smx::smtps
+} // namespace smx::milter

@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-namespace smx::smtps {
+namespace smx {
 
 class MessageParts {
 public:
@@ -155,4 +155,4 @@ void MessageParts::finish(Sink& sink) {
     if (!rest.empty()) sink.body(std::string_view(rest));
 }
 
-} // namespace smx::smtps
+} // namespace smx

@@ -1,8 +1,8 @@
-#include "smtps/milter_edits.hpp"
+#include "libsm/milter_edits.hpp"
 
 #include <catch2/catch.hpp>
 
-using namespace smx::smtps;
+using namespace smx::milter;
 namespace m = smx::milter;
 
 namespace {

@@ -1,13 +1,13 @@
 // MessageParts on its own: fields, the end of the header and the body, for
 // any cut of the input into pieces.
-#include "smtps/message_parts.hpp"
+#include "libsm/message_parts.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>
 
-using smx::smtps::MessageParts;
+using smx::MessageParts;
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace smx::smtps {
+namespace smx::milter {
 
 // The header fields as stored ("Name: value\r\n", folds included), edited
 // in place by each header edit in order: ADDHEADER appends; INSHEADER
@@ -24,6 +24,9 @@ void edit_headers(std::vector<std::string>& fields, const std::vector<milter::Re
 // A milter's header value (folded lines joined by LF or CRLF) as a stored
 // field: "Name: value\r\n" with CRLF line ends.
 std::string header_field(std::string_view name, std::string_view value);
+
+// Whether any edit changes the content (header fields or body).
+bool edits_content(const std::vector<milter::Reply>& edits);
 
 // The replacement body (REPLBODY), if any, with bare LFs made CRLF as
 // stored content has them.
@@ -42,4 +45,4 @@ void edit_envelope(Envelope& env, const std::vector<milter::Reply>& edits);
 // "<a@b>" or "a@b" as "a@b".
 std::string_view strip_brackets(std::string_view addr);
 
-} // namespace smx::smtps
+} // namespace smx::milter

@@ -10,12 +10,14 @@
 
 #include <boost/asio.hpp>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace smx::smtps {
+namespace smx::milter {
 
 namespace asio = boost::asio;
 
@@ -31,6 +33,23 @@ struct MilterVerdict {
     // End of message: every milter's edits, in the milters' order.
     std::vector<milter::Reply> edits;
     bool refused() const { return kind == reject || kind == tempfail; }
+};
+
+// MAIL's and RCPT's arguments as the milters take them: the address in
+// brackets, then each ESMTP parameter.
+std::vector<std::string> command_args(std::string_view addr, std::string_view params);
+
+// The stored content read from `at`: false when it cannot be read, an
+// empty piece at its end.
+using ContentRead = std::function<bool(std::uint64_t at, std::string& piece)>;
+
+// The content's way through the milters (Milters::message).
+struct MilterMessage {
+    MilterVerdict verdict;
+    std::vector<std::string> fields;  // the header fields as stored
+    bool blank_line = false;          // the header ended at an empty line
+    bool read_failed = false;         // errno says why
+    bool ended = false;               // end of message sent: no abort needed
 };
 
 class Milters {
@@ -56,6 +75,10 @@ public:
     asio::awaitable<MilterVerdict> end_of_headers();
     asio::awaitable<MilterVerdict> body(std::string_view bytes);
     asio::awaitable<MilterVerdict> end_of_message(std::size_t max_body);
+    // The content: header fields, end of header, body, end of message, as
+    // read (at most max_body bytes of body for a REPLBODY); a hold asked at
+    // any of these stages is in the verdict.
+    asio::awaitable<MilterMessage> message(const ContentRead& read, std::size_t max_body);
     // The transaction ended without a message; the milters that accepted
     // the message are asked again for the next one.
     asio::awaitable<void> abort();
@@ -72,4 +95,4 @@ private:
     milter::MacroLookup macros_;
 };
 
-} // namespace smx::smtps
+} // namespace smx::milter

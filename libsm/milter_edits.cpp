@@ -1,11 +1,11 @@
-#include "smtps/milter_edits.hpp"
+#include "libsm/milter_edits.hpp"
 
 #include "libsm/address.hpp"
 
 #include <algorithm>
 #include <cctype>
 
-namespace smx::smtps {
+namespace smx::milter {
 
 namespace m = smx::milter;
 
@@ -78,6 +78,13 @@ void edit_headers(std::vector<std::string>& fields, const std::vector<m::Reply>&
     }
 }
 
+bool edits_content(const std::vector<m::Reply>& edits) {
+    return std::any_of(edits.begin(), edits.end(), [](const m::Reply& e) {
+        return e.act == m::Act::addheader || e.act == m::Act::insheader ||
+               e.act == m::Act::chgheader || e.act == m::Act::replbody;
+    });
+}
+
 std::optional<std::string> replaced_body(const std::vector<m::Reply>& edits) {
     std::optional<std::string> body;
     for (const auto& e : edits)
@@ -120,4 +127,4 @@ void edit_envelope(Envelope& env, const std::vector<m::Reply>& edits) {
     }
 }
 
-} // namespace smx::smtps
+} // namespace smx::milter
