@@ -339,6 +339,25 @@ def test_milter_drive_checks_every_end_of_message():
         assert rc == 1 and rep["msgs"] == 0 and rep["errors"] == {"eom_without_DKIM-Signature": 20}
 
 
+def test_relay_bench_milter_ceiling_drives_opendkim_alone():
+    """relay-bench --milter's "dkim alone (driver)": OpenDKIM started as the
+    bench's relays have it signs every message the driver sends; its CPU is
+    counted apart from the driver's."""
+    if not shutil.which("opendkim") or os.geteuid() != 0:
+        pytest.skip("needs opendkim (scripts/test installs it) and root")
+    sys.path.insert(0, os.path.join(PERF, "lib"))
+    from smxbench import milter_ceiling
+    c = milter_ceiling.Ceiling("dkim", BUILD)
+    assert c.skip_reason() is None
+    c.start()
+    try:
+        res = c.run({"size": "1K", "sessions": 5, "rcpts": 1}, 20)
+    finally:
+        c.stop()
+    assert res["complete"], res["driver"]
+    assert res["driver"]["msgs"] == 20 and res["milter_cpu_ms_per_msg"] > 0 and res["tag"] == "1K-s5-r1"
+
+
 def test_profile_refuses_a_size_mix_for_smtp_source():
     res = subprocess.run([os.path.join(PERF, "profile"), "--source", "smtp-source", "-S", "1K:4K"],
                          capture_output=True, text=True, timeout=60)
