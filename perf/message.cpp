@@ -41,7 +41,21 @@ std::size_t SizeSpec::max() const {
     return m;
 }
 
-void wire_message(std::size_t index, std::size_t size, const Envelope& env, std::string& m) {
+Envelope envelope_of(std::size_t index, const std::string& from_domain,
+                     const std::string& rcpt_domain, long recipients) {
+    Envelope e;
+    e.sender = "sender@" + from_domain;
+    const std::string id = std::to_string(index);
+    for (long j = 0; j < recipients; ++j)
+        e.recipients.push_back("u" + id + "." + std::to_string(j) + "@" + rcpt_domain);
+    return e;
+}
+
+namespace {
+// The message's header and body; `stuffing` goes before a body line that
+// starts with '.' (the dot of SMTP's dot-stuffing, or nothing).
+void compose(std::size_t index, std::size_t size, const Envelope& env, std::string_view stuffing,
+             std::string& m) {
     const std::string id = std::to_string(index);
     m.clear();
     m.reserve(size + 64);
@@ -53,7 +67,7 @@ void wire_message(std::size_t index, std::size_t size, const Envelope& env, std:
     std::size_t plain = m.size();  // unstuffed bytes so far
     static constexpr std::string_view dot_line = ".dot-stuffed line\r\n";
     if (plain + dot_line.size() <= size) {
-        m += '.';  // the stuffing dot: not counted in the unstuffed size
+        m += stuffing;  // not counted in the unstuffed size
         m += dot_line;
         plain += dot_line.size();
     }
@@ -68,7 +82,16 @@ void wire_message(std::size_t index, std::size_t size, const Envelope& env, std:
         rem -= len + 2;
         ++line;
     }
+}
+} // namespace
+
+void wire_message(std::size_t index, std::size_t size, const Envelope& env, std::string& m) {
+    compose(index, size, env, ".", m);
     m += ".\r\n";
+}
+
+void plain_message(std::size_t index, std::size_t size, const Envelope& env, std::string& m) {
+    compose(index, size, env, "", m);
 }
 
 } // namespace smx::perf

@@ -27,10 +27,18 @@ struct Envelope {
     std::vector<std::string> recipients;
 };
 
+// Message `index`'s envelope: sender@FROM, u<index>.<j>@RCPT for each
+// recipient j.
+Envelope envelope_of(std::size_t index, const std::string& from_domain,
+                     const std::string& rcpt_domain, long recipients);
+
 // The message as it travels after DATA: headers and body, dot-stuffed,
 // terminated by CRLF.CRLF. `size` counts the unstuffed bytes. Written into
 // `m` (replacing what it held), so that a session reuses one buffer instead
 // of a message-sized heap block per message.
 void wire_message(std::size_t index, std::size_t size, const Envelope& env, std::string& m);
+// The same message as the receiving MTA stores it (and shows it to its
+// milters): not dot-stuffed, no terminating dot.
+void plain_message(std::size_t index, std::size_t size, const Envelope& env, std::string& m);
 
 } // namespace smx::perf

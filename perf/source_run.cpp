@@ -38,12 +38,7 @@ bool Run::take(std::size_t& idx) {
 }
 
 Envelope Run::envelope(std::size_t idx) const {
-    Envelope e;
-    e.sender = "sender@" + opt.from_domain;
-    const std::string id = std::to_string(idx);
-    for (long j = 0; j < opt.recipients; ++j)
-        e.recipients.push_back("u" + id + "." + std::to_string(j) + "@" + opt.rcpt_domain);
-    return e;
+    return envelope_of(idx, opt.from_domain, opt.rcpt_domain, opt.recipients);
 }
 
 void Run::connect_failed(const std::string& kind) {

@@ -315,6 +315,49 @@ def test_relay_bench_milter_systems_sign_with_their_own_opendkim(open_dir, sink)
             smx.setup(free_port())
 
 
+def drive(milter, *args):
+    res = subprocess.run([os.path.join(BUILD, "perf", "smx-milter-drive"), "--milter", milter.socket,
+                          "--timeout", "10"] + list(args), capture_output=True, text=True, timeout=90)
+    return res.returncode, json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_milter_drive_checks_every_end_of_message():
+    """perf/smx-milter-drive against perf's null milter adding a header: every
+    message ends with the edit it expects, one milter connection per message
+    or several messages on one; expecting a header the milter does not add,
+    every message fails and so does the run."""
+    from filters import NULL_MILTER, NullMilter
+    if not os.access(NULL_MILTER, os.X_OK):
+        pytest.skip("%s is not built (libmilter-dev was missing at meson setup)" % NULL_MILTER)
+    with NullMilter(header="X-Drive: yes") as m:
+        rc, rep = drive(m, "-n", "20", "-s", "4", "--expect-header", "x-drive")
+        assert rc == 0 and (rep["msgs"], rep["failed"], rep["connections"]) == (20, 0, 20)
+        assert rep["errors"] == {} and rep["msgs_per_s"] > 0 and rep["cpu_ms_per_msg"] > 0
+        rc, rep = drive(m, "-n", "20", "-s", "2", "-m", "5")
+        assert rc == 0 and (rep["msgs"], rep["connections"]) == (20, 4)
+        rc, rep = drive(m, "-n", "20", "-s", "4", "--expect-header", "DKIM-Signature")
+        assert rc == 1 and rep["msgs"] == 0 and rep["errors"] == {"eom_without_DKIM-Signature": 20}
+
+
+def test_relay_bench_milter_ceiling_drives_opendkim_alone():
+    """relay-bench --milter's "dkim alone (driver)": OpenDKIM started as the
+    bench's relays have it signs every message the driver sends; its CPU is
+    counted apart from the driver's."""
+    if not shutil.which("opendkim") or os.geteuid() != 0:
+        pytest.skip("needs opendkim (scripts/test installs it) and root")
+    sys.path.insert(0, os.path.join(PERF, "lib"))
+    from smxbench import milter_ceiling
+    c = milter_ceiling.Ceiling("dkim", BUILD)
+    assert c.skip_reason() is None
+    c.start()
+    try:
+        res = c.run({"size": "1K", "sessions": 5, "rcpts": 1}, 20)
+    finally:
+        c.stop()
+    assert res["complete"], res["driver"]
+    assert res["driver"]["msgs"] == 20 and res["milter_cpu_ms_per_msg"] > 0 and res["tag"] == "1K-s5-r1"
+
+
 def test_profile_refuses_a_size_mix_for_smtp_source():
     res = subprocess.run([os.path.join(PERF, "profile"), "--source", "smtp-source", "-S", "1K:4K"],
                          capture_output=True, text=True, timeout=60)

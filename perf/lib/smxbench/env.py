@@ -87,11 +87,11 @@ def ensure_packages(need_plot=True):
 
 
 TOOLS = ["perf/smx-source", "perf/smx-sink"]
-SMX = ["mcp/smx", "qmgr/smx-qmgr", "smtps/smx-smtps", "smtpc/smx-smtpc"]
+SMX = ["mcp/smx", "qmgr/smx-qmgr", "smtps/smx-smtps", "smtpc/smx-smtpc", "pickup/smx-pickup"]
 
 
 def ensure_build(build):
-    """Builds (or brings up to date) the tools and smx's four binaries; not
+    """Builds (or brings up to date) the tools and the programs `smx run` starts; not
     the tests, which take long on two cores. smx may fail to build while it
     is work in progress: then it is skipped, the tools must build."""
     if not os.path.isdir(build):

@@ -22,14 +22,18 @@ KINDS = ("dkim", "nullmilter")
 
 
 def ensure(build):
-    """The packages --milter needs, and the null milter built (where meson
-    found libmilter when it set the build up: else it is skipped)."""
+    """The packages --milter needs, the driver of the ceiling runs and the
+    null milter built (where meson found libmilter when it set the build up:
+    else it is skipped)."""
     missing = [pkg for pkg, probe in (("opendkim", "opendkim"), ("opendkim-tools", "opendkim-genkey"))
                if not shutil.which(probe)]
     if not os.path.exists("/usr/include/libmilter/mfapi.h"):
         missing.append("libmilter-dev")
     if missing:
         apt_install(missing)
+    if subprocess.run(["ninja", "-C", build, "perf/smx-milter-drive"], stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL).returncode:
+        log("perf/smx-milter-drive does not build: the milters alone are skipped")
     if subprocess.run(["ninja", "-C", build, "perf/smx-null-milter"], stdout=subprocess.DEVNULL,
                       stderr=subprocess.DEVNULL).returncode:
         log("perf/smx-null-milter does not build (libmilter-dev missing at meson setup?)")

@@ -123,7 +123,8 @@ def markdown(title, summary, facts=None, versions=None, skipped=None, crosscheck
     lines = ["# %s" % title, ""]
     if facts:
         lines += ["Machine: %(cores)s cores (%(cpu_model)s), %(memory_mb)s MB, %(os)s, kernel %(kernel)s, "
-                  "%(filesystem)s on %(device)s; load average at start %(loadavg_at_start)s." % facts, ""]
+                  "%(filesystem)s on %(device)s; load average at start %(loadavg_at_start)s" % facts
+                  + ("; at the end %s." % (facts["loadavg_at_end"],) if "loadavg_at_end" in facts else "."), ""]
         lines += ["Versions: " + "; ".join("%s: %s" % kv for kv in versions.items()), ""]
     for name, why in (skipped or {}).items():
         lines += ["**%s skipped**: %s" % (name, why), ""]

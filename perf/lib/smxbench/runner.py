@@ -182,7 +182,7 @@ def tag_of(base):
     return tag
 
 
-def suite(bench, systems, configs, reps, msgs_for, warmup=200):
+def suite(bench, systems, configs, reps, msgs_for, warmup=200, each_round=None):
     """reps rounds; each runs every configuration in turn and, within one,
     every system in turn (A B C D), a system warmed up (untimed) before its
     first run of a configuration. The machine's speed drifts over minutes by
@@ -190,7 +190,8 @@ def suite(bench, systems, configs, reps, msgs_for, warmup=200):
     all systems and all configurations alike: a comparison across
     configurations (1000 against 100 sessions) is then as fair as one across
     systems. Then one strace pass each where the timed runs could not count
-    fsync calls. Returns the results of the timed runs."""
+    fsync calls. each_round(rep), when given, runs after each round (measures
+    interleaved with the systems'). Returns the results of the timed runs."""
     results = []
     total = len(configs) * reps * len(systems)
     done = 0
@@ -212,6 +213,8 @@ def suite(bench, systems, configs, reps, msgs_for, warmup=200):
                 log("[%d/%d] %s %s rep %d: %.0f msgs/s delivered, p99 %.1f ms%s  (eta %.0f s)" % (
                     done, total, tag, s.name, rep + 1, res["delivered_msgs_per_s"],
                     res["latency_ms"].get("p99", 0), "" if res["complete"] else " INCOMPLETE", eta))
+        if each_round:
+            each_round(rep)
     for base, tag in zip(configs, tags):
         for s in systems:
             timed = [r for r in results if r["tag"] == tag and r["system"] == s.name]
