@@ -401,6 +401,17 @@ std::optional<CtlReply> decode<CtlReply>(const rec::Frame& f, std::string& err) 
     return m;
 }
 
+std::size_t recipients_size(std::span<const Recipient> rcpts) {
+    std::size_t n = 0;
+    for (const auto& r : rcpts) n += r.addr.size() + r.params.size() + rcpt_overhead;
+    return n;
+}
+
+std::size_t envelope_size(std::string_view sender, std::string_view params, std::string_view helo,
+                          std::span<const Recipient> rcpts) {
+    return sender.size() + params.size() + helo.size() + recipients_size(rcpts);
+}
+
 std::string envelope_bytes(const TaCommit& m) { return std::string(commit_fields(m).fields()); }
 
 std::optional<TaCommit> envelope_from_bytes(std::string_view body, std::string& err) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -206,6 +207,12 @@ std::optional<T> decode(const rec::Frame& f, std::string& err);
 inline constexpr std::size_t max_envelope = rec::max_body - (256u << 10);
 // What one recipient adds to an envelope: its fields and their TLV headers.
 inline constexpr std::size_t rcpt_overhead = 3 * 6;
+// What recipients add to an envelope.
+std::size_t recipients_size(std::span<const Recipient> rcpts);
+// What an envelope takes of max_envelope: sender, MAIL parameters, HELO name
+// and each recipient.
+std::size_t envelope_size(std::string_view sender, std::string_view params, std::string_view helo,
+                          std::span<const Recipient> rcpts = {});
 
 // The bytes of a TaCommit without the frame header, for the IBDB log.
 std::string envelope_bytes(const TaCommit&);

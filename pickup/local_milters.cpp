@@ -144,11 +144,8 @@ asio::awaitable<std::optional<Pickup::Answer>> Pickup::milter(Taken& t,
     if (env.rcpts.empty())
         co_return answer(AckStatus::reject,
                          "554 5.7.1 Error: the milters removed every recipient");
-    std::size_t size = env.sender.size() + env.params.size() + ta.helo.size();
-    for (const auto& r : env.rcpts)
-        size += r.addr.size() + r.params.size() + smx::msg::rcpt_overhead;
     // Refused for good: a retry would grow it as much.
-    if (size > smx::msg::max_envelope)
+    if (smx::msg::envelope_size(env.sender, env.params, ta.helo, env.rcpts) > smx::msg::max_envelope)
         co_return answer(AckStatus::reject, "552 5.5.3 Error: too many recipients (the "
                                             "milters' envelope is too large)");
     ta.sender = std::move(env.sender);

@@ -160,6 +160,9 @@ private:
     asio::awaitable<Line> next_line(std::chrono::steady_clock::duration timeout);
     asio::awaitable<Line> next_bytes(std::size_t max,
                                      std::chrono::steady_clock::duration timeout);
+    // read() (one of reader_'s) after send_due() and, if need be, flush().
+    template <class Read>
+    asio::awaitable<Line> read_after_send(Read read);
 
     // HELO/EHLO's checks: true when the name may be taken (helo_taken).
     bool helo(std::string_view arg, bool esmtp);
@@ -352,7 +355,8 @@ asio::awaitable<bool> Session::flush() {
     co_return ok;
 }
 
-asio::awaitable<Line> Session::next_line(std::chrono::steady_clock::duration timeout) {
+template <class Read>
+asio::awaitable<Line> Session::read_after_send(Read read) {
     const Sent sent = send_due();
     // Awaited into locals: GCC 12 miscompiles co_await inside conditions.
     bool flushed = sent != Sent::failed;
@@ -362,20 +366,16 @@ asio::awaitable<Line> Session::next_line(std::chrono::steady_clock::duration tim
         l.status = ReadStatus::error;
         co_return l;
     }
-    co_return co_await reader_.read_line(timeout);
+    co_return co_await read();
+}
+
+asio::awaitable<Line> Session::next_line(std::chrono::steady_clock::duration timeout) {
+    return read_after_send([this, timeout] { return reader_.read_line(timeout); });
 }
 
 asio::awaitable<Line> Session::next_bytes(std::size_t max,
                                           std::chrono::steady_clock::duration timeout) {
-    const Sent sent = send_due();
-    bool flushed = sent != Sent::failed;
-    if (sent == Sent::rest) flushed = co_await flush();
-    if (!flushed) {
-        Line l;
-        l.status = ReadStatus::error;
-        co_return l;
-    }
-    co_return co_await reader_.read_bytes(max, timeout);
+    return read_after_send([this, max, timeout] { return reader_.read_bytes(max, timeout); });
 }
 
 asio::awaitable<void> Session::run() {
@@ -846,9 +846,8 @@ asio::awaitable<void> Session::rcpt_taken(RcptArg r) {
 bool Session::add_recipients(std::vector<smx::msg::Recipient> to, std::string key) {
     // An alias may name a recipient the envelope has: one copy.
     std::erase_if(to, [&](const auto& r) { return rcpt_keys_.contains(smx::address_key(r.addr)); });
-    std::size_t grows = 0;
-    for (const auto& r : to) grows += r.addr.size() + r.params.size() + smx::msg::rcpt_overhead;
-    if (envelope_size_ + sender_.size() + mail_params_.size() + helo_.size() + grows >
+    const std::size_t grows = smx::msg::recipients_size(to);
+    if (smx::msg::envelope_size(sender_, mail_params_, helo_) + envelope_size_ + grows >
         smx::msg::max_envelope)
         return false;
     envelope_size_ += grows;
@@ -1240,9 +1239,7 @@ std::string Session::apply_milter_edits(ContentWriter& w, const std::vector<std:
     smx::milter::Envelope env{sender_, mail_params_, rcpts_};
     smx::milter::edit_envelope(env, edits);
     if (env.rcpts.empty()) return "554 5.7.1 Error: the milters removed every recipient";
-    std::size_t size = env.sender.size() + env.params.size() + helo_.size();
-    for (const auto& r : env.rcpts) size += r.addr.size() + r.params.size() + smx::msg::rcpt_overhead;
-    if (size > smx::msg::max_envelope)
+    if (smx::msg::envelope_size(env.sender, env.params, helo_, env.rcpts) > smx::msg::max_envelope)
         return "452 4.5.3 Error: too many recipients (the milters' envelope is too large)";
     sender_ = std::move(env.sender);
     mail_params_ = std::move(env.params);
