@@ -6,6 +6,7 @@
 #include "libsm/record.hpp"
 #include "libsm/rejections.hpp"
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -66,8 +67,15 @@ struct TaCommit {
     std::string hold = {};
 };
 
+// Milter failures are counted by the failed milter's default action, in
+// MilterAction's order (libsm/config.hpp): tempfail, accept, reject,
+// quarantine.
+inline constexpr std::size_t milter_actions = 4;
+using MilterFailureCounts = std::array<std::uint64_t, milter_actions>;
+
 // One SMTPS event loop's sessions and transactions, for `smx stats`: sent
-// when they change, at most once a second.
+// when they change, at most once a second. smx-pickup sends one with its
+// milter failures alone.
 struct SmtpsLoad {
     std::uint32_t loop = 0;          // its index in its process, from 0
     std::uint64_t sessions = 0;      // connections it serves
@@ -75,6 +83,8 @@ struct SmtpsLoad {
     std::uint64_t waiting = 0;       // MAILs waiting for server.max_transactions
     // Refusals since the loop's last report (QMGR adds them up).
     std::vector<RejectionCounts::Entry> rejected = {};
+    // Milters that failed since the last report (QMGR adds them up).
+    MilterFailureCounts milter_failures = {};
     bool operator==(const SmtpsLoad&) const = default;
 };
 

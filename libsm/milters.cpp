@@ -53,8 +53,9 @@ std::vector<std::string> command_args(std::string_view addr, std::string_view pa
 }
 
 Milters::Milters(asio::any_io_executor ex, const MilterConfig& cfg,
-                 const std::vector<MilterEntry>& list, m::MacroLookup macros)
-    : macros_(std::move(macros)) {
+                 const std::vector<MilterEntry>& list, m::MacroLookup macros,
+                 smx::msg::MilterFailureCounts& failures)
+    : macros_(std::move(macros)), failures_(failures) {
     for (const auto& e : list) {
         m::ConnSettings s;
         s.socket = e.socket;
@@ -76,6 +77,8 @@ Milters::~Milters() = default;
 void Milters::fail(Entry& e, const m::Result& r) {
     spdlog::warn("milter {}: {}", e.conn.label(), r.what);
     e.failed = true;
+    static_assert(static_cast<std::size_t>(MilterAction::quarantine) + 1 == msg::milter_actions);
+    ++failures_[static_cast<std::size_t>(e.on_failure)];
 }
 
 std::optional<MilterVerdict> Milters::fold(Entry& e, m::Result& r, m::Cmd stage,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "libsm/config.hpp"
+#include "libsm/messages.hpp"
 #include "libsm/milter_conn.hpp"
 
 #include <boost/asio.hpp>
@@ -55,8 +56,11 @@ struct MilterMessage {
 
 class Milters {
 public:
+    // failures: where each milter's failure is counted, by its default
+    // action (for smx_milter_failures_total); it outlives the chain.
     Milters(asio::any_io_executor ex, const MilterConfig& cfg,
-            const std::vector<MilterEntry>& list, milter::MacroLookup macros);
+            const std::vector<MilterEntry>& list, milter::MacroLookup macros,
+            smx::msg::MilterFailureCounts& failures);
     ~Milters();
     bool empty() const { return entries_.empty(); }
 
@@ -97,11 +101,13 @@ private:
     // ends the stage, else nullopt (the next milter is asked).
     std::optional<MilterVerdict> fold(Entry& e, milter::Result& r, milter::Cmd stage,
                                       MilterVerdict& out);
-    // e failed (logged once): its default action stands for it from now on.
+    // e failed (logged once, counted): its default action stands for it
+    // from now on.
     void fail(Entry& e, const milter::Result& r);
 
     std::vector<std::unique_ptr<Entry>> entries_;
     milter::MacroLookup macros_;
+    smx::msg::MilterFailureCounts& failures_;
 };
 
 } // namespace smx::milter

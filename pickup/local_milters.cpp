@@ -81,7 +81,8 @@ asio::awaitable<std::optional<Pickup::Answer>> Pickup::milter(Taken& t,
         }
         return std::nullopt;
     };
-    m::Milters chain(io_.get_executor(), *cfg, cfg->non_smtpd_milters, macros);
+    smx::msg::MilterFailureCounts failures{};
+    m::Milters chain(io_.get_executor(), *cfg, cfg->non_smtpd_milters, macros, failures);
     std::string hold;
     const auto asked = [&hold](const m::MilterVerdict& v) {
         if (!v.hold.empty()) hold = v.hold;
@@ -113,6 +114,12 @@ asio::awaitable<std::optional<Pickup::Answer>> Pickup::milter(Taken& t,
         asked(v);
     }
     co_await chain.quit();
+    // Counted in QMGR with SMTPS's (smx_milter_failures_total).
+    if (failures != smx::msg::MilterFailureCounts{}) {
+        smx::msg::SmtpsLoad report;
+        report.milter_failures = failures;
+        qmgr_->send(smx::msg::encode(report));
+    }
     if (msg.read_failed) {
         spdlog::error("{}: cannot read the content back for the milters: {}", t.id,
                       std::strerror(errno));

@@ -77,7 +77,8 @@ asio::awaitable<void> Session::milter_connect() {
     }();
     if (list.empty()) co_return;
     milters_ = std::make_unique<Milters>(stream_.socket().get_executor(), mc, list,
-                                         [this](std::string_view n) { return macro(n); });
+                                         [this](std::string_view n) { return macro(n); },
+                                         *milter_failures_);
     const auto family =
         remote.address().is_v4() ? smx::milter::Family::inet : smx::milter::Family::inet6;
     // sendmail's form of a client without a name.

@@ -62,7 +62,7 @@ public:
           limits_(srv.qmgr(), *settings_->config, ip_, trusted_, log_.client()),
           restrictions_(*settings_->config, settings_->tables, ip_, trusted, log_.client(),
                         &settings_->rewrite),
-          policy_client_(srv.policy_client()) {}
+          policy_client_(srv.policy_client()), milter_failures_(srv.milter_failures()) {}
 
     asio::awaitable<void> run();
 
@@ -306,6 +306,8 @@ private:
     unsigned junk_ = 0;  // NOOP, VRFY, RSET and HELP since the session or its last queued message
     bool closing_ = false;
     bool quit_ = false;  // the client said QUIT (a TLS session then ends cleanly)
+    // Where milters_ counts its failures: the loop's, which it reports.
+    const std::shared_ptr<smx::msg::MilterFailureCounts> milter_failures_;
     std::unique_ptr<Milters> milters_;
     std::string milter_refusal_;      // at connect: every command but QUIT gets it
     bool milter_in_message_ = false;  // the milters saw MAIL and no end of message or abort yet

@@ -121,6 +121,17 @@ TEST_CASE("SMTPS_LOAD carries refusal counts; a reason or class it does not know
     }
 }
 
+TEST_CASE("SMTPS_LOAD carries milter failure counts by default action") {
+    msg::SmtpsLoad l{0, 1, 0, 0};
+    l.milter_failures = {2, 0, 0, 7};
+    std::string err;
+    auto d = msg::decode<msg::SmtpsLoad>(to_frame(msg::encode(l)), err);
+    REQUIRE(d);
+    CHECK(*d == l);
+    // Without failures the field is left out: the frame is the one before it was added.
+    CHECK(msg::encode(msg::SmtpsLoad{0, 1, 0, 0}).size() < msg::encode(l).size());
+}
+
 TEST_CASE("ANVIL_REQ and ANVIL_REPLY round trip; an unknown op or an odd client is an error") {
     std::string err;
     const msg::AnvilRequest r{msg::AnvilOp::mail, "2001:db8:1:2::/64", 10, 20};
