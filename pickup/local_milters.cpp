@@ -147,7 +147,10 @@ asio::awaitable<std::optional<Pickup::Answer>> Pickup::milter(Taken& t,
     }
     if (v.edits.empty()) co_return std::nullopt;
     m::Envelope env{ta.sender, ta.params, ta.rcpts};
-    m::edit_envelope(env, v.edits);
+    if (const auto r = m::edit_envelope(env, v.edits, *rewrite_); !r.ok()) {
+        if (!r.warning.empty()) spdlog::warn("{}: {}", t.id, r.warning);
+        co_return answer(AckStatus::tempfail, r.reply);
+    }
     if (env.rcpts.empty())
         co_return answer(AckStatus::reject,
                          "554 5.7.1 Error: the milters removed every recipient");

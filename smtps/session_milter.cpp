@@ -153,7 +153,10 @@ std::string Session::apply_milter_edits(ContentWriter& w, const std::vector<std:
                                         bool blank_line,
                                         const std::vector<smx::milter::Reply>& edits) {
     smx::milter::Envelope env{sender_, mail_params_, rcpts_};
-    smx::milter::edit_envelope(env, edits);
+    if (const auto r = smx::milter::edit_envelope(env, edits, settings_->rewrite); !r.ok()) {
+        if (!r.warning.empty()) spdlog::warn("{}: {}", ta_id_, r.warning);
+        return r.reply;
+    }
     if (env.rcpts.empty()) return "554 5.7.1 Error: the milters removed every recipient";
     if (smx::msg::envelope_size(env.sender, env.params, helo_, env.rcpts) > smx::msg::max_envelope)
         return "452 4.5.3 Error: too many recipients (the milters' envelope is too large)";

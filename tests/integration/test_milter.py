@@ -226,6 +226,24 @@ def test_every_edit_reaches_the_sink(sink, make_relay, peers):
     assert body == b"new body\r\nsecond line\r\n"
 
 
+def test_added_recipients_and_a_new_sender_are_rewritten_as_the_clients(sink, make_relay, peers):
+    # As postfix's cleanup: a milter's ADDRCPT goes through canonical maps
+    # and virtual alias expansion, its CHGFROM through the sender's maps.
+    m = peers(script={"eom": ["addrcpt <team@example.net>", "chgfrom <s@internal.example>",
+                              "continue"]})
+    relay = make_relay(sink.port, milter_config(m.socket_spec) + """
+[rewrite]
+virtual_alias_maps = ["inline:{ {team@example.net = alice@example.net, r@example.net} }"]
+sender_canonical_maps = ["inline:{ @internal.example = @public.example }"]
+""")
+    r = session(relay.port)
+    assert r["eom"].startswith("250 2.0.0 Ok: queued"), r
+    [msg] = delivered(sink)
+    assert msg["from"] == "s@public.example"
+    # r@ was a recipient already: one copy.
+    assert sorted(msg["rcpts"]) == ["alice@example.net", "r@example.net"]
+
+
 def test_a_large_message_with_edits(sink, make_relay, peers):
     # Past spill_size (256 KiB): the content is a file, read back and
     # rewritten; a small one goes to a segment (the test above).
