@@ -14,10 +14,11 @@ enum Tag : std::uint16_t {
     T_ARRIVAL, T_DA_ID, T_IDX, T_ADDR, T_NEXTHOP, T_RELAY, T_CODE, T_ENHANCED,
     T_COMMAND, T_ARG, T_PEER_DSN, T_LOOP, T_SESSIONS, T_TRANSACTIONS, T_WAITING,
     T_CONTENT_ERROR, T_REJECTED, T_REASON, T_CLASS, T_COUNT, T_SETUP,
-    T_OP, T_CLIENT, T_MAIL_LIMIT, T_RCPT_LIMIT, T_CONNECTIONS, T_RATE, T_GRANTED,
+    T_OP, T_CLIENT, T_MAIL_LIMIT, T_RCPT_LIMIT, T_CONNECTIONS, T_RATE, T_GRANTED, T_ACTION,
 };
 // Optional tags: a reader that does not know one skips it.
 constexpr std::uint16_t T_HOLD = rec::optional_tag | 1;
+constexpr std::uint16_t T_MILTER_FAILURES = rec::optional_tag | 2;
 
 // Where a field's value goes: a reference to a callable that lives for the
 // apply() call it is given to (no std::function, no allocation per field).
@@ -171,6 +172,10 @@ std::string encode(const SmtpsLoad& m, std::uint64_t id) {
     for (const auto& e : m.rejected)
         w.nested(T_REJECTED, rec::Writer().u32(T_REASON, static_cast<std::uint32_t>(e.reason))
                                  .u32(T_CLASS, e.reply_class).u64(T_COUNT, e.n));
+    for (std::uint32_t a = 0; a < milter_actions; ++a)
+        if (m.milter_failures[a] != 0)
+            w.nested(T_MILTER_FAILURES,
+                     rec::Writer().u32(T_ACTION, a).u64(T_COUNT, m.milter_failures[a]));
     return w.frame(SMTPS_LOAD, id);
 }
 std::string encode(const AnvilRequest& m, std::uint64_t id) {
@@ -269,12 +274,25 @@ std::optional<SmtpsLoad> decode<SmtpsLoad>(const rec::Frame& f, std::string& err
         m.rejected.push_back(e);
         return true;
     };
+    auto milter_failures = [&m, &err](std::string_view v) {
+        std::uint32_t action = 0;
+        std::uint64_t n = 0;
+        if (!apply(v, {{T_ACTION, true, false, num(action)}, {T_COUNT, true, false, num(n)}}, err))
+            return false;
+        if (action >= milter_actions) {
+            err = "milter failure count of action " + std::to_string(action);
+            return false;
+        }
+        m.milter_failures[action] += n;
+        return true;
+    };
     if (!type_is(f, SMTPS_LOAD, err) ||
         !apply(f.body, {{T_LOOP, true, false, num(m.loop)},
                         {T_SESSIONS, true, false, num(m.sessions)},
                         {T_TRANSACTIONS, true, false, num(m.transactions)},
                         {T_WAITING, true, false, num(m.waiting)},
-                        {T_REJECTED, false, true, rejected}}, err))
+                        {T_REJECTED, false, true, rejected},
+                        {T_MILTER_FAILURES, false, true, milter_failures}}, err))
         return std::nullopt;
     return m;
 }
@@ -399,6 +417,17 @@ std::optional<CtlReply> decode<CtlReply>(const rec::Frame& f, std::string& err) 
                         {T_TEXT, false, false, str(m.text)}}, err))
         return std::nullopt;
     return m;
+}
+
+std::size_t recipients_size(std::span<const Recipient> rcpts) {
+    std::size_t n = 0;
+    for (const auto& r : rcpts) n += r.addr.size() + r.params.size() + rcpt_overhead;
+    return n;
+}
+
+std::size_t envelope_size(std::string_view sender, std::string_view params, std::string_view helo,
+                          std::span<const Recipient> rcpts) {
+    return sender.size() + params.size() + helo.size() + recipients_size(rcpts);
 }
 
 std::string envelope_bytes(const TaCommit& m) { return std::string(commit_fields(m).fields()); }

@@ -6,8 +6,10 @@
 #include "libsm/record.hpp"
 #include "libsm/rejections.hpp"
 
+#include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,8 +67,15 @@ struct TaCommit {
     std::string hold = {};
 };
 
+// Milter failures are counted by the failed milter's default action, in
+// MilterAction's order (libsm/config.hpp): tempfail, accept, reject,
+// quarantine.
+inline constexpr std::size_t milter_actions = 4;
+using MilterFailureCounts = std::array<std::uint64_t, milter_actions>;
+
 // One SMTPS event loop's sessions and transactions, for `smx stats`: sent
-// when they change, at most once a second.
+// when they change, at most once a second. smx-pickup sends one with its
+// milter failures alone.
 struct SmtpsLoad {
     std::uint32_t loop = 0;          // its index in its process, from 0
     std::uint64_t sessions = 0;      // connections it serves
@@ -74,6 +83,8 @@ struct SmtpsLoad {
     std::uint64_t waiting = 0;       // MAILs waiting for server.max_transactions
     // Refusals since the loop's last report (QMGR adds them up).
     std::vector<RejectionCounts::Entry> rejected = {};
+    // Milters that failed since the last report (QMGR adds them up).
+    MilterFailureCounts milter_failures = {};
     bool operator==(const SmtpsLoad&) const = default;
 };
 
@@ -206,6 +217,12 @@ std::optional<T> decode(const rec::Frame& f, std::string& err);
 inline constexpr std::size_t max_envelope = rec::max_body - (256u << 10);
 // What one recipient adds to an envelope: its fields and their TLV headers.
 inline constexpr std::size_t rcpt_overhead = 3 * 6;
+// What recipients add to an envelope.
+std::size_t recipients_size(std::span<const Recipient> rcpts);
+// What an envelope takes of max_envelope: sender, MAIL parameters, HELO name
+// and each recipient.
+std::size_t envelope_size(std::string_view sender, std::string_view params, std::string_view helo,
+                          std::span<const Recipient> rcpts = {});
 
 // The bytes of a TaCommit without the frame header, for the IBDB log.
 std::string envelope_bytes(const TaCommit&);

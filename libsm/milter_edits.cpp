@@ -98,13 +98,16 @@ std::string_view strip_brackets(std::string_view addr) {
     return addr;
 }
 
-void edit_envelope(Envelope& env, const std::vector<m::Reply>& edits) {
+smx::RewriteResult edit_envelope(Envelope& env, const std::vector<m::Reply>& edits,
+                                 const smx::Rewriter& rewrite) {
     for (const auto& e : edits) {
         switch (e.act) {
-        case m::Act::chgfrom:
+        case m::Act::chgfrom: {
             env.sender = strip_brackets(e.addr);
             env.params = e.args;
+            if (auto r = rewrite.sender(env.sender); !r.ok()) return r;
             break;
+        }
         case m::Act::delrcpt: {
             const auto key = smx::address_key(strip_brackets(e.addr));
             std::erase_if(env.rcpts, [&](const smx::msg::Recipient& r) {
@@ -114,17 +117,21 @@ void edit_envelope(Envelope& env, const std::vector<m::Reply>& edits) {
         }
         case m::Act::addrcpt:
         case m::Act::addrcpt_par: {
-            const std::string addr(strip_brackets(e.addr));
-            const auto key = smx::address_key(addr);
-            const bool have = std::any_of(env.rcpts.begin(), env.rcpts.end(), [&](const auto& r) {
-                return smx::address_key(r.addr) == key;
-            });
-            if (!have) env.rcpts.push_back({addr, e.args});
+            std::vector<smx::msg::Recipient> to;
+            if (auto r = rewrite.recipient(strip_brackets(e.addr), e.args, to); !r.ok()) return r;
+            for (auto& added : to) {
+                const auto key = smx::address_key(added.addr);
+                const bool have = std::any_of(env.rcpts.begin(), env.rcpts.end(), [&](const auto& r) {
+                    return smx::address_key(r.addr) == key;
+                });
+                if (!have) env.rcpts.push_back(std::move(added));
+            }
             break;
         }
         default: break;
         }
     }
+    return {};
 }
 
 } // namespace smx::milter

@@ -6,6 +6,7 @@
 
 #include "libsm/messages.hpp"
 #include "libsm/milter_protocol.hpp"
+#include "libsm/rewrite.hpp"
 
 #include <optional>
 #include <string>
@@ -34,13 +35,19 @@ std::optional<std::string> replaced_body(const std::vector<milter::Reply>& edits
 
 // The envelope edits: CHGFROM sets sender and params; DELRCPT removes the
 // recipients of that address (any case in the domain), ADDRCPT and
-// ADDRCPT_PAR add one (once). Addresses come in angle brackets or not.
+// ADDRCPT_PAR add the recipients it stands for (each once). Addresses come
+// in angle brackets or not. As postfix's cleanup does for a milter's
+// addresses, rewrite applies to them as to the envelope's own: the new
+// sender through the sender's canonical maps, an added recipient through
+// canonical maps and virtual alias expansion. A lookup that fails (or an
+// alias loop) ends the edits with its result; env is then half edited.
 struct Envelope {
     std::string sender;
     std::string params;
     std::vector<smx::msg::Recipient> rcpts;
 };
-void edit_envelope(Envelope& env, const std::vector<milter::Reply>& edits);
+smx::RewriteResult edit_envelope(Envelope& env, const std::vector<milter::Reply>& edits,
+                                 const smx::Rewriter& rewrite);
 
 // "<a@b>" or "a@b" as "a@b".
 std::string_view strip_brackets(std::string_view addr);

@@ -22,7 +22,7 @@ struct Milters::Entry {
 
 namespace {
 
-MilterVerdict refusal(MilterVerdict::Kind k, std::string reply) {
+MilterVerdict verdict(MilterVerdict::Kind k, std::string reply = {}) {
     MilterVerdict v;
     v.kind = k;
     v.reply = std::move(reply);
@@ -53,8 +53,9 @@ std::vector<std::string> command_args(std::string_view addr, std::string_view pa
 }
 
 Milters::Milters(asio::any_io_executor ex, const MilterConfig& cfg,
-                 const std::vector<MilterEntry>& list, m::MacroLookup macros)
-    : macros_(std::move(macros)) {
+                 const std::vector<MilterEntry>& list, m::MacroLookup macros,
+                 smx::msg::MilterFailureCounts& failures)
+    : macros_(std::move(macros)), failures_(failures) {
     for (const auto& e : list) {
         m::ConnSettings s;
         s.socket = e.socket;
@@ -73,67 +74,70 @@ Milters::Milters(asio::any_io_executor ex, const MilterConfig& cfg,
 
 Milters::~Milters() = default;
 
+void Milters::fail(Entry& e, const m::Result& r) {
+    spdlog::warn("milter {}: {}", e.conn.label(), r.what);
+    e.failed = true;
+    static_assert(static_cast<std::size_t>(MilterAction::quarantine) + 1 == msg::milter_actions);
+    ++failures_[static_cast<std::size_t>(e.on_failure)];
+}
+
+std::optional<MilterVerdict> Milters::fold(Entry& e, m::Result& r, m::Cmd stage,
+                                           MilterVerdict& out) {
+    if (!e.failed && r.status == m::Result::error) fail(e, r);
+    if (e.failed) {
+        switch (e.on_failure) {
+        case MilterAction::accept: e.skip_session = true; break;
+        case MilterAction::quarantine: out.hold = "milter " + e.conn.label() + " failed"; break;
+        case MilterAction::reject:
+            return verdict(MilterVerdict::reject, "550 5.5.0 Service unavailable");
+        case MilterAction::tempfail:
+            return verdict(MilterVerdict::tempfail,
+                           "451 4.7.1 Service unavailable - try again later");
+        }
+        return std::nullopt;
+    }
+    switch (r.reply.act) {
+    case m::Act::accept:
+        (stage == m::Cmd::connect || stage == m::Cmd::helo ? e.skip_session : e.skip_message) =
+            true;
+        break;
+    case m::Act::reject: return verdict(MilterVerdict::reject, "550 5.7.1 Command rejected");
+    case m::Act::tempfail:
+        return verdict(MilterVerdict::tempfail, "451 4.7.1 Service unavailable - try again later");
+    case m::Act::replycode:
+        return verdict(r.reply.code / 100 == 4 ? MilterVerdict::tempfail : MilterVerdict::reject,
+                       reply_of(r.reply));
+    case m::Act::discard: return verdict(MilterVerdict::discard);
+    default: break;  // continue
+    }
+    for (auto& edit : r.edits) {
+        if (edit.act == m::Act::quarantine) {
+            out.hold = edit.text.empty() ? "milter " + e.conn.label() : edit.text;
+        } else {
+            out.edits.push_back(std::move(edit));
+        }
+    }
+    return std::nullopt;
+}
+
 template <class Call>
 asio::awaitable<MilterVerdict> Milters::ask(m::Cmd stage, Call call) {
     MilterVerdict out;
-    const bool session_stage = stage == m::Cmd::connect || stage == m::Cmd::helo;
     for (auto& e : entries_) {
         if (e->skip_session || e->skip_message) continue;
         m::Result r;
-        if (!e->failed) {
-            r = co_await call(e->conn);
-            if (r.status == m::Result::error) {
-                spdlog::warn("milter {}: {}", e->conn.label(), r.what);
-                e->failed = true;
-            }
-        }
-        if (e->failed) {
-            switch (e->on_failure) {
-            case MilterAction::accept: e->skip_session = true; break;
-            case MilterAction::quarantine:
-                out.hold = "milter " + e->conn.label() + " failed";
-                break;
-            case MilterAction::reject:
-                co_return refusal(MilterVerdict::reject, "550 5.5.0 Service unavailable");
-            case MilterAction::tempfail:
-                co_return refusal(MilterVerdict::tempfail,
-                                  "451 4.7.1 Service unavailable - try again later");
-            }
-            continue;
-        }
-        switch (r.reply.act) {
-        case m::Act::accept:
-            (session_stage ? e->skip_session : e->skip_message) = true;
-            break;
-        case m::Act::reject:
-            co_return refusal(MilterVerdict::reject, "550 5.7.1 Command rejected");
-        case m::Act::tempfail:
-            co_return refusal(MilterVerdict::tempfail,
-                              "451 4.7.1 Service unavailable - try again later");
-        case m::Act::replycode:
-            co_return refusal(r.reply.code / 100 == 4 ? MilterVerdict::tempfail
-                                                       : MilterVerdict::reject,
-                              reply_of(r.reply));
-        case m::Act::discard: {
-            MilterVerdict d;
-            d.kind = MilterVerdict::discard;
-            co_return d;
-        }
-        default: break;  // continue
-        }
-        for (auto& edit : r.edits) {
-            if (edit.act == m::Act::quarantine) {
-                out.hold = edit.text.empty() ? "milter " + e->conn.label() : edit.text;
-            } else {
-                out.edits.push_back(std::move(edit));
-            }
-        }
+        if (!e->failed) r = co_await call(e->conn);
+        if (auto end = fold(*e, r, stage, out)) co_return std::move(*end);
     }
     co_return out;
 }
 
+// The stages: ask()'s awaitable, each milter called with the stage's
+// arguments (views and references into the caller's, who awaits it).
 asio::awaitable<MilterVerdict> Milters::connect(std::string_view host, m::Family family,
                                                 std::uint16_t port, std::string_view addr) {
+    // A coroutine itself: call is a coroutine lambda whose captures must
+    // outlive it (they live in this frame).
     auto call = [&](m::Conn& c) -> asio::awaitable<m::Result> {
         auto r = co_await c.open();
         if (r.status != m::Result::ok) co_return r;
@@ -143,28 +147,23 @@ asio::awaitable<MilterVerdict> Milters::connect(std::string_view host, m::Family
 }
 
 asio::awaitable<MilterVerdict> Milters::helo(std::string_view name) {
-    auto call = [&](m::Conn& c) { return c.helo(macros_, name); };
-    co_return co_await ask(m::Cmd::helo, call);
+    return ask(m::Cmd::helo, [this, name](m::Conn& c) { return c.helo(macros_, name); });
 }
 
 asio::awaitable<MilterVerdict> Milters::mail(const std::vector<std::string>& args) {
-    auto call = [&](m::Conn& c) { return c.mail(macros_, args); };
-    co_return co_await ask(m::Cmd::mail, call);
+    return ask(m::Cmd::mail, [this, &args](m::Conn& c) { return c.mail(macros_, args); });
 }
 
 asio::awaitable<MilterVerdict> Milters::rcpt(const std::vector<std::string>& args) {
-    auto call = [&](m::Conn& c) { return c.rcpt(macros_, args); };
-    co_return co_await ask(m::Cmd::rcpt, call);
+    return ask(m::Cmd::rcpt, [this, &args](m::Conn& c) { return c.rcpt(macros_, args); });
 }
 
 asio::awaitable<MilterVerdict> Milters::data() {
-    auto call = [&](m::Conn& c) { return c.data(macros_); };
-    co_return co_await ask(m::Cmd::data, call);
+    return ask(m::Cmd::data, [this](m::Conn& c) { return c.data(macros_); });
 }
 
 asio::awaitable<MilterVerdict> Milters::unknown(std::string_view line) {
-    auto call = [&](m::Conn& c) { return c.unknown(macros_, line); };
-    co_return co_await ask(m::Cmd::unknown, call);
+    return ask(m::Cmd::unknown, [this, line](m::Conn& c) { return c.unknown(macros_, line); });
 }
 
 asio::awaitable<MilterVerdict> Milters::header(std::string_view field) {
@@ -172,23 +171,21 @@ asio::awaitable<MilterVerdict> Milters::header(std::string_view field) {
     const std::string_view name = field.substr(0, colon);
     const std::string_view value =
         colon == std::string_view::npos ? std::string_view() : field.substr(colon + 1);
-    auto call = [&](m::Conn& c) { return c.header(macros_, name, value); };
-    co_return co_await ask(m::Cmd::header, call);
+    return ask(m::Cmd::header,
+               [this, name, value](m::Conn& c) { return c.header(macros_, name, value); });
 }
 
 asio::awaitable<MilterVerdict> Milters::end_of_headers() {
-    auto call = [&](m::Conn& c) { return c.eoh(macros_); };
-    co_return co_await ask(m::Cmd::eoh, call);
+    return ask(m::Cmd::eoh, [this](m::Conn& c) { return c.eoh(macros_); });
 }
 
 asio::awaitable<MilterVerdict> Milters::body(std::string_view bytes) {
-    auto call = [&](m::Conn& c) { return c.body(macros_, bytes); };
-    co_return co_await ask(m::Cmd::body, call);
+    return ask(m::Cmd::body, [this, bytes](m::Conn& c) { return c.body(macros_, bytes); });
 }
 
 asio::awaitable<MilterVerdict> Milters::end_of_message(std::size_t max_body) {
-    auto call = [&](m::Conn& c) { return c.eom(macros_, max_body); };
-    auto v = co_await ask(m::Cmd::eob, call);
+    auto v = co_await ask(m::Cmd::eob,
+                          [this, max_body](m::Conn& c) { return c.eom(macros_, max_body); });
     for (auto& e : entries_) e->skip_message = false;
     co_return v;
 }
@@ -253,10 +250,7 @@ asio::awaitable<void> Milters::abort() {
         e->skip_message = false;
         if (e->failed || e->skip_session) continue;
         const auto r = co_await e->conn.abort();
-        if (r.status == m::Result::error) {
-            spdlog::warn("milter {}: {}", e->conn.label(), r.what);
-            e->failed = true;
-        }
+        if (r.status == m::Result::error) fail(*e, r);
     }
 }
 

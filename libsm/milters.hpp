@@ -6,6 +6,7 @@
 #pragma once
 
 #include "libsm/config.hpp"
+#include "libsm/messages.hpp"
 #include "libsm/milter_conn.hpp"
 
 #include <boost/asio.hpp>
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,8 +56,11 @@ struct MilterMessage {
 
 class Milters {
 public:
+    // failures: where each milter's failure is counted, by its default
+    // action (for smx_milter_failures_total); it outlives the chain.
     Milters(asio::any_io_executor ex, const MilterConfig& cfg,
-            const std::vector<MilterEntry>& list, milter::MacroLookup macros);
+            const std::vector<MilterEntry>& list, milter::MacroLookup macros,
+            smx::msg::MilterFailureCounts& failures);
     ~Milters();
     bool empty() const { return entries_.empty(); }
 
@@ -86,13 +91,23 @@ public:
 
 private:
     struct Entry;
-    // Asks each milter still in the conversation (call(conn)) and folds the
-    // answers: the first refusal or discard ends the stage.
+    // The one walk of the chain that every stage makes: each milter still
+    // in the conversation asked (call(conn)), its answer folded into the
+    // stage's verdict; the first refusal or discard ends the stage.
     template <class Call>
     asio::awaitable<MilterVerdict> ask(milter::Cmd stage, Call call);
+    // One milter's answer r at a stage (or its default action, when it
+    // failed now or before) folded into out: the stage's verdict when it
+    // ends the stage, else nullopt (the next milter is asked).
+    std::optional<MilterVerdict> fold(Entry& e, milter::Result& r, milter::Cmd stage,
+                                      MilterVerdict& out);
+    // e failed (logged once, counted): its default action stands for it
+    // from now on.
+    void fail(Entry& e, const milter::Result& r);
 
     std::vector<std::unique_ptr<Entry>> entries_;
     milter::MacroLookup macros_;
+    smx::msg::MilterFailureCounts& failures_;
 };
 
 } // namespace smx::milter

@@ -81,7 +81,8 @@ asio::awaitable<std::optional<Pickup::Answer>> Pickup::milter(Taken& t,
         }
         return std::nullopt;
     };
-    m::Milters chain(io_.get_executor(), *cfg, cfg->non_smtpd_milters, macros);
+    smx::msg::MilterFailureCounts failures{};
+    m::Milters chain(io_.get_executor(), *cfg, cfg->non_smtpd_milters, macros, failures);
     std::string hold;
     const auto asked = [&hold](const m::MilterVerdict& v) {
         if (!v.hold.empty()) hold = v.hold;
@@ -113,6 +114,12 @@ asio::awaitable<std::optional<Pickup::Answer>> Pickup::milter(Taken& t,
         asked(v);
     }
     co_await chain.quit();
+    // Counted in QMGR with SMTPS's (smx_milter_failures_total).
+    if (failures != smx::msg::MilterFailureCounts{}) {
+        smx::msg::SmtpsLoad report;
+        report.milter_failures = failures;
+        qmgr_->send(smx::msg::encode(report));
+    }
     if (msg.read_failed) {
         spdlog::error("{}: cannot read the content back for the milters: {}", t.id,
                       std::strerror(errno));
@@ -140,15 +147,15 @@ asio::awaitable<std::optional<Pickup::Answer>> Pickup::milter(Taken& t,
     }
     if (v.edits.empty()) co_return std::nullopt;
     m::Envelope env{ta.sender, ta.params, ta.rcpts};
-    m::edit_envelope(env, v.edits);
+    if (const auto r = m::edit_envelope(env, v.edits, *rewrite_); !r.ok()) {
+        if (!r.warning.empty()) spdlog::warn("{}: {}", t.id, r.warning);
+        co_return answer(AckStatus::tempfail, r.reply);
+    }
     if (env.rcpts.empty())
         co_return answer(AckStatus::reject,
                          "554 5.7.1 Error: the milters removed every recipient");
-    std::size_t size = env.sender.size() + env.params.size() + ta.helo.size();
-    for (const auto& r : env.rcpts)
-        size += r.addr.size() + r.params.size() + smx::msg::rcpt_overhead;
     // Refused for good: a retry would grow it as much.
-    if (size > smx::msg::max_envelope)
+    if (smx::msg::envelope_size(env.sender, env.params, ta.helo, env.rcpts) > smx::msg::max_envelope)
         co_return answer(AckStatus::reject, "552 5.5.3 Error: too many recipients (the "
                                             "milters' envelope is too large)");
     ta.sender = std::move(env.sender);

@@ -146,13 +146,9 @@ std::optional<smx::msg::TaAck> Pickup::rewrite(const Taken& t, smx::msg::TaCommi
         if (auto r = rewrite_->recipient(rcpt, {}, to); !r.ok()) return refused(r);
     // An alias may name a recipient given as well: one copy.
     std::unordered_set<std::string> keys;
-    std::size_t size = ta.sender.size() + ta.params.size() + ta.helo.size();
-    for (auto& r : to) {
-        if (!keys.insert(smx::address_key(r.addr)).second) continue;
-        size += r.addr.size() + r.params.size() + smx::msg::rcpt_overhead;
-        ta.rcpts.push_back(std::move(r));
-    }
-    if (size > smx::msg::max_envelope)
+    for (auto& r : to)
+        if (keys.insert(smx::address_key(r.addr)).second) ta.rcpts.push_back(std::move(r));
+    if (smx::msg::envelope_size(ta.sender, ta.params, ta.helo, ta.rcpts) > smx::msg::max_envelope)
         return smx::msg::TaAck{t.id, AckStatus::reject,
                                "5.5.3 too many recipients after alias expansion"};
     return std::nullopt;

@@ -8,6 +8,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <cstring>
 #include <string_view>
 
@@ -52,6 +53,16 @@ std::string prometheus_text(Qmgr& q) {
     for (const auto& e : q.smtp_rejections().entries())
         out += fmt::format("smx_rejected_total{{class=\"{}xx\",reason=\"{}\"}} {}\n", e.reply_class,
                            smx::rejection_name(e.reason), e.n);
+    out += "# HELP smx_milter_failures_total Milters that failed (unreachable, timed out, closed, "
+           "broke the protocol), by the default action that stood for them (SMTPS and "
+           "smx-pickup)\n"
+           "# TYPE smx_milter_failures_total counter\n";
+    // MilterAction's order (libsm/config.hpp).
+    constexpr std::array<std::string_view, smx::msg::milter_actions> actions = {
+        "tempfail", "accept", "reject", "quarantine"};
+    for (std::size_t a = 0; a < actions.size(); ++a)
+        out += fmt::format("smx_milter_failures_total{{action=\"{}\"}} {}\n", actions[a],
+                           q.milter_failures()[a]);
     for (const auto& h : q.histograms()) h.h.expose(out, h.name, h.help);
     expose_labels(out, "smx_destination_active_recipients", "destination",
                   "Recipients waiting or out for delivery per destination (the 20 largest)",

@@ -160,10 +160,16 @@ public:
         return anvil_.handle(link, r, std::chrono::steady_clock::now());
     }
     void smtps_load(std::uint64_t link, const smx::msg::SmtpsLoad& l) { smtps_loads_.update(link, l); }
+    // smx-pickup's report: its milter failures.
+    void pickup_load(const smx::msg::SmtpsLoad& l) { smtps_loads_.add_counts(l); }
     LabelCounts smtps_sessions_by_loop() const { return smtps_loads_.sessions_by_loop(); }
     void commit_refused() { ++counters_.rejected; }
     // SMTPS's refusals, as reported with its loads.
     const smx::RejectionCounts& smtp_rejections() const { return smtps_loads_.rejected(); }
+    // Milter failures (SMTPS's and smx-pickup's), by default action.
+    const smx::msg::MilterFailureCounts& milter_failures() const {
+        return smtps_loads_.milter_failures();
+    }
     const ActiveQueue& queue() const { return queue_; }
 
 private:

@@ -230,10 +230,11 @@ asio::awaitable<void> Server::smtps(std::shared_ptr<smx::Channel> ch, bool picku
         pickup ? std::nullopt : std::optional<std::uint64_t>(q_.add_smtps());
     spdlog::info("{}: connected", ch->peer());
     while (auto f = co_await ch->read()) {
-        if (f->hdr.type == smx::msg::SMTPS_LOAD && !pickup) {
+        if (f->hdr.type == smx::msg::SMTPS_LOAD) {
             const auto load = small<smx::msg::SmtpsLoad>(*ch, *f, smx::msg::SMTPS_LOAD, "SMTPS_LOAD");
             if (!load) break;
-            q_.smtps_load(*link, *load);
+            if (pickup) q_.pickup_load(*load);
+            else q_.smtps_load(*link, *load);
             continue;
         }
         if (f->hdr.type == smx::msg::ANVIL_REQ && !pickup) {

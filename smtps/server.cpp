@@ -8,6 +8,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <utility>
+
 namespace smx::smtps {
 
 std::string client_ip(const tcp::endpoint& ep) {
@@ -154,10 +156,13 @@ asio::awaitable<void> Server::report_load(unsigned loop) {
     asio::steady_timer timer(ex_);
     while (qmgr_.connected()) {
         smx::msg::SmtpsLoad now{loop, *sessions_, gate_->open(), gate_->waiting(),
-                               rejections_->take()};
-        if (now != sent || !now.rejected.empty()) {
+                               rejections_->take(), std::exchange(*milter_failures_, {})};
+        const bool counts =
+            !now.rejected.empty() || now.milter_failures != smx::msg::MilterFailureCounts{};
+        if (now != sent || counts) {
             qmgr_.report(now);
             now.rejected.clear();
+            now.milter_failures = {};
             sent = now;
         }
         timer.expires_after(std::chrono::seconds(1));

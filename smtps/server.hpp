@@ -5,6 +5,7 @@
 #pragma once
 
 #include "libsm/config.hpp"
+#include "libsm/messages.hpp"
 #include "libsm/policy_tables.hpp"
 #include "libsm/rejections.hpp"
 #include "libsm/rewrite.hpp"
@@ -128,11 +129,15 @@ public:
     // the connection limits too).
     unsigned long accepted() const { return accepted_; }
     // Tells QMGR this loop's sessions and transactions (`smx stats`) when
-    // they change, and the refusals since the last report, at most once a
-    // second, while the QMGR link is up.
+    // they change, and the refusals and milter failures since the last
+    // report, at most once a second, while the QMGR link is up.
     void start_load_reports(unsigned loop);
     // This loop's refusals not yet reported (sessions hold it: shared).
     const std::shared_ptr<smx::RejectionCounts>& rejections() const { return rejections_; }
+    // This loop's milter failures not yet reported (sessions hold it too).
+    const std::shared_ptr<smx::msg::MilterFailureCounts>& milter_failures() const {
+        return milter_failures_;
+    }
 
     std::shared_ptr<const Settings> settings() const { return shared_->settings(); }
     Shared& shared() { return *shared_; }
@@ -171,6 +176,8 @@ private:
     const std::shared_ptr<std::size_t> sessions_ = std::make_shared<std::size_t>(0);
     const std::shared_ptr<smx::RejectionCounts> rejections_ =
         std::make_shared<smx::RejectionCounts>();
+    const std::shared_ptr<smx::msg::MilterFailureCounts> milter_failures_ =
+        std::make_shared<smx::msg::MilterFailureCounts>();
 };
 
 // The printable client address: v4-mapped IPv6 is shown as IPv4.

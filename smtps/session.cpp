@@ -1,57 +1,29 @@
+// The SMTP dialogue of a session (RFC 5321): greeting, commands, content,
+// commit. The milters' steps are in session_milter.cpp, the policy
+// services' in session_policy.cpp.
 #include "smtps/session.hpp"
 
-#include "libsm/dsn_params.hpp"
 #include "libsm/ids.hpp"
 #include "libsm/log.hpp"
 #include "libsm/messages.hpp"
-#include "libsm/smtp_io.hpp"
-#include "libsm/smtp_stream.hpp"
 #include "libsm/tls.hpp"
-#include "smtps/client_check.hpp"
-#include "smtps/client_limits.hpp"
 #include "smtps/command.hpp"
-#include "smtps/content.hpp"
-#include "smtps/content_checks.hpp"
-#include "libsm/milter_edits.hpp"
-#include "libsm/milters.hpp"
 #include "smtps/policy.hpp"
-#include "smtps/policy_client.hpp"
-#include "smtps/policy_request.hpp"
-#include "smtps/restrictions.hpp"
-#include "smtps/server.hpp"
-#include "smtps/session_log.hpp"
+#include "smtps/session_state.hpp"
 
-#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <memory>
-#include <unordered_set>
 
 namespace smx::smtps {
 namespace {
 
-using smx::milter::MilterVerdict;
-using smx::milter::Milters;
-using smx::smtp::Line;
-using smx::smtp::ReadStatus;
-
 // DATA is read in chunks of this size: lines of any length pass through.
 constexpr std::size_t data_chunk = 64 * 1024;
-// Pending replies are written out once they pass this, even while more
-// pipelined input waits: a client that sends without reading then meets the
-// write deadline instead of growing our buffer.
-constexpr std::size_t max_pending_output = 4096;
 // How long to wait for the client's close_notify after ours.
 constexpr auto close_notify_timeout = std::chrono::seconds(2);
-
-// What reading the message content found.
-struct DataOutcome {
-    ReadStatus status = ReadStatus::ok;
-    Content content;
-};
 
 // The bound on reading message content (DATA, or one BDAT chunk):
 // data_timeout, plus the time its bytes may take at min_data_rate. Each
@@ -75,262 +47,7 @@ private:
     std::uint64_t received_ = 0;
 };
 
-// A BDAT transaction under way: the content so far, across commands.
-struct Chunking {
-    Chunking(ContentStore& store, const std::string& ta_id, std::shared_ptr<SegmentWriter> segment,
-             bool normalize, std::uint64_t max)
-        : w(store, ta_id, std::move(segment)), content(normalize, max) {}
-    ContentWriter w;
-    BdatContent content;
-    std::uint64_t header_size = 0;
-    std::optional<ContentChecks> checks;  // between content and w
-};
-
-class Session {
-public:
-    Session(Server& srv, asio::ip::tcp::socket sock, std::string ip, bool trusted)
-        : srv_(srv), settings_(srv.settings()), cfg_(settings_->server()),
-          stream_(std::move(sock)),
-          reader_(stream_, cfg_.max_line_length + smx::dsn::rcpt_line_extra),
-          ip_(std::move(ip)), log_(ip_, srv.rejections()), trusted_(trusted),
-          limits_(srv.qmgr(), *settings_->config, ip_, trusted_, log_.client()),
-          restrictions_(*settings_->config, settings_->tables, ip_, trusted, log_.client(),
-                        &settings_->rewrite),
-          policy_client_(srv.policy_client()) {}
-
-    asio::awaitable<void> run();
-
-private:
-    // Replies are collected and written in one go when the client has sent
-    // nothing more (pipelining), when they pass max_pending_output, or
-    // before we wait on something else.
-    void reply(std::string_view r) {
-        out_.append(r);
-        out_.append("\r\n");
-    }
-    // A command refused as wrong (unknown, bad syntax, out of order):
-    // logged, and it counts towards max_errors.
-    void error(smx::Rejection why, std::string_view r) {
-        log_.error(why, r, details());
-        reply(r);
-        count_error();
-    }
-    // A recipient, message or limit refused (to: the recipient refused).
-    void reject(smx::Rejection why, std::string_view r, std::string_view to = {}) {
-        log_.reject(why, r, details(to));
-        reply(r);
-    }
-    // A restriction stage's verdict (smtps/restrictions.hpp): its notes
-    // logged; false when it refused (logged, counted and answered).
-    bool passes(Outcome o, std::string_view to = {}) {
-        for (const auto& n : o.notes) log_.note(n.kind, n.text, details(to));
-        if (!o.refusal) return true;
-        reject(o.refusal->why, o.refusal->reply, to);
-        count_error();
-        return false;
-    }
-    void count_error() {
-        if (++errors_ < cfg_.max_errors) return;
-        log_.too_many_errors();
-        reply("421 4.7.0 " + cfg_.hostname + " Error: too many errors");
-        closing_ = true;
-    }
-    // A reply to NOOP, VRFY, RSET or HELP: past max_junk_commands in this
-    // session, each counts as an error.
-    void junk_reply(std::string_view r) {
-        reply(r);
-        if (++junk_ > cfg_.max_junk_commands) count_error();
-    }
-    // What a refusal's log line tells of the session, as postfix's do:
-    // "from=<s> to=<r> proto=ESMTP helo=<h>".
-    std::string details(std::string_view to = {}) const;
-    // Writes the pending replies; false when writing failed.
-    asio::awaitable<bool> flush();
-    // What a write of the pending replies did, as far as the socket took
-    // them at once; what is left stays in out_ (nearly never: then flush()).
-    enum class Sent { all, rest, failed };
-    Sent write_now();
-    // write_now() when no input waits or too many replies are pending.
-    Sent send_due() {
-        if (out_.empty() || (reader_.buffered() != 0 && out_.size() < max_pending_output))
-            return Sent::all;
-        return write_now();
-    }
-    // The next line, or raw octets of a BDAT chunk, after send_due().
-    asio::awaitable<Line> next_line(std::chrono::steady_clock::duration timeout);
-    asio::awaitable<Line> next_bytes(std::size_t max,
-                                     std::chrono::steady_clock::duration timeout);
-
-    // HELO/EHLO's checks: true when the name may be taken (helo_taken).
-    bool helo(std::string_view arg, bool esmtp);
-    void helo_taken(std::string_view arg, bool esmtp);
-    // The policy services' verdict (policy.policy_services) at f.stage,
-    // which the caller checks policy.policy_service_stages for; f gives
-    // what the stage knows, the session the rest.
-    bool asks_policy(smx::PolicyStage stage) const {
-        return settings_->config->policy.asks_policy(stage);
-    }
-    asio::awaitable<Outcome> ask_policy(PolicyFacts f);
-    // STARTTLS: false when the connection must close (failed handshake).
-    asio::awaitable<bool> starttls(std::string_view arg);
-    // server.tls_security_level = encrypt and no TLS yet: refuses the command.
-    bool needs_tls() {
-        if (!tls_required()) return false;
-        reject(smx::Rejection::tls_required, tls_required_reply);
-        count_error();
-        return true;
-    }
-    bool tls_required() const {
-        return cfg_.tls_security_level == smx::TlsLevel::encrypt && !stream_.tls();
-    }
-    static constexpr std::string_view tls_required_reply =
-        "530 5.7.0 Must issue a STARTTLS command first";
-    static constexpr std::string_view utf8_required_reply =
-        "553 5.6.7 Must declare SMTPUTF8 to send unicode address";
-    // A place among the loop's server.max_transactions for the MAIL to
-    // come (smtps/transaction_gate.hpp), unless that MAIL will be refused
-    // anyway: false when none is free now and wait_for_place() must wait
-    // for one (a coroutine only then).
-    bool take_place();
-    asio::awaitable<void> wait_for_place();
-    // An in-sequence MAIL past the client's message rate is refused before
-    // its syntax is read, as postfix's; true when refused.
-    asio::awaitable<bool> mail_over_limit();
-    // MAIL's checks: true when the transaction may start (mail_taken).
-    bool mail(std::string_view arg);
-    void mail_taken();
-    // RCPT's checks, smx's restrictions included: the recipient (views into
-    // the command line) when they permit it, for rcpt_taken.
-    struct RcptArg {
-        PathArg path;
-        std::string key;  // smx::address_key of the address
-    };
-    std::optional<RcptArg> rcpt(std::string_view arg);
-    // The recipient rewritten, asked of the milters and taken (250).
-    asio::awaitable<void> rcpt_taken(RcptArg r);
-    // Milters (libsm/milters.hpp, docs/milter.md): the session's chain, made
-    // at connect when its listener has any.
-    asio::awaitable<void> milter_connect();
-    // MAIL passed every other check: the milters', then 250.
-    asio::awaitable<void> milter_mail();
-    // The content as stored to the milters, and their verdict at its end
-    // applied: false when the message is not to be queued (refused or
-    // discarded, and answered).
-    asio::awaitable<bool> milter_message(ContentWriter& w);
-    // A stage's verdict noted (hold, discard); false when it refused (then
-    // logged and answered).
-    bool milter_passes(const MilterVerdict& v, std::string_view to = {});
-    // The edits written into w and the envelope; an error reply, or empty.
-    std::string apply_milter_edits(ContentWriter& w, const std::vector<std::string>& fields,
-                                   bool blank_line, const std::vector<smx::milter::Reply>& edits);
-    std::optional<std::string> macro(std::string_view name);
-    // The recipients an RCPT (key: smx::address_key of it) stands for after
-    // rewriting, but those the envelope has; false (nothing added) when the
-    // envelope would be too large.
-    bool add_recipients(std::vector<smx::msg::Recipient> to, std::string key);
-    // A sender or recipient rewriting refused (a table failed, an alias loop).
-    void lookup_refused(const smx::RewriteResult& r, std::string_view addr);
-    asio::awaitable<bool> data(std::string_view arg);
-    asio::awaitable<DataOutcome> read_content(ContentChecks& checks);
-    // header_checks and body_checks between the content and w.
-    ContentChecks content_checks(ContentWriter& w) {
-        const auto& p = settings_->config->policy;
-        return ContentChecks(
-            settings_->tables.header_checks, settings_->tables.body_checks, p.header_size_limit,
-            p.body_checks_size_limit, [&w](std::string_view bytes) { w.append(bytes); },
-            [this](const CheckEvent& e) { log_.check(e, details(rcpts_.front().addr)); });
-    }
-    // A check's REJECT or failed lookup answered: false (content_accepted's
-    // sibling, for the content after the checks).
-    bool checks_accepted(const ContentVerdict& v);
-    // BDAT: false when the connection must close (timeout, lost client).
-    asio::awaitable<bool> bdat(std::string_view arg);
-    // Why a BDAT chunk is refused; nullopt when it is taken.
-    struct Refusal {
-        smx::Rejection why;
-        std::string_view reply;
-    };
-    std::optional<Refusal> bdat_refusal();
-    // The checks of the content (DATA's, or BDAT's so far): false when it
-    // is refused (and the refusal logged and replied).
-    bool content_accepted(const Content& c);
-    // message_id: the Message-ID header's value, or empty; v: the checks'
-    // DISCARD or HOLD.
-    asio::awaitable<void> queue(ContentWriter& w, const std::string& message_id, const ContentVerdict& v);
-    asio::awaitable<std::string> commit(ContentWriter& w, const std::string& message_id,
-                                        const ContentVerdict& v);
-    void reset() {
-        in_mail_ = false;
-        smtputf8_ = false;
-        sender_.clear();
-        have_sender_ = false;
-        mail_params_.clear();
-        rcpts_.clear();
-        rcpt_keys_.clear();
-        slot_.reset();
-        envelope_size_ = 0;
-        mail_size_ = 0;
-        ta_id_.clear();
-        chunking_.reset();
-        milter_discard_ = false;
-        milter_hold_.clear();
-        log_.transaction_ended();
-        limits_.transaction_ended();
-    }
-    const std::string& client() const { return log_.client(); }
-    std::string received_header() const;
-    // What a message's content begins with: the headers PREPEND asked for,
-    // then our Received: header.
-    void start_content(ContentWriter& w) const;
-    // bytes: of the content read so far, when it timed out in DATA or BDAT.
-    void timeout_reply(std::optional<std::uint64_t> bytes = std::nullopt) {
-        log_.timeout(bytes);
-        reply("421 4.4.2 " + cfg_.hostname + " Error: timeout exceeded");
-    }
-
-    Server& srv_;
-    // The config this session started with: a reload does not change it.
-    const std::shared_ptr<const Settings> settings_;
-    const smx::ServerConfig& cfg_;
-    smx::smtp::Stream stream_;
-    smx::smtp::LineReader<smx::smtp::Stream> reader_;
-    std::string ip_;
-    SessionLog log_;
-    bool trusted_;
-    ClientVerdict client_;  // its name, and a refusal of it at connect or RCPT
-    ClientLimits limits_;  // server.max_connections_per_client and [anvil]
-    Restrictions restrictions_;
-    const std::shared_ptr<PolicyClient> policy_client_;
-    std::string policy_instance_;  // the transaction's "instance" attribute; empty: none yet
-    std::uint64_t mail_size_ = 0;  // MAIL's SIZE=
-    // Refused at connect (policy.delay_reject = false): only QUIT is taken.
-    bool denied_ = false;
-    std::string out_;
-    std::string helo_;
-    std::string tls_info_;  // "TLSv1.3 with cipher ..." once TLS is on
-    bool esmtp_ = false;
-    bool in_mail_ = false;
-    bool smtputf8_ = false;  // MAIL ... SMTPUTF8: UTF-8 addresses allowed
-    std::string ta_id_;
-    std::string sender_;
-    bool have_sender_ = false;  // sender_ is a MAIL's (taken or being refused)
-    std::string mail_params_;
-    std::vector<smx::msg::Recipient> rcpts_;
-    std::unordered_set<std::string> rcpt_keys_;  // local part + lower-case domain, of rcpts_
-    std::size_t envelope_size_ = 0;  // what rcpts_ add to the TA_COMMIT
-    std::unique_ptr<Chunking> chunking_;  // after the first BDAT of a transaction
-    TransactionGate::Slot slot_;          // from MAIL to the end of the transaction
-    unsigned errors_ = 0;
-    unsigned junk_ = 0;  // NOOP, VRFY, RSET and HELP since the session or its last queued message
-    bool closing_ = false;
-    bool quit_ = false;  // the client said QUIT (a TLS session then ends cleanly)
-    std::unique_ptr<Milters> milters_;
-    std::string milter_refusal_;      // at connect: every command but QUIT gets it
-    bool milter_in_message_ = false;  // the milters saw MAIL and no end of message or abort yet
-    bool milter_discard_ = false;     // DISCARD in this transaction
-    std::string milter_hold_;         // QUARANTINE in this transaction: why
-    std::string milter_rcpt_;         // {rcpt_addr} while a RCPT is asked
-};
+} // namespace
 
 Session::Sent Session::write_now() {
     // Replies nearly always fit in the socket buffer: write_all's first
@@ -352,7 +69,8 @@ asio::awaitable<bool> Session::flush() {
     co_return ok;
 }
 
-asio::awaitable<Line> Session::next_line(std::chrono::steady_clock::duration timeout) {
+template <class Read>
+asio::awaitable<Line> Session::read_after_send(Read read) {
     const Sent sent = send_due();
     // Awaited into locals: GCC 12 miscompiles co_await inside conditions.
     bool flushed = sent != Sent::failed;
@@ -362,22 +80,23 @@ asio::awaitable<Line> Session::next_line(std::chrono::steady_clock::duration tim
         l.status = ReadStatus::error;
         co_return l;
     }
-    co_return co_await reader_.read_line(timeout);
+    co_return co_await read();
+}
+
+asio::awaitable<Line> Session::next_line(std::chrono::steady_clock::duration timeout) {
+    return read_after_send([this, timeout] { return reader_.read_line(timeout); });
 }
 
 asio::awaitable<Line> Session::next_bytes(std::size_t max,
                                           std::chrono::steady_clock::duration timeout) {
-    const Sent sent = send_due();
-    bool flushed = sent != Sent::failed;
-    if (sent == Sent::rest) flushed = co_await flush();
-    if (!flushed) {
-        Line l;
-        l.status = ReadStatus::error;
-        co_return l;
-    }
-    co_return co_await reader_.read_bytes(max, timeout);
+    return read_after_send([this, max, timeout] { return reader_.read_bytes(max, timeout); });
 }
 
+// GCC 12 warns falsely that this coroutine's frame is freed with a
+// mismatched operator delete (GCC PR 109224, fixed in GCC 13; as
+// pickup/local_milters.cpp); Boost.Asio allocates and frees the frame itself.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 asio::awaitable<void> Session::run() {
     client_ = co_await srv_.client_checks().check(*settings_->config, stream_.socket(), ip_, trusted_);
     log_.named(client_.name);
@@ -549,6 +268,7 @@ asio::awaitable<void> Session::run() {
     log_.disconnected();
     limits_.session_ended();
 }
+#pragma GCC diagnostic pop
 
 std::string Session::details(std::string_view to) const {
     std::string d;
@@ -561,49 +281,6 @@ std::string Session::details(std::string_view to) const {
     d += esmtp_ ? "proto=ESMTP" : "proto=SMTP";
     if (!helo_.empty()) d += " helo=<" + helo_ + ">";
     return d;
-}
-
-asio::awaitable<Outcome> Session::ask_policy(PolicyFacts f) {
-    const smx::PolicyConfig& pc = settings_->config->policy;
-    if (f.stage != smx::PolicyStage::helo) {
-        f.esmtp = esmtp_;
-        f.helo = helo_;
-    }
-    if (f.stage != smx::PolicyStage::connect && f.stage != smx::PolicyStage::helo) f.sender = sender_;
-    if (policy_instance_.empty()) policy_instance_ = smx::new_ta_id();
-    boost::system::error_code ec;
-    const auto local = stream_.socket().local_endpoint(ec);
-    const std::string server_address = ec ? "" : client_ip(local);
-    const std::string server_port = ec ? "" : std::to_string(local.port());
-    const auto remote = stream_.socket().remote_endpoint(ec);
-    const std::string client_port = ec ? "" : std::to_string(remote.port());
-    f.queue_id = ta_id_;
-    f.client_address = ip_;
-    f.client_name = client_.name;
-    f.client_port = client_port;
-    f.server_address = server_address;
-    f.server_port = server_port;
-    f.instance = policy_instance_;
-    if (stream_.tls()) {
-        f.encryption_protocol = SSL_get_version(stream_.ssl());
-        f.encryption_cipher = SSL_get_cipher_name(stream_.ssl());
-        f.encryption_keysize = SSL_get_cipher_bits(stream_.ssl(), nullptr);
-    }
-    const std::string request = policy_request(f);
-    const StageName where = stage_name(f, client());
-    Outcome all;
-    // As postfix's check_policy_service entries of one list: the first
-    // that refuses or permits decides.
-    for (const auto& service : pc.policy_services) {
-        const auto answer = co_await policy_client_->ask(pc, service, request);
-        Outcome o = restrictions_.policy(service.text, where.name, where.what,
-                                         answer ? *answer : pc.policy_service_default_action,
-                                         !answer);
-        std::move(o.notes.begin(), o.notes.end(), std::back_inserter(all.notes));
-        all.refusal = std::move(o.refusal);
-        if (all.refusal || o.permit) break;
-    }
-    co_return all;
 }
 
 bool Session::helo(std::string_view arg, bool esmtp) {
@@ -830,9 +507,8 @@ asio::awaitable<void> Session::rcpt_taken(RcptArg r) {
         co_return;
     }
     if (milters_) {
-        milter_rcpt_ = addr;
-        const MilterVerdict v = co_await milters_->rcpt(smx::milter::command_args(addr, params));
-        if (!milter_passes(v, addr)) co_return;
+        const bool taken = co_await milter_rcpt(addr, params);
+        if (!taken) co_return;
     }
     if (!add_recipients(std::move(to), std::move(r.key))) {
         reject(smx::Rejection::too_many_recipients,
@@ -846,9 +522,8 @@ asio::awaitable<void> Session::rcpt_taken(RcptArg r) {
 bool Session::add_recipients(std::vector<smx::msg::Recipient> to, std::string key) {
     // An alias may name a recipient the envelope has: one copy.
     std::erase_if(to, [&](const auto& r) { return rcpt_keys_.contains(smx::address_key(r.addr)); });
-    std::size_t grows = 0;
-    for (const auto& r : to) grows += r.addr.size() + r.params.size() + smx::msg::rcpt_overhead;
-    if (envelope_size_ + sender_.size() + mail_params_.size() + helo_.size() + grows >
+    const std::size_t grows = smx::msg::recipients_size(to);
+    if (smx::msg::envelope_size(sender_, mail_params_, helo_) + envelope_size_ + grows >
         smx::msg::max_envelope)
         return false;
     envelope_size_ += grows;
@@ -1104,190 +779,11 @@ bool Session::checks_accepted(const ContentVerdict& v) {
     return false;
 }
 
-std::optional<std::string> Session::macro(std::string_view name) {
-    boost::system::error_code ec;
-    const auto local = stream_.socket().local_endpoint(ec);
-    const auto domain_of = [](std::string_view a) {
-        const auto at = a.rfind('@');
-        return std::string(at == std::string_view::npos ? std::string_view() : a.substr(at + 1));
-    };
-    if (name == "j" || name == "daemon_name") return cfg_.hostname;
-    if (name == "v") return std::string("smx");
-    if (name == "_") return client_.name + " [" + ip_ + "]";
-    if (name == "client_addr") return ip_;
-    if (name == "client_name" || name == "client_ptr") return client_.name;
-    if (name == "client_port") {
-        const auto remote = stream_.socket().remote_endpoint(ec);
-        if (!ec) return std::to_string(remote.port());
-        return std::nullopt;
-    }
-    if (name == "daemon_addr" || name == "if_addr") {
-        if (!ec) return local.address().to_string();
-        return std::nullopt;
-    }
-    if (name == "daemon_port") {
-        if (!ec) return std::to_string(local.port());
-        return std::nullopt;
-    }
-    if (name == "i") {
-        if (!ta_id_.empty()) return ta_id_;
-        return std::nullopt;
-    }
-    if (stream_.tls()) {
-        SSL* ssl = stream_.ssl();
-        if (name == "tls_version") return std::string(SSL_get_version(ssl));
-        if (name == "cipher") return std::string(SSL_get_cipher_name(ssl));
-        if (name == "cipher_bits") return std::to_string(SSL_get_cipher_bits(ssl, nullptr));
-    }
-    if (have_sender_) {
-        if (name == "mail_addr") return sender_;
-        if (name == "mail_host") return domain_of(sender_);
-        if (name == "mail_mailer") return std::string("smtp");
-    }
-    if (!milter_rcpt_.empty()) {
-        if (name == "rcpt_addr") return milter_rcpt_;
-        if (name == "rcpt_host") return domain_of(milter_rcpt_);
-        if (name == "rcpt_mailer") return std::string("smtp");
-    }
-    return std::nullopt;
-}
-
-asio::awaitable<void> Session::milter_connect() {
-    const auto& mc = settings_->config->milter;
-    boost::system::error_code ec;
-    const auto local = stream_.socket().local_endpoint(ec);
-    const auto remote = stream_.socket().remote_endpoint(ec);
-    if (ec) co_return;
-    // The listener's own list: its address, or its wildcard address.
-    const auto port = std::to_string(local.port());
-    const auto& list = [&]() -> const std::vector<MilterEntry>& {
-        for (const std::string& key :
-             {smx::HostPort{local.address().to_string(), local.port(), false}.address(),
-              "0.0.0.0:" + port, "[::]:" + port})
-            if (mc.listener_milters.count(key)) return mc.listener_milters.at(key);
-        return mc.smtpd_milters;
-    }();
-    if (list.empty()) co_return;
-    milters_ = std::make_unique<Milters>(stream_.socket().get_executor(), mc, list,
-                                         [this](std::string_view n) { return macro(n); });
-    const auto family =
-        remote.address().is_v4() ? smx::milter::Family::inet : smx::milter::Family::inet6;
-    // sendmail's form of a client without a name.
-    const std::string host = client_.name == "unknown" ? "[" + ip_ + "]" : client_.name;
-    const MilterVerdict v = co_await milters_->connect(host, family, remote.port(), ip_);
-    if (v.refused()) milter_refusal_ = v.reply;
-}
-
-bool Session::milter_passes(const MilterVerdict& v, std::string_view to) {
-    if (v.refused()) {
-        log_.milter_reject(v.reply, details(to));
-        reply(v.reply);
-        return false;
-    }
-    if (!v.hold.empty()) milter_hold_ = v.hold;
-    if (v.kind == MilterVerdict::discard) milter_discard_ = true;
-    return true;
-}
-
-asio::awaitable<void> Session::milter_mail() {
-    if (milters_) {
-        milter_in_message_ = true;
-        const MilterVerdict v =
-            co_await milters_->mail(smx::milter::command_args(sender_, mail_params_));
-        if (!milter_passes(v)) {
-            in_mail_ = false;
-            co_return;
-        }
-    }
-    reply("250 2.1.0 Ok");
-}
-
-asio::awaitable<bool> Session::milter_message(ContentWriter& w) {
-    if (!milters_ || !milter_in_message_) co_return true;
-    const std::string to = rcpts_.front().addr;
-    const ContentSource src = w.source();
-    auto read = [&src](std::uint64_t at, std::string& piece) {
-        return src.read_at(at, 65536, piece);
-    };
-    auto m = co_await milters_->message(read, cfg_.max_message_size);
-    if (m.ended) milter_in_message_ = false;
-    if (m.read_failed) {
-        spdlog::error("{}: cannot read the content back for the milters: {}", ta_id_,
-                      std::strerror(errno));
-        const std::string r = "451 4.3.0 Error: queue file read error";
-        log_.reject(smx::Rejection::queue_unavailable, r, details(to));
-        reply(r);
-        co_return false;
-    }
-    const MilterVerdict& v = m.verdict;
-    if (!milter_passes(v, to)) co_return false;
-    if (milter_discard_) {
-        log_.note("milter-discard", "milter triggers DISCARD action", details(to));
-        reply("250 2.0.0 Ok: queued as " + ta_id_);
-        co_return false;
-    }
-    if (v.edits.empty()) co_return true;
-    const std::string err = apply_milter_edits(w, m.fields, m.blank_line, v.edits);
-    if (err.empty()) co_return true;
-    log_.milter_reject(err, details(to));
-    reply(err);
-    co_return false;
-}
-
-std::string Session::apply_milter_edits(ContentWriter& w, const std::vector<std::string>& fields,
-                                        bool blank_line,
-                                        const std::vector<smx::milter::Reply>& edits) {
-    smx::milter::Envelope env{sender_, mail_params_, rcpts_};
-    smx::milter::edit_envelope(env, edits);
-    if (env.rcpts.empty()) return "554 5.7.1 Error: the milters removed every recipient";
-    std::size_t size = env.sender.size() + env.params.size() + helo_.size();
-    for (const auto& r : env.rcpts) size += r.addr.size() + r.params.size() + smx::msg::rcpt_overhead;
-    if (size > smx::msg::max_envelope)
-        return "452 4.5.3 Error: too many recipients (the milters' envelope is too large)";
-    sender_ = std::move(env.sender);
-    mail_params_ = std::move(env.params);
-    rcpts_ = std::move(env.rcpts);
-    if (!smx::milter::edits_content(edits)) return {};
-    std::uint64_t header_bytes = blank_line ? 2 : 0;
-    for (const auto& f : fields) header_bytes += f.size();
-    std::vector<std::string> edited = fields;
-    smx::milter::edit_headers(edited, edits);
-    const auto body = smx::milter::replaced_body(edits);
-    // The edited copy goes where the message was; the original is read
-    // from what the writer handed over.
-    const TakenContent old = w.take_content();
-    const ContentSource src = old.source();
-    for (const auto& f : edited) w.append(f);
-    if (blank_line || body) w.append("\r\n");
-    if (body) {
-        w.append(*body);
-        return {};
-    }
-    std::string piece;
-    for (std::uint64_t at = header_bytes;; at += piece.size()) {
-        if (!src.read_at(at, 65536, piece)) {
-            spdlog::error("{}: cannot read the content back for the milters' edits: {}", ta_id_,
-                          std::strerror(errno));
-            return "451 4.3.0 Error: queue file read error";
-        }
-        if (piece.empty()) return {};
-        w.append(piece);
-    }
-}
-
 asio::awaitable<void> Session::queue(ContentWriter& w, const std::string& message_id,
                                      const ContentVerdict& v) {
     if (asks_policy(smx::PolicyStage::end_of_data)) {
-        const std::size_t prepends = restrictions_.prepend().size();
-        Outcome o = co_await ask_policy(PolicyFacts{.stage = smx::PolicyStage::end_of_data,
-                                                    .recipient_count = rcpts_.size(),
-                                                    .size = w.size()});
-        // The headers are written: what a service asks to prepend now is late.
-        if (restrictions_.prepend().size() != prepends)
-            spdlog::warn("{}: PREPEND at end_of_data is not applied (the header is written before "
-                         "the content; ask at rcpt or data)",
-                         ta_id_);
-        if (!passes(std::move(o), rcpts_.front().addr)) co_return;
+        const bool passed = co_await end_of_data_policy(w);
+        if (!passed) co_return;
     }
     Shared::CommitGuard guard(srv_.shared());
     reply(co_await commit(w, message_id, v));
@@ -1368,8 +864,6 @@ asio::awaitable<std::string> Session::commit(ContentWriter& w, const std::string
                 r, detail);
     co_return r;
 }
-
-} // namespace
 
 asio::awaitable<void> run_session(Server& srv, asio::ip::tcp::socket sock, std::string ip,
                                   bool trusted) {

@@ -9,10 +9,11 @@ milters' timeouts are short so that each failure costs about a second."""
 import os
 import re
 import signal
+import urllib.request
 
 import pytest
 
-from conftest import Raw, wait_until
+from conftest import Raw, free_port, wait_until
 from milter_peer import MilterPeer
 
 SHORT = 'connect_timeout = "2s"\ncommand_timeout = "1s"\ncontent_timeout = "1s"\n'
@@ -57,6 +58,20 @@ def session(port, rcpts=("r@example.net",), body=b"Subject: hi\r\n\r\nbody\r\n",
     out["quit"] = c.cmd("QUIT")
     c.close()
     return out
+
+
+def stats_listen():
+    """A [stats] listener for the config, and its port."""
+    port = free_port()
+    return '[stats]\nlisten = "127.0.0.1:%d"\n' % port, port
+
+
+def milter_failures(port):
+    """smx_milter_failures_total by action, from the Prometheus endpoint."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+        text = r.read().decode()
+    return {a: int(n) for a, n in
+            re.findall(r'^smx_milter_failures_total\{action="(\w+)"\} (\d+)$', text, re.M)}
 
 
 def delivered(sink, n=1):
@@ -211,6 +226,24 @@ def test_every_edit_reaches_the_sink(sink, make_relay, peers):
     assert body == b"new body\r\nsecond line\r\n"
 
 
+def test_added_recipients_and_a_new_sender_are_rewritten_as_the_clients(sink, make_relay, peers):
+    # As postfix's cleanup: a milter's ADDRCPT goes through canonical maps
+    # and virtual alias expansion, its CHGFROM through the sender's maps.
+    m = peers(script={"eom": ["addrcpt <team@example.net>", "chgfrom <s@internal.example>",
+                              "continue"]})
+    relay = make_relay(sink.port, milter_config(m.socket_spec) + """
+[rewrite]
+virtual_alias_maps = ["inline:{ {team@example.net = alice@example.net, r@example.net} }"]
+sender_canonical_maps = ["inline:{ @internal.example = @public.example }"]
+""")
+    r = session(relay.port)
+    assert r["eom"].startswith("250 2.0.0 Ok: queued"), r
+    [msg] = delivered(sink)
+    assert msg["from"] == "s@public.example"
+    # r@ was a recipient already: one copy.
+    assert sorted(msg["rcpts"]) == ["alice@example.net", "r@example.net"]
+
+
 def test_a_large_message_with_edits(sink, make_relay, peers):
     # Past spill_size (256 KiB): the content is a file, read back and
     # rewritten; a small one goes to a segment (the test above).
@@ -288,7 +321,8 @@ def test_a_failed_milter_takes_its_default_action(sink, make_relay, peers, failu
     spec = m.socket_spec
     if failure == "unreachable":
         m.stop()
-    relay = make_relay(sink.port, with_default(spec, action))
+    stats, mport = stats_listen()
+    relay = make_relay(sink.port, with_default(spec, action) + stats)
     r = session(relay.port)
     where = "ehlo" if failure == "unreachable" else "eom"
     expect = {"tempfail": "451 4.7.1 Service unavailable - try again later",
@@ -315,6 +349,11 @@ def test_a_failed_milter_takes_its_default_action(sink, make_relay, peers, failu
     warnings = log.count("milter %s: " % spec)
     # (A probe that hangs up before its session asks the milter gets none.)
     assert 1 <= warnings <= sessions if failure == "unreachable" else warnings == 1, log
+    # Each failure counted under the action that stood for it (SMTPS reports each second).
+    expect_counts = {a: warnings if a == action else 0
+                     for a in ("tempfail", "accept", "reject", "quarantine")}
+    wait_until(lambda: milter_failures(mport) == expect_counts, 10,
+               "smx_milter_failures_total %s" % expect_counts)
 
 
 def test_a_huge_body_replacement_is_a_milter_failure(sink, make_relay, peers):
@@ -418,13 +457,15 @@ def test_the_milter_names_its_macros_and_its_steps(sink, make_relay, peers):
 
 def test_quarantine_is_a_default_action_too(sink, make_relay, peers):
     m = peers(script={"eom": "close"})
-    relay = make_relay(sink.port, with_default(m.socket_spec, "quarantine"))
+    stats, mport = stats_listen()
+    relay = make_relay(sink.port, with_default(m.socket_spec, "quarantine") + stats)
     r = session(relay.port)
     assert r["eom"].startswith("250 2.0.0 Ok: queued as "), r
     qid = r["eom"].rsplit(" ", 1)[1]
     wait_until(lambda: qid in relay.smx("queue").stdout, 20, "the held message")
     assert "milter %s failed" % m.socket_spec in relay.smx("queue").stdout
     assert sink.count() == 0
+    wait_until(lambda: milter_failures(mport)["quarantine"] == 1, 10, "the failure counted")
 
 
 def test_a_milter_that_crashes_in_the_header(sink, make_relay, peers):

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from conftest import Raw, wait_until
-from test_milter import SHORT, peers  # noqa: F401 (peers: the fixture)
+from test_milter import SHORT, milter_failures, peers, stats_listen  # noqa: F401 (peers: the fixture)
 from test_sendmail import local  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: it switches users")
@@ -94,11 +94,14 @@ def test_a_tempfail_gives_the_file_back_and_it_goes_once_the_milter_recovers(sin
 def test_a_failed_milter_with_default_tempfail_defers(sink, local, peers):
     m = peers()
     m.stop()  # nobody listens: its default action, tempfail
-    lm = local(config(non_smtpd=[m.socket_spec]))
+    stats, mport = stats_listen()
+    lm = local(config(non_smtpd=[m.socket_spec]) + stats)
     submit(lm, "unreachable")
     lm.relay.log_matching(r"deferred by milter \(4\.7\.1 Service unavailable - try again later\)")
     assert sink.count() == 0
     assert lm.files(lm.quarantine) == []
+    # smx-pickup's failures are counted with SMTPS's (once per try: it tries again).
+    wait_until(lambda: milter_failures(mport)["tempfail"] >= 1, 10, "the failure counted")
 
 
 def test_a_discard_drops_the_message(sink, local, peers):

@@ -267,6 +267,25 @@ def test_every_stage_asks_when_configured(sink, make_relay, policy_server):
     wait_until(lambda: sink.count() == 1, 30, "the one message at the sink")
 
 
+def test_a_prepend_at_end_of_data_is_not_applied_as_in_postfix(sink, make_relay, policy_server):
+    # postfix's smtpd_check.c: "action PREPEND must be used before
+    # smtpd_end_of_data_restrictions", and the answer counts as DUNNO.
+    def answer(req):
+        if req["protocol_state"] == "END-OF-MESSAGE":
+            return "action=PREPEND X-Late: too late\n\n"
+        return "action=PREPEND X-Early: at %s\n\n" % req["protocol_state"]
+    srv = policy_server(answer)
+    relay = make_relay(sink.port, config(
+        srv.spec, 'policy_service_stages = ["rcpt", "end_of_data"]\n'))
+    r = session(relay.port, ["a@example.org"])
+    assert r["data"].startswith("250"), r
+    wait_until(lambda: sink.count() == 1, 30, "the message at the sink")
+    msg = sink.messages()[0]
+    assert headers(msg)[:2] == ["X-Early", "Received"]
+    assert b"X-Late" not in msg["data"]
+    relay.log_matching(r"\w+: PREPEND at end_of_data is not applied")
+
+
 @pytest.mark.parametrize("misbehaviour,error", [
     (None, "read: timeout"),
     ("close", "read: the server closed the connection"),

@@ -1,5 +1,7 @@
 #include "libsm/milter_edits.hpp"
 
+#include "tests/unit/libsm/failing_table.hpp"
+
 #include <catch2/catch.hpp>
 
 using namespace smx::milter;
@@ -79,14 +81,42 @@ TEST_CASE("milter envelope edits", "[milter]") {
                         addr_edit(m::Act::delrcpt, "<a@example.net>"),
                         addr_edit(m::Act::addrcpt, "<c@example.net>"),
                         addr_edit(m::Act::addrcpt_par, "d@example.net", "NOTIFY=SUCCESS"),
-                        addr_edit(m::Act::addrcpt, "<b@EXAMPLE.net>")});
+                        addr_edit(m::Act::addrcpt, "<b@EXAMPLE.net>")},
+                  smx::Rewriter());
     CHECK(env.sender == "new@example.org");
     CHECK(env.params == "BODY=8BITMIME");
     REQUIRE(env.rcpts.size() == 3);
     CHECK((env.rcpts[0].addr == "b@example.net" && env.rcpts[0].params == "NOTIFY=NEVER"));
     CHECK((env.rcpts[1].addr == "c@example.net" && env.rcpts[1].params.empty()));
     CHECK((env.rcpts[2].addr == "d@example.net" && env.rcpts[2].params == "NOTIFY=SUCCESS"));
-    edit_envelope(env, {addr_edit(m::Act::chgfrom, "<>")});
+    edit_envelope(env, {addr_edit(m::Act::chgfrom, "<>")}, smx::Rewriter());
     CHECK(env.sender.empty());
     CHECK(env.params.empty());
+}
+
+TEST_CASE("milter envelope edits are rewritten as the envelope's own", "[milter]") {
+    smx::RewriteConfig cfg;
+    cfg.virtual_alias_maps = {"inline:{ { list@example.net = a@example.org, b@example.org } }"};
+    cfg.sender_canonical_maps = {"inline:{ { old@example.org = new@example.org } }"};
+    const smx::Rewriter rw(cfg, smx::test::open_tables);
+    Envelope env{"s@example.org", "", {{"a@example.org", ""}}};
+    const auto r = edit_envelope(env, {addr_edit(m::Act::addrcpt_par, "<list@example.net>",
+                                                 "NOTIFY=SUCCESS"),
+                                       addr_edit(m::Act::chgfrom, "<old@example.org>")},
+                                 rw);
+    CHECK(r.ok());
+    CHECK(env.sender == "new@example.org");
+    // a@ was there already: one copy; b@ with the parameters and the ORCPT
+    // of what the milter added.
+    REQUIRE(env.rcpts.size() == 2);
+    CHECK(env.rcpts[0].addr == "a@example.org");
+    CHECK(env.rcpts[1].addr == "b@example.org");
+    CHECK(env.rcpts[1].params.find("NOTIFY=SUCCESS") != std::string::npos);
+    CHECK(env.rcpts[1].params.find("ORCPT=rfc822;list@example.net") != std::string::npos);
+    // A lookup that fails ends the edits with its reply.
+    smx::RewriteConfig broken;
+    broken.virtual_alias_maps = {"fail:"};
+    const auto f = edit_envelope(env, {addr_edit(m::Act::addrcpt, "<x@example.net>")},
+                                 smx::Rewriter(broken, smx::test::open_tables));
+    CHECK(f.reply.starts_with("451 4.3.0"));
 }

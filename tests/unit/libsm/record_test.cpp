@@ -50,6 +50,21 @@ TEST_CASE("TA_COMMIT round trip keeps every field") {
     CHECK(d->arrival_us == t.arrival_us);
 }
 
+TEST_CASE("envelope_size is what the sender, parameters, HELO and recipients add to a TA_COMMIT") {
+    const auto t = sample_commit();
+    auto bare = t;
+    bare.sender.clear();
+    bare.params.clear();
+    bare.helo.clear();
+    bare.rcpts.clear();
+    CHECK(msg::envelope_bytes(t).size() - msg::envelope_bytes(bare).size() ==
+          msg::envelope_size(t.sender, t.params, t.helo, t.rcpts));
+    CHECK(msg::recipients_size(t.rcpts) ==
+          msg::envelope_size("", "", "", t.rcpts));
+    CHECK(msg::envelope_size(t.sender, t.params, t.helo) ==
+          t.sender.size() + t.params.size() + t.helo.size());
+}
+
 TEST_CASE("DELIVER and RESULT round trip") {
     msg::Deliver dl{7, "6740A1B2C3D4E0001", "6740A1B2C3D4E0001", "", 99,
                     {{0, "x@example.net", ""}, {3, "z@example.net", "NOTIFY=SUCCESS ORCPT=rfc822;z+40x"}},
@@ -104,6 +119,17 @@ TEST_CASE("SMTPS_LOAD carries refusal counts; a reason or class it does not know
         bad.rejected = {{static_cast<smx::Rejection>(reason), cls, 1}};
         CHECK_FALSE(msg::decode<msg::SmtpsLoad>(to_frame(msg::encode(bad)), err));
     }
+}
+
+TEST_CASE("SMTPS_LOAD carries milter failure counts by default action") {
+    msg::SmtpsLoad l{0, 1, 0, 0};
+    l.milter_failures = {2, 0, 0, 7};
+    std::string err;
+    auto d = msg::decode<msg::SmtpsLoad>(to_frame(msg::encode(l)), err);
+    REQUIRE(d);
+    CHECK(*d == l);
+    // Without failures the field is left out: the frame is the one before it was added.
+    CHECK(msg::encode(msg::SmtpsLoad{0, 1, 0, 0}).size() < msg::encode(l).size());
 }
 
 TEST_CASE("ANVIL_REQ and ANVIL_REPLY round trip; an unknown op or an odd client is an error") {
