@@ -22,6 +22,9 @@ using error_code = boost::system::error_code;
 // What the milter answers nothing to waits in out_ for the next packet it
 // answers, unless it reaches this size (a body with SMFIP_NR_BODY).
 constexpr std::size_t hold_at = 65536;
+// What one read may bring: replies are small, and a body replacement comes
+// in packets of at most 64 KiB, read whole once their header is in.
+constexpr std::size_t read_room = 4096;
 
 std::string text_of(const error_code& ec) {
     if (ec == asio::error::eof) return "lost connection";
@@ -184,10 +187,11 @@ asio::awaitable<Result> Conn::open() {
         ~step::rcpt_rej;
     out_.clear();
     put_optneg(out_, s_.version, action::all, steps);
-    if (auto err = co_await send(s_.command_timeout); !err.empty())
-        co_return fail("error writing SMFIC_OPTNEG: " + err);
+    auto err = write_now();
+    if (err.empty() && !out_.empty()) err = co_await write_rest(s_.command_timeout);
+    if (!err.empty()) co_return fail("error writing SMFIC_OPTNEG: " + err);
     char code = 0;
-    if (auto err = co_await read_packet(Cmd::optneg, code, s_.command_timeout); !err.empty())
+    if (err = co_await read_packet(Cmd::optneg, code, s_.command_timeout); !err.empty())
         co_return fail(err);
     if (code != static_cast<char>(Cmd::optneg))
         co_return fail("unexpected reply " + name(code) + " in initial handshake");
@@ -196,44 +200,44 @@ asio::awaitable<Result> Conn::open() {
     co_return Result{};
 }
 
-asio::awaitable<std::string> Conn::send(clock::duration timeout) {
-    // The packets nearly always fit the socket buffer: written now, with
-    // no wait; the rest, if any, within the deadline. MSG_DONTWAIT: asio's
-    // own write_some waits in poll(2) unless the socket is set non-blocking,
-    // an ioctl(2) per connection.
-    error_code ec;
-    std::size_t n = 0;
+std::string Conn::write_now() {
+    // MSG_DONTWAIT: asio's own write_some would wait in poll(2) unless the
+    // socket were set non-blocking, an ioctl(2) per connection.
     const auto sent = ::send(sock_.native_handle(), out_.data(), out_.size(),
                              MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (sent >= 0) {
-        n = static_cast<std::size_t>(sent);
-    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        ec = error_code(errno, asio::error::get_system_category());
+    if (sent < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return {};
+        return text_of(error_code(errno, asio::error::get_system_category()));
     }
-    if (!ec && n < out_.size()) {
-        begin_wait(timeout);
-        std::tie(ec, std::ignore) = co_await asio::async_write(
-            sock_, asio::buffer(out_.data() + n, out_.size() - n), smx::await_tuple);
-        ec = end_wait(ec);
-    }
+    out_.erase(0, static_cast<std::size_t>(sent));
+    return {};
+}
+
+asio::awaitable<std::string> Conn::write_rest(clock::duration timeout) {
+    begin_wait(timeout);
+    auto [ec, n] = co_await asio::async_write(sock_, asio::buffer(out_), smx::await_tuple);
+    ec = end_wait(ec);
     out_.clear();
     co_return ec ? text_of(ec) : std::string();
 }
 
 asio::awaitable<std::string> Conn::read_packet(Cmd after, char& code, clock::duration timeout) {
     // Replies are read as they come, several packets at a time (the edits
-    // of an end of message and its final reply come together): one wait
+    // of an end of message and its final reply come together), straight
+    // into rbuf_ (a small coroutine frame, which asio recycles): one wait
     // for the header and, for a long packet, one for the rest of it, within
     // one deadline. No read is tried before the wait: asio's reactor tries
-    // one itself (it fails while the milter is still at work).
+    // one itself.
     if (rbuf_.size() < 4) {
-        std::array<char, 4096> chunk;
         error_code ec;
         begin_wait(timeout);
         while (!ec && rbuf_.size() < 4) {
+            const std::size_t had = rbuf_.size();
+            rbuf_.resize(had + read_room);
             std::size_t n = 0;
-            std::tie(ec, n) = co_await sock_.async_read_some(asio::buffer(chunk), smx::await_tuple);
-            rbuf_.append(chunk.data(), n);
+            std::tie(ec, n) = co_await sock_.async_read_some(
+                asio::buffer(rbuf_.data() + had, read_room), smx::await_tuple);
+            rbuf_.resize(had + n);
         }
         if ((ec = end_wait(ec)))
             co_return "can't read " + std::string(name(after)) + " reply packet header: " +
@@ -298,16 +302,16 @@ asio::awaitable<Result> Conn::event(Cmd c, std::optional<Stage> stage, const Mac
     if (stage) put_stage_macros(c, *stage, m);
     put(out_);
     if (neg_.no_reply(c) && out_.size() < hold_at) co_return Result{};
-    if (auto err = co_await send(timeout); !err.empty())
-        co_return fail("error writing " + std::string(name(c)) + ": " + err);
+    auto err = write_now();
+    if (err.empty() && !out_.empty()) err = co_await write_rest(timeout);
+    if (!err.empty()) co_return fail("error writing " + std::string(name(c)) + ": " + err);
     if (neg_.no_reply(c)) co_return Result{};
     Result res;
     std::size_t body_size = 0;
     std::optional<std::size_t> body_at;  // the REPLBODY edit later chunks join
     for (;;) {
         char code = 0;
-        if (auto err = co_await read_packet(c, code, timeout); !err.empty())
-            co_return fail(err);
+        if (err = co_await read_packet(c, code, timeout); !err.empty()) co_return fail(err);
         Reply r;
         if (auto err = decode_reply(code, in_, r); !err.empty())
             co_return fail(err + " after " + std::string(name(c)));
@@ -419,15 +423,17 @@ asio::awaitable<Result> Conn::abort() {
     skip_body_ = false;
     if (!open_) co_return dead();
     put_bare(out_, Cmd::abort);
-    if (auto err = co_await send(s_.command_timeout); !err.empty())
-        co_return fail("error writing SMFIC_ABORT: " + err);
+    auto err = write_now();
+    if (err.empty() && !out_.empty()) err = co_await write_rest(s_.command_timeout);
+    if (!err.empty()) co_return fail("error writing SMFIC_ABORT: " + err);
     co_return Result{};
 }
 
 asio::awaitable<Result> Conn::quit() {
     if (!open_) co_return dead();
     put_bare(out_, Cmd::quit);
-    auto err = co_await send(s_.command_timeout);
+    auto err = write_now();
+    if (err.empty() && !out_.empty()) err = co_await write_rest(s_.command_timeout);
     Result r = fail(err.empty() ? "" : "error writing SMFIC_QUIT: " + err);
     if (err.empty()) r.status = Result::ok;
     co_return r;

@@ -112,7 +112,12 @@ private:
     template <class Put>
     asio::awaitable<Result> event(Cmd c, std::optional<Stage> stage, const MacroLookup& m,
                                   Put put, clock::duration timeout, std::size_t max_body = 0);
-    asio::awaitable<std::string> send(clock::duration timeout);
+    // Writes what of out_ the socket takes now, without waiting (nearly
+    // always all of it; the rest stays in out_): an error text, or empty.
+    // No coroutine frame for the usual case.
+    std::string write_now();
+    // Writes the rest of out_ within timeout.
+    asio::awaitable<std::string> write_rest(clock::duration timeout);
     // One packet into code and in_; an error text when it cannot.
     asio::awaitable<std::string> read_packet(Cmd after, char& code, clock::duration timeout);
     void put_stage_macros(Cmd c, Stage stage, const MacroLookup& m);
