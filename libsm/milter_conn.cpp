@@ -22,8 +22,8 @@ using error_code = boost::system::error_code;
 // What the milter answers nothing to waits in out_ for the next packet it
 // answers, unless it reaches this size (a body with SMFIP_NR_BODY).
 constexpr std::size_t hold_at = 65536;
-// What one read may bring: replies are small, and a body replacement comes
-// in packets of at most 64 KiB, read whole once their header is in.
+// What one read asks for, unless the rest of a longer packet whose header is
+// in (a body replacement comes in packets of up to 64 KiB).
 constexpr std::size_t read_room = 4096;
 
 std::string text_of(const error_code& ec) {
@@ -186,18 +186,10 @@ asio::awaitable<Result> Conn::open() {
                                                                                      : step::v2) &
         ~step::rcpt_rej;
     out_.clear();
-    put_optneg(out_, s_.version, action::all, steps);
-    auto err = write_now();
-    if (err.empty() && !out_.empty()) err = co_await write_rest(s_.command_timeout);
-    if (!err.empty()) co_return fail("error writing SMFIC_OPTNEG: " + err);
-    char code = 0;
-    if (err = co_await read_packet(Cmd::optneg, code, s_.command_timeout); !err.empty())
-        co_return fail(err);
-    if (code != static_cast<char>(Cmd::optneg))
-        co_return fail("unexpected reply " + name(code) + " in initial handshake");
-    if (auto err = decode_optneg(in_, s_.version, action::all, neg_); !err.empty())
-        co_return fail(err);
-    co_return Result{};
+    co_return co_await event(
+        Cmd::optneg, std::nullopt, MacroLookup{},
+        [this, steps](std::string& out) { put_optneg(out, s_.version, action::all, steps); },
+        s_.command_timeout);
 }
 
 std::string Conn::write_now() {
@@ -221,48 +213,29 @@ asio::awaitable<std::string> Conn::write_rest(clock::duration timeout) {
     co_return ec ? text_of(ec) : std::string();
 }
 
-asio::awaitable<std::string> Conn::read_packet(Cmd after, char& code, clock::duration timeout) {
-    // Replies are read as they come, several packets at a time (the edits
-    // of an end of message and its final reply come together), straight
-    // into rbuf_ (a small coroutine frame, which asio recycles): one wait
-    // for the header and, for a long packet, one for the rest of it, within
-    // one deadline. No read is tried before the wait: asio's reactor tries
-    // one itself.
-    if (rbuf_.size() < 4) {
-        error_code ec;
-        begin_wait(timeout);
-        while (!ec && rbuf_.size() < 4) {
-            const std::size_t had = rbuf_.size();
-            rbuf_.resize(had + read_room);
-            std::size_t n = 0;
-            std::tie(ec, n) = co_await sock_.async_read_some(
-                asio::buffer(rbuf_.data() + had, read_room), smx::await_tuple);
-            rbuf_.resize(had + n);
-        }
-        if ((ec = end_wait(ec)))
-            co_return "can't read " + std::string(name(after)) + " reply packet header: " +
-                text_of(ec);
-    }
+Frame Conn::frame() const {
     std::array<unsigned char, 4> header{};
     std::memcpy(header.data(), rbuf_.data(), 4);
-    const auto f = read_frame(header, s_.max_packet);
-    if (!f.error.empty()) co_return f.error;
-    const std::size_t have = std::min<std::size_t>(f.length, rbuf_.size() - 4);
-    in_.assign(rbuf_, 4, have);
-    rbuf_.erase(0, 4 + have);
-    if (have < f.length) {
-        in_.resize(f.length);
-        begin_wait(timeout);
-        auto [ec, n] = co_await asio::async_read(
-            sock_, asio::buffer(in_.data() + have, f.length - have), smx::await_tuple);
-        ec = end_wait(ec);
-        if (ec)
-            co_return "can't read " + std::string(name(after)) + " reply packet data: " +
-                text_of(ec);
+    return read_frame(header, s_.max_packet);
+}
+
+bool Conn::take_packet(char& code, std::string& err) {
+    if (rbuf_.size() < 4) return false;
+    const auto f = frame();
+    if (!f.error.empty()) {
+        err = f.error;
+        return true;
     }
-    code = in_[0];
-    in_.erase(0, 1);
-    co_return std::string();
+    if (rbuf_.size() - 4 < f.length) return false;
+    code = rbuf_[4];
+    in_.assign(rbuf_, 5, f.length - 1);
+    rbuf_.erase(0, 4 + f.length);
+    return true;
+}
+
+std::size_t Conn::want() const {
+    if (rbuf_.size() < 4) return read_room;
+    return std::max(read_room, 4 + frame().length - rbuf_.size());
 }
 
 void Conn::put_stage_macros(Cmd c, Stage stage, const MacroLookup& m) {
@@ -310,8 +283,35 @@ asio::awaitable<Result> Conn::event(Cmd c, std::optional<Stage> stage, const Mac
     std::size_t body_size = 0;
     std::optional<std::size_t> body_at;  // the REPLBODY edit later chunks join
     for (;;) {
+        // Replies are read as they come, straight into rbuf_, several
+        // packets at a time (the edits of an end of message and its final
+        // reply come together), each within one deadline. The wait is
+        // awaited here, not in a coroutine of its own: no frame to allocate
+        // per reply. No read is tried before it: asio's reactor tries one.
         char code = 0;
-        if (err = co_await read_packet(c, code, timeout); !err.empty()) co_return fail(err);
+        if (!take_packet(code, err)) {
+            error_code ec;
+            begin_wait(timeout);
+            while (!ec && !take_packet(code, err)) {
+                const std::size_t had = rbuf_.size(), room = want();
+                rbuf_.resize(had + room);
+                std::size_t n = 0;
+                std::tie(ec, n) = co_await sock_.async_read_some(
+                    asio::buffer(rbuf_.data() + had, room), smx::await_tuple);
+                rbuf_.resize(had + n);
+            }
+            if ((ec = end_wait(ec)))
+                err = "can't read " + std::string(name(c)) + " reply packet " +
+                      (rbuf_.size() < 4 ? "header: " : "data: ") + text_of(ec);
+        }
+        if (!err.empty()) co_return fail(err);
+        if (c == Cmd::optneg) {
+            if (code != static_cast<char>(Cmd::optneg))
+                co_return fail("unexpected reply " + name(code) + " in initial handshake");
+            if (err = decode_optneg(in_, s_.version, action::all, neg_); !err.empty())
+                co_return fail(err);
+            co_return Result{};
+        }
         Reply r;
         if (auto err = decode_reply(code, in_, r); !err.empty())
             co_return fail(err + " after " + std::string(name(c)));

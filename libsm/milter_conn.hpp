@@ -108,7 +108,7 @@ private:
     struct Watch;
     // Puts the stage's macros and, with put(out_), the packet of c unless
     // the milter does not want c; sends them unless it answers nothing to
-    // c, and reads the replies.
+    // c, and reads the replies (to OPTNEG: the negotiation, into neg_).
     template <class Put>
     asio::awaitable<Result> event(Cmd c, std::optional<Stage> stage, const MacroLookup& m,
                                   Put put, clock::duration timeout, std::size_t max_body = 0);
@@ -118,8 +118,13 @@ private:
     std::string write_now();
     // Writes the rest of out_ within timeout.
     asio::awaitable<std::string> write_rest(clock::duration timeout);
-    // One packet into code and in_; an error text when it cannot.
-    asio::awaitable<std::string> read_packet(Cmd after, char& code, clock::duration timeout);
+    // A whole packet from rbuf_ into code and in_ (true), or false when
+    // more must be read first; a bad length goes to err (true).
+    bool take_packet(char& code, std::string& err);
+    // The length field at the start of rbuf_ (4 octets there).
+    Frame frame() const;
+    // What the next read asks for: the rest of the packet, or read_room.
+    std::size_t want() const;
     void put_stage_macros(Cmd c, Stage stage, const MacroLookup& m);
     // A read, write or connect begins that must end within timeout / has
     // ended with ec (timed_out when the deadline ended it).
@@ -137,7 +142,7 @@ private:
     Negotiated neg_;
     std::string out_;  // the packets of the next write
     std::string in_;   // the data of the last packet read
-    std::string rbuf_;  // bytes read past it: the start of the next packets
+    std::string rbuf_;  // bytes read past it: the next packets, or their start
     std::shared_ptr<Watch> watch_;  // the deadline, shared with the watchdog
 };
 
