@@ -365,3 +365,47 @@ TEST_CASE("milter connection: a deadline nearer than the one the timer waits for
     // The command timeout (300 ms), not the 10 s the timer was set to.
     CHECK(took < std::chrono::seconds(5));
 }
+
+TEST_CASE("milter connection: a write the socket cannot take at once waits within its deadline",
+          "[milter]") {
+    Fixture f;
+    // A body with no reply to its chunks, more than the socket buffers
+    // hold while the peer does not read.
+    const std::size_t size = 32u << 20;
+    bool stall = false;
+    SECTION("the milter reads late") { stall = false; }
+    SECTION("the milter never reads") { stall = true; }
+    std::size_t body = 0;
+    asio::co_spawn(f.io, [&]() -> asio::awaitable<void> {
+        auto s = co_await f.acc.async_accept(asio::use_awaitable);
+        co_await read_cmd(s);
+        co_await write(s, packet('O', u32(6) + u32(0) + u32(step::nr_body)));
+        asio::steady_timer t(s.get_executor(), std::chrono::milliseconds(stall ? 3000 : 200));
+        co_await t.async_wait(smx::await_tuple);
+        for (;;) {
+            auto c = co_await read_cmd(s);
+            if (c.first == 0) break;
+            if (c.first == 'B') body += c.second.size();
+            if (c.first == 'E') co_await write(s, packet('c'));
+        }
+    }, smx::crash_on_exception("peer"));
+    std::string what;
+    asio::co_spawn(f.io, [&]() -> asio::awaitable<void> {
+        auto s = f.settings();
+        if (!stall) s.content_timeout = std::chrono::seconds(10);
+        Conn c(f.io.get_executor(), s);
+        auto r = co_await c.open();
+        REQUIRE(r.status == Result::ok);
+        r = co_await c.body(macros, std::string(size, 'x'));
+        if (r.status == Result::ok) r = co_await c.eom(macros, 0);
+        what = r.what;
+        if (r.status == Result::ok) r = co_await c.quit();
+    }, smx::crash_on_exception("mta"));
+    f.io.run_for(std::chrono::seconds(30));
+    if (stall) {
+        CHECK(what == "error writing SMFIC_BODY: Connection timed out");
+    } else {
+        CHECK(what.empty());
+        CHECK(body == size);
+    }
+}
