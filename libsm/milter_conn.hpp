@@ -3,11 +3,16 @@
 // per-connection state (the CONNECT and HELO it saw, its own context) for
 // the life of the socket, so a connection cannot be shared by sessions.
 //
-// Every call is a coroutine with a deadline; an error of any kind (refused,
+// Every call is a coroutine with a deadline (one per connection, watched by
+// a coroutine of its own: no timer per read); an error of any kind (refused,
 // reset, timeout, garbage, a reply over the size bound, an edit not
 // negotiated) comes back as Result::error, the socket is closed and every
 // later call returns Result::dead at once, so the caller applies the
 // milter's default action (logged once, when the error happens).
+//
+// What the milter answers nothing to (its SMFIP_NR_* steps) waits, with the
+// macros, for the next packet it answers (or ABORT, QUIT): N header fields
+// with SMFIP_NR_HDR cost one write, not N. A write error comes back there.
 #pragma once
 
 #include "libsm/milter_protocol.hpp"
@@ -17,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -61,10 +67,11 @@ struct Result {
 class Conn {
 public:
     Conn(asio::any_io_executor ex, ConnSettings s);
+    ~Conn();
     Conn(const Conn&) = delete;
     Conn& operator=(const Conn&) = delete;
 
-    // Connects and negotiates; an error result when it cannot.
+    // Connects and negotiates (once per Conn); an error result when it cannot.
     asio::awaitable<Result> open();
 
     asio::awaitable<Result> connect(const MacroLookup& m, std::string_view host, Family family,
@@ -97,17 +104,33 @@ public:
     const std::string& label() const { return s_.socket; }
 
 private:
-    // Sends packet (after the stage's macros) unless the milter does not
-    // want c, and reads the replies unless it sends none.
+    using clock = std::chrono::steady_clock;
+    struct Watch;
+    // Puts the stage's macros and, with put(out_), the packet of c unless
+    // the milter does not want c; sends them unless it answers nothing to
+    // c, and reads the replies (to OPTNEG: the negotiation, into neg_).
+    template <class Put>
     asio::awaitable<Result> event(Cmd c, std::optional<Stage> stage, const MacroLookup& m,
-                                  std::string_view packet,
-                                  std::chrono::steady_clock::duration timeout,
-                                  std::size_t max_body = 0);
-    asio::awaitable<std::string> send(std::chrono::steady_clock::duration timeout);
-    // One packet into code and in_; an error text when it cannot.
-    asio::awaitable<std::string> read_packet(Cmd after, char& code,
-                                             std::chrono::steady_clock::duration timeout);
+                                  Put put, clock::duration timeout, std::size_t max_body = 0);
+    // Writes what of out_ the socket takes now, without waiting (nearly
+    // always all of it; the rest stays in out_): an error text, or empty.
+    // No coroutine frame for the usual case.
+    std::string write_now();
+    // Writes the rest of out_ within timeout.
+    asio::awaitable<std::string> write_rest(clock::duration timeout);
+    // A whole packet from rbuf_ into code and in_ (true), or false when
+    // more must be read first; a bad length goes to err (true).
+    bool take_packet(char& code, std::string& err);
+    // The length field at the start of rbuf_ (4 octets there).
+    Frame frame() const;
+    // What the next read asks for: the rest of the packet, or read_room.
+    std::size_t want() const;
     void put_stage_macros(Cmd c, Stage stage, const MacroLookup& m);
+    // A read, write or connect begins that must end within timeout / has
+    // ended with ec (timed_out when the deadline ended it).
+    void begin_wait(clock::duration timeout);
+    boost::system::error_code end_wait(boost::system::error_code ec);
+    static asio::awaitable<void> watchdog(std::shared_ptr<Watch> w);
     Result fail(std::string what);
     static Result dead();
     bool edit_allowed(Act a) const;
@@ -119,7 +142,8 @@ private:
     Negotiated neg_;
     std::string out_;  // the packets of the next write
     std::string in_;   // the data of the last packet read
-    std::string rbuf_;  // bytes read past it: the start of the next packets
+    std::string rbuf_;  // bytes read past it: the next packets, or their start
+    std::shared_ptr<Watch> watch_;  // the deadline, shared with the watchdog
 };
 
 } // namespace smx::milter

@@ -31,9 +31,7 @@ std::size_t begin_packet(std::string& out, char cmd) {
 void end_packet(std::string& out, std::size_t at) {
     const std::size_t len = out.size() - at - 4;
     if (len > 0xffffffffu) smx::panic("milter packet of " + std::to_string(len) + " octets");
-    std::string field;
-    put_u32(field, static_cast<std::uint32_t>(len));
-    out.replace(at, 4, field);
+    for (int i = 0; i < 4; ++i) out[at + i] = static_cast<char>(len >> (24 - 8 * i));
 }
 
 // The reader of one packet's data: strings to NUL, integers in network order.
@@ -226,19 +224,30 @@ void put_optneg(std::string& out, std::uint32_t version, std::uint32_t actions,
     end_packet(out, at);
 }
 
-void put_macros(std::string& out, Cmd for_cmd,
-                std::span<const std::pair<std::string, std::string>> macros) {
+std::size_t begin_macros(std::string& out, Cmd for_cmd) {
     const auto at = begin_packet(out, static_cast<char>(Cmd::macro));
     out.push_back(static_cast<char>(for_cmd));
-    for (const auto& m : macros) {
-        if (m.first.size() == 1 || m.first.starts_with('{')) {
-            put_string(out, m.first);
-        } else {
-            put_string(out, "{" + m.first + "}");
-        }
-        put_string(out, m.second);
+    return at;
+}
+
+void put_macro(std::string& out, std::string_view name, std::string_view value) {
+    if (name.size() == 1 || name.starts_with('{')) {
+        put_string(out, name);
+    } else {
+        out.push_back('{');
+        out.append(name);
+        put_string(out, "}");
     }
-    end_packet(out, at);
+    put_string(out, value);
+}
+
+void end_macros(std::string& out, std::size_t at) {
+    // Length field, command octet and the command the macros are for.
+    if (out.size() == at + 6) {
+        out.resize(at);
+    } else {
+        end_packet(out, at);
+    }
 }
 
 void put_connect(std::string& out, std::string_view host, Family family, std::uint16_t port,
@@ -277,7 +286,9 @@ void put_rcpt(std::string& out, std::span<const std::string> args) {
 void put_header(std::string& out, std::string_view name, std::string_view value) {
     const auto at = begin_packet(out, static_cast<char>(Cmd::header));
     put_string(out, name);
-    put_string(out, value);
+    for (std::size_t i = 0; i < value.size(); ++i)
+        if (value[i] != '\r' || i + 1 == value.size() || value[i + 1] != '\n') out.push_back(value[i]);
+    out.push_back('\0');
     end_packet(out, at);
 }
 

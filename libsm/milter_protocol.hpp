@@ -96,10 +96,14 @@ std::optional<SocketSpec> parse_socket(std::string_view spec, std::string& error
 // ---- Encoding: each appends one whole packet to out. ----
 void put_optneg(std::string& out, std::uint32_t version, std::uint32_t actions,
                 std::uint32_t steps);
-// Macros (name, value) for the command `for_cmd` that follows. Names of one
-// letter go as they are, longer ones in braces ("{client_addr}").
-void put_macros(std::string& out, Cmd for_cmd,
-                std::span<const std::pair<std::string, std::string>> macros);
+// The macros for the command `for_cmd` that follows, one at a time (no
+// list to build per command): begin_macros, put_macro for each, then
+// end_macros with what begin_macros returned; a packet that got no macro is
+// taken back out. Names of one letter go as they are, longer ones in braces
+// ("{client_addr}").
+std::size_t begin_macros(std::string& out, Cmd for_cmd);
+void put_macro(std::string& out, std::string_view name, std::string_view value);
+void end_macros(std::string& out, std::size_t at);
 
 // The client's address family in CONNECT (SMFIA_*).
 enum class Family : char { unknown = 'U', unix_path = 'L', inet = '4', inet6 = '6' };
@@ -110,7 +114,9 @@ void put_helo(std::string& out, std::string_view name);
 // args: "<addr>" first, then the ESMTP parameters ("SIZE=100").
 void put_mail(std::string& out, std::span<const std::string> args);
 void put_rcpt(std::string& out, std::span<const std::string> args);
-// value as the milter asked (with or without the leading space).
+// value as the milter asked (with or without the leading space), without
+// its final line end; the lines of a folded field go joined by LF, as
+// sendmail sends them (the CR of each CRLF is left out).
 void put_header(std::string& out, std::string_view name, std::string_view value);
 // At most chunk_size octets.
 void put_body(std::string& out, std::string_view bytes);

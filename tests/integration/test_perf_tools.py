@@ -403,6 +403,41 @@ def test_profile_counts_malloc_calls_per_message(tmp_path):
     assert ("probe_libc:malloc" in probes()) == had_probe
 
 
+def test_profile_with_the_null_milter_finds_the_milter_client_on_the_stacks(tmp_path):
+    """perf/profile --milter null: smx with perf/null-milter.c as its smtpd
+    milter; the milter's CPU per message beside smx's, and the part of
+    smx-smtps's samples with smx::milter:: code on their (DWARF) call stacks:
+    every message makes about 15 round trips to the milter from that code,
+    so a share of none means the stacks or their reading are broken. perf
+    history keeps such a run apart from one without a milter."""
+    if os.geteuid() != 0 or not shutil.which("perf"):
+        pytest.skip("perf record needs root and perf (apt-get install linux-perf)")
+    if not os.access(os.path.join(BUILD, "perf", "smx-null-milter"), os.X_OK):
+        pytest.skip("perf/smx-null-milter is not built (libmilter-dev missing at meson setup)")
+    res = subprocess.run([os.path.join(PERF, "profile"), "--build", BUILD, "-n", "300", "-s", "10", "--reps", "1",
+                          "--milter", "null", "--no-strace", "--no-allocs", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    with open(os.path.join(tmp_path, "raw", "profile.json")) as f:
+        j = json.load(f)
+    assert j["milter"] == "null"
+    assert j["timed"][0]["result"]["milter_cpu_s_per_1000"] > 0, j["timed"]
+    share = j["perf_top"]["smx-smtps"]["milter"]
+    assert 0.01 < share["share"] <= 1 and 0 <= share["kernel_share"] <= share["share"], share
+    with open(os.path.join(tmp_path, "profile.md")) as f:
+        md = f.read()
+    assert "## The milter client in smx-smtps" in md and "| the milter (null)" in md, md[:3000]
+    dataset = tmp_path / "history.jsonl"
+    res = history("--dataset", str(dataset), "add", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(line) for line in dataset.read_text().splitlines()]
+    assert {r["config"] for r in rows} == {"1K-s10-milter-null"}, rows
+    assert all("--milter null" in r["command"] for r in rows), rows
+    smtps = next(r for r in rows if r["system"] == "smx-smtps")
+    assert 0 < smtps["milter_code_user_ms_per_msg"] <= smtps["milter_code_ms_per_msg"] <= smtps["cpu_ms_per_msg"]
+    assert next(r for r in rows if r["system"] == "milter")["cpu_ms_per_msg"] > 0
+
+
 HISTORY = os.path.join(PERF, "history")
 ROOT = os.path.dirname(PERF)
 TOOLS = ("relay-bench", "commit-sweep", "profile", "crash-run", "qmgr-restart", "idle-conns", "content-store")

@@ -386,10 +386,16 @@ def content_command(j, path):
 def profile_rows(base, j, path):
     timed = j["timed"]
     cfg = timed[0]["result"]["config"]
-    base = dict(base, config="%s-s%d" % (cfg["size"], cfg["sessions"]), msgs=cfg["msgs"], runs=len(timed))
+    # perf/profile --milter KIND: a configuration of its own.
+    milter = j.get("milter")
+    base = dict(base, config="%s-s%d%s" % (cfg["size"], cfg["sessions"], "-milter-" + milter if milter else ""),
+                msgs=cfg["msgs"], runs=len(timed))
     med = statistics.median
     rows = [dict(base, system="relay", cpu_ms_per_msg=med(t["result"]["cpu_s_per_1000"] for t in timed),
                  msgs_per_s=med(t["result"]["delivered_msgs_per_s"] for t in timed))]
+    if milter:
+        rows.append(dict(base, system="milter",
+                         cpu_ms_per_msg=med(t["result"]["milter_cpu_s_per_1000"] or 0.0 for t in timed)))
     allocs, calls = j.get("mallocs_per_msg", {}), j.get("syscalls_per_msg", {})
     for name in sorted({n for t in timed for n in t["per_process_ms"]}):
         per = [t["per_process_ms"].get(name, (0.0, 0.0)) for t in timed]
@@ -401,12 +407,18 @@ def profile_rows(base, j, path):
                          involuntary_switches_per_msg=med(s[1] for s in sw) if sw else None,
                          mallocs_per_msg=allocs.get(name),
                          syscalls_per_msg=sum(calls[name].values()) if name in calls else None))
+        share = j.get("perf_top", {}).get(name, {}).get("milter")
+        if share:  # the milter client's part of smx-smtps (perf/profile --milter)
+            rows[-1].update(milter_code_ms_per_msg=share["share"] * rows[-1]["cpu_ms_per_msg"],
+                            milter_code_user_ms_per_msg=(share["share"] - share["kernel_share"]) *
+                            rows[-1]["cpu_ms_per_msg"])
     return rows
 
 
 def profile_command(j, path):
     cfg = j["timed"][0]["result"]["config"]
-    return "perf/profile -n %d -s %d -S %s --reps %d" % (cfg["msgs"], cfg["sessions"], cfg["size"], len(j["timed"]))
+    return "perf/profile -n %d -s %d -S %s --reps %d%s" % (cfg["msgs"], cfg["sessions"], cfg["size"], len(j["timed"]),
+                                                         " --milter " + j["milter"] if j.get("milter") else "")
 
 
 ROWS = {"relay-bench": relay_rows, "commit-sweep": sweep_rows, "crash-run": crash_rows, "qmgr-restart": qmgr_rows,

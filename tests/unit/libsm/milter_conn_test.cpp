@@ -6,10 +6,13 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 using namespace smx::milter;
 using namespace std::string_literals;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using steady = std::chrono::steady_clock;
 
 namespace {
 
@@ -259,4 +262,150 @@ TEST_CASE("milter connection: refused, and a version we do not speak", "[milter]
     }, smx::crash_on_exception("mta"));
     g.io.run_for(std::chrono::seconds(10));
     CHECK(what == "protocol version 7 conflict with MTA protocol version 6");
+}
+
+TEST_CASE("milter connection: what gets no reply waits for the next packet that does",
+          "[milter]") {
+    Fixture f;
+    std::vector<std::pair<char, std::string>> seen;
+    asio::co_spawn(f.io, [&]() -> asio::awaitable<void> {
+        auto s = co_await f.acc.async_accept(asio::use_awaitable);
+        co_await read_cmd(s);
+        // No reply to header fields nor to body chunks.
+        co_await write(s, packet('O', u32(6) + u32(0) + u32(step::nr_header | step::nr_body)));
+        for (;;) {
+            auto c = co_await read_cmd(s);
+            if (c.first == 0) break;
+            seen.push_back(c);
+            if (c.first == 'N' || c.first == 'E') co_await write(s, packet('c'));
+        }
+    }, smx::crash_on_exception("peer"));
+    std::size_t seen_after_headers = 0, body_packets_before_eom = 0;
+    asio::co_spawn(f.io, [&]() -> asio::awaitable<void> {
+        Conn c(f.io.get_executor(), f.settings());
+        // (co_await inside a Catch macro is evaluated more than once by GCC 12.)
+        auto r = co_await c.open();
+        REQUIRE(r.status == Result::ok);
+        const std::vector<std::pair<std::string, std::string>> fields = {
+            {"From", " a@example.org\r\n"}, {"To", " b@example.net,\r\n\tc@example.net\r\n"},
+            {"Subject", " three\r\n"}};
+        for (const auto& [name, value] : fields) {
+            r = co_await c.header(macros, name, value);
+            CHECK(r.status == Result::ok);
+        }
+        // Nothing was written yet: the peer has had its turn and seen nothing.
+        asio::steady_timer t(f.io, std::chrono::milliseconds(50));
+        co_await t.async_wait(smx::await_tuple);
+        seen_after_headers = seen.size();
+        r = co_await c.eoh(macros);
+        CHECK((r.status == Result::ok && r.reply.act == Act::cont));
+        // Body chunks fill a write of their own: they do not wait for the end
+        // of the message, held in memory.
+        r = co_await c.body(macros, std::string(3 * chunk_size, 'x'));
+        CHECK(r.status == Result::ok);
+        for (int i = 0; i < 100 && std::ranges::count(seen, 'B', &std::pair<char, std::string>::first) < 3; ++i) {
+            t.expires_after(std::chrono::milliseconds(50));
+            co_await t.async_wait(smx::await_tuple);
+        }
+        body_packets_before_eom = std::ranges::count(seen, 'B', &std::pair<char, std::string>::first);
+        r = co_await c.eom(macros, 0);
+        CHECK((r.status == Result::ok && r.reply.act == Act::cont));
+        r = co_await c.quit();
+        CHECK(r.status == Result::ok);
+    }, smx::crash_on_exception("mta"));
+    f.io.run_for(std::chrono::seconds(20));
+    // Both ended: the connection's watchdog did not outlive it.
+    CHECK(f.io.stopped());
+    CHECK(seen_after_headers == 0);
+    CHECK(body_packets_before_eom == 3);
+    REQUIRE(seen.size() >= 5);
+    CHECK(seen[0] == std::pair{'L', "From\0a@example.org\0"s});
+    CHECK(seen[1] == std::pair{'L', "To\0b@example.net,\n\tc@example.net\0"s});
+    CHECK(seen[2] == std::pair{'L', "Subject\0three\0"s});
+    CHECK(seen[3] == std::pair{'N', ""s});
+}
+
+TEST_CASE("milter connection: a deadline nearer than the one the timer waits for still ends "
+          "the wait", "[milter]") {
+    Fixture f;
+    asio::co_spawn(f.io, [&]() -> asio::awaitable<void> {
+        auto s = co_await f.acc.async_accept(asio::use_awaitable);
+        co_await read_cmd(s);
+        co_await write(s, packet('O', u32(6) + u32(0) + u32(0)));
+        for (;;) {
+            auto c = co_await read_cmd(s);
+            if (c.first == 0) break;
+            if (c.first == 'D') continue;
+            // Slower than the command timeout (so the timer, woken by it,
+            // waits for the content timeout next), within the content one.
+            asio::steady_timer t(s.get_executor(), std::chrono::milliseconds(c.first == 'N' ? 600 : 3000));
+            co_await t.async_wait(smx::await_tuple);
+            co_await write(s, packet('c'));
+        }
+    }, smx::crash_on_exception("peer"));
+    std::string what;
+    steady::duration took{};
+    asio::co_spawn(f.io, [&]() -> asio::awaitable<void> {
+        auto s = f.settings();
+        s.content_timeout = std::chrono::seconds(10);
+        Conn c(f.io.get_executor(), s);
+        auto r = co_await c.open();
+        REQUIRE(r.status == Result::ok);
+        r = co_await c.eoh(macros);
+        CHECK((r.status == Result::ok && r.reply.act == Act::cont));
+        const auto start = steady::now();
+        const std::vector<std::string> rcpt = {"<x@y>"};
+        r = co_await c.rcpt(macros, rcpt);
+        took = steady::now() - start;
+        CHECK(r.status == Result::error);
+        what = r.what;
+    }, smx::crash_on_exception("mta"));
+    f.io.run_for(std::chrono::seconds(20));
+    CHECK(what == "can't read SMFIC_RCPT reply packet header: Connection timed out");
+    // The command timeout (300 ms), not the 10 s the timer was set to.
+    CHECK(took < std::chrono::seconds(5));
+}
+
+TEST_CASE("milter connection: a write the socket cannot take at once waits within its deadline",
+          "[milter]") {
+    Fixture f;
+    // A body with no reply to its chunks, more than the socket buffers
+    // hold while the peer does not read.
+    const std::size_t size = 32u << 20;
+    bool stall = false;
+    SECTION("the milter reads late") { stall = false; }
+    SECTION("the milter never reads") { stall = true; }
+    std::size_t body = 0;
+    asio::co_spawn(f.io, [&]() -> asio::awaitable<void> {
+        auto s = co_await f.acc.async_accept(asio::use_awaitable);
+        co_await read_cmd(s);
+        co_await write(s, packet('O', u32(6) + u32(0) + u32(step::nr_body)));
+        asio::steady_timer t(s.get_executor(), std::chrono::milliseconds(stall ? 3000 : 200));
+        co_await t.async_wait(smx::await_tuple);
+        for (;;) {
+            auto c = co_await read_cmd(s);
+            if (c.first == 0) break;
+            if (c.first == 'B') body += c.second.size();
+            if (c.first == 'E') co_await write(s, packet('c'));
+        }
+    }, smx::crash_on_exception("peer"));
+    std::string what;
+    asio::co_spawn(f.io, [&]() -> asio::awaitable<void> {
+        auto s = f.settings();
+        if (!stall) s.content_timeout = std::chrono::seconds(10);
+        Conn c(f.io.get_executor(), s);
+        auto r = co_await c.open();
+        REQUIRE(r.status == Result::ok);
+        r = co_await c.body(macros, std::string(size, 'x'));
+        if (r.status == Result::ok) r = co_await c.eom(macros, 0);
+        what = r.what;
+        if (r.status == Result::ok) r = co_await c.quit();
+    }, smx::crash_on_exception("mta"));
+    f.io.run_for(std::chrono::seconds(30));
+    if (stall) {
+        CHECK(what == "error writing SMFIC_BODY: Connection timed out");
+    } else {
+        CHECK(what.empty());
+        CHECK(body == size);
+    }
 }

@@ -43,9 +43,15 @@ TEST_CASE("milter commands are framed as libmilter reads them", "[milter]") {
     CHECK(out == packet('O', u32(6) + u32(0x1ff) + u32(step::v6)));
 
     out.clear();
-    const std::vector<std::pair<std::string, std::string>> macros = {
-        {"j", "mx.example"}, {"client_addr", "192.0.2.1"}, {"{if_addr}", "192.0.2.2"}};
-    put_macros(out, Cmd::connect, macros);
+    auto at = begin_macros(out, Cmd::connect);
+    put_macro(out, "j", "mx.example");
+    put_macro(out, "client_addr", "192.0.2.1");
+    put_macro(out, "{if_addr}", "192.0.2.2");
+    end_macros(out, at);
+    CHECK(out == packet('D', "Cj\0mx.example\0{client_addr}\0" "192.0.2.1\0{if_addr}\0" "192.0.2.2\0"s));
+    // No macro: no packet.
+    at = begin_macros(out, Cmd::helo);
+    end_macros(out, at);
     CHECK(out == packet('D', "Cj\0mx.example\0{client_addr}\0" "192.0.2.1\0{if_addr}\0" "192.0.2.2\0"s));
 
     out.clear();
@@ -63,11 +69,13 @@ TEST_CASE("milter commands are framed as libmilter reads them", "[milter]") {
     const std::vector<std::string> rcpt = {"<b@example.net>"};
     put_rcpt(out, rcpt);
     put_header(out, "Subject", " hi");
+    put_header(out, "To", "a,\r\n\tb\rc");
     put_body(out, "line\r\n");
     put_unknown(out, "XYZZY");
     put_bare(out, Cmd::eob);
     CHECK(out == packet('H', "client.example\0"s) + packet('M', "<a@example.org>\0SIZE=10\0"s) +
                      packet('R', "<b@example.net>\0"s) + packet('L', "Subject\0 hi\0"s) +
+                     packet('L', "To\0a,\n\tb\rc\0"s) +
                      packet('B', "line\r\n") + packet('U', "XYZZY\0"s) + packet('E', ""));
 }
 
