@@ -13,8 +13,9 @@
 namespace smx::smtps {
 
 std::optional<std::string> Session::macro(std::string_view name) {
+    // Asked for only where a macro needs it: a system call per lookup
+    // otherwise (32 per message with every stage's macros).
     boost::system::error_code ec;
-    const auto local = stream_.socket().local_endpoint(ec);
     const auto domain_of = [](std::string_view a) {
         const auto at = a.rfind('@');
         return std::string(at == std::string_view::npos ? std::string_view() : a.substr(at + 1));
@@ -29,13 +30,11 @@ std::optional<std::string> Session::macro(std::string_view name) {
         if (!ec) return std::to_string(remote.port());
         return std::nullopt;
     }
-    if (name == "daemon_addr" || name == "if_addr") {
-        if (!ec) return local.address().to_string();
-        return std::nullopt;
-    }
-    if (name == "daemon_port") {
-        if (!ec) return std::to_string(local.port());
-        return std::nullopt;
+    if (name == "daemon_addr" || name == "if_addr" || name == "daemon_port") {
+        const auto local = stream_.socket().local_endpoint(ec);
+        if (ec) return std::nullopt;
+        if (name == "daemon_port") return std::to_string(local.port());
+        return local.address().to_string();
     }
     if (name == "i") {
         if (!ta_id_.empty()) return ta_id_;
