@@ -19,6 +19,7 @@ enum Tag : std::uint16_t {
 // Optional tags: a reader that does not know one skips it.
 constexpr std::uint16_t T_HOLD = rec::optional_tag | 1;
 constexpr std::uint16_t T_MILTER_FAILURES = rec::optional_tag | 2;
+constexpr std::uint16_t T_REFUSED = rec::optional_tag | 3;
 
 // Where a field's value goes: a reference to a callable that lives for the
 // apply() call it is given to (no std::function, no allocation per field).
@@ -120,6 +121,7 @@ rec::Writer commit_fields(const TaCommit& m) {
     }
     w.str(T_CONTENT_ID, m.content_id).u64(T_SIZE, m.size).u64(T_ARRIVAL, m.arrival_us);
     if (!m.hold.empty()) w.str(T_HOLD, m.hold);
+    if (!m.refused.empty()) w.str(T_REFUSED, m.refused);
     return w;
 }
 
@@ -143,7 +145,8 @@ std::optional<TaCommit> commit_from(std::string_view body, std::string& err) {
                       {T_CONTENT_ID, true, false, str(m.content_id)},
                       {T_SIZE, true, false, num(m.size)},
                       {T_ARRIVAL, true, false, num(m.arrival_us)},
-                      {T_HOLD, false, false, str(m.hold)}}, err))
+                      {T_HOLD, false, false, str(m.hold)},
+                      {T_REFUSED, false, false, str(m.refused)}}, err))
         return std::nullopt;
     return m;
 }

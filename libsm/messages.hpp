@@ -65,6 +65,11 @@ struct TaCommit {
     // triggers HOLD action"). QMGR puts every recipient on hold (`smx queue`
     // shows the reason; `smx release` lets them go), recovery too.
     std::string hold = {};
+    // Set: smx-pickup's non_smtpd_milters refused this local mail, with
+    // this reply ("550 5.7.1 text"). QMGR bounces every recipient with it,
+    // as postfix's cleanup bounces local mail it rejects (the user's
+    // sendmail has long returned), recovery too.
+    std::string refused = {};
 };
 
 // Milter failures are counted by the failed milter's default action, in

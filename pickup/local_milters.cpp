@@ -129,7 +129,10 @@ asio::awaitable<std::optional<Pickup::Answer>> Pickup::milter(Taken& t,
     case m::MilterVerdict::reject:
         spdlog::info("{}: milter-reject: uid={} from=<{}>: {}", t.id, t.env.uid, ta.sender,
                      v.reply);
-        co_return answer(AckStatus::reject, v.reply);
+        // Queued as it came and bounced to its sender by QMGR, as postfix's
+        // cleanup bounces local mail: the user's sendmail has long returned.
+        ta.refused = v.reply;
+        co_return std::nullopt;
     case m::MilterVerdict::tempfail:
         spdlog::info("{}: milter-reject: uid={} from=<{}>: {}", t.id, t.env.uid, ta.sender,
                      v.reply);

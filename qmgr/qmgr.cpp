@@ -5,10 +5,12 @@
 #include "libsm/domain.hpp"
 #include "libsm/ids.hpp"
 #include "libsm/panic.hpp"
+#include "libsm/smtp_io.hpp"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <unordered_set>
@@ -140,6 +142,27 @@ void Qmgr::schedule(Ta& ta, const std::vector<std::uint32_t>& idx) {
 }
 
 void Qmgr::start(Ta& ta, const std::vector<std::uint32_t>& idx) {
+    if (!ta.env->refused.empty()) {
+        // "550 5.7.1 text": the milter's own code and status go in the DSN.
+        std::string_view text = ta.env->refused;
+        smx::msg::Reply why{550, "5.7.1", {}};
+        if (text.size() > 4 && text[0] == '5' && std::isdigit(static_cast<unsigned char>(text[1])) &&
+            std::isdigit(static_cast<unsigned char>(text[2])) && text[3] == ' ') {
+            why.code = static_cast<std::uint32_t>((text[0] - '0') * 100 + (text[1] - '0') * 10 +
+                                                  (text[2] - '0'));
+            text.remove_prefix(4);
+        }
+        auto [enhanced, rest] = smx::smtp::split_enhanced(text);
+        if (!enhanced.empty()) why.enhanced = std::string(enhanced);
+        why.text = std::string(rest);
+        spdlog::info("{}: refused by the milters: {}", ta.id, smx::msg::to_string(why));
+        for (auto i : idx) {
+            auto failed = dsn::failed_rcpt(ta.rcpt(i).addr(), why, {});
+            failed.last_attempt_us = clock_.now_us();
+            bouncer_.bounce(ta, i, {}, std::move(failed));
+        }
+        return;
+    }
     if (ta.env->hold.empty()) return schedule(ta, idx);
     spdlog::info("{}: held: {}", ta.id, ta.env->hold);
     for (auto i : idx) park_held(ta, i, {0, {}, "held by access policy: " + ta.env->hold}, {});

@@ -182,7 +182,8 @@ private:
     // qmgr.cpp: routes recipients of ta and hands them to the scheduler.
     void schedule(Ta& ta, const std::vector<std::uint32_t>& idx);
     // Recipients of a transaction new to the queue (intake, recovery):
-    // scheduled, or put on hold when an access HOLD came with it.
+    // scheduled, put on hold when an access HOLD came with it, or bounced
+    // when smx-pickup's milters refused it.
     void start(Ta& ta, const std::vector<std::uint32_t>& idx);
     // control.cpp: an active recipient parked held in DEFEDB (unindexed,
     // so nothing schedules it until `smx release`), with why.

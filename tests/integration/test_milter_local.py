@@ -1,7 +1,7 @@
 """milter.non_smtpd_milters (docs/milter.md, Local submission): mail from
 the sendmail command shown by smx-pickup to the scripted milter of
 milter_peer.py before its commit, as postfix's cleanup shows local mail;
-its edits at the sink, a reject, a tempfail and the retry, a milter that
+its edits at the sink, a reject (bounced), a tempfail and the retry, a milter that
 is down, a discard, a quarantine; and the two lists kept apart. Real
 sendmail, smx-postdrop and smx-pickup as in test_sendmail.py (root only:
 it switches users)."""
@@ -60,19 +60,24 @@ def test_local_mail_is_shown_as_from_localhost_and_its_edits_reach_the_sink(sink
     assert lm.files() == [] and lm.files(lm.quarantine) == []
 
 
-def test_a_reject_quarantines_the_maildrop_file(sink, local, peers):
+def test_a_reject_bounces_to_the_sender(sink, local, peers):
+    """As postfix's cleanup: the user's sendmail has long returned, so the
+    refusal reaches them as a DSN; the recipients get nothing."""
     m = peers(script={"eom": "reject"})
     lm = local(config(non_smtpd=[m.socket_spec]))
     submit(lm, "rejected")
-    wait_until(lambda: lm.files(lm.quarantine), 30, "the file in maildrop-quarantine")
-    name = lm.files(lm.quarantine)[0]
-    qid = name[1:]
-    lm.relay.log_matching(r"%s: milter-reject: uid=\d+ from=<nobody@smx\.test>: 550 5\.7\.1 "
-                          r"Command rejected" % qid,
-                          r"maildrop file %s: refused by milter: 5\.7\.1 Command rejected; "
-                          r"moved to " % re.escape(name))
-    assert lm.files() == []
-    assert sink.count() == 0
+    wait_until(lambda: sink.count() >= 1, 30, "the bounce at the sink")
+    reject = (r"(\w+): milter-reject: uid=\d+ from=<nobody@smx\.test>: 550 5\.7\.1 "
+              r"Command rejected")
+    qid = re.search(reject, lm.relay.log_matching(reject)).group(1)
+    lm.relay.log_matching(r"%s: refused by the milters: 550 5\.7\.1 Command rejected" % qid)
+    msgs = sink.messages()
+    assert len(msgs) == 1 and msgs[0]["from"] == "" and msgs[0]["rcpts"] == ["nobody@smx.test"], msgs
+    data = msgs[0]["data"].decode("utf-8", "replace")
+    assert "report-type=delivery-status" in data and "Action: failed" in data, data
+    assert "Final-Recipient: rfc822; r@example.net" in data and "Status: 5.7.1" in data, data
+    assert "Command rejected" in data and "Subject: rejected" in data, data
+    assert lm.files() == [] and lm.files(lm.quarantine) == []
 
 
 def test_a_tempfail_gives_the_file_back_and_it_goes_once_the_milter_recovers(sink, local, peers):

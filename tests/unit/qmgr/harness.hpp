@@ -118,8 +118,10 @@ struct Harness {
         return smx::content::file_path(cfg.content_dir_abs(), id, cfg.queue.cdb_hashed);
     }
     smx::msg::TaCommit commit(std::vector<std::string> rcpts, bool with_file = true,
-                             const std::string& content = "Subject: x\r\n\r\nbody\r\n") {
+                             const std::string& content = "Subject: x\r\n\r\nbody\r\n",
+                             const std::string& refused = {}) {
         smx::msg::TaCommit e;
+        e.refused = refused;
         e.ta_id = smx::new_ta_id();
         e.content_id = e.ta_id;
         e.sender = "s@example.org";

@@ -103,6 +103,32 @@ TEST_CASE("a null-sender message is never bounced") {
     CHECK(h.delivers.size() == 1);
 }
 
+TEST_CASE("local mail the milters refused bounces every recipient at once, with their reply") {
+    Harness h;
+    h.cfg.routes["example.org"] = h.cfg.routes["example.net"];
+    h.connect_smtpc();
+    const std::string refused = "554 5.7.1 rejected by the filter";
+    auto e = h.commit({"a@example.net", "b@example.net"}, true, "Subject: spam\r\n\r\nbody\r\n",
+                      refused);
+    CHECK(h.acks.back().status == smx::msg::AckStatus::ok);
+    // The DSN is the only delivery: the recipients never go to SMTPC.
+    REQUIRE(h.run_until([&] { return h.delivers.size() == 1; }));
+    const auto dsn = h.delivers[0];
+    CHECK(dsn.sender.empty());
+    REQUIRE(dsn.rcpts.size() == 1);
+    CHECK(dsn.rcpts[0].addr == "s@example.org");
+    CHECK(h.stat("bounced") == 2);
+    std::ifstream in(h.content_path(dsn.content_id), std::ios::binary);
+    const std::string body((std::istreambuf_iterator<char>(in)), {});
+    CHECK(body.find("Final-Recipient: rfc822; a@example.net") != std::string::npos);
+    CHECK(body.find("Final-Recipient: rfc822; b@example.net") != std::string::npos);
+    CHECK(body.find("Status: 5.7.1") != std::string::npos);
+    CHECK(body.find("554 5.7.1 rejected by the filter") != std::string::npos);
+    CHECK(body.find("Subject: spam") != std::string::npos);
+    h.result(dsn, {250});
+    REQUIRE(h.run_until([&] { return !fs::exists(h.content_path(e.ta_id)); }));
+}
+
 TEST_CASE("past max_queue_lifetime a temporary failure bounces") {
     Harness h;
     h.cfg.queue.max_queue_lifetime = 0s;
