@@ -308,16 +308,23 @@ def content_store(rows, count="2"):
 
 def profile(rows):
     """The newest profile: CPU, context switches, mallocs and system calls
-    per message of each of smx's processes."""
-    run_rows = next(iter(runs(rows, "profile").values()), None)
-    if run_rows is None:
+    per message of each of smx's processes; then the newest with a milter
+    (perf/profile --milter), a configuration of its own."""
+    plain = newest(rows, "profile", lambda rr: "-milter-" not in rr[0].get("config", ""))
+    milter = newest(rows, "profile", lambda rr: "-milter-" in rr[0].get("config", ""))
+    if plain is None and milter is None:
         return "(no profile run in the dataset)\n"
-    lines = [[r["system"], fmt(r["cpu_ms_per_msg"], 3), fmt(r.get("user_ms_per_msg"), 3),
-              fmt(r.get("sys_ms_per_msg"), 3), "%s / %s" % (fmt(r.get("voluntary_switches_per_msg"), 2),
-                                                            fmt(r.get("involuntary_switches_per_msg"), 2)),
-              fmt(r.get("mallocs_per_msg"), 1), fmt(r.get("syscalls_per_msg"), 1)] for r in run_rows]
-    return table(["process", "CPU ms/msg", "user", "sys", "context switches/msg (voluntary / involuntary)",
-                  "malloc calls/msg", "system calls/msg"], lines) + source(run_rows)
+    out = []
+    for run_rows in (plain, milter):
+        if run_rows is None:
+            continue
+        lines = [[r["system"], fmt(r["cpu_ms_per_msg"], 3), fmt(r.get("user_ms_per_msg"), 3),
+                  fmt(r.get("sys_ms_per_msg"), 3), "%s / %s" % (fmt(r.get("voluntary_switches_per_msg"), 2),
+                                                                fmt(r.get("involuntary_switches_per_msg"), 2)),
+                  fmt(r.get("mallocs_per_msg"), 1), fmt(r.get("syscalls_per_msg"), 1)] for r in run_rows]
+        out.append(table(["process", "CPU ms/msg", "user", "sys", "context switches/msg (voluntary / involuntary)",
+                          "malloc calls/msg", "system calls/msg"], lines) + source(run_rows))
+    return "\n".join(out)
 
 
 def newest(rows, bench, fits):
