@@ -60,7 +60,9 @@ def needs(*programs):
 
 
 class MilterHostChecks:
-    @pytest.fixture
+    # One OpenDKIM per test class too: it keeps nothing between messages,
+    # and stopping libmilter's listener takes it about 5 s.
+    @pytest.fixture(scope="class")
     def opendkim(self):
         needs("opendkim", "opendkim-genkey")
         with OpenDkim() as f:
