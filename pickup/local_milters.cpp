@@ -7,6 +7,7 @@
 #include "pickup/pickup.hpp"
 
 #include "libsm/await.hpp"
+#include "libsm/domain.hpp"
 #include "libsm/fd.hpp"
 #include "libsm/milter_edits.hpp"
 #include "libsm/milters.hpp"
@@ -27,11 +28,6 @@ using smx::msg::AckStatus;
 constexpr std::size_t chunk = 64 * 1024;
 const std::string local_addr = "127.0.0.1";
 const std::string local_name = "localhost";
-
-std::string domain_of(std::string_view a) {
-    const auto at = a.rfind('@');
-    return std::string(at == std::string_view::npos ? std::string_view() : a.substr(at + 1));
-}
 
 // "550 5.7.1 text" as the ack's text: without the reply code.
 std::string ack_text(const std::string& reply) {
@@ -73,11 +69,11 @@ asio::awaitable<std::optional<Pickup::Answer>> Pickup::milter(Taken& t,
         if (n == "client_name" || n == "client_ptr") return local_name;
         if (n == "i") return t.id;
         if (n == "mail_addr") return ta.sender;
-        if (n == "mail_host") return domain_of(ta.sender);
+        if (n == "mail_host") return std::string(smx::domain_part(ta.sender));
         if (n == "mail_mailer") return std::string("local");
         if (!rcpt_now.empty()) {
             if (n == "rcpt_addr") return rcpt_now;
-            if (n == "rcpt_host") return domain_of(rcpt_now);
+            if (n == "rcpt_host") return std::string(smx::domain_part(rcpt_now));
         }
         return std::nullopt;
     };

@@ -1,6 +1,7 @@
 // A session's milter steps (docs/milter.md): the chain made at connect,
 // each SMTP stage's verdict, the content at its end and the edits applied
 // before the commit.
+#include "libsm/domain.hpp"
 #include "libsm/milter_edits.hpp"
 #include "smtps/session_state.hpp"
 
@@ -16,10 +17,6 @@ std::optional<std::string> Session::macro(std::string_view name) {
     // Asked for only where a macro needs it: a system call per lookup
     // otherwise (32 per message with every stage's macros).
     boost::system::error_code ec;
-    const auto domain_of = [](std::string_view a) {
-        const auto at = a.rfind('@');
-        return std::string(at == std::string_view::npos ? std::string_view() : a.substr(at + 1));
-    };
     if (name == "j" || name == "daemon_name") return cfg_.hostname;
     if (name == "v") return std::string("smx");
     if (name == "_") return client_.name + " [" + ip_ + "]";
@@ -48,12 +45,12 @@ std::optional<std::string> Session::macro(std::string_view name) {
     }
     if (have_sender_) {
         if (name == "mail_addr") return sender_;
-        if (name == "mail_host") return domain_of(sender_);
+        if (name == "mail_host") return std::string(smx::domain_part(sender_));
         if (name == "mail_mailer") return std::string("smtp");
     }
     if (!milter_rcpt_.empty()) {
         if (name == "rcpt_addr") return milter_rcpt_;
-        if (name == "rcpt_host") return domain_of(milter_rcpt_);
+        if (name == "rcpt_host") return std::string(smx::domain_part(milter_rcpt_));
         if (name == "rcpt_mailer") return std::string("smtp");
     }
     return std::nullopt;

@@ -103,8 +103,10 @@ def test_every_stage_is_reported_with_postfix_macros(sink, make_relay, peers):
     assert s.macros["C"]["{client_addr}"] == "127.0.0.1"
     assert s.macros["C"]["{daemon_addr}"] == "127.0.0.1"
     assert s.macros["M"]["{mail_addr}"] == "s@example.org"
+    assert s.macros["M"]["{mail_host}"] == "example.org"
     assert s.macros["M"]["i"] == qid
     assert s.macros["R"]["{rcpt_addr}"] == "r@example.net"
+    assert s.macros["R"]["{rcpt_host}"] == "example.net"
     assert s.macros["E"]["i"] == qid
     connect = s.data[0][1]
     assert connect.split(b"\0")[0] in (b"[127.0.0.1]", b"localhost")

@@ -53,7 +53,9 @@ def test_local_mail_is_shown_as_from_localhost_and_its_edits_reach_the_sink(sink
     assert s.macros["C"]["{client_addr}"] == "127.0.0.1"
     assert s.macros["C"]["{daemon_name}"] == "smx.test"
     assert s.macros["M"]["{mail_addr}"] == "nobody@smx.test"
+    assert s.macros["M"]["{mail_host}"] == "smx.test"
     assert s.macros["R"]["{rcpt_addr}"] == "r@example.net"
+    assert s.macros["R"]["{rcpt_host}"] == "example.net"
     assert [h[0] for h in s.headers][0] == "Received"
     assert ("Subject", "edited") in s.headers
     assert s.body == b"the body\r\n"
